@@ -1,0 +1,1 @@
+"""The HTTP API: routes, problem+json errors, limits."""

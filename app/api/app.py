@@ -1,0 +1,57 @@
+"""``create_app(settings)``: the FastAPI application factory.
+
+The lifespan owns the Redis pool and the script registry; routes reach them
+through :func:`app.api.state.api_state`. The API never talks to executors: it
+writes runs to Redis and reads them back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from redis.exceptions import RedisError
+
+from app import __version__
+from app.api.limits import BodySizeLimit
+from app.api.problems import install_problem_handlers
+from app.api.routes import runs, system
+from app.api.state import ApiState
+from app.executor.registry import HandlerRegistry, load_handler_modules
+from app.settings import Settings
+from app.store.connection import async_client
+from app.store.runs import RunStore
+from app.store.scripts import Scripts
+
+BODY_OVERHEAD_BYTES = 16_384
+
+
+def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> FastAPI:
+    """Build the API for ``settings``; handlers come from LEASEHOLD_HANDLERS by default."""
+    handlers = registry or load_handler_modules(settings.handlers)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        client = async_client(settings.resolved_redis_url())
+        scripts = Scripts()
+        try:
+            await scripts.load_all(client)
+        except (RedisError, OSError):
+            pass  # /readyz reports it; calls load scripts on demand (NOSCRIPT fallback)
+        store = RunStore(client, scripts=scripts, prefix=settings.prefix,
+                         retention_ms=settings.run_retention_ms,
+                         events_maxlen=settings.events_maxlen)
+        app.state.leasehold = ApiState(settings, client, scripts, store, handlers)
+        try:
+            yield
+        finally:
+            await client.aclose()
+
+    app = FastAPI(title="Leasehold", version=__version__, lifespan=lifespan,
+                  description="Durable runs on Redis with fenced leases.")
+    install_problem_handlers(app)
+    app.include_router(runs.router)
+    app.include_router(system.router)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_input_bytes + BODY_OVERHEAD_BYTES)
+    return app

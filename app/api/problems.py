@@ -1,0 +1,108 @@
+"""RFC 9457 problem+json responses for every error the API returns.
+
+Clients get a stable shape (type, title, status, detail, errors) and never a
+stack trace; anything unexpected becomes a 500 with a generic message and the
+details go to the log.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.errors import (
+    IdempotencyConflict,
+    InvalidInput,
+    InvalidTransition,
+    RunNotFound,
+    UnknownHandler,
+)
+from app.store.runs import InvalidCursor
+
+log = logging.getLogger(__name__)
+
+PROBLEM_JSON = "application/problem+json"
+PROBLEM_BASE = "https://leasehold.dev/problems/"
+
+
+class ProblemResponse(JSONResponse):
+    """A JSONResponse with the problem+json media type."""
+
+    media_type = PROBLEM_JSON
+
+
+def problem(status: int, title: str, detail: str | None = None, *, kind: str | None = None,
+            errors: list[dict[str, Any]] | None = None,
+            headers: dict[str, str] | None = None) -> ProblemResponse:
+    """Build a problem+json response."""
+    body: dict[str, Any] = {"type": PROBLEM_BASE + kind if kind else "about:blank",
+                            "title": title, "status": status}
+    if detail:
+        body["detail"] = detail
+    if errors is not None:
+        body["errors"] = errors
+    return ProblemResponse(body, status_code=status, headers=headers)
+
+
+def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
+    return [{"loc": list(error.get("loc", ())), "msg": error.get("msg", ""),
+             "type": error.get("type", "")} for error in exc.errors()]
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    """Map every exception the API can raise to its problem response."""
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> ProblemResponse:
+        return problem(exc.status_code, _title(exc.status_code), str(exc.detail),
+                       headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> ProblemResponse:
+        return problem(422, "Request is invalid", "the request does not match the API schema",
+                       kind="invalid-request", errors=_validation_errors(exc))
+
+    @app.exception_handler(UnknownHandler)
+    async def unknown_handler(request: Request, exc: UnknownHandler) -> ProblemResponse:
+        return problem(422, "Unknown handler", str(exc), kind="unknown-handler")
+
+    @app.exception_handler(InvalidInput)
+    async def invalid_input(request: Request, exc: InvalidInput) -> ProblemResponse:
+        return problem(422, "Input is invalid for this handler", str(exc),
+                       kind="invalid-input", errors=exc.problems)
+
+    @app.exception_handler(RunNotFound)
+    async def not_found(request: Request, exc: RunNotFound) -> ProblemResponse:
+        return problem(404, "Run not found", str(exc), kind="run-not-found")
+
+    @app.exception_handler(InvalidTransition)
+    async def conflict(request: Request, exc: InvalidTransition) -> ProblemResponse:
+        return problem(409, "Run is not in a state that allows this", str(exc),
+                       kind="invalid-transition")
+
+    @app.exception_handler(IdempotencyConflict)
+    async def idempotency(request: Request, exc: IdempotencyConflict) -> ProblemResponse:
+        return problem(409, "Idempotency key reused with a different body", str(exc),
+                       kind="idempotency-conflict")
+
+    @app.exception_handler(InvalidCursor)
+    async def bad_cursor(request: Request, exc: InvalidCursor) -> ProblemResponse:
+        return problem(400, "Invalid cursor", str(exc), kind="invalid-cursor")
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> ProblemResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return problem(500, "Internal error", "the server could not complete the request")
+
+
+def _title(status: int) -> str:
+    titles = {400: "Bad request", 401: "Unauthorized", 403: "Forbidden", 404: "Not found",
+              405: "Method not allowed", 406: "Not acceptable", 409: "Conflict",
+              413: "Request body too large", 415: "Unsupported media type",
+              422: "Request is invalid", 503: "Service unavailable"}
+    return titles.get(status, "Error")

@@ -1,0 +1,132 @@
+"""/runs: create, read, list and cancel runs."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+
+from app.api.problems import PROBLEM_JSON
+from app.api.state import ApiState, api_state
+from app.models import (
+    HANDLER_NAME_PATTERN,
+    IDEMPOTENCY_KEY_PATTERN,
+    RUN_ID_PATTERN,
+    CancelResult,
+    CreateRunRequest,
+    Problem,
+    Run,
+    RunPage,
+    RunStatus,
+)
+from app.settings import QUEUE_NAME_PATTERN
+from app.store.codec import dumps
+from app.store.runs import NewRun
+
+router = APIRouter(tags=["runs"])
+
+State = Annotated[ApiState, Depends(api_state)]
+RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="`<queue>.<ULID>`")]
+
+
+def _problems(*codes: int) -> dict[int | str, dict[str, object]]:
+    return {code: {"model": Problem, "content": {PROBLEM_JSON: {}}} for code in codes}
+
+
+async def create_request_body(request: Request) -> CreateRunRequest:
+    """Parse POST /runs as JSON whatever Content-Type says.
+
+    ``curl -d '{...}'`` sends ``application/x-www-form-urlencoded``; refusing a
+    JSON body for its label would only make the quick start fail.
+    """
+    raw = await request.body()
+    try:
+        data = json.loads(raw) if raw.strip() else None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise HTTPException(400, f"the body is not valid JSON: {exc}") from None
+    try:
+        return CreateRunRequest.model_validate(data)
+    except ValidationError as exc:
+        raise RequestValidationError(
+            [{**error, "loc": ("body", *error["loc"])}
+             for error in exc.errors(include_url=False, include_context=False)]) from None
+
+
+CREATE_BODY_DOC = {"requestBody": {"required": True, "content": {"application/json": {
+    "schema": CreateRunRequest.model_json_schema()}}}}
+
+
+def _new_run(body: CreateRunRequest, state: ApiState, idempotency_key: str | None) -> NewRun:
+    """Validate a create request against settings and the handler; raises on bad input."""
+    if idempotency_key and body.idempotency_key and idempotency_key != body.idempotency_key:
+        raise HTTPException(400, "the Idempotency-Key header and the idempotency_key field differ")
+    input_size = len(dumps(body.input).encode())
+    if input_size > state.settings.max_input_bytes:
+        raise HTTPException(413, f"input is {input_size} bytes; the limit is "
+                                 f"{state.settings.max_input_bytes}")
+    spec = state.registry.get(body.handler)
+    spec.parse_input(body.input)
+    settings = state.settings
+    return NewRun(
+        handler=body.handler, input=body.input, queue=body.queue,
+        max_attempts=body.max_attempts or settings.default_max_attempts,
+        on_lease_expired=body.on_lease_expired or settings.default_on_lease_expired,
+        idempotency_key=idempotency_key or body.idempotency_key, metadata=body.metadata)
+
+
+@router.post("/runs", status_code=201, response_model=Run, openapi_extra=CREATE_BODY_DOC,
+             responses={200: {"model": Run, "description": "idempotent replay"},
+                        **_problems(400, 409, 413, 422)})
+async def create_run(
+    body: Annotated[CreateRunRequest, Depends(create_request_body)],
+    response: Response,
+    state: State,
+    idempotency_key: Annotated[str | None, Header(pattern=IDEMPOTENCY_KEY_PATTERN)] = None,
+) -> Run:
+    """Create a run, detached from this request; it is queued for any worker.
+
+    The same idempotency key with the same body returns the existing run (200,
+    ``Idempotency-Replayed: true``); with another body it is a 409.
+    """
+    created = await state.store.create(_new_run(body, state, idempotency_key))
+    response.headers["Location"] = f"/runs/{created.run.id}"
+    if created.replayed:
+        response.status_code = 200
+        response.headers["Idempotency-Replayed"] = "true"
+    return created.run
+
+
+@router.get("/runs/{run_id}", response_model=Run, responses=_problems(404, 422))
+async def get_run(run_id: RunId, state: State) -> Run:
+    """The run, found by id alone (the id names its queue)."""
+    return await state.store.get(run_id)
+
+
+@router.get("/runs", response_model=RunPage, responses=_problems(400, 422))
+async def list_runs(
+    state: State,
+    queue: Annotated[str | None, Query(pattern=QUEUE_NAME_PATTERN)] = None,
+    status: RunStatus | None = None,
+    handler: Annotated[str | None, Query(pattern=HANDLER_NAME_PATTERN)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(max_length=256)] = None,
+) -> RunPage:
+    """Runs newest first; pass ``next_cursor`` back as ``cursor`` for the next page."""
+    return await state.store.list(queue=queue, status=status, handler=handler, limit=limit,
+                                  cursor=cursor)
+
+
+@router.post("/runs/{run_id}/cancel", status_code=202, response_model=CancelResult,
+             responses=_problems(404, 409, 422))
+async def cancel_run(run_id: RunId, state: State) -> CancelResult:
+    """Ask a run to stop. Idempotent.
+
+    A queued (or parked) run is cancelled at once. A running run becomes
+    ``cancelling``; its owner stops it within one heartbeat, or the reconciler
+    finalizes it if the owner is dead.
+    """
+    status = await state.store.cancel(run_id)
+    return CancelResult(id=run_id, status=status)

@@ -1,0 +1,235 @@
+"""``leasehold``: start the parts (up, api, worker, reconciler) and talk to the API.
+
+Flags override the environment (``LEASEHOLD_*``). An invalid setting prints one
+line and exits with status 2. Output is for people by default; ``--json``
+prints machine-readable JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from typing import Annotated, Any
+
+import typer
+
+from app.client import ApiError, Client
+from app.errors import ConfigurationError, LeaseholdError
+from app.logs import configure_logging
+from app.models import Run, RunStatus
+from app.settings import Settings, load_settings
+
+app = typer.Typer(help="Leasehold: durable runs on Redis with fenced leases.",
+                  no_args_is_help=True, add_completion=False)
+runs_app = typer.Typer(help="Inspect and cancel runs.", no_args_is_help=True)
+app.add_typer(runs_app, name="runs")
+
+EXIT_CONFIG = 2
+EXIT_FAILED = 1
+WAIT_POLL_S = 0.2
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+ApiUrl = Annotated[str | None, typer.Option("--api-url", help="API base URL.")]
+
+
+def settings_or_exit(**overrides: Any) -> Settings:
+    """Load settings with CLI overrides; on an invalid value print it and exit 2."""
+    try:
+        return load_settings(**overrides)
+    except ConfigurationError as exc:
+        typer.echo(f"leasehold: {exc}", err=True)
+        raise typer.Exit(EXIT_CONFIG) from None
+
+
+def _client(api_url: str | None) -> Client:
+    settings = settings_or_exit()
+    return Client(api_url or settings.client_api_url, api_key=settings.api_key)
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"leasehold: {message}", err=True)
+    return typer.Exit(EXIT_FAILED)
+
+
+@app.command()
+def up(
+    workers: Annotated[int, typer.Option(help="Worker processes to start.", min=0)] = 2,
+    port: Annotated[int | None, typer.Option(help="API port.")] = None,
+) -> None:
+    """Start everything: Redis (embedded unless LEASEHOLD_REDIS_URL is set), the API, workers."""
+    from app.supervisor import Supervisor
+
+    settings = settings_or_exit(api_port=port)
+    configure_logging(settings.log_level)
+    try:
+        Supervisor(settings, workers=workers).run()
+    except LeaseholdError as exc:
+        raise _fail(str(exc)) from None
+
+
+@app.command()
+def api(
+    host: Annotated[str | None, typer.Option(help="Bind address.")] = None,
+    port: Annotated[int | None, typer.Option(help="Port.")] = None,
+) -> None:
+    """Serve the HTTP API (uvicorn)."""
+    import uvicorn
+
+    from app.api.app import create_app
+
+    settings = settings_or_exit(api_host=host, api_port=port)
+    configure_logging(settings.log_level)
+    uvicorn.run(create_app(settings), host=settings.api_host, port=settings.api_port,
+                log_level=settings.log_level.lower(), timeout_graceful_shutdown=5)
+
+
+@app.command()
+def worker(
+    queues: Annotated[str | None, typer.Option(help="Comma-separated queues.")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Runs at once.")] = None,
+    lease_ttl_s: Annotated[float | None, typer.Option(help="Lease TTL in seconds.")] = None,
+    no_reconciler: Annotated[bool, typer.Option("--no-reconciler",
+                                                help="Do not run a reconciler inside.")] = False,
+) -> None:
+    """Run an executor: claim runs, hold their leases, drain on SIGTERM."""
+    from app.executor.registry import load_handler_modules
+    from app.executor.worker import Worker
+
+    settings = settings_or_exit(queues=queues, concurrency=concurrency, lease_ttl_s=lease_ttl_s,
+                                reconciler_enabled=False if no_reconciler else None)
+    configure_logging(settings.log_level)
+    registry = load_handler_modules(settings.handlers)
+    asyncio.run(Worker(settings, registry).run())
+
+
+@app.command()
+def reconciler() -> None:
+    """Run a standalone reconciler (one also runs inside every worker by default)."""
+    from app.reconciler import run_standalone
+
+    settings = settings_or_exit()
+    configure_logging(settings.log_level)
+    asyncio.run(run_standalone(settings))
+
+
+@app.command()
+def submit(
+    handler: Annotated[str, typer.Argument(help="Handler name, e.g. demo.sleep.")],
+    input: Annotated[str, typer.Option("--input", help="Input as JSON.")] = "{}",
+    queue: Annotated[str | None, typer.Option(help="Queue.")] = None,
+    max_attempts: Annotated[int | None, typer.Option(help="Attempts in all.")] = None,
+    on_lease_expired: Annotated[str | None, typer.Option(help="orphan or retry.")] = None,
+    idempotency_key: Annotated[str | None, typer.Option(help="Idempotency key.")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait until the run ends.")] = False,
+    as_json: JsonFlag = False,
+    api_url: ApiUrl = None,
+) -> None:
+    """Create a run and print it (with --wait, print it once it has ended)."""
+    try:
+        payload = json.loads(input)
+    except json.JSONDecodeError as exc:
+        raise _fail(f"--input is not JSON: {exc}") from None
+    with _client(api_url) as client:
+        try:
+            run = client.create(handler, payload, queue=queue, max_attempts=max_attempts,
+                                on_lease_expired=on_lease_expired,
+                                idempotency_key=idempotency_key)
+            if wait:
+                run = _wait_until_ended(client, run.id)
+        except ApiError as exc:
+            raise _fail(str(exc)) from None
+    _print_run(run, as_json)
+    if wait and run.status != RunStatus.SUCCEEDED:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _wait_until_ended(client: Client, run_id: str) -> Run:
+    while True:
+        run = client.get(run_id)
+        if run.status.is_terminal or run.status.is_parked:
+            return run
+        time.sleep(WAIT_POLL_S)
+
+
+@runs_app.command("get")
+def runs_get(run_id: str, as_json: JsonFlag = False, api_url: ApiUrl = None) -> None:
+    """Show one run."""
+    with _client(api_url) as client:
+        try:
+            run = client.get(run_id)
+        except ApiError as exc:
+            raise _fail(str(exc)) from None
+    _print_run(run, as_json)
+
+
+@runs_app.command("list")
+def runs_list(
+    queue: Annotated[str | None, typer.Option(help="Only this queue.")] = None,
+    status: Annotated[RunStatus | None, typer.Option(help="Only this status.")] = None,
+    handler: Annotated[str | None, typer.Option(help="Only this handler.")] = None,
+    limit: Annotated[int, typer.Option(help="Page size.", min=1, max=500)] = 20,
+    cursor: Annotated[str | None, typer.Option(help="Cursor from a previous page.")] = None,
+    as_json: JsonFlag = False,
+    api_url: ApiUrl = None,
+) -> None:
+    """List runs, newest first."""
+    with _client(api_url) as client:
+        try:
+            page = client.list(queue=queue, status=status.value if status else None,
+                               handler=handler, limit=limit, cursor=cursor)
+        except ApiError as exc:
+            raise _fail(str(exc)) from None
+    if as_json:
+        typer.echo(page.model_dump_json())
+        return
+    for run in page.items:
+        typer.echo(f"{run.id}  {run.status.value:<24} {run.handler:<16} "
+                   f"attempt {run.attempt}/{run.max_attempts}  {run.created_at:%Y-%m-%d %H:%M:%S}")
+    if page.next_cursor:
+        typer.echo(f"next: --cursor {page.next_cursor}")
+
+
+@runs_app.command("cancel")
+def runs_cancel(run_id: str, as_json: JsonFlag = False, api_url: ApiUrl = None) -> None:
+    """Cancel a run (idempotent)."""
+    with _client(api_url) as client:
+        try:
+            result = client.cancel(run_id)
+        except ApiError as exc:
+            raise _fail(str(exc)) from None
+    typer.echo(result.model_dump_json() if as_json else f"{result.id}: {result.status.value}")
+
+
+def _print_run(run: Run, as_json: bool) -> None:
+    if as_json:
+        typer.echo(run.model_dump_json())
+        return
+    lines = [f"run       {run.id}", f"status    {run.status.value}",
+             f"handler   {run.handler} (queue {run.queue})",
+             f"attempt   {run.attempt}/{run.max_attempts}   fence {run.fence}"]
+    if run.owner_id:
+        lines.append(f"owner     {run.owner_id}")
+    if run.lease_expires_at:
+        lines.append(f"lease     expires {run.lease_expires_at.isoformat()}")
+    if run.output is not None:
+        lines.append(f"output    {json.dumps(run.output)}")
+    if run.error is not None:
+        lines.append(f"error     {run.error.code}: {run.error.message}")
+        if run.error.details:
+            lines.append(f"evidence  {json.dumps(run.error.details)}")
+    typer.echo("\n".join(lines))
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        app()
+    except ConfigurationError as exc:
+        typer.echo(f"leasehold: {exc}", err=True)
+        sys.exit(EXIT_CONFIG)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,3 @@
+"""Demo handlers used by the quick start and the tests (LEASEHOLD_HANDLERS=app.demo)."""
+
+from app.demo import handlers as handlers

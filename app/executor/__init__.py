@@ -1,0 +1,10 @@
+"""The executor: what handler authors import (``RunContext``, ``handler``).
+
+The worker's machinery (worker, courier, heartbeat) lives in submodules and is
+not part of the handler-facing surface.
+"""
+
+from app.executor.context import RunContext
+from app.executor.registry import handler
+
+__all__ = ["RunContext", "handler"]

@@ -1,0 +1,106 @@
+"""Buffers a run's handler events and appends them in fenced, pipelined batches.
+
+A token stream can emit thousands of events a second; one round trip each
+would cap it at the Redis latency. Events are queued in order and a single
+flusher per run sends everything pending in one ``append_events`` call while
+the handler keeps going. Order is kept because one flusher sends batches one
+after another. The run flushes before its terminal write, so the terminal
+event is always last. When Redis rejects a batch as LOST, the run is stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Callable
+from typing import Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from app.errors import EventTooLarge, InvalidEvent
+from app.store.codec import dumps
+from app.store.leases import ClaimedRun, LeaseStore
+
+log = logging.getLogger(__name__)
+
+EVENT_TYPE = re.compile(r"^[a-z][a-z0-9_.\-]{0,63}$")
+# lifecycle events are written only by the scripts, with the state change they describe
+RESERVED_EVENT_TYPES = frozenset({
+    "created", "claimed", "released", "requeued", "lease_expired", "cancel_requested",
+    "waiting_human", "resumed", "reconciliation_required", "resolved", "replay_unavailable",
+    "succeeded", "failed", "cancelled", "orphaned",
+})
+HIGH_WATER = 10_000
+RETRY_DELAY_S = 0.05
+RETRY_DELAY_MAX_S = 1.0
+
+
+class EventSink:
+    """Ordered, batched, fenced event appends for one run."""
+
+    def __init__(self, store: LeaseStore, run: ClaimedRun, *, owner: str,
+                 max_event_bytes: int, on_lost: Callable[[], None]) -> None:
+        self._store = store
+        self._run = run
+        self._owner = owner
+        self._max_event_bytes = max_event_bytes
+        self._on_lost = on_lost
+        self._pending: list[tuple[str, str]] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self._lost = False
+        self.last_event_id: str | None = None
+
+    def validate(self, event_type: str, data: Any) -> str:
+        """Check an event before queueing it; returns its JSON payload.
+
+        Raises :class:`InvalidEvent` for a reserved or malformed type and
+        :class:`EventTooLarge` when the payload exceeds the bound.
+        """
+        if not EVENT_TYPE.match(event_type) or event_type in RESERVED_EVENT_TYPES:
+            raise InvalidEvent(f"event type {event_type!r} is reserved or malformed")
+        payload = dumps(data if data is not None else {})
+        size = len(payload.encode())
+        if size > self._max_event_bytes:
+            raise EventTooLarge(event_type, size, self._max_event_bytes)
+        return payload
+
+    async def add(self, event_type: str, data: Any) -> None:
+        """Queue an event; waits only when the backlog passes the high-water mark."""
+        payload = self.validate(event_type, data)
+        if self._lost:
+            return
+        self._pending.append((event_type, payload))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush_all())
+        if len(self._pending) > HIGH_WATER:
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Wait until every queued event is written (or the lease is lost)."""
+        while self._flusher is not None and not self._flusher.done():
+            await asyncio.shield(self._flusher)
+
+    async def _flush_all(self) -> None:
+        delay = RETRY_DELAY_S
+        while self._pending and not self._lost:
+            batch, self._pending = self._pending, []
+            try:
+                last_id = await self._store.append_events(
+                    self._run.queue, self._run.id, owner=self._owner, fence=self._run.fence,
+                    events=batch)
+            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                log.warning("event append failed, retrying: %s", exc,
+                            extra={"run_id": self._run.id, "fence": self._run.fence})
+                self._pending[:0] = batch
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_DELAY_MAX_S)
+                continue
+            delay = RETRY_DELAY_S
+            if last_id is None:
+                self._lost = True
+                self._pending.clear()
+                self._on_lost()
+                return
+            self.last_event_id = last_id

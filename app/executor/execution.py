@@ -1,0 +1,224 @@
+"""One claimed run's life inside a worker: execute, then finish, release or abandon.
+
+``RunExecution.run`` is split along the three ways a run can leave a worker:
+
+* ``_finish``: the handler returned, raised, or stopped after a client's cancel:
+  its outcome goes to the courier, which writes it (shielded, retried, fenced);
+* ``_release``: the worker is draining and the handler was interrupted: the run
+  goes back to the queue with fence+1 so another worker takes it at once;
+* abandon: the lease is lost (LOST from Redis, or jeopardy): nothing is written,
+  because nothing this owner writes would be accepted, or correct.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+from redis.exceptions import RedisError
+
+from app.errors import HandlerFailed, InvalidInput, RunFailure
+from app.executor.context import RunContext
+from app.executor.courier import Courier
+from app.executor.events import EventSink
+from app.executor.registry import HandlerSpec
+from app.store.codec import dumps
+from app.store.leases import ClaimedRun, HeldLease, LeaseStore, Outcome
+from app.store.scripts import ScriptCode
+
+log = logging.getLogger(__name__)
+
+CANCEL_REQUESTED = "cancel_requested"
+LEASE_LOST = "lease_lost"
+JEOPARDY = "jeopardy"
+DRAIN = "drain"
+ABANDONING_REASONS = frozenset({LEASE_LOST, JEOPARDY})
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with equal jitter: each delay is in [d/2, d], d doubling."""
+
+    backoff_s: float
+    backoff_max_s: float
+
+    def delay_ms(self, attempt: int) -> int:
+        """Delay before attempt ``attempt + 1``, in ms."""
+        ceiling = min(self.backoff_max_s, self.backoff_s * 2 ** max(0, attempt - 1))
+        return round(ceiling * (0.5 + random.random() / 2) * 1000)
+
+
+@dataclass(frozen=True)
+class ExecutionDeps:
+    """What an execution needs from its worker."""
+
+    owner_id: str
+    lease_store: LeaseStore
+    courier_for: Callable[[str], Courier]
+    thread_pool: Executor
+    retry: RetryPolicy
+    max_event_bytes: int
+    on_slot_freed: Callable[[], None]
+    on_settled: Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class HandlerResult:
+    """How the handler call ended: a value, an error, or an interruption."""
+
+    value: Any = None
+    error: BaseException | None = None
+    interrupted: bool = False
+
+
+class RunExecution:
+    """Executes one claimed run and settles it exactly one way."""
+
+    def __init__(self, claimed: ClaimedRun, spec: HandlerSpec | None,
+                 deps: ExecutionDeps) -> None:
+        self.claimed = claimed
+        self._spec = spec
+        self._deps = deps
+        self._loop = asyncio.get_running_loop()
+        self.sink = EventSink(deps.lease_store, claimed, owner=deps.owner_id,
+                              max_event_bytes=deps.max_event_bytes,
+                              on_lost=lambda: self.stop(LEASE_LOST))
+        self.context = RunContext(
+            run_id=claimed.id, queue=claimed.queue, handler=claimed.handler,
+            attempt=claimed.attempt, max_attempts=claimed.max_attempts, fence=claimed.fence,
+            owner_id=deps.owner_id, input=claimed.input, state=claimed.state,
+            resume_input=claimed.resume_input, sink=self.sink, loop=self._loop)
+        self.stop_reason: str | None = None
+        self._in_handler = False
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> asyncio.Task[None]:
+        """Run in a task of its own."""
+        self.task = asyncio.create_task(self.run(), name=f"run:{self.claimed.id}")
+        return self.task
+
+    @property
+    def abandoned(self) -> bool:
+        """True when this owner must write nothing more for the run."""
+        return self.stop_reason in ABANDONING_REASONS
+
+    def stop(self, reason: str) -> None:
+        """Interrupt the handler. Lease loss wins over any other reason."""
+        if self.stop_reason is None or reason in ABANDONING_REASONS:
+            self.stop_reason = reason
+        self.context._signal_cancel(reason)
+        if self._in_handler and self.task is not None:
+            self.task.cancel()
+
+    async def run(self) -> None:
+        """Execute the handler, then settle the run one way."""
+        try:
+            result = await self._execute()
+            self._deps.on_slot_freed()
+            if self.abandoned:
+                log.warning("run stopped without writing: %s", self.stop_reason,
+                            extra=self._log_extra())
+                return
+            if result.interrupted and self.stop_reason == DRAIN:
+                await self._release()
+                return
+            await self._finish(result)
+        finally:
+            self._deps.on_settled(self.claimed.id)
+
+    async def _execute(self) -> HandlerResult:
+        if self._spec is None:
+            return HandlerResult(error=RunFailure(
+                f"no handler {self.claimed.handler!r} is registered in this worker",
+                code="unknown_handler"))
+        try:
+            params = self._spec.parse_input(self.claimed.input)
+        except InvalidInput as exc:
+            return HandlerResult(error=RunFailure(str(exc), code="invalid_input",
+                                                  details={"errors": exc.problems}))
+        self._in_handler = True
+        try:
+            return HandlerResult(value=await self._call(self._spec, params))
+        except asyncio.CancelledError:
+            if self.stop_reason is None:
+                raise  # not ours: the worker itself is being torn down
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            return HandlerResult(interrupted=True)
+        except Exception as exc:
+            return HandlerResult(error=exc)
+        finally:
+            self._in_handler = False
+
+    async def _call(self, spec: HandlerSpec, params: BaseModel) -> Any:
+        if spec.is_async:
+            return await spec.fn(self.context, params)
+        return await self._loop.run_in_executor(self._deps.thread_pool, spec.fn,
+                                                self.context, params)
+
+    async def _finish(self, result: HandlerResult) -> None:
+        await self.sink.flush()
+        if self.abandoned:
+            return
+        outcome = self._outcome(result)
+        code = await self._deps.courier_for(self.claimed.queue).finish(outcome)
+        if code == ScriptCode.LOST:
+            log.warning("outcome rejected: lease lost before the terminal write",
+                        extra=self._log_extra())
+        else:
+            log.info("run %s", "requeued for retry" if code == ScriptCode.RETRY
+                     else outcome.status, extra=self._log_extra())
+
+    def _outcome(self, result: HandlerResult) -> Outcome:
+        run_id, fence = self.claimed.id, self.claimed.fence
+        if result.interrupted:
+            return Outcome(run_id, fence, "cancelled")
+        if result.error is None:
+            try:
+                return Outcome(run_id, fence, "succeeded", output_json=_encode_output(result.value))
+            except (TypeError, ValueError) as exc:
+                result = HandlerResult(error=RunFailure(
+                    f"handler output is not JSON-serialisable: {exc}",
+                    code="output_not_serializable"))
+        failure = _as_failure(result.error)
+        delay = -1
+        if failure.retryable and self.claimed.attempt < self.claimed.max_attempts:
+            delay = self._deps.retry.delay_ms(self.claimed.attempt)
+        error = {"code": failure.code, "message": failure.message,
+                 "retryable": failure.retryable, "details": failure.details}
+        return Outcome(run_id, fence, "failed", error_json=dumps(error), retry_delay_ms=delay)
+
+    async def _release(self) -> None:
+        lease = HeldLease(self.claimed.id, self.claimed.fence)
+        try:
+            codes = await self._deps.lease_store.release(
+                self.claimed.queue, self._deps.owner_id, [lease], DRAIN)
+        except (RedisError, OSError) as exc:
+            log.warning("release failed; the lease will expire instead: %s", exc,
+                        extra=self._log_extra())
+            return
+        log.info("run released: %s", codes[0], extra=self._log_extra())
+
+    def _log_extra(self) -> dict[str, Any]:
+        return {"run_id": self.claimed.id, "owner_id": self._deps.owner_id,
+                "fence": self.claimed.fence}
+
+
+def _as_failure(error: BaseException | None) -> RunFailure:
+    if isinstance(error, RunFailure):
+        return error
+    name = type(error).__name__
+    return HandlerFailed(f"{name}: {error}", details={"exception": name})
+
+
+def _encode_output(value: Any) -> str:
+    if isinstance(value, BaseModel):
+        return value.model_dump_json()
+    return dumps(value)

@@ -1,0 +1,148 @@
+"""The heartbeat: renews every lease of the process every TTL/3, on its own thread.
+
+It has its own thread and its own blocking Redis connection so that a handler
+that holds the event loop (CPU work, a sync call) cannot stop its lease from
+being renewed: slow is not dead. Each beat costs one round trip per queue,
+however many runs the worker holds, and re-advertises the worker in the
+registry in the same pipeline of work.
+
+Event-loop lag is measured here too (a callback posted to the loop and timed)
+and reported as evidence, never used as a reason to give up a lease.
+
+**Jeopardy**: when renewals fail (Redis unreachable, partition), a lease is
+assumed lost once ``TTL - safety margin`` has passed since Redis last confirmed
+it, by this process's monotonic clock. The run is then stopped *without
+writing*: the reconciler will apply the policy once the lease expires in Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from redis.exceptions import RedisError
+
+from app.executor.table import LeaseTable
+from app.store.leases import LeaseRenewer
+from app.store.scripts import ScriptCode
+
+log = logging.getLogger(__name__)
+
+MIN_WAIT_S = 0.005
+
+
+@dataclass(frozen=True)
+class HeartbeatCallbacks:
+    """How the heartbeat reports to the event loop (called via call_soon_threadsafe)."""
+
+    lease_lost: Callable[[str, str], None]  # (run_id, reason)
+    cancel_requested: Callable[[str], None]
+    beat_done: Callable[[float], None]  # loop lag in ms, measured on this beat
+
+
+class Heartbeat(threading.Thread):
+    """Daemon thread renewing the worker's leases every ``interval_s``."""
+
+    def __init__(self, *, owner_id: str, table: LeaseTable, renewer: LeaseRenewer,
+                 loop: asyncio.AbstractEventLoop, callbacks: HeartbeatCallbacks,
+                 interval_s: float, jeopardy_after_s: float,
+                 advertise: Callable[[float], None]) -> None:
+        super().__init__(name="leasehold-heartbeat", daemon=True)
+        self._owner_id = owner_id
+        self._table = table
+        self._renewer = renewer
+        self._loop = loop
+        self._callbacks = callbacks
+        self._interval_s = interval_s
+        self._jeopardy_after_s = jeopardy_after_s
+        self._advertise = advertise
+        self._stop = threading.Event()
+        self._failing = False
+        self._lag_probe_sent: float | None = None
+        self._lag_probe_seen: float | None = None
+        self.loop_lag_ms = 0.0
+
+    def stop(self) -> None:
+        """Ask the thread to finish after its current beat."""
+        self._stop.set()
+
+    def run(self) -> None:
+        """Beat until stopped; never raises (a dead heartbeat would orphan every run)."""
+        next_beat = time.monotonic()
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now >= next_beat:
+                next_beat = now + self._interval_s
+                try:
+                    self.beat()
+                except Exception:  # a bug here must not kill the thread
+                    log.exception("heartbeat beat failed")
+            self._check_jeopardy()
+            self._stop.wait(max(MIN_WAIT_S, self._next_wake(next_beat) - time.monotonic()))
+
+    def _next_wake(self, next_beat: float) -> float:
+        if not self._failing:
+            return next_beat
+        oldest = self._table.earliest_confirmation()
+        if oldest is None:
+            return next_beat
+        return min(next_beat, oldest + self._jeopardy_after_s)
+
+    def beat(self) -> None:
+        """One round: measure loop lag, renew every queue's leases, advertise."""
+        self.loop_lag_ms = self._measure_lag()
+        failed = False
+        for queue, leases in self._table.snapshot().items():
+            sent_at = time.monotonic()
+            try:
+                answers = self._renewer.renew(queue, self._owner_id, leases)
+            except (RedisError, OSError) as exc:
+                log.warning("lease renewal failed on queue %s: %s", queue, exc)
+                failed = True
+                continue
+            self._apply(answers, sent_at)
+        self._failing = failed
+        try:
+            self._advertise(self.loop_lag_ms)
+        except (RedisError, OSError) as exc:
+            log.warning("worker advertisement failed: %s", exc)
+        self._loop.call_soon_threadsafe(self._callbacks.beat_done, self.loop_lag_ms)
+
+    def _apply(self, answers: dict[str, ScriptCode], sent_at: float) -> None:
+        renewed = [run_id for run_id, code in answers.items() if code != ScriptCode.LOST]
+        self._table.confirm(renewed, sent_at)
+        for run_id, code in answers.items():
+            if code == ScriptCode.LOST:
+                self._table.remove(run_id)
+                self._loop.call_soon_threadsafe(self._callbacks.lease_lost, run_id, "lease_lost")
+            elif code == ScriptCode.CANCEL:
+                self._loop.call_soon_threadsafe(self._callbacks.cancel_requested, run_id)
+
+    def _check_jeopardy(self) -> None:
+        if not self._failing:
+            return
+        for queue in self._table.snapshot():
+            for run_id in self._table.in_jeopardy(queue, self._jeopardy_after_s):
+                log.error("lease in jeopardy: no renewal for %.2fs, stopping run without "
+                          "writing", self._jeopardy_after_s, extra={"run_id": run_id})
+                self._table.remove(run_id)
+                self._loop.call_soon_threadsafe(self._callbacks.lease_lost, run_id, "jeopardy")
+
+    def _measure_lag(self) -> float:
+        """Lag of the previous probe (or how long it has been pending); posts a new one."""
+        now = time.monotonic()
+        lag = 0.0
+        if self._lag_probe_sent is not None:
+            seen = self._lag_probe_seen
+            lag = (seen if seen is not None else now) - self._lag_probe_sent
+        self._lag_probe_sent = now
+        self._lag_probe_seen = None
+        self._loop.call_soon_threadsafe(self._record_probe)
+        return max(0.0, lag * 1000)
+
+    def _record_probe(self) -> None:
+        self._lag_probe_seen = time.monotonic()

@@ -1,0 +1,259 @@
+"""The worker process: claims runs, executes them under leases, drains on SIGTERM.
+
+Wiring, per process:
+
+* one :class:`Courier` per queue (claims and terminal writes, batched) with a
+  waiter blocked on the queue's wake list;
+* one :class:`RunExecution` task per run, limited by :class:`Slots`;
+* the :class:`Heartbeat` thread renewing every lease at TTL/3 on its own
+  connection, and advertising the worker in the registry;
+* the :class:`~app.reconciler.Reconciler`, unless disabled.
+
+**Drain** (SIGTERM or SIGINT): stop claiming, let running runs finish for
+``drain_timeout_s``, then interrupt the rest and release them to the queue
+(fence+1, event ``released``) so another worker takes them at once. A second
+signal cuts the drain short.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from app.executor.courier import Courier
+from app.executor.execution import (
+    CANCEL_REQUESTED,
+    DRAIN,
+    ExecutionDeps,
+    RetryPolicy,
+    RunExecution,
+)
+from app.executor.heartbeat import Heartbeat, HeartbeatCallbacks
+from app.executor.registry import HandlerRegistry
+from app.executor.slots import Slots
+from app.executor.table import LeaseTable
+from app.models import WorkerInfo
+from app.reconciler import Reconciler
+from app.settings import Settings
+from app.store import workers
+from app.store.connection import async_client, sync_client
+from app.store.leases import ClaimedRun, LeaseRenewer, LeaseStore
+from app.store.runs import RunStore
+from app.store.scripts import Scripts
+
+log = logging.getLogger(__name__)
+
+CONNECT_RETRY_MAX_S = 2.0
+SETTLE_AFTER_DRAIN_S = 10.0
+ADVERTISEMENT_TTL_BEATS = 3
+
+
+def new_worker_id() -> str:
+    """An owner id that names its host and pid, plus randomness for restarts."""
+    host = socket.gethostname().split(".")[0][:32] or "host"
+    return f"w-{host}-{os.getpid()}-{secrets.token_hex(2)}"
+
+
+class Worker:
+    """One executor process serving one or more queues."""
+
+    def __init__(self, settings: Settings, registry: HandlerRegistry, *,
+                 worker_id: str | None = None) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.id = worker_id or new_worker_id()
+        self.started_at = datetime.now(tz=UTC)
+        self._stop = asyncio.Event()
+        self._signals = 0
+        self._executions: dict[str, RunExecution] = {}
+        self._couriers: dict[str, Courier] = {}
+        self._table = LeaseTable()
+        self._slots = Slots(settings.concurrency)
+        self._loop_lag_ms = 0.0
+
+    def request_stop(self) -> None:
+        """Begin draining; a second request skips the rest of the drain."""
+        self._signals += 1
+        self._stop.set()
+        if self._signals > 1:
+            for execution in list(self._executions.values()):
+                execution.stop(DRAIN)
+
+    async def run(self) -> None:
+        """Serve until asked to stop, then drain and exit cleanly."""
+        url = self.settings.resolved_redis_url()
+        client = async_client(url)
+        scripts = Scripts()
+        await _connect(client, scripts)
+        lease_store = LeaseStore(client, scripts=scripts, prefix=self.settings.prefix,
+                                 lease_ttl_ms=self.settings.lease_ttl_ms,
+                                 retention_ms=self.settings.run_retention_ms,
+                                 events_maxlen=self.settings.events_maxlen)
+        run_store = RunStore(client, scripts=scripts, prefix=self.settings.prefix,
+                             retention_ms=self.settings.run_retention_ms,
+                             events_maxlen=self.settings.events_maxlen)
+        heartbeat_client = sync_client(url, socket_timeout_s=self.settings.renew_interval_s)
+        heartbeat = self._heartbeat(LeaseRenewer(
+            heartbeat_client, scripts=scripts, prefix=self.settings.prefix,
+            lease_ttl_ms=self.settings.lease_ttl_ms))
+        pool = ThreadPoolExecutor(max_workers=self.settings.concurrency,
+                                  thread_name_prefix="leasehold-handler")
+        self._deps = ExecutionDeps(
+            owner_id=self.id, lease_store=lease_store, courier_for=self._couriers.__getitem__,
+            thread_pool=pool, retry=RetryPolicy(self.settings.retry_backoff_s,
+                                                self.settings.retry_backoff_max_s),
+            max_event_bytes=self.settings.max_event_bytes, on_slot_freed=self._slot_freed,
+            on_settled=self._settled)
+        background = []
+        try:
+            heartbeat.start()
+            self._install_signal_handlers()
+            self._start_couriers(lease_store)
+            if self.settings.reconciler_enabled:
+                background.append(asyncio.create_task(self._reconciler(
+                    lease_store, run_store).run_forever(), name="reconciler"))
+            log.info("worker %s serving queues %s with concurrency %d", self.id,
+                     ",".join(self.settings.queues), self.settings.concurrency)
+            await self._stop.wait()
+            await self._drain()
+        finally:
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            for courier in self._couriers.values():
+                await courier.close()
+            heartbeat.stop()
+            heartbeat.join(timeout=self.settings.renew_interval_s + 5)
+            await self._withdraw(client)
+            pool.shutdown(wait=False, cancel_futures=True)
+            heartbeat_client.close()
+            await client.aclose()
+            log.info("worker %s stopped", self.id)
+
+    def _heartbeat(self, renewer: LeaseRenewer) -> Heartbeat:
+        loop = asyncio.get_running_loop()
+        callbacks = HeartbeatCallbacks(lease_lost=self._lease_lost,
+                                       cancel_requested=self._cancel_requested,
+                                       beat_done=self._beat_done)
+        ttl_ms = self.settings.lease_ttl_ms * ADVERTISEMENT_TTL_BEATS
+        renewer_client = renewer.client
+
+        def advertise(loop_lag_ms: float) -> None:
+            pipe = renewer_client.pipeline(transaction=False)
+            workers.advertise(pipe, self.settings.prefix, self.describe(loop_lag_ms), ttl_ms)
+            pipe.execute()
+
+        jeopardy_after_s = self.settings.lease_ttl_s - self.settings.effective_safety_margin_s
+        return Heartbeat(owner_id=self.id, table=self._table, renewer=renewer, loop=loop,
+                         callbacks=callbacks, interval_s=self.settings.renew_interval_s,
+                         jeopardy_after_s=jeopardy_after_s, advertise=advertise)
+
+    def describe(self, loop_lag_ms: float) -> WorkerInfo:
+        """This worker's advertisement for GET /workers."""
+        return WorkerInfo(id=self.id, host=socket.gethostname(), pid=os.getpid(),
+                          queues=list(self.settings.queues),
+                          concurrency=self.settings.concurrency, running=len(self._executions),
+                          loop_lag_ms=round(loop_lag_ms, 3), started_at=self.started_at,
+                          last_heartbeat_at=datetime.now(tz=UTC))
+
+    def _reconciler(self, lease_store: LeaseStore, run_store: RunStore) -> Reconciler:
+        return Reconciler(lease_store=lease_store, run_store=run_store,
+                          queues=list(self.settings.queues),
+                          interval_s=self.settings.effective_reconcile_interval_s)
+
+    def _install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self.request_stop)
+
+    def _start_couriers(self, lease_store: LeaseStore) -> None:
+        for queue in self.settings.queues:
+            courier = Courier(queue=queue, store=lease_store, owner_id=self.id,
+                              slots=self._slots, start_run=self._start_run,
+                              batch_max=self.settings.claim_batch_max,
+                              idle_wake_s=self.settings.idle_wake_s)
+            self._couriers[queue] = courier
+            courier.start()
+
+    def _start_run(self, claimed: ClaimedRun, confirmed_at: float) -> None:
+        self._table.add(claimed.id, claimed.queue, claimed.fence, confirmed_at)
+        spec = None
+        with contextlib.suppress(Exception):
+            spec = self.registry.get(claimed.handler)
+        execution = RunExecution(claimed, spec, self._deps)
+        self._executions[claimed.id] = execution
+        execution.start()
+
+    def _slot_freed(self) -> None:
+        self._slots.give_back(1)
+        for courier in self._couriers.values():
+            courier.kick()
+
+    def _settled(self, run_id: str) -> None:
+        self._table.remove(run_id)
+        self._executions.pop(run_id, None)
+
+    def _lease_lost(self, run_id: str, reason: str) -> None:
+        execution = self._executions.get(run_id)
+        if execution is not None:
+            log.warning("lease lost (%s): stopping the run", reason, extra={"run_id": run_id})
+            execution.stop(reason)
+
+    def _cancel_requested(self, run_id: str) -> None:
+        execution = self._executions.get(run_id)
+        if execution is not None:
+            execution.stop(CANCEL_REQUESTED)
+
+    def _beat_done(self, loop_lag_ms: float) -> None:
+        self._loop_lag_ms = loop_lag_ms
+
+    async def _drain(self) -> None:
+        log.info("draining: %d runs in flight, up to %.1fs", len(self._executions),
+                 self.settings.drain_timeout_s)
+        for courier in self._couriers.values():
+            courier.stop_claiming()
+        await self._wait_for_executions(self.settings.drain_timeout_s)
+        for execution in list(self._executions.values()):
+            execution.stop(DRAIN)
+        await self._wait_for_executions(SETTLE_AFTER_DRAIN_S)
+
+    async def _wait_for_executions(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self._executions and time.monotonic() < deadline:
+            tasks = [e.task for e in self._executions.values() if e.task is not None]
+            if not tasks:
+                return
+            await asyncio.wait(tasks, timeout=max(0.0, deadline - time.monotonic()))
+
+    async def _withdraw(self, client: aioredis.Redis) -> None:
+        try:
+            pipe = client.pipeline(transaction=False)
+            workers.withdraw(pipe, self.settings.prefix, self.id)
+            await pipe.execute()
+        except (RedisError, OSError) as exc:
+            log.warning("could not withdraw the worker advertisement: %s", exc)
+
+
+async def _connect(client: aioredis.Redis, scripts: Scripts) -> None:
+    """Wait for Redis (it may be starting next to us) and load the scripts."""
+    delay = 0.1
+    while True:
+        try:
+            await scripts.load_all(client)
+            return
+        except (RedisError, OSError) as exc:
+            log.warning("waiting for redis: %s", exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, CONNECT_RETRY_MAX_S)

@@ -1,0 +1,162 @@
+"""Pydantic models shared by the API, the store and the client.
+
+Times are timezone-aware UTC datetimes here (ISO-8601 in JSON) and epoch
+milliseconds in Redis; the store converts at the boundary.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.settings import QUEUE_NAME_PATTERN
+
+IDEMPOTENCY_KEY_PATTERN = r"^[A-Za-z0-9_.:\-]{1,128}$"
+HANDLER_NAME_PATTERN = r"^[A-Za-z0-9_.\-]{1,128}$"
+RUN_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}\.[0-9A-HJKMNP-TV-Z]{26}$"
+RUN_ID = re.compile(RUN_ID_PATTERN)
+
+
+class RunStatus(StrEnum):
+    """Where a run is in its life; see DESIGN §3 for the state machine."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    CANCELLING = "cancelling"
+    WAITING_HUMAN = "waiting_human"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    ORPHANED = "orphaned"
+    RECONCILIATION_REQUIRED = "reconciliation_required"
+
+    @property
+    def is_terminal(self) -> bool:
+        """Final states: nothing changes a run after it reaches one."""
+        return self in TERMINAL_STATUSES
+
+    @property
+    def is_parked(self) -> bool:
+        """States no executor touches until a person acts."""
+        return self in PARKED_STATUSES
+
+
+TERMINAL_STATUSES = frozenset(
+    {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.ORPHANED}
+)
+PARKED_STATUSES = frozenset({RunStatus.WAITING_HUMAN, RunStatus.RECONCILIATION_REQUIRED})
+TERMINAL_EVENT_TYPES = frozenset(status.value for status in TERMINAL_STATUSES)
+
+OnLeaseExpired = Literal["orphan", "retry"]
+
+
+class RunError(BaseModel):
+    """Why a run failed or was orphaned: a stable code, a message, and evidence."""
+
+    code: str
+    message: str
+    retryable: bool = False
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class Run(BaseModel):
+    """A run as clients see it."""
+
+    id: str
+    queue: str
+    handler: str
+    status: RunStatus
+    input: Any = None
+    output: Any = None
+    error: RunError | None = None
+    attempt: int = 1
+    max_attempts: int = 1
+    on_lease_expired: OnLeaseExpired = "orphan"
+    owner_id: str | None = None
+    fence: int = 0
+    lease_expires_at: datetime | None = None
+    lease_ttl_ms: int | None = None
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    cancel_requested_at: datetime | None = None
+    idempotency_key: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    last_event_id: str | None = None
+
+
+class RunEvent(BaseModel):
+    """One entry of a run's event stream; ``id`` is the Redis stream id (and the SSE id)."""
+
+    id: str
+    run_id: str
+    type: str
+    ts: datetime
+    fence: int
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class CreateRunRequest(BaseModel):
+    """Body of POST /runs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    handler: str = Field(pattern=HANDLER_NAME_PATTERN)
+    input: Any = Field(default_factory=dict)
+    queue: str = Field(default="default", pattern=QUEUE_NAME_PATTERN)
+    max_attempts: int | None = Field(default=None, ge=1, le=1000)
+    on_lease_expired: OnLeaseExpired | None = None
+    idempotency_key: str | None = Field(default=None, pattern=IDEMPOTENCY_KEY_PATTERN)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    cancel_on_disconnect: bool = False
+
+
+class RunPage(BaseModel):
+    """One page of GET /runs; pass ``next_cursor`` back to get the next page."""
+
+    items: list[Run]
+    next_cursor: str | None = None
+
+
+class CancelResult(BaseModel):
+    """Answer of POST /runs/{id}/cancel: the status the run has after the request."""
+
+    id: str
+    status: RunStatus
+
+
+class HandlerInfo(BaseModel):
+    """A registered handler and the JSON schema its input must satisfy."""
+
+    name: str
+    description: str | None = None
+    input_schema: dict[str, Any]
+
+
+class WorkerInfo(BaseModel):
+    """A live executor as advertised in the worker registry."""
+
+    id: str
+    host: str
+    pid: int
+    queues: list[str]
+    concurrency: int
+    running: int
+    loop_lag_ms: float
+    started_at: datetime
+    last_heartbeat_at: datetime
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details, the body of every error response."""
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str | None = None
+    instance: str | None = None
+    errors: list[dict[str, Any]] | None = None

@@ -1,0 +1,96 @@
+"""The reconciler: finds runs whose executor lease expired and applies the policy.
+
+It runs inside every worker by default and as ``leasehold reconciler``. Every
+interval (TTL/3 by default, with ±20% jitter so replicas spread out) it calls
+``reconcile_expired`` on each queue; the script re-checks every lease against
+the Redis clock and acts atomically, so any number of reconcilers may run:
+
+* a cancel was requested → ``cancelled``;
+* ``on_lease_expired = "retry"`` and attempts remain → ``queued`` again (fence+1,
+  events ``lease_expired`` then ``requeued``);
+* otherwise → ``orphaned``, error ``orphaned: executor lease expired`` with the
+  evidence (owner, fence, last renewal, expiry, detection time) in its details.
+
+An expired lease is never by itself an error: in the retry case the run simply
+continues elsewhere. (DESIGN §6 names the first retry event ``orphaned``; it is
+``lease_expired`` here so that ``orphaned`` is only ever the terminal event a
+client can stop reading at.)
+
+Detection time is at most TTL + one reconcile interval (+ jitter).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+
+from redis.exceptions import RedisError
+
+from app.settings import Settings
+from app.store.connection import async_client
+from app.store.leases import RECONCILE_BATCH, LeaseStore, ReconcileAction
+from app.store.runs import RunStore
+from app.store.scripts import Scripts
+
+log = logging.getLogger(__name__)
+
+JITTER = 0.2
+
+
+class Reconciler:
+    """Periodically applies the lease-expiry policy on every known queue."""
+
+    def __init__(self, *, lease_store: LeaseStore, run_store: RunStore, queues: list[str],
+                 interval_s: float) -> None:
+        self._lease_store = lease_store
+        self._run_store = run_store
+        self._queues = queues
+        self._interval_s = interval_s
+        self.actions_total = 0
+
+    async def run_forever(self) -> None:
+        """Scan, sleep a jittered interval, repeat; survives Redis outages."""
+        while True:
+            await asyncio.sleep(self._interval_s * random.uniform(1 - JITTER, 1 + JITTER))
+            try:
+                await self.scan()
+            except (RedisError, OSError) as exc:
+                log.warning("reconcile scan failed: %s", exc)
+
+    async def scan(self) -> list[ReconcileAction]:
+        """One pass over every queue; returns what was done."""
+        queues = sorted(set(self._queues) | set(await self._run_store.queues()))
+        done: list[ReconcileAction] = []
+        for queue in queues:
+            while True:
+                actions = await self._lease_store.reconcile(queue)
+                done.extend(actions)
+                for action in actions:
+                    log.warning("reconciled expired lease: %s", action.action,
+                                extra={"run_id": action.run_id, "fence": action.fence})
+                if len(actions) < RECONCILE_BATCH:
+                    break
+        self.actions_total += len(done)
+        return done
+
+
+async def run_standalone(settings: Settings) -> None:
+    """``leasehold reconciler``: reconcile every known queue until interrupted."""
+    client = async_client(settings.resolved_redis_url())
+    scripts = Scripts()
+    lease_store = LeaseStore(client, scripts=scripts, prefix=settings.prefix,
+                             lease_ttl_ms=settings.lease_ttl_ms,
+                             retention_ms=settings.run_retention_ms,
+                             events_maxlen=settings.events_maxlen)
+    run_store = RunStore(client, scripts=scripts, prefix=settings.prefix,
+                         retention_ms=settings.run_retention_ms,
+                         events_maxlen=settings.events_maxlen)
+    reconciler = Reconciler(lease_store=lease_store, run_store=run_store,
+                            queues=list(settings.queues),
+                            interval_s=settings.effective_reconcile_interval_s)
+    log.info("reconciler scanning every %.2fs", settings.effective_reconcile_interval_s)
+    try:
+        await reconciler.run_forever()
+    finally:
+        await client.aclose()

@@ -1,0 +1,91 @@
+"""Converts between Redis representations (hash fields, stream entries, epoch ms)
+and the shared models. Pure functions: no I/O."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from app.models import Run, RunError, RunEvent, RunStatus
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def new_ulid(now_ms: int | None = None) -> str:
+    """A 26-character ULID: 48 bits of ms time then 80 random bits, sortable by time."""
+    stamp = int(time.time() * 1000) if now_ms is None else now_ms
+    value = (stamp << 80) | int.from_bytes(os.urandom(10), "big")
+    chars = []
+    for _ in range(26):
+        value, digit = divmod(value, 32)
+        chars.append(_CROCKFORD[digit])
+    return "".join(reversed(chars))
+
+
+def new_run_id(queue: str) -> str:
+    """A run id that names its queue, so a lookup by id needs no directory."""
+    return f"{queue}.{new_ulid()}"
+
+
+def ms_to_datetime(value: str | int | None) -> datetime | None:
+    """Epoch ms (as Redis returns it) to an aware UTC datetime; '' or None to None."""
+    if value is None or value == "":
+        return None
+    return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON, the form every JSON field is stored in."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _loads(value: str | None) -> Any:
+    if value is None or value == "":
+        return None
+    return json.loads(value)
+
+
+def run_from_hash(fields: dict[str, str]) -> Run:
+    """Build a :class:`Run` from the run record's hash fields."""
+    error = _loads(fields.get("error"))
+    created = ms_to_datetime(fields.get("created_at"))
+    assert created is not None, "a run record always has created_at"
+    return Run(
+        id=fields["id"],
+        queue=fields["queue"],
+        handler=fields["handler"],
+        status=RunStatus(fields["status"]),
+        input=_loads(fields.get("input")),
+        output=_loads(fields.get("output")),
+        error=RunError.model_validate(error) if error else None,
+        attempt=int(fields.get("attempt", 1)),
+        max_attempts=int(fields.get("max_attempts", 1)),
+        on_lease_expired=fields.get("on_lease_expired", "orphan"),  # type: ignore[arg-type]
+        owner_id=fields.get("owner_id") or None,
+        fence=int(fields.get("fence", 0)),
+        lease_expires_at=ms_to_datetime(fields.get("lease_expires_at")),
+        lease_ttl_ms=int(fields["lease_ttl_ms"]) if fields.get("lease_ttl_ms") else None,
+        created_at=created,
+        started_at=ms_to_datetime(fields.get("started_at")),
+        finished_at=ms_to_datetime(fields.get("finished_at")),
+        cancel_requested_at=ms_to_datetime(fields.get("cancel_requested_at")),
+        idempotency_key=fields.get("idempotency_key") or None,
+        metadata=_loads(fields.get("metadata")) or {},
+        last_event_id=fields.get("last_event_id") or None,
+    )
+
+
+def event_from_entry(run_id: str, entry_id: str, fields: dict[str, str]) -> RunEvent:
+    """Build a :class:`RunEvent` from one stream entry."""
+    ts = ms_to_datetime(fields.get("ts"))
+    return RunEvent(
+        id=entry_id,
+        run_id=run_id,
+        type=fields["type"],
+        ts=ts if ts is not None else datetime.now(tz=UTC),
+        fence=int(fields.get("fence", 0)),
+        data=_loads(fields.get("data")) or {},
+    )

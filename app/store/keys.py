@@ -1,0 +1,122 @@
+"""The Redis key layout. No other module builds a key name.
+
+Every key of one queue carries the queue's hash tag, ``{<queue>}``, so every
+script touches a single Redis Cluster slot::
+
+    <prefix>:{<queue>}:run:<id>        hash    the run record
+    <prefix>:{<queue>}:events:<id>     stream  the run's events (SSE id = stream id)
+    <prefix>:{<queue>}:ready           list    ids waiting to be claimed (FIFO)
+    <prefix>:{<queue>}:delayed         zset    id -> epoch ms when it may run (retry backoff)
+    <prefix>:{<queue>}:leases          zset    id -> lease expiry, epoch ms (Redis clock)
+    <prefix>:{<queue>}:wake            list    at most one token: "work may be ready"
+    <prefix>:{<queue>}:runs            zset    id -> created_at ms, for listing
+    <prefix>:{<queue>}:idem:<key>      string  idempotency key -> "<run id> <fingerprint>"
+
+Cross-queue keys (plain commands only, never in a script)::
+
+    <prefix>:queues                    set     every queue a run was ever created on
+    <prefix>:workers                   zset    worker id -> last heartbeat ms
+    <prefix>:worker:<id>               string  the worker's advertisement (JSON, with TTL)
+
+A run id embeds its queue (``<queue>.<ULID>``), so ``GET /runs/{id}`` finds the
+record without a directory lookup or a cross-slot read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.models import RUN_ID
+
+
+def queue_of(run_id: str) -> str | None:
+    """The queue a run id belongs to, or None when the id is malformed."""
+    if not RUN_ID.match(run_id):
+        return None
+    return run_id.rsplit(".", 1)[0]
+
+
+@dataclass(frozen=True)
+class QueueKeys:
+    """Key names for one queue, all under one hash tag."""
+
+    prefix: str
+    queue: str
+
+    @property
+    def tag(self) -> str:
+        """The shared part of every key of this queue, hash tag included."""
+        return f"{self.prefix}:{{{self.queue}}}"
+
+    @property
+    def run_prefix(self) -> str:
+        """Run-key prefix handed to batch scripts, which derive run keys from popped ids."""
+        return f"{self.tag}:run:"
+
+    @property
+    def events_prefix(self) -> str:
+        """Event-stream prefix handed to batch scripts, for the same reason."""
+        return f"{self.tag}:events:"
+
+    @property
+    def idem_prefix(self) -> str:
+        """Idempotency-key prefix handed to scripts that expire a run's key with it."""
+        return f"{self.tag}:idem:"
+
+    @property
+    def ready(self) -> str:
+        """FIFO list of runnable ids."""
+        return f"{self.tag}:ready"
+
+    @property
+    def delayed(self) -> str:
+        """Zset of ids waiting for their retry time."""
+        return f"{self.tag}:delayed"
+
+    @property
+    def leases(self) -> str:
+        """Zset of held leases by expiry: what the reconciler scans."""
+        return f"{self.tag}:leases"
+
+    @property
+    def wake(self) -> str:
+        """List blocked workers BLPOP on; producers leave one token in it."""
+        return f"{self.tag}:wake"
+
+    @property
+    def runs(self) -> str:
+        """Zset of every run id on the queue by creation time."""
+        return f"{self.tag}:runs"
+
+    def run(self, run_id: str) -> str:
+        """The run record."""
+        return f"{self.run_prefix}{run_id}"
+
+    def events(self, run_id: str) -> str:
+        """The run's event stream."""
+        return f"{self.events_prefix}{run_id}"
+
+    def idem(self, idempotency_key: str) -> str:
+        """Where an idempotency key remembers its run."""
+        return f"{self.idem_prefix}{idempotency_key}"
+
+
+@dataclass(frozen=True)
+class GlobalKeys:
+    """Keys that span queues; never passed to a script."""
+
+    prefix: str
+
+    @property
+    def queues(self) -> str:
+        """Set of every queue name in use."""
+        return f"{self.prefix}:queues"
+
+    @property
+    def workers(self) -> str:
+        """Zset of worker ids by last heartbeat."""
+        return f"{self.prefix}:workers"
+
+    def worker(self, worker_id: str) -> str:
+        """One worker's advertisement."""
+        return f"{self.prefix}:worker:{worker_id}"

@@ -1,0 +1,262 @@
+"""Client-side transitions: create, read, list and cancel runs, read their events.
+
+Everything here is safe to call from any number of API replicas at once; the
+transitions that change state are single Lua scripts (see ``scripts/lua``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from app.errors import IdempotencyConflict, InvalidTransition, RunNotFound
+from app.models import Run, RunEvent, RunPage, RunStatus
+from app.store.codec import dumps, event_from_entry, ms_to_datetime, new_run_id, run_from_hash
+from app.store.keys import GlobalKeys, QueueKeys, queue_of
+from app.store.scripts import Scripts, ScriptCode
+
+LIST_SCAN_CHUNK = 200
+LIST_SCAN_BUDGET = 5000
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """What a client asks for; validated by the API before it gets here."""
+
+    handler: str
+    input: Any
+    queue: str = "default"
+    max_attempts: int = 1
+    on_lease_expired: str = "orphan"
+    idempotency_key: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def fingerprint(self) -> str:
+        """Hash of everything that defines the run, to tell a replay from a conflict."""
+        body = dumps([self.handler, self.input, self.queue, self.max_attempts,
+                      self.on_lease_expired, self.metadata])
+        return hashlib.sha256(body.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Created:
+    """Result of :meth:`RunStore.create`: the run, and whether it existed already."""
+
+    run: Run
+    replayed: bool
+
+
+class InvalidCursor(ValueError):
+    """A list cursor that this store did not produce."""
+
+
+@dataclass(frozen=True, order=True)
+class _Position:
+    """A place in the newest-first listing order: (created_at ms, run id)."""
+
+    score: int
+    run_id: str
+
+    def encode(self) -> str:
+        raw = f"{self.score}:{self.run_id}".encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    @classmethod
+    def decode(cls, cursor: str) -> _Position:
+        try:
+            raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+            score, run_id = raw.split(":", 1)
+            position = cls(int(score), run_id)
+        except (ValueError, UnicodeDecodeError, binascii.Error) as exc:
+            raise InvalidCursor("cursor is not one this API returned") from exc
+        if queue_of(run_id) is None:
+            raise InvalidCursor("cursor is not one this API returned")
+        return position
+
+
+class RunStore:
+    """Holds a Redis client and performs the client-side transitions on it."""
+
+    def __init__(self, client: aioredis.Redis, *, scripts: Scripts, prefix: str,
+                 retention_ms: int, events_maxlen: int) -> None:
+        self.client = client
+        self.scripts = scripts
+        self.prefix = prefix
+        self.retention_ms = retention_ms
+        self.events_maxlen = events_maxlen
+        self.global_keys = GlobalKeys(prefix)
+        self._known_queues: set[str] = set()
+
+    def keys(self, queue: str) -> QueueKeys:
+        """Key names for one queue."""
+        return QueueKeys(self.prefix, queue)
+
+    async def create(self, new: NewRun) -> Created:
+        """Create a queued run, or return the run an idempotency key already names.
+
+        Raises :class:`IdempotencyConflict` when the key was used with another body.
+        """
+        keys = self.keys(new.queue)
+        run_id = new_run_id(new.queue)
+        await self._remember_queue(new.queue)
+        code, found_id, created_ms = await self.scripts.call(
+            self.client, "create_run",
+            [keys.run(run_id), keys.events(run_id), keys.ready, keys.wake, keys.runs,
+             keys.idem(new.idempotency_key or "")],
+            [run_id, new.queue, new.handler, dumps(new.input), new.max_attempts,
+             new.on_lease_expired, dumps(new.metadata), new.idempotency_key or "",
+             new.fingerprint(), self.events_maxlen],
+        )
+        if code == ScriptCode.CONFLICT:
+            raise IdempotencyConflict(new.idempotency_key or "", found_id)
+        if code == ScriptCode.REPLAYED:
+            return Created(await self.get(found_id), replayed=True)
+        created_at = ms_to_datetime(created_ms)
+        assert created_at is not None
+        run = Run(id=run_id, queue=new.queue, handler=new.handler, status=RunStatus.QUEUED,
+                  input=new.input, max_attempts=new.max_attempts,
+                  on_lease_expired=new.on_lease_expired,  # type: ignore[arg-type]
+                  created_at=created_at, idempotency_key=new.idempotency_key,
+                  metadata=new.metadata)
+        return Created(run, replayed=False)
+
+    async def _remember_queue(self, queue: str) -> None:
+        if queue not in self._known_queues:
+            await self.client.sadd(self.global_keys.queues, queue)
+            self._known_queues.add(queue)
+
+    async def get(self, run_id: str) -> Run:
+        """The run with this id; raises :class:`RunNotFound` (also for malformed ids)."""
+        queue = queue_of(run_id)
+        if queue is None:
+            raise RunNotFound(run_id)
+        fields = await self.client.hgetall(self.keys(queue).run(run_id))
+        if not fields:
+            raise RunNotFound(run_id)
+        return run_from_hash(fields)
+
+    async def cancel(self, run_id: str) -> RunStatus:
+        """Ask a run to stop; returns its status afterwards (cancelled or cancelling).
+
+        Idempotent. Raises :class:`RunNotFound`, or :class:`InvalidTransition` when
+        the run already ended in another terminal state.
+        """
+        queue = queue_of(run_id)
+        if queue is None:
+            raise RunNotFound(run_id)
+        keys = self.keys(queue)
+        code, status = await self.scripts.call(
+            self.client, "cancel_run",
+            [keys.run(run_id), keys.events(run_id), keys.leases, keys.delayed, keys.idem_prefix],
+            [run_id, self.retention_ms, self.events_maxlen, self.cancel_channel(queue)],
+        )
+        if code == ScriptCode.NOT_FOUND:
+            raise RunNotFound(run_id)
+        if code == ScriptCode.INVALID:
+            raise InvalidTransition(run_id, status, "cancel")
+        return RunStatus(status)
+
+    def cancel_channel(self, queue: str) -> str:
+        """Pub/sub channel on which cancel requests are pushed to owners at once."""
+        return f"{self.keys(queue).tag}:cancel"
+
+    async def read_events(self, run_id: str, *, after: str | None = None,
+                          count: int = 1000) -> list[RunEvent]:
+        """Up to ``count`` events of a run, oldest first, strictly after stream id ``after``."""
+        queue = queue_of(run_id)
+        if queue is None:
+            raise RunNotFound(run_id)
+        start = f"({after}" if after else "-"
+        entries = await self.client.xrange(self.keys(queue).events(run_id), start, "+",
+                                           count=count)
+        return [event_from_entry(run_id, entry_id, fields) for entry_id, fields in entries]
+
+    async def queues(self) -> list[str]:
+        """Every queue a run was ever created on."""
+        return sorted(await self.client.smembers(self.global_keys.queues))
+
+    async def list(self, *, queue: str | None = None, status: RunStatus | None = None,
+                   handler: str | None = None, limit: int = 50,
+                   cursor: str | None = None) -> RunPage:
+        """Runs newest first, filtered, one page at a time.
+
+        The cursor is a position in (created_at, id) order, so it stays valid while
+        runs are created. A page may hold fewer than ``limit`` items when filters skip
+        many runs; ``next_cursor`` is None only when nothing older remains.
+        Raises :class:`InvalidCursor` for a cursor this store did not produce.
+        """
+        after = _Position.decode(cursor) if cursor else None
+        queues = [queue] if queue else await self.queues()
+        items: list[Run] = []
+        scanned = 0
+        while len(items) < limit and scanned < LIST_SCAN_BUDGET:
+            batch = await self._next_positions(queues, after)
+            if not batch:
+                return RunPage(items=items, next_cursor=None)
+            runs = await self._load_listed(batch)
+            for position, run in zip(batch, runs, strict=True):
+                after = position
+                scanned += 1
+                if run and _matches(run, status, handler):
+                    items.append(run)
+                    if len(items) == limit:
+                        break
+        return RunPage(items=items, next_cursor=after.encode() if after else None)
+
+    async def _next_positions(self, queues: list[str],
+                              after: _Position | None) -> list[_Position]:
+        """The next chunk of positions older than ``after``, merged across queues."""
+        merged: list[_Position] = []
+        boundary: _Position | None = None
+        for name in queues:
+            chunk = await self._queue_positions(name, after)
+            merged.extend(chunk)
+            if len(chunk) == LIST_SCAN_CHUNK:
+                # this queue has more beyond its last fetched item: nothing older is safe
+                boundary = chunk[-1] if boundary is None else max(boundary, chunk[-1])
+        merged.sort(reverse=True)
+        if boundary is not None:
+            merged = [position for position in merged if position >= boundary]
+        return merged
+
+    async def _queue_positions(self, queue: str, after: _Position | None) -> list[_Position]:
+        top = str(after.score) if after else "+inf"
+        raw = await self.client.zrevrangebyscore(
+            self.keys(queue).runs, top, "-inf", start=0,
+            num=LIST_SCAN_CHUNK + (LIST_SCAN_CHUNK if after else 0), withscores=True)
+        positions = [_Position(int(score), run_id) for run_id, score in raw]
+        if after:
+            positions = [position for position in positions if position < after]
+        return positions[:LIST_SCAN_CHUNK]
+
+    async def _load_listed(self, batch: list[_Position]) -> list[Run | None]:
+        """Read a batch of listed runs in one round trip; prune expired ones."""
+        pipe = self.client.pipeline(transaction=False)
+        for position in batch:
+            pipe.hgetall(self.keys(_queue(position.run_id)).run(position.run_id))
+        records: list[dict[str, str]] = await pipe.execute()
+        runs: list[Run | None] = []
+        for position, fields in zip(batch, records, strict=True):
+            if fields:
+                runs.append(run_from_hash(fields))
+                continue
+            # the record expired after its retention: drop it from the listing index
+            await self.client.zrem(self.keys(_queue(position.run_id)).runs, position.run_id)
+            runs.append(None)
+        return runs
+
+
+def _queue(run_id: str) -> str:
+    queue = queue_of(run_id)
+    if queue is None:
+        raise RunNotFound(run_id)
+    return queue
+
+
+def _matches(run: Run, status: RunStatus | None, handler: str | None) -> bool:
+    return (status is None or run.status == status) and (handler is None or run.handler == handler)

@@ -1,0 +1,52 @@
+-- cancel_run: a client asks for a run to stop.
+--
+-- KEYS[1]  run          hash    the run's record
+-- KEYS[2]  events       stream  the run's events
+-- KEYS[3]  leases       zset    id -> lease expiry ms
+-- KEYS[4]  delayed      zset    id -> epoch ms it may run (retry backoff)
+-- KEYS[5]  idem_prefix  prefix  idempotency keys are this prefix .. key
+-- ARGV[1]  run_id       string
+-- ARGV[2]  retention_ms integer
+-- ARGV[3]  maxlen       integer
+-- ARGV[4]  channel      string  pub/sub channel that pushes the request to owners
+-- returns  {code, status}  codes: OK (status is the run's status afterwards:
+--          cancelled, or cancelling while its owner stops), NOT_FOUND,
+--          INVALID (the run already ended otherwise: status says how)
+-- events   cancel_requested (running runs), cancelled (runs nobody holds)
+-- invariant: a run nobody holds is cancelled at once; a held run is only marked,
+--          and its owner (or, if the owner is dead, the reconciler) writes the
+--          terminal state. Repeating the request changes nothing.
+--- @include lib
+
+local run_id = ARGV[1]
+local cur = redis.call('HMGET', KEYS[1], 'status', 'fence', 'owner_id')
+local status = cur[1]
+if not status then
+  return {'NOT_FOUND', ''}
+end
+if status == 'cancelling' or status == 'cancelled' then
+  return {'OK', status}
+end
+if status == 'succeeded' or status == 'failed' or status == 'orphaned' then
+  return {'INVALID', status}
+end
+
+local now = now_ms()
+redis.call('HSET', KEYS[1], 'cancel_requested_at', now)
+if status == 'running' then
+  redis.call('HSET', KEYS[1], 'status', 'cancelling')
+  emit(KEYS[1], KEYS[2], 'cancel_requested', cur[2], now,
+    cjson.encode({owner_id = cur[3]}), ARGV[3])
+  redis.call('PUBLISH', ARGV[4], run_id .. ' ' .. cur[2])
+  return {'OK', 'cancelling'}
+end
+
+-- queued, waiting_human, reconciliation_required: nobody holds it, end it now
+redis.call('ZREM', KEYS[4], run_id)
+local run_prefix = string.sub(KEYS[1], 1, #KEYS[1] - #run_id)
+local events_prefix = string.sub(KEYS[2], 1, #KEYS[2] - #run_id)
+local k = {leases = KEYS[3], run_prefix = run_prefix, events_prefix = events_prefix,
+  idem_prefix = KEYS[5]}
+finalize(k, run_id, 'cancelled', cur[2], now, {},
+  cjson.encode({reason = 'requested', previous_status = status}), tonumber(ARGV[2]), ARGV[3])
+return {'OK', 'cancelled'}

@@ -1,0 +1,73 @@
+-- claim_runs: move up to N queued runs to `running` under one owner's lease.
+--
+-- KEYS[1]  ready        list    runnable ids (FIFO)
+-- KEYS[2]  delayed      zset    id -> epoch ms it may run (retry backoff)
+-- KEYS[3]  leases       zset    id -> lease expiry ms
+-- KEYS[4]  wake         list    wake token for blocked workers
+-- KEYS[5]  run_prefix   prefix  run keys are this prefix .. id (same hash tag)
+-- KEYS[6]  events_prefix  prefix  event streams are this prefix .. id
+-- ARGV[1]  owner_id     string  the claiming worker
+-- ARGV[2]  count        integer how many runs at most (0: only promote and re-arm wake)
+-- ARGV[3]  lease_ttl_ms integer
+-- ARGV[4]  maxlen       integer approximate cap of each event stream
+-- ARGV[5]  promote_max  integer how many due retries to promote at most
+-- returns  {code, runs, next_due_ms}  codes: OK; runs is a list of
+--          {id, fence, handler, input, attempt, max_attempts, state, resume_input};
+--          next_due_ms is the earliest delayed run's time, or -1
+-- events   claimed
+-- invariant: a claimed run leaves `ready` and gains its lease in the same atomic
+--          step: there is no moment when it is neither queued nor leased. Run keys
+--          are derived from KEYS[5]/KEYS[6] because a claim cannot know in advance
+--          which ids it will pop; every derived key carries the queue's hash tag.
+--- @include lib
+
+local owner = ARGV[1]
+local want = tonumber(ARGV[2])
+local ttl = tonumber(ARGV[3])
+local now = now_ms()
+
+local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[5]))
+for _, id in ipairs(due) do
+  redis.call('RPUSH', KEYS[1], id)
+end
+if #due > 0 then
+  redis.call('ZREM', KEYS[2], unpack(due))
+end
+
+local claimed = {}
+while #claimed < want do
+  local ids = redis.call('LPOP', KEYS[1], want - #claimed)
+  if not ids then
+    break
+  end
+  for _, id in ipairs(ids) do
+    local run_key = KEYS[5] .. id
+    local cur = redis.call('HMGET', run_key, 'status', 'handler', 'input', 'attempt',
+      'max_attempts', 'state', 'resume_input')
+    -- anything not queued (cancelled while waiting, expired) is dropped lazily here
+    if cur[1] == 'queued' then
+      local fence = redis.call('HINCRBY', run_key, 'fence', 1)
+      local expires = now + ttl
+      redis.call('HSET', run_key, 'status', 'running', 'owner_id', owner,
+        'lease_expires_at', expires, 'lease_ttl_ms', ttl, 'started_at', now,
+        'last_renewed_at', now)
+      redis.call('ZADD', KEYS[3], expires, id)
+      emit(run_key, KEYS[6] .. id, 'claimed', fence, now,
+        cjson.encode({owner_id = owner, attempt = tonumber(cur[4])}), ARGV[4])
+      claimed[#claimed + 1] = {id, fence, cur[2], cur[3], tonumber(cur[4]),
+        tonumber(cur[5]), cur[6] or '', cur[7] or ''}
+    end
+  end
+end
+
+-- chain the wake-up: if work remains, the next blocked worker must hear about it
+if redis.call('LLEN', KEYS[1]) > 0 and redis.call('LLEN', KEYS[4]) == 0 then
+  redis.call('RPUSH', KEYS[4], '1')
+end
+
+local next_due = -1
+local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+if #first > 0 then
+  next_due = tonumber(first[2])
+end
+return {'OK', claimed, next_due}

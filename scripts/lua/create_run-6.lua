@@ -1,0 +1,57 @@
+-- create_run: a new run enters the queue as `queued`, with its `created` event.
+--
+-- KEYS[1]  run          hash    the new run's record
+-- KEYS[2]  events       stream  the new run's events
+-- KEYS[3]  ready        list    runnable ids (FIFO)
+-- KEYS[4]  wake         list    wake token for blocked workers
+-- KEYS[5]  runs         zset    every run of the queue by created_at ms
+-- KEYS[6]  idem         string  the idempotency key's record (unused when ARGV[8] is '')
+-- ARGV[1]  run_id       string
+-- ARGV[2]  queue        string
+-- ARGV[3]  handler      string
+-- ARGV[4]  input        json
+-- ARGV[5]  max_attempts integer
+-- ARGV[6]  on_lease_expired  "orphan" | "retry"
+-- ARGV[7]  metadata     json
+-- ARGV[8]  idempotency_key   string, '' for none
+-- ARGV[9]  fingerprint  string  hash of the request body, for replay detection
+-- ARGV[10] maxlen       integer approximate cap of the event stream
+-- returns  {code, run_id, created_at_ms}  codes: OK (created), REPLAYED (same key and
+--          same body, or this run id exists already: the earlier run's id),
+--          CONFLICT (same key, other body: the earlier run's id)
+-- events   created
+-- invariant: one idempotency key names at most one run, one run id one record; a run is ready only once
+--          its record and its `created` event exist.
+--- @include lib
+
+local run_id = ARGV[1]
+-- a create retried after a lost reply must not enqueue the run twice
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return {'REPLAYED', run_id, 0}
+end
+local idem_key = ARGV[8]
+if idem_key ~= '' then
+  local prior = redis.call('GET', KEYS[6])
+  if prior then
+    local sep = string.find(prior, ' ', 1, true)
+    local prior_id = string.sub(prior, 1, sep - 1)
+    if string.sub(prior, sep + 1) == ARGV[9] then
+      return {'REPLAYED', prior_id, 0}
+    end
+    return {'CONFLICT', prior_id, 0}
+  end
+  redis.call('SET', KEYS[6], run_id .. ' ' .. ARGV[9])
+end
+
+local now = now_ms()
+redis.call('HSET', KEYS[1],
+  'id', run_id, 'queue', ARGV[2], 'handler', ARGV[3], 'status', 'queued',
+  'input', ARGV[4], 'attempt', 1, 'max_attempts', ARGV[5],
+  'on_lease_expired', ARGV[6], 'fence', 0, 'created_at', now,
+  'metadata', ARGV[7], 'idempotency_key', idem_key)
+emit(KEYS[1], KEYS[2], 'created', 0, now,
+  cjson.encode({handler = ARGV[3], queue = ARGV[2], max_attempts = tonumber(ARGV[5])}),
+  ARGV[10])
+redis.call('ZADD', KEYS[5], now, run_id)
+make_ready(KEYS[3], KEYS[4], run_id, false)
+return {'OK', run_id, now}

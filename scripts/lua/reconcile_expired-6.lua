@@ -1,0 +1,78 @@
+-- reconcile_expired: apply the lease-expiry policy to runs whose lease ran out.
+--
+-- KEYS[1]  leases       zset    id -> lease expiry ms
+-- KEYS[2]  ready        list    runnable ids (FIFO)
+-- KEYS[3]  wake         list    wake token for blocked workers
+-- KEYS[4]  run_prefix   prefix  run keys are this prefix .. id (same hash tag)
+-- KEYS[5]  events_prefix  prefix  event streams are this prefix .. id
+-- KEYS[6]  idem_prefix  prefix  idempotency keys are this prefix .. key
+-- ARGV[1]  limit        integer how many expired leases to handle at most
+-- ARGV[2]  retention_ms integer
+-- ARGV[3]  maxlen       integer
+-- returns  {code, actions}  codes: OK; actions is a list of {id, action, fence},
+--          action being orphaned | requeued | cancelled | reconciliation_required
+-- events   orphaned | cancelled (terminal), or lease_expired then requeued, or
+--          reconciliation_required
+-- invariant: only a lease that is expired by the Redis clock *now* is acted on (the
+--          scan re-checks the record, not just the index); acting moves the fence,
+--          so the old owner's later writes are all rejected. Idempotent: a second
+--          reconciler finds nothing left to do.
+--- @include lib
+
+local k = {leases = KEYS[1], run_prefix = KEYS[4], events_prefix = KEYS[5],
+  idem_prefix = KEYS[6]}
+local retention = tonumber(ARGV[2])
+local maxlen = ARGV[3]
+local now = now_ms()
+local actions = {}
+
+local function requeue(id, run_key, events_key, fence, evidence)
+  local attempt = redis.call('HINCRBY', run_key, 'attempt', 1)
+  redis.call('HSET', run_key, 'status', 'queued')
+  redis.call('HDEL', run_key, 'owner_id', 'lease_expires_at')
+  redis.call('ZREM', KEYS[1], id)
+  emit(run_key, events_key, 'lease_expired', fence, now, cjson.encode(evidence), maxlen)
+  emit(run_key, events_key, 'requeued', fence, now,
+    cjson.encode({reason = 'lease_expired', attempt = attempt}), maxlen)
+  make_ready(KEYS[2], KEYS[3], id, false)
+end
+
+local function orphan(id, fence, evidence)
+  local err = cjson.encode({code = 'lease_expired',
+    message = 'orphaned: executor lease expired', retryable = false, details = evidence})
+  finalize(k, id, 'orphaned', fence, now, {'error', err},
+    cjson.encode({error = cjson.decode(err)}), retention, maxlen)
+end
+
+local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now,
+  'LIMIT', 0, tonumber(ARGV[1]))
+for _, id in ipairs(expired) do
+  local run_key = KEYS[4] .. id
+  local cur = redis.call('HMGET', run_key, 'status', 'owner_id', 'fence',
+    'lease_expires_at', 'last_renewed_at', 'on_lease_expired', 'attempt', 'max_attempts')
+  local status, expires = cur[1], tonumber(cur[4])
+  if status ~= 'running' and status ~= 'cancelling' then
+    redis.call('ZREM', KEYS[1], id)
+  elseif expires and expires >= now then
+    redis.call('ZADD', KEYS[1], expires, id)
+  else
+    local fence = redis.call('HINCRBY', run_key, 'fence', 1)
+    local evidence = {owner_id = cur[2], fence = tonumber(cur[3]),
+      last_renewed_at_ms = tonumber(cur[5]), lease_expires_at_ms = expires,
+      detected_at_ms = now}
+    local action
+    if status == 'cancelling' then
+      action = 'cancelled'
+      finalize(k, id, 'cancelled', fence, now, {},
+        cjson.encode({reason = 'owner_lost', evidence = evidence}), retention, maxlen)
+    elseif cur[6] == 'retry' and tonumber(cur[7]) < tonumber(cur[8]) then
+      action = 'requeued'
+      requeue(id, run_key, KEYS[5] .. id, fence, evidence)
+    else
+      action = 'orphaned'
+      orphan(id, fence, evidence)
+    end
+    actions[#actions + 1] = {id, action, fence}
+  end
+end
+return {'OK', actions}

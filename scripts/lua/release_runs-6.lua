@@ -1,0 +1,48 @@
+-- release_runs: a draining worker hands its unfinished runs back to the queue.
+--
+-- KEYS[1]  leases       zset    id -> lease expiry ms
+-- KEYS[2]  ready        list    runnable ids (FIFO)
+-- KEYS[3]  wake         list    wake token for blocked workers
+-- KEYS[4]  run_prefix   prefix  run keys are this prefix .. id (same hash tag)
+-- KEYS[5]  events_prefix  prefix  event streams are this prefix .. id
+-- KEYS[6]  idem_prefix  prefix  idempotency keys are this prefix .. key
+-- ARGV[1]  owner_id     string
+-- ARGV[2]  retention_ms integer
+-- ARGV[3]  maxlen       integer
+-- ARGV[4]  reason       string  why the runs are released (e.g. drain)
+-- ARGV[5..] id, fence   pairs, one per released run
+-- returns  a list with one code per pair, in order: OK (released, or cancelled if a
+--          cancel was pending), LOST (fenced out: nothing written)
+-- events   released, or cancelled
+-- invariant: a released run is queued again at the head of the line with fence+1,
+--          so another worker takes it at once and this owner can write nothing more.
+--- @include lib
+
+local k = {leases = KEYS[1], run_prefix = KEYS[4], events_prefix = KEYS[5],
+  idem_prefix = KEYS[6]}
+local owner = ARGV[1]
+local now = now_ms()
+local answers = {}
+for i = 5, #ARGV, 2 do
+  local id, fence = ARGV[i], ARGV[i + 1]
+  local run_key = KEYS[4] .. id
+  if not holds(run_key, owner, fence) then
+    answers[#answers + 1] = 'LOST'
+  else
+    local status = redis.call('HGET', run_key, 'status')
+    local new_fence = redis.call('HINCRBY', run_key, 'fence', 1)
+    if status == 'cancelling' then
+      finalize(k, id, 'cancelled', new_fence, now, {},
+        cjson.encode({reason = 'requested', released_by = owner}), tonumber(ARGV[2]), ARGV[3])
+    else
+      redis.call('HSET', run_key, 'status', 'queued')
+      redis.call('HDEL', run_key, 'owner_id', 'lease_expires_at')
+      redis.call('ZREM', KEYS[1], id)
+      emit(run_key, KEYS[5] .. id, 'released', new_fence, now,
+        cjson.encode({owner_id = owner, reason = ARGV[4]}), ARGV[3])
+      make_ready(KEYS[2], KEYS[3], id, true)
+    end
+    answers[#answers + 1] = 'OK'
+  end
+end
+return answers
