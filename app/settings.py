@@ -83,7 +83,10 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _check_lease_timing(self) -> Settings:
-        if self.lease_safety_margin_s is not None and self.lease_safety_margin_s >= self.lease_ttl_s:
+        if (
+            self.lease_safety_margin_s is not None
+            and self.lease_safety_margin_s >= self.lease_ttl_s
+        ):
             raise ValueError("lease_safety_margin_s must be shorter than lease_ttl_s")
         return self
 

@@ -41,9 +41,11 @@ class Supervisor:
         embedded = None
         env = dict(os.environ)
         if not self.settings.redis_url:
-            embedded = EmbeddedRedis(data_dir=self.settings.state_dir / "redis",
-                                     port=self.settings.embedded_redis_port,
-                                     log_file=(self.settings.state_dir / "redis.log").resolve())
+            embedded = EmbeddedRedis(
+                data_dir=self.settings.state_dir / "redis",
+                port=self.settings.embedded_redis_port,
+                log_file=(self.settings.state_dir / "redis.log").resolve(),
+            )
             embedded.start()
             self.settings.embedded_redis_url_file.write_text(embedded.url + "\n")
             env["LEASEHOLD_REDIS_URL"] = embedded.url
@@ -54,8 +56,11 @@ class Supervisor:
             self._spawn("api", ["api"], env)
             for index in range(1, self.workers + 1):
                 self._spawn(f"worker-{index}", ["worker"], env)
-            log.info("API on %s; %d workers; Ctrl-C stops everything",
-                     self.settings.client_api_url, self.workers)
+            log.info(
+                "API on %s; %d workers; Ctrl-C stops everything",
+                self.settings.client_api_url,
+                self.workers,
+            )
             self._watch()
         finally:
             self._stop_children()

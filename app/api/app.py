@@ -7,6 +7,7 @@ writes runs to Redis and reads them back.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -35,21 +36,28 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         client = async_client(settings.resolved_redis_url())
         scripts = Scripts()
-        try:
+        # if Redis is not up yet, /readyz says so and calls load scripts on demand
+        with contextlib.suppress(RedisError, OSError):
             await scripts.load_all(client)
-        except (RedisError, OSError):
-            pass  # /readyz reports it; calls load scripts on demand (NOSCRIPT fallback)
-        store = RunStore(client, scripts=scripts, prefix=settings.prefix,
-                         retention_ms=settings.run_retention_ms,
-                         events_maxlen=settings.events_maxlen)
+        store = RunStore(
+            client,
+            scripts=scripts,
+            prefix=settings.prefix,
+            retention_ms=settings.run_retention_ms,
+            events_maxlen=settings.events_maxlen,
+        )
         app.state.leasehold = ApiState(settings, client, scripts, store, handlers)
         try:
             yield
         finally:
             await client.aclose()
 
-    app = FastAPI(title="Leasehold", version=__version__, lifespan=lifespan,
-                  description="Durable runs on Redis with fenced leases.")
+    app = FastAPI(
+        title="Leasehold",
+        version=__version__,
+        lifespan=lifespan,
+        description="Durable runs on Redis with fenced leases.",
+    )
     install_problem_handlers(app)
     app.include_router(runs.router)
     app.include_router(system.router)

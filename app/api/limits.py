@@ -56,10 +56,22 @@ class BodySizeLimit:
                 await self._reject(send)
 
     async def _reject(self, send: Send) -> None:
-        body = json.dumps({"type": "about:blank", "title": "Request body too large",
-                           "status": 413,
-                           "detail": f"the body exceeds the limit of {self.max_bytes} bytes"})
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/problem+json"),
-                                (b"content-length", str(len(body)).encode())]})
+        body = json.dumps(
+            {
+                "type": "about:blank",
+                "title": "Request body too large",
+                "status": 413,
+                "detail": f"the body exceeds the limit of {self.max_bytes} bytes",
+            }
+        )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/problem+json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body.encode()})

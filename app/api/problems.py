@@ -36,12 +36,21 @@ class ProblemResponse(JSONResponse):
     media_type = PROBLEM_JSON
 
 
-def problem(status: int, title: str, detail: str | None = None, *, kind: str | None = None,
-            errors: list[dict[str, Any]] | None = None,
-            headers: dict[str, str] | None = None) -> ProblemResponse:
+def problem(
+    status: int,
+    title: str,
+    detail: str | None = None,
+    *,
+    kind: str | None = None,
+    errors: list[dict[str, Any]] | None = None,
+    headers: dict[str, str] | None = None,
+) -> ProblemResponse:
     """Build a problem+json response."""
-    body: dict[str, Any] = {"type": PROBLEM_BASE + kind if kind else "about:blank",
-                            "title": title, "status": status}
+    body: dict[str, Any] = {
+        "type": PROBLEM_BASE + kind if kind else "about:blank",
+        "title": title,
+        "status": status,
+    }
     if detail:
         body["detail"] = detail
     if errors is not None:
@@ -50,8 +59,14 @@ def problem(status: int, title: str, detail: str | None = None, *, kind: str | N
 
 
 def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
-    return [{"loc": list(error.get("loc", ())), "msg": error.get("msg", ""),
-             "type": error.get("type", "")} for error in exc.errors()]
+    return [
+        {
+            "loc": list(error.get("loc", ())),
+            "msg": error.get("msg", ""),
+            "type": error.get("type", ""),
+        }
+        for error in exc.errors()
+    ]
 
 
 def install_problem_handlers(app: FastAPI) -> None:
@@ -59,13 +74,22 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> ProblemResponse:
-        return problem(exc.status_code, _title(exc.status_code), str(exc.detail),
-                       headers=getattr(exc, "headers", None))
+        return problem(
+            exc.status_code,
+            _title(exc.status_code),
+            str(exc.detail),
+            headers=getattr(exc, "headers", None),
+        )
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> ProblemResponse:
-        return problem(422, "Request is invalid", "the request does not match the API schema",
-                       kind="invalid-request", errors=_validation_errors(exc))
+        return problem(
+            422,
+            "Request is invalid",
+            "the request does not match the API schema",
+            kind="invalid-request",
+            errors=_validation_errors(exc),
+        )
 
     @app.exception_handler(UnknownHandler)
     async def unknown_handler(request: Request, exc: UnknownHandler) -> ProblemResponse:
@@ -73,8 +97,13 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(InvalidInput)
     async def invalid_input(request: Request, exc: InvalidInput) -> ProblemResponse:
-        return problem(422, "Input is invalid for this handler", str(exc),
-                       kind="invalid-input", errors=exc.problems)
+        return problem(
+            422,
+            "Input is invalid for this handler",
+            str(exc),
+            kind="invalid-input",
+            errors=exc.problems,
+        )
 
     @app.exception_handler(RunNotFound)
     async def not_found(request: Request, exc: RunNotFound) -> ProblemResponse:
@@ -82,13 +111,18 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(InvalidTransition)
     async def conflict(request: Request, exc: InvalidTransition) -> ProblemResponse:
-        return problem(409, "Run is not in a state that allows this", str(exc),
-                       kind="invalid-transition")
+        return problem(
+            409, "Run is not in a state that allows this", str(exc), kind="invalid-transition"
+        )
 
     @app.exception_handler(IdempotencyConflict)
     async def idempotency(request: Request, exc: IdempotencyConflict) -> ProblemResponse:
-        return problem(409, "Idempotency key reused with a different body", str(exc),
-                       kind="idempotency-conflict")
+        return problem(
+            409,
+            "Idempotency key reused with a different body",
+            str(exc),
+            kind="idempotency-conflict",
+        )
 
     @app.exception_handler(InvalidCursor)
     async def bad_cursor(request: Request, exc: InvalidCursor) -> ProblemResponse:
@@ -101,8 +135,17 @@ def install_problem_handlers(app: FastAPI) -> None:
 
 
 def _title(status: int) -> str:
-    titles = {400: "Bad request", 401: "Unauthorized", 403: "Forbidden", 404: "Not found",
-              405: "Method not allowed", 406: "Not acceptable", 409: "Conflict",
-              413: "Request body too large", 415: "Unsupported media type",
-              422: "Request is invalid", 503: "Service unavailable"}
+    titles = {
+        400: "Bad request",
+        401: "Unauthorized",
+        403: "Forbidden",
+        404: "Not found",
+        405: "Method not allowed",
+        406: "Not acceptable",
+        409: "Conflict",
+        413: "Request body too large",
+        415: "Unsupported media type",
+        422: "Request is invalid",
+        503: "Service unavailable",
+    }
     return titles.get(status, "Error")

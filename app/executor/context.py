@@ -21,9 +21,22 @@ from app.executor.events import EventSink
 class RunContext:
     """The handler's view of its run."""
 
-    def __init__(self, *, run_id: str, queue: str, handler: str, attempt: int,
-                 max_attempts: int, fence: int, owner_id: str, input: Any, state: Any,
-                 resume_input: Any, sink: EventSink, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        queue: str,
+        handler: str,
+        attempt: int,
+        max_attempts: int,
+        fence: int,
+        owner_id: str,
+        input: Any,
+        state: Any,
+        resume_input: Any,
+        sink: EventSink,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
         self.run_id = run_id
         self.queue = queue
         self.handler = handler

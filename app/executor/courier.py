@@ -11,10 +11,11 @@ run (a client's cancel, a drain, a lost lease) can never cancel the write of its
 own outcome. A failed round trip is retried with backoff until Redis answers;
 Redis then says OK, RETRY or LOST for each outcome.
 
-Idle workers block on the queue's wake list (BLPOP) in a separate waiter task,
-so a producer's ``create`` wakes a worker at once; there is no polling loop.
-The waiter's timeout is only a safety net and the moment the next delayed retry
-becomes due.
+Idle couriers sleep until :meth:`Courier.notify_ready` is called by the
+worker's :class:`~app.executor.listener.ChannelListener` (a script published on
+the queue's wake channel), so a producer's ``create`` wakes workers at once;
+there is no polling loop. A timer (``idle_wake_s``, or sooner when a delayed
+retry is due) is only a safety net for a wake-up missed while reconnecting.
 """
 
 from __future__ import annotations
@@ -42,8 +43,17 @@ StartRun = Callable[[ClaimedRun, float], None]
 class Courier:
     """Batches finishes and claims for one queue."""
 
-    def __init__(self, *, queue: str, store: LeaseStore, owner_id: str, slots: Slots,
-                 start_run: StartRun, batch_max: int, idle_wake_s: float) -> None:
+    def __init__(
+        self,
+        *,
+        queue: str,
+        store: LeaseStore,
+        owner_id: str,
+        slots: Slots,
+        start_run: StartRun,
+        batch_max: int,
+        idle_wake_s: float,
+    ) -> None:
         self.queue = queue
         self._store = store
         self._owner_id = owner_id
@@ -55,21 +65,19 @@ class Courier:
         self._kick = asyncio.Event()
         self._claiming = True
         self._maybe_ready = True  # ready may hold runs: claim when slots are free
-        self._token_unserved = False  # a wake token this worker took but could not use
         self._next_due_ms: int | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        """Start the courier loop and its waiter."""
-        self._tasks = [asyncio.create_task(self._run(), name=f"courier:{self.queue}"),
-                       asyncio.create_task(self._wait_for_work(), name=f"waiter:{self.queue}")]
+        """Start the courier loop."""
+        self._task = asyncio.create_task(self._run(), name=f"courier:{self.queue}")
         self._kick.set()
 
     async def close(self) -> None:
-        """Stop both tasks; outcomes still pending are abandoned (their leases expire)."""
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        """Stop the loop; outcomes still pending are abandoned (their leases expire)."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
 
     def stop_claiming(self) -> None:
         """Drain: keep writing outcomes, claim nothing more."""
@@ -78,6 +86,11 @@ class Courier:
 
     def kick(self) -> None:
         """A slot was freed somewhere in the worker: maybe claim more."""
+        self._kick.set()
+
+    def notify_ready(self) -> None:
+        """Runnable work appeared on the queue (a wake message): claim when there is room."""
+        self._maybe_ready = True
         self._kick.set()
 
     @property
@@ -97,7 +110,10 @@ class Courier:
 
     async def _run(self) -> None:
         while True:
-            await self._kick.wait()
+            try:
+                await asyncio.wait_for(self._kick.wait(), timeout=self._wait_timeout())
+            except TimeoutError:
+                self._maybe_ready = True  # safety net, or a delayed retry is due
             self._kick.clear()
             await self._exchange_until_idle()
 
@@ -109,17 +125,18 @@ class Courier:
             self._outcomes = []
             wanted = self._slots.reserve(self._batch_max) if self._wants_claim() else 0
             if not batch and not wanted:
-                await self._pass_on_token()
                 return
             sent_at = time.monotonic()
             try:
                 codes, claim = await self._store.finish_and_claim(
-                    self.queue, self._owner_id, [outcome for outcome, _ in batch], wanted)
+                    self.queue, self._owner_id, [outcome for outcome, _ in batch], wanted
+                )
             except (RedisError, OSError) as exc:
                 self._slots.give_back(wanted)
                 self._outcomes[:0] = batch
-                log.warning("queue %s: round trip failed, retrying in %.2fs: %s",
-                            self.queue, delay, exc)
+                log.warning(
+                    "queue %s: round trip failed, retrying in %.2fs: %s", self.queue, delay, exc
+                )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, BACKOFF_MAX_S)
                 continue
@@ -130,38 +147,11 @@ class Courier:
             self._slots.give_back(wanted - len(claim.runs))
             self._next_due_ms = claim.next_due_ms
             self._maybe_ready = len(claim.runs) == wanted and wanted > 0
-            self._token_unserved = self._token_unserved and not wanted
             for run in claim.runs:
                 self._start_run(run, sent_at)
 
-    async def _pass_on_token(self) -> None:
-        """A token taken while full must not be swallowed: an empty claim re-arms it."""
-        if not self._token_unserved or not self._claiming:
-            return
-        self._token_unserved = False
-        try:
-            await self._store.claim(self.queue, self._owner_id, 0)
-        except (RedisError, OSError) as exc:
-            log.warning("queue %s: could not pass the wake token on: %s", self.queue, exc)
-
     def _wants_claim(self) -> bool:
         return self._claiming and self._maybe_ready and self._slots.free > 0
-
-    async def _wait_for_work(self) -> None:
-        """Block on the wake list while this worker has room; kick the courier on a token."""
-        while True:
-            await self._slots.wait_available()
-            if not self._claiming:
-                return
-            try:
-                if await self._store.wait_for_work(self.queue, self._wait_timeout()):
-                    self._token_unserved = True
-            except (RedisError, OSError) as exc:
-                log.warning("queue %s: waiting for work failed: %s", self.queue, exc)
-                await asyncio.sleep(BACKOFF_MAX_S)
-            # a token, a timeout (safety net / due retry) or a reconnect: look again
-            self._maybe_ready = True
-            self._kick.set()
 
     def _wait_timeout(self) -> float:
         timeout = self._idle_wake_s

@@ -27,11 +27,25 @@ log = logging.getLogger(__name__)
 
 EVENT_TYPE = re.compile(r"^[a-z][a-z0-9_.\-]{0,63}$")
 # lifecycle events are written only by the scripts, with the state change they describe
-RESERVED_EVENT_TYPES = frozenset({
-    "created", "claimed", "released", "requeued", "lease_expired", "cancel_requested",
-    "waiting_human", "resumed", "reconciliation_required", "resolved", "replay_unavailable",
-    "succeeded", "failed", "cancelled", "orphaned",
-})
+RESERVED_EVENT_TYPES = frozenset(
+    {
+        "created",
+        "claimed",
+        "released",
+        "requeued",
+        "lease_expired",
+        "cancel_requested",
+        "waiting_human",
+        "resumed",
+        "reconciliation_required",
+        "resolved",
+        "replay_unavailable",
+        "succeeded",
+        "failed",
+        "cancelled",
+        "orphaned",
+    }
+)
 HIGH_WATER = 10_000
 RETRY_DELAY_S = 0.05
 RETRY_DELAY_MAX_S = 1.0
@@ -40,8 +54,15 @@ RETRY_DELAY_MAX_S = 1.0
 class EventSink:
     """Ordered, batched, fenced event appends for one run."""
 
-    def __init__(self, store: LeaseStore, run: ClaimedRun, *, owner: str,
-                 max_event_bytes: int, on_lost: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        store: LeaseStore,
+        run: ClaimedRun,
+        *,
+        owner: str,
+        max_event_bytes: int,
+        on_lost: Callable[[], None],
+    ) -> None:
         self._store = store
         self._run = run
         self._owner = owner
@@ -88,11 +109,18 @@ class EventSink:
             batch, self._pending = self._pending, []
             try:
                 last_id = await self._store.append_events(
-                    self._run.queue, self._run.id, owner=self._owner, fence=self._run.fence,
-                    events=batch)
+                    self._run.queue,
+                    self._run.id,
+                    owner=self._owner,
+                    fence=self._run.fence,
+                    events=batch,
+                )
             except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-                log.warning("event append failed, retrying: %s", exc,
-                            extra={"run_id": self._run.id, "fence": self._run.fence})
+                log.warning(
+                    "event append failed, retrying: %s",
+                    exc,
+                    extra={"run_id": self._run.id, "fence": self._run.fence},
+                )
                 self._pending[:0] = batch
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_DELAY_MAX_S)

@@ -51,7 +51,7 @@ class RetryPolicy:
     def delay_ms(self, attempt: int) -> int:
         """Delay before attempt ``attempt + 1``, in ms."""
         ceiling = min(self.backoff_max_s, self.backoff_s * 2 ** max(0, attempt - 1))
-        return round(ceiling * (0.5 + random.random() / 2) * 1000)
+        return int(ceiling * (0.5 + random.random() / 2) * 1000)
 
 
 @dataclass(frozen=True)
@@ -80,20 +80,32 @@ class HandlerResult:
 class RunExecution:
     """Executes one claimed run and settles it exactly one way."""
 
-    def __init__(self, claimed: ClaimedRun, spec: HandlerSpec | None,
-                 deps: ExecutionDeps) -> None:
+    def __init__(self, claimed: ClaimedRun, spec: HandlerSpec | None, deps: ExecutionDeps) -> None:
         self.claimed = claimed
         self._spec = spec
         self._deps = deps
         self._loop = asyncio.get_running_loop()
-        self.sink = EventSink(deps.lease_store, claimed, owner=deps.owner_id,
-                              max_event_bytes=deps.max_event_bytes,
-                              on_lost=lambda: self.stop(LEASE_LOST))
+        self.sink = EventSink(
+            deps.lease_store,
+            claimed,
+            owner=deps.owner_id,
+            max_event_bytes=deps.max_event_bytes,
+            on_lost=lambda: self.stop(LEASE_LOST),
+        )
         self.context = RunContext(
-            run_id=claimed.id, queue=claimed.queue, handler=claimed.handler,
-            attempt=claimed.attempt, max_attempts=claimed.max_attempts, fence=claimed.fence,
-            owner_id=deps.owner_id, input=claimed.input, state=claimed.state,
-            resume_input=claimed.resume_input, sink=self.sink, loop=self._loop)
+            run_id=claimed.id,
+            queue=claimed.queue,
+            handler=claimed.handler,
+            attempt=claimed.attempt,
+            max_attempts=claimed.max_attempts,
+            fence=claimed.fence,
+            owner_id=deps.owner_id,
+            input=claimed.input,
+            state=claimed.state,
+            resume_input=claimed.resume_input,
+            sink=self.sink,
+            loop=self._loop,
+        )
         self.stop_reason: str | None = None
         self._in_handler = False
         self.task: asyncio.Task[None] | None = None
@@ -122,8 +134,9 @@ class RunExecution:
             result = await self._execute()
             self._deps.on_slot_freed()
             if self.abandoned:
-                log.warning("run stopped without writing: %s", self.stop_reason,
-                            extra=self._log_extra())
+                log.warning(
+                    "run stopped without writing: %s", self.stop_reason, extra=self._log_extra()
+                )
                 return
             if result.interrupted and self.stop_reason == DRAIN:
                 await self._release()
@@ -134,14 +147,18 @@ class RunExecution:
 
     async def _execute(self) -> HandlerResult:
         if self._spec is None:
-            return HandlerResult(error=RunFailure(
-                f"no handler {self.claimed.handler!r} is registered in this worker",
-                code="unknown_handler"))
+            return HandlerResult(
+                error=RunFailure(
+                    f"no handler {self.claimed.handler!r} is registered in this worker",
+                    code="unknown_handler",
+                )
+            )
         try:
             params = self._spec.parse_input(self.claimed.input)
         except InvalidInput as exc:
-            return HandlerResult(error=RunFailure(str(exc), code="invalid_input",
-                                                  details={"errors": exc.problems}))
+            return HandlerResult(
+                error=RunFailure(str(exc), code="invalid_input", details={"errors": exc.problems})
+            )
         self._in_handler = True
         try:
             return HandlerResult(value=await self._call(self._spec, params))
@@ -160,8 +177,9 @@ class RunExecution:
     async def _call(self, spec: HandlerSpec, params: BaseModel) -> Any:
         if spec.is_async:
             return await spec.fn(self.context, params)
-        return await self._loop.run_in_executor(self._deps.thread_pool, spec.fn,
-                                                self.context, params)
+        return await self._loop.run_in_executor(
+            self._deps.thread_pool, spec.fn, self.context, params
+        )
 
     async def _finish(self, result: HandlerResult) -> None:
         await self.sink.flush()
@@ -170,11 +188,15 @@ class RunExecution:
         outcome = self._outcome(result)
         code = await self._deps.courier_for(self.claimed.queue).finish(outcome)
         if code == ScriptCode.LOST:
-            log.warning("outcome rejected: lease lost before the terminal write",
-                        extra=self._log_extra())
+            log.warning(
+                "outcome rejected: lease lost before the terminal write", extra=self._log_extra()
+            )
         else:
-            log.info("run %s", "requeued for retry" if code == ScriptCode.RETRY
-                     else outcome.status, extra=self._log_extra())
+            log.info(
+                "run %s",
+                "requeued for retry" if code == ScriptCode.RETRY else outcome.status,
+                extra=self._log_extra(),
+            )
 
     def _outcome(self, result: HandlerResult) -> Outcome:
         run_id, fence = self.claimed.id, self.claimed.fence
@@ -184,31 +206,43 @@ class RunExecution:
             try:
                 return Outcome(run_id, fence, "succeeded", output_json=_encode_output(result.value))
             except (TypeError, ValueError) as exc:
-                result = HandlerResult(error=RunFailure(
-                    f"handler output is not JSON-serialisable: {exc}",
-                    code="output_not_serializable"))
+                result = HandlerResult(
+                    error=RunFailure(
+                        f"handler output is not JSON-serialisable: {exc}",
+                        code="output_not_serializable",
+                    )
+                )
         failure = _as_failure(result.error)
         delay = -1
         if failure.retryable and self.claimed.attempt < self.claimed.max_attempts:
             delay = self._deps.retry.delay_ms(self.claimed.attempt)
-        error = {"code": failure.code, "message": failure.message,
-                 "retryable": failure.retryable, "details": failure.details}
+        error = {
+            "code": failure.code,
+            "message": failure.message,
+            "retryable": failure.retryable,
+            "details": failure.details,
+        }
         return Outcome(run_id, fence, "failed", error_json=dumps(error), retry_delay_ms=delay)
 
     async def _release(self) -> None:
         lease = HeldLease(self.claimed.id, self.claimed.fence)
         try:
             codes = await self._deps.lease_store.release(
-                self.claimed.queue, self._deps.owner_id, [lease], DRAIN)
+                self.claimed.queue, self._deps.owner_id, [lease], DRAIN
+            )
         except (RedisError, OSError) as exc:
-            log.warning("release failed; the lease will expire instead: %s", exc,
-                        extra=self._log_extra())
+            log.warning(
+                "release failed; the lease will expire instead: %s", exc, extra=self._log_extra()
+            )
             return
         log.info("run released: %s", codes[0], extra=self._log_extra())
 
     def _log_extra(self) -> dict[str, Any]:
-        return {"run_id": self.claimed.id, "owner_id": self._deps.owner_id,
-                "fence": self.claimed.fence}
+        return {
+            "run_id": self.claimed.id,
+            "owner_id": self._deps.owner_id,
+            "fence": self.claimed.fence,
+        }
 
 
 def _as_failure(error: BaseException | None) -> RunFailure:

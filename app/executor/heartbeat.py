@@ -47,10 +47,18 @@ class HeartbeatCallbacks:
 class Heartbeat(threading.Thread):
     """Daemon thread renewing the worker's leases every ``interval_s``."""
 
-    def __init__(self, *, owner_id: str, table: LeaseTable, renewer: LeaseRenewer,
-                 loop: asyncio.AbstractEventLoop, callbacks: HeartbeatCallbacks,
-                 interval_s: float, jeopardy_after_s: float,
-                 advertise: Callable[[float], None]) -> None:
+    def __init__(
+        self,
+        *,
+        owner_id: str,
+        table: LeaseTable,
+        renewer: LeaseRenewer,
+        loop: asyncio.AbstractEventLoop,
+        callbacks: HeartbeatCallbacks,
+        interval_s: float,
+        jeopardy_after_s: float,
+        advertise: Callable[[float], None],
+    ) -> None:
         super().__init__(name="leasehold-heartbeat", daemon=True)
         self._owner_id = owner_id
         self._table = table
@@ -60,7 +68,7 @@ class Heartbeat(threading.Thread):
         self._interval_s = interval_s
         self._jeopardy_after_s = jeopardy_after_s
         self._advertise = advertise
-        self._stop = threading.Event()
+        self._stopped = threading.Event()
         self._failing = False
         self._lag_probe_sent: float | None = None
         self._lag_probe_seen: float | None = None
@@ -68,12 +76,12 @@ class Heartbeat(threading.Thread):
 
     def stop(self) -> None:
         """Ask the thread to finish after its current beat."""
-        self._stop.set()
+        self._stopped.set()
 
     def run(self) -> None:
         """Beat until stopped; never raises (a dead heartbeat would orphan every run)."""
         next_beat = time.monotonic()
-        while not self._stop.is_set():
+        while not self._stopped.is_set():
             now = time.monotonic()
             if now >= next_beat:
                 next_beat = now + self._interval_s
@@ -82,7 +90,7 @@ class Heartbeat(threading.Thread):
                 except Exception:  # a bug here must not kill the thread
                     log.exception("heartbeat beat failed")
             self._check_jeopardy()
-            self._stop.wait(max(MIN_WAIT_S, self._next_wake(next_beat) - time.monotonic()))
+            self._stopped.wait(max(MIN_WAIT_S, self._next_wake(next_beat) - time.monotonic()))
 
     def _next_wake(self, next_beat: float) -> float:
         if not self._failing:
@@ -127,8 +135,11 @@ class Heartbeat(threading.Thread):
             return
         for queue in self._table.snapshot():
             for run_id in self._table.in_jeopardy(queue, self._jeopardy_after_s):
-                log.error("lease in jeopardy: no renewal for %.2fs, stopping run without "
-                          "writing", self._jeopardy_after_s, extra={"run_id": run_id})
+                log.error(
+                    "lease in jeopardy: no renewal for %.2fs, stopping run without writing",
+                    self._jeopardy_after_s,
+                    extra={"run_id": run_id},
+                )
                 self._table.remove(run_id)
                 self._loop.call_soon_threadsafe(self._callbacks.lease_lost, run_id, "jeopardy")
 

@@ -71,8 +71,11 @@ class LeaseTable:
         """Runs of ``queue`` whose last confirmation is older than ``deadline_s``."""
         now = time.monotonic() if now is None else now
         with self._lock:
-            return [entry.run_id for entry in self._entries.values()
-                    if entry.queue == queue and now - entry.confirmed_at > deadline_s]
+            return [
+                entry.run_id
+                for entry in self._entries.values()
+                if entry.queue == queue and now - entry.confirmed_at > deadline_s
+            ]
 
     def earliest_confirmation(self) -> float | None:
         """The oldest confirmation time of any lease, to schedule the jeopardy check."""

@@ -2,8 +2,8 @@
 
 Wiring, per process:
 
-* one :class:`Courier` per queue (claims and terminal writes, batched) with a
-  waiter blocked on the queue's wake list;
+* one :class:`Courier` per queue (claims and terminal writes, batched), woken by
+  the :class:`ChannelListener` when a script announces runnable work;
 * one :class:`RunExecution` task per run, limited by :class:`Slots`;
 * the :class:`Heartbeat` thread renewing every lease at TTL/3 on its own
   connection, and advertising the worker in the registry;
@@ -40,6 +40,7 @@ from app.executor.execution import (
     RunExecution,
 )
 from app.executor.heartbeat import Heartbeat, HeartbeatCallbacks
+from app.executor.listener import ChannelListener
 from app.executor.registry import HandlerRegistry
 from app.executor.slots import Slots
 from app.executor.table import LeaseTable
@@ -68,8 +69,9 @@ def new_worker_id() -> str:
 class Worker:
     """One executor process serving one or more queues."""
 
-    def __init__(self, settings: Settings, registry: HandlerRegistry, *,
-                 worker_id: str | None = None) -> None:
+    def __init__(
+        self, settings: Settings, registry: HandlerRegistry, *, worker_id: str | None = None
+    ) -> None:
         self.settings = settings
         self.registry = registry
         self.id = worker_id or new_worker_id()
@@ -96,35 +98,67 @@ class Worker:
         client = async_client(url)
         scripts = Scripts()
         await _connect(client, scripts)
-        lease_store = LeaseStore(client, scripts=scripts, prefix=self.settings.prefix,
-                                 lease_ttl_ms=self.settings.lease_ttl_ms,
-                                 retention_ms=self.settings.run_retention_ms,
-                                 events_maxlen=self.settings.events_maxlen)
-        run_store = RunStore(client, scripts=scripts, prefix=self.settings.prefix,
-                             retention_ms=self.settings.run_retention_ms,
-                             events_maxlen=self.settings.events_maxlen)
+        lease_store = LeaseStore(
+            client,
+            scripts=scripts,
+            prefix=self.settings.prefix,
+            lease_ttl_ms=self.settings.lease_ttl_ms,
+            retention_ms=self.settings.run_retention_ms,
+            events_maxlen=self.settings.events_maxlen,
+        )
+        run_store = RunStore(
+            client,
+            scripts=scripts,
+            prefix=self.settings.prefix,
+            retention_ms=self.settings.run_retention_ms,
+            events_maxlen=self.settings.events_maxlen,
+        )
         heartbeat_client = sync_client(url, socket_timeout_s=self.settings.renew_interval_s)
-        heartbeat = self._heartbeat(LeaseRenewer(
-            heartbeat_client, scripts=scripts, prefix=self.settings.prefix,
-            lease_ttl_ms=self.settings.lease_ttl_ms))
-        pool = ThreadPoolExecutor(max_workers=self.settings.concurrency,
-                                  thread_name_prefix="leasehold-handler")
+        heartbeat = self._heartbeat(
+            LeaseRenewer(
+                heartbeat_client,
+                scripts=scripts,
+                prefix=self.settings.prefix,
+                lease_ttl_ms=self.settings.lease_ttl_ms,
+            )
+        )
+        pool = ThreadPoolExecutor(
+            max_workers=self.settings.concurrency, thread_name_prefix="leasehold-handler"
+        )
         self._deps = ExecutionDeps(
-            owner_id=self.id, lease_store=lease_store, courier_for=self._couriers.__getitem__,
-            thread_pool=pool, retry=RetryPolicy(self.settings.retry_backoff_s,
-                                                self.settings.retry_backoff_max_s),
-            max_event_bytes=self.settings.max_event_bytes, on_slot_freed=self._slot_freed,
-            on_settled=self._settled)
+            owner_id=self.id,
+            lease_store=lease_store,
+            courier_for=self._couriers.__getitem__,
+            thread_pool=pool,
+            retry=RetryPolicy(self.settings.retry_backoff_s, self.settings.retry_backoff_max_s),
+            max_event_bytes=self.settings.max_event_bytes,
+            on_slot_freed=self._slot_freed,
+            on_settled=self._settled,
+        )
         background = []
         try:
             heartbeat.start()
             self._install_signal_handlers()
             self._start_couriers(lease_store)
+            listener = ChannelListener(
+                client,
+                queue_keys=[lease_store.keys(queue) for queue in self.settings.queues],
+                on_ready=lambda queue: self._couriers[queue].notify_ready(),
+                on_cancel=self._cancel_pushed,
+            )
+            background.append(asyncio.create_task(listener.run_forever(), name="listener"))
             if self.settings.reconciler_enabled:
-                background.append(asyncio.create_task(self._reconciler(
-                    lease_store, run_store).run_forever(), name="reconciler"))
-            log.info("worker %s serving queues %s with concurrency %d", self.id,
-                     ",".join(self.settings.queues), self.settings.concurrency)
+                background.append(
+                    asyncio.create_task(
+                        self._reconciler(lease_store, run_store).run_forever(), name="reconciler"
+                    )
+                )
+            log.info(
+                "worker %s serving queues %s with concurrency %d",
+                self.id,
+                ",".join(self.settings.queues),
+                self.settings.concurrency,
+            )
             await self._stop.wait()
             await self._drain()
         finally:
@@ -143,9 +177,11 @@ class Worker:
 
     def _heartbeat(self, renewer: LeaseRenewer) -> Heartbeat:
         loop = asyncio.get_running_loop()
-        callbacks = HeartbeatCallbacks(lease_lost=self._lease_lost,
-                                       cancel_requested=self._cancel_requested,
-                                       beat_done=self._beat_done)
+        callbacks = HeartbeatCallbacks(
+            lease_lost=self._lease_lost,
+            cancel_requested=self._cancel_requested,
+            beat_done=self._beat_done,
+        )
         ttl_ms = self.settings.lease_ttl_ms * ADVERTISEMENT_TTL_BEATS
         renewer_client = renewer.client
 
@@ -155,22 +191,38 @@ class Worker:
             pipe.execute()
 
         jeopardy_after_s = self.settings.lease_ttl_s - self.settings.effective_safety_margin_s
-        return Heartbeat(owner_id=self.id, table=self._table, renewer=renewer, loop=loop,
-                         callbacks=callbacks, interval_s=self.settings.renew_interval_s,
-                         jeopardy_after_s=jeopardy_after_s, advertise=advertise)
+        return Heartbeat(
+            owner_id=self.id,
+            table=self._table,
+            renewer=renewer,
+            loop=loop,
+            callbacks=callbacks,
+            interval_s=self.settings.renew_interval_s,
+            jeopardy_after_s=jeopardy_after_s,
+            advertise=advertise,
+        )
 
     def describe(self, loop_lag_ms: float) -> WorkerInfo:
         """This worker's advertisement for GET /workers."""
-        return WorkerInfo(id=self.id, host=socket.gethostname(), pid=os.getpid(),
-                          queues=list(self.settings.queues),
-                          concurrency=self.settings.concurrency, running=len(self._executions),
-                          loop_lag_ms=round(loop_lag_ms, 3), started_at=self.started_at,
-                          last_heartbeat_at=datetime.now(tz=UTC))
+        return WorkerInfo(
+            id=self.id,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            queues=list(self.settings.queues),
+            concurrency=self.settings.concurrency,
+            running=len(self._executions),
+            loop_lag_ms=round(loop_lag_ms, 3),
+            started_at=self.started_at,
+            last_heartbeat_at=datetime.now(tz=UTC),
+        )
 
     def _reconciler(self, lease_store: LeaseStore, run_store: RunStore) -> Reconciler:
-        return Reconciler(lease_store=lease_store, run_store=run_store,
-                          queues=list(self.settings.queues),
-                          interval_s=self.settings.effective_reconcile_interval_s)
+        return Reconciler(
+            lease_store=lease_store,
+            run_store=run_store,
+            queues=list(self.settings.queues),
+            interval_s=self.settings.effective_reconcile_interval_s,
+        )
 
     def _install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()
@@ -180,10 +232,15 @@ class Worker:
 
     def _start_couriers(self, lease_store: LeaseStore) -> None:
         for queue in self.settings.queues:
-            courier = Courier(queue=queue, store=lease_store, owner_id=self.id,
-                              slots=self._slots, start_run=self._start_run,
-                              batch_max=self.settings.claim_batch_max,
-                              idle_wake_s=self.settings.idle_wake_s)
+            courier = Courier(
+                queue=queue,
+                store=lease_store,
+                owner_id=self.id,
+                slots=self._slots,
+                start_run=self._start_run,
+                batch_max=self.settings.claim_batch_max,
+                idle_wake_s=self.settings.idle_wake_s,
+            )
             self._couriers[queue] = courier
             courier.start()
 
@@ -216,12 +273,20 @@ class Worker:
         if execution is not None:
             execution.stop(CANCEL_REQUESTED)
 
+    def _cancel_pushed(self, run_id: str, fence: int) -> None:
+        execution = self._executions.get(run_id)
+        if execution is not None and execution.claimed.fence == fence:
+            execution.stop(CANCEL_REQUESTED)
+
     def _beat_done(self, loop_lag_ms: float) -> None:
         self._loop_lag_ms = loop_lag_ms
 
     async def _drain(self) -> None:
-        log.info("draining: %d runs in flight, up to %.1fs", len(self._executions),
-                 self.settings.drain_timeout_s)
+        log.info(
+            "draining: %d runs in flight, up to %.1fs",
+            len(self._executions),
+            self.settings.drain_timeout_s,
+        )
         for courier in self._couriers.values():
             courier.stop_claiming()
         await self._wait_for_executions(self.settings.drain_timeout_s)

@@ -50,7 +50,8 @@ async def check_readiness(client: aioredis.Redis, scripts: Scripts) -> Readiness
     if policy is not None and policy != EXPECTED_EVICTION_POLICY:
         problems.append(
             f"maxmemory-policy is {policy!r}; {EXPECTED_EVICTION_POLICY!r} is required so "
-            "Redis never evicts run records or leases")
+            "Redis never evicts run records or leases"
+        )
     return Readiness(True, loaded, policy, problems)
 
 

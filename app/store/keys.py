@@ -8,9 +8,13 @@ script touches a single Redis Cluster slot::
     <prefix>:{<queue>}:ready           list    ids waiting to be claimed (FIFO)
     <prefix>:{<queue>}:delayed         zset    id -> epoch ms when it may run (retry backoff)
     <prefix>:{<queue>}:leases          zset    id -> lease expiry, epoch ms (Redis clock)
-    <prefix>:{<queue>}:wake            list    at most one token: "work may be ready"
     <prefix>:{<queue>}:runs            zset    id -> created_at ms, for listing
     <prefix>:{<queue>}:idem:<key>      string  idempotency key -> "<run id> <fingerprint>"
+
+Pub/sub channels of a queue (broadcast; not keys)::
+
+    <prefix>:{<queue>}:wake            "ready": runnable work appeared (create, retry, release)
+    <prefix>:{<queue>}:cancel          "<run id> <fence>": a client asked to cancel a held run
 
 Cross-queue keys (plain commands only, never in a script)::
 
@@ -79,9 +83,14 @@ class QueueKeys:
         return f"{self.tag}:leases"
 
     @property
-    def wake(self) -> str:
-        """List blocked workers BLPOP on; producers leave one token in it."""
+    def wake_channel(self) -> str:
+        """Channel on which scripts announce runnable work to idle workers."""
         return f"{self.tag}:wake"
+
+    @property
+    def cancel_channel(self) -> str:
+        """Channel on which cancel_run pushes a cancel request to the run's owner."""
+        return f"{self.tag}:cancel"
 
     @property
     def runs(self) -> str:

@@ -60,8 +60,14 @@ class Outcome:
 
     def script_args(self) -> list[ScriptArg]:
         """The six ARGV values finish_runs takes per run."""
-        return [self.run_id, self.fence, self.status, self.output_json, self.error_json,
-                self.retry_delay_ms]
+        return [
+            self.run_id,
+            self.fence,
+            self.status,
+            self.output_json,
+            self.error_json,
+            self.retry_delay_ms,
+        ]
 
 
 @dataclass(frozen=True)
@@ -88,8 +94,16 @@ def _json_or_none(raw: str) -> Any:
 class LeaseStore:
     """Holds an async Redis client and performs the worker's fenced transitions."""
 
-    def __init__(self, client: aioredis.Redis, *, scripts: Scripts, prefix: str,
-                 lease_ttl_ms: int, retention_ms: int, events_maxlen: int) -> None:
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        *,
+        scripts: Scripts,
+        prefix: str,
+        lease_ttl_ms: int,
+        retention_ms: int,
+        events_maxlen: int,
+    ) -> None:
         self.client = client
         self.scripts = scripts
         self.prefix = prefix
@@ -105,41 +119,54 @@ class LeaseStore:
         keys = self.keys(queue)
         return ScriptCall(
             "claim_runs",
-            [keys.ready, keys.delayed, keys.leases, keys.wake, keys.run_prefix,
-             keys.events_prefix],
+            [keys.ready, keys.delayed, keys.leases, keys.run_prefix, keys.events_prefix],
             [owner, count, self.lease_ttl_ms, self.events_maxlen, PROMOTE_MAX],
         )
 
     def _finish_call(self, queue: str, owner: str, outcomes: Sequence[Outcome]) -> ScriptCall:
         keys = self.keys(queue)
-        args: list[ScriptArg] = [owner, self.retention_ms, self.events_maxlen]
+        args: list[ScriptArg] = [owner, self.retention_ms, self.events_maxlen, keys.wake_channel]
         for outcome in outcomes:
             args.extend(outcome.script_args())
         return ScriptCall(
             "finish_runs",
-            [keys.leases, keys.ready, keys.delayed, keys.wake, keys.run_prefix,
-             keys.events_prefix, keys.idem_prefix],
+            [
+                keys.leases,
+                keys.ready,
+                keys.delayed,
+                keys.run_prefix,
+                keys.events_prefix,
+                keys.idem_prefix,
+            ],
             args,
         )
 
     def _parse_claim(self, queue: str, raw: list[Any]) -> Claim:
         _code, rows, next_due = raw
         runs = [
-            ClaimedRun(id=row[0], queue=queue, fence=int(row[1]), handler=row[2],
-                       input=_json_or_none(row[3]), attempt=int(row[4]),
-                       max_attempts=int(row[5]), state=_json_or_none(row[6]),
-                       resume_input=_json_or_none(row[7]))
+            ClaimedRun(
+                id=row[0],
+                queue=queue,
+                fence=int(row[1]),
+                handler=row[2],
+                input=_json_or_none(row[3]),
+                attempt=int(row[4]),
+                max_attempts=int(row[5]),
+                state=_json_or_none(row[6]),
+                resume_input=_json_or_none(row[7]),
+            )
             for row in rows
         ]
         return Claim(runs, None if int(next_due) < 0 else int(next_due))
 
     async def claim(self, queue: str, owner: str, count: int) -> Claim:
-        """Claim up to ``count`` ready runs (0 only promotes due retries and re-arms wake)."""
+        """Claim up to ``count`` ready runs (0 only promotes due retries)."""
         raw = await self.scripts.call(self.client, *_unpack(self._claim_call(queue, owner, count)))
         return self._parse_claim(queue, raw)
 
-    async def finish_and_claim(self, queue: str, owner: str, outcomes: Sequence[Outcome],
-                               count: int) -> tuple[list[ScriptCode], Claim]:
+    async def finish_and_claim(
+        self, queue: str, owner: str, outcomes: Sequence[Outcome], count: int
+    ) -> tuple[list[ScriptCode], Claim]:
         """Record outcomes and claim up to ``count`` more runs, in one round trip.
 
         Returns one code per outcome (OK, RETRY or LOST), then the claim.
@@ -152,44 +179,51 @@ class LeaseStore:
         codes = [ScriptCode(code) for code in results[0]] if outcomes else []
         return codes, self._parse_claim(queue, results[-1])
 
-    async def append_events(self, queue: str, run_id: str, *, owner: str, fence: int,
-                            events: Sequence[tuple[str, str]]) -> str | None:
+    async def append_events(
+        self, queue: str, run_id: str, *, owner: str, fence: int, events: Sequence[tuple[str, str]]
+    ) -> str | None:
         """Append handler events (type, data json) in order; None when fenced out."""
         keys = self.keys(queue)
         args: list[ScriptArg] = [owner, fence, self.events_maxlen]
         for event_type, data in events:
             args.extend((event_type, data))
         code, last_id = await self.scripts.call(
-            self.client, "append_events", [keys.run(run_id), keys.events(run_id)], args)
+            self.client, "append_events", [keys.run(run_id), keys.events(run_id)], args
+        )
         return last_id if code == ScriptCode.OK else None
 
-    async def release(self, queue: str, owner: str, leases: Sequence[HeldLease],
-                      reason: str) -> list[ScriptCode]:
+    async def release(
+        self, queue: str, owner: str, leases: Sequence[HeldLease], reason: str
+    ) -> list[ScriptCode]:
         """Hand runs back to the queue (fence+1); one code per lease, OK or LOST."""
         keys = self.keys(queue)
-        args: list[ScriptArg] = [owner, self.retention_ms, self.events_maxlen, reason]
+        args: list[ScriptArg] = [
+            owner,
+            self.retention_ms,
+            self.events_maxlen,
+            reason,
+            keys.wake_channel,
+        ]
         for lease in leases:
             args.extend((lease.run_id, lease.fence))
         codes = await self.scripts.call(
-            self.client, "release_runs",
-            [keys.leases, keys.ready, keys.wake, keys.run_prefix, keys.events_prefix,
-             keys.idem_prefix], args)
+            self.client,
+            "release_runs",
+            [keys.leases, keys.ready, keys.run_prefix, keys.events_prefix, keys.idem_prefix],
+            args,
+        )
         return [ScriptCode(code) for code in codes]
 
     async def reconcile(self, queue: str, limit: int = RECONCILE_BATCH) -> list[ReconcileAction]:
         """Apply the lease-expiry policy to up to ``limit`` expired leases of a queue."""
         keys = self.keys(queue)
         _code, rows = await self.scripts.call(
-            self.client, "reconcile_expired",
-            [keys.leases, keys.ready, keys.wake, keys.run_prefix, keys.events_prefix,
-             keys.idem_prefix],
-            [limit, self.retention_ms, self.events_maxlen])
+            self.client,
+            "reconcile_expired",
+            [keys.leases, keys.ready, keys.run_prefix, keys.events_prefix, keys.idem_prefix],
+            [limit, self.retention_ms, self.events_maxlen, keys.wake_channel],
+        )
         return [ReconcileAction(row[0], row[1], int(row[2])) for row in rows]
-
-    async def wait_for_work(self, queue: str, timeout_s: float) -> bool:
-        """Block until a producer leaves a wake token (True) or the timeout passes."""
-        result = await self.client.blpop([self.keys(queue).wake], timeout=timeout_s)
-        return result is not None
 
 
 class LeaseRenewer:
@@ -199,15 +233,15 @@ class LeaseRenewer:
     must not stop its lease from being renewed (slow is not dead).
     """
 
-    def __init__(self, client: redis.Redis, *, scripts: Scripts, prefix: str,
-                 lease_ttl_ms: int) -> None:
+    def __init__(
+        self, client: redis.Redis, *, scripts: Scripts, prefix: str, lease_ttl_ms: int
+    ) -> None:
         self.client = client
         self.scripts = scripts
         self.prefix = prefix
         self.lease_ttl_ms = lease_ttl_ms
 
-    def renew(self, queue: str, owner: str,
-              leases: Sequence[HeldLease]) -> dict[str, ScriptCode]:
+    def renew(self, queue: str, owner: str, leases: Sequence[HeldLease]) -> dict[str, ScriptCode]:
         """Renew every lease given, in one round trip: run id -> OK, CANCEL or LOST."""
         if not leases:
             return {}
@@ -215,10 +249,10 @@ class LeaseRenewer:
         args: list[ScriptArg] = [owner, self.lease_ttl_ms]
         for lease in leases:
             args.extend((lease.run_id, lease.fence))
-        codes = self.scripts.call_sync(self.client, "renew_leases",
-                                       [keys.leases, keys.run_prefix], args)
-        return {lease.run_id: ScriptCode(code)
-                for lease, code in zip(leases, codes, strict=True)}
+        codes = self.scripts.call_sync(
+            self.client, "renew_leases", [keys.leases, keys.run_prefix], args
+        )
+        return {lease.run_id: ScriptCode(code) for lease, code in zip(leases, codes, strict=True)}
 
 
 def _unpack(call: ScriptCall) -> tuple[str, Sequence[str], Sequence[ScriptArg]]:

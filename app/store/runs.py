@@ -10,7 +10,7 @@ import base64
 import binascii
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 
@@ -18,7 +18,7 @@ from app.errors import IdempotencyConflict, InvalidTransition, RunNotFound
 from app.models import Run, RunEvent, RunPage, RunStatus
 from app.store.codec import dumps, event_from_entry, ms_to_datetime, new_run_id, run_from_hash
 from app.store.keys import GlobalKeys, QueueKeys, queue_of
-from app.store.scripts import Scripts, ScriptCode
+from app.store.scripts import ScriptCode, Scripts
 
 LIST_SCAN_CHUNK = 200
 LIST_SCAN_BUDGET = 5000
@@ -38,8 +38,16 @@ class NewRun:
 
     def fingerprint(self) -> str:
         """Hash of everything that defines the run, to tell a replay from a conflict."""
-        body = dumps([self.handler, self.input, self.queue, self.max_attempts,
-                      self.on_lease_expired, self.metadata])
+        body = dumps(
+            [
+                self.handler,
+                self.input,
+                self.queue,
+                self.max_attempts,
+                self.on_lease_expired,
+                self.metadata,
+            ]
+        )
         return hashlib.sha256(body.encode()).hexdigest()
 
 
@@ -82,8 +90,15 @@ class _Position:
 class RunStore:
     """Holds a Redis client and performs the client-side transitions on it."""
 
-    def __init__(self, client: aioredis.Redis, *, scripts: Scripts, prefix: str,
-                 retention_ms: int, events_maxlen: int) -> None:
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        *,
+        scripts: Scripts,
+        prefix: str,
+        retention_ms: int,
+        events_maxlen: int,
+    ) -> None:
         self.client = client
         self.scripts = scripts
         self.prefix = prefix
@@ -105,12 +120,28 @@ class RunStore:
         run_id = new_run_id(new.queue)
         await self._remember_queue(new.queue)
         code, found_id, created_ms = await self.scripts.call(
-            self.client, "create_run",
-            [keys.run(run_id), keys.events(run_id), keys.ready, keys.wake, keys.runs,
-             keys.idem(new.idempotency_key or "")],
-            [run_id, new.queue, new.handler, dumps(new.input), new.max_attempts,
-             new.on_lease_expired, dumps(new.metadata), new.idempotency_key or "",
-             new.fingerprint(), self.events_maxlen],
+            self.client,
+            "create_run",
+            [
+                keys.run(run_id),
+                keys.events(run_id),
+                keys.ready,
+                keys.runs,
+                keys.idem(new.idempotency_key or ""),
+            ],
+            [
+                run_id,
+                new.queue,
+                new.handler,
+                dumps(new.input),
+                new.max_attempts,
+                new.on_lease_expired,
+                dumps(new.metadata),
+                new.idempotency_key or "",
+                new.fingerprint(),
+                self.events_maxlen,
+                keys.wake_channel,
+            ],
         )
         if code == ScriptCode.CONFLICT:
             raise IdempotencyConflict(new.idempotency_key or "", found_id)
@@ -118,11 +149,18 @@ class RunStore:
             return Created(await self.get(found_id), replayed=True)
         created_at = ms_to_datetime(created_ms)
         assert created_at is not None
-        run = Run(id=run_id, queue=new.queue, handler=new.handler, status=RunStatus.QUEUED,
-                  input=new.input, max_attempts=new.max_attempts,
-                  on_lease_expired=new.on_lease_expired,  # type: ignore[arg-type]
-                  created_at=created_at, idempotency_key=new.idempotency_key,
-                  metadata=new.metadata)
+        run = Run(
+            id=run_id,
+            queue=new.queue,
+            handler=new.handler,
+            status=RunStatus.QUEUED,
+            input=new.input,
+            max_attempts=new.max_attempts,
+            on_lease_expired=new.on_lease_expired,  # type: ignore[arg-type]
+            created_at=created_at,
+            idempotency_key=new.idempotency_key,
+            metadata=new.metadata,
+        )
         return Created(run, replayed=False)
 
     async def _remember_queue(self, queue: str) -> None:
@@ -135,7 +173,7 @@ class RunStore:
         queue = queue_of(run_id)
         if queue is None:
             raise RunNotFound(run_id)
-        fields = await self.client.hgetall(self.keys(queue).run(run_id))
+        fields = cast(dict[str, str], await self.client.hgetall(self.keys(queue).run(run_id)))
         if not fields:
             raise RunNotFound(run_id)
         return run_from_hash(fields)
@@ -151,9 +189,10 @@ class RunStore:
             raise RunNotFound(run_id)
         keys = self.keys(queue)
         code, status = await self.scripts.call(
-            self.client, "cancel_run",
+            self.client,
+            "cancel_run",
             [keys.run(run_id), keys.events(run_id), keys.leases, keys.delayed, keys.idem_prefix],
-            [run_id, self.retention_ms, self.events_maxlen, self.cancel_channel(queue)],
+            [run_id, self.retention_ms, self.events_maxlen, keys.cancel_channel],
         )
         if code == ScriptCode.NOT_FOUND:
             raise RunNotFound(run_id)
@@ -161,28 +200,33 @@ class RunStore:
             raise InvalidTransition(run_id, status, "cancel")
         return RunStatus(status)
 
-    def cancel_channel(self, queue: str) -> str:
-        """Pub/sub channel on which cancel requests are pushed to owners at once."""
-        return f"{self.keys(queue).tag}:cancel"
-
-    async def read_events(self, run_id: str, *, after: str | None = None,
-                          count: int = 1000) -> list[RunEvent]:
+    async def read_events(
+        self, run_id: str, *, after: str | None = None, count: int = 1000
+    ) -> list[RunEvent]:
         """Up to ``count`` events of a run, oldest first, strictly after stream id ``after``."""
         queue = queue_of(run_id)
         if queue is None:
             raise RunNotFound(run_id)
         start = f"({after}" if after else "-"
-        entries = await self.client.xrange(self.keys(queue).events(run_id), start, "+",
-                                           count=count)
+        entries = cast(
+            list[tuple[str, dict[str, str]]],
+            await self.client.xrange(self.keys(queue).events(run_id), start, "+", count=count),
+        )
         return [event_from_entry(run_id, entry_id, fields) for entry_id, fields in entries]
 
     async def queues(self) -> list[str]:
         """Every queue a run was ever created on."""
-        return sorted(await self.client.smembers(self.global_keys.queues))
+        return sorted(cast(set[str], await self.client.smembers(self.global_keys.queues)))
 
-    async def list(self, *, queue: str | None = None, status: RunStatus | None = None,
-                   handler: str | None = None, limit: int = 50,
-                   cursor: str | None = None) -> RunPage:
+    async def list_runs(
+        self,
+        *,
+        queue: str | None = None,
+        status: RunStatus | None = None,
+        handler: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> RunPage:
         """Runs newest first, filtered, one page at a time.
 
         The cursor is a position in (created_at, id) order, so it stays valid while
@@ -208,8 +252,7 @@ class RunStore:
                         break
         return RunPage(items=items, next_cursor=after.encode() if after else None)
 
-    async def _next_positions(self, queues: list[str],
-                              after: _Position | None) -> list[_Position]:
+    async def _next_positions(self, queues: list[str], after: _Position | None) -> list[_Position]:
         """The next chunk of positions older than ``after``, merged across queues."""
         merged: list[_Position] = []
         boundary: _Position | None = None
@@ -226,9 +269,17 @@ class RunStore:
 
     async def _queue_positions(self, queue: str, after: _Position | None) -> list[_Position]:
         top = str(after.score) if after else "+inf"
-        raw = await self.client.zrevrangebyscore(
-            self.keys(queue).runs, top, "-inf", start=0,
-            num=LIST_SCAN_CHUNK + (LIST_SCAN_CHUNK if after else 0), withscores=True)
+        raw = cast(
+            list[tuple[str, float]],
+            await self.client.zrevrangebyscore(
+                self.keys(queue).runs,
+                top,
+                "-inf",
+                start=0,
+                num=LIST_SCAN_CHUNK + (LIST_SCAN_CHUNK if after else 0),
+                withscores=True,
+            ),
+        )
         positions = [_Position(int(score), run_id) for run_id, score in raw]
         if after:
             positions = [position for position in positions if position < after]

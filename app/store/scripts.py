@@ -65,8 +65,9 @@ def load_scripts(directory: Path | None = None) -> dict[str, Script]:
         match = _FILE_NAME.match(path.name)
         if not match:
             raise ValueError(f"script file {path.name} is not named <transition>-<keys>.lua")
-        source = _INCLUDE.sub(lambda m: (directory / "includes" / f"{m['name']}.lua").read_text(),
-                              path.read_text())
+        source = _INCLUDE.sub(
+            lambda m: (directory / "includes" / f"{m['name']}.lua").read_text(), path.read_text()
+        )
         sha = hashlib.sha1(source.encode()).hexdigest()
         scripts[match["name"]] = Script(match["name"], int(match["numkeys"]), source, sha)
     if not scripts:
@@ -116,8 +117,9 @@ class Scripts:
         present = await client.script_exists(*shas)
         return all(present)
 
-    async def call(self, client: aioredis.Redis, name: str, keys: Sequence[str],
-                   args: Sequence[ScriptArg]) -> Any:
+    async def call(
+        self, client: aioredis.Redis, name: str, keys: Sequence[str], args: Sequence[ScriptArg]
+    ) -> Any:
         """Run one transition; loads it and retries once on NOSCRIPT."""
         script = self._resolve(ScriptCall(name, keys, args))
         try:
@@ -148,8 +150,9 @@ class Scripts:
                 raise result
         return results
 
-    def call_sync(self, client: redis.Redis, name: str, keys: Sequence[str],
-                  args: Sequence[ScriptArg]) -> Any:
+    def call_sync(
+        self, client: redis.Redis, name: str, keys: Sequence[str], args: Sequence[ScriptArg]
+    ) -> Any:
         """Blocking twin of :meth:`call`, for the heartbeat thread's own connection."""
         script = self._resolve(ScriptCall(name, keys, args))
         try:

@@ -7,7 +7,7 @@ workers without scanning the keyspace and stale ones vanish on their own.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 
@@ -32,7 +32,7 @@ def withdraw(pipe: Any, prefix: str, worker_id: str) -> None:
 async def list_workers(client: aioredis.Redis, prefix: str) -> list[WorkerInfo]:
     """Every worker whose advertisement has not expired, most recently seen first."""
     keys = GlobalKeys(prefix)
-    ids: list[str] = await client.zrevrange(keys.workers, 0, -1)
+    ids = cast(list[str], await client.zrevrange(keys.workers, 0, -1))
     if not ids:
         return []
     raw = await client.mget([keys.worker(worker_id) for worker_id in ids])

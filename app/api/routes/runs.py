@@ -51,12 +51,19 @@ async def create_request_body(request: Request) -> CreateRunRequest:
         return CreateRunRequest.model_validate(data)
     except ValidationError as exc:
         raise RequestValidationError(
-            [{**error, "loc": ("body", *error["loc"])}
-             for error in exc.errors(include_url=False, include_context=False)]) from None
+            [
+                {**error, "loc": ("body", *error["loc"])}
+                for error in exc.errors(include_url=False, include_context=False)
+            ]
+        ) from None
 
 
-CREATE_BODY_DOC = {"requestBody": {"required": True, "content": {"application/json": {
-    "schema": CreateRunRequest.model_json_schema()}}}}
+CREATE_BODY_DOC = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": CreateRunRequest.model_json_schema()}},
+    }
+}
 
 
 def _new_run(body: CreateRunRequest, state: ApiState, idempotency_key: str | None) -> NewRun:
@@ -65,21 +72,33 @@ def _new_run(body: CreateRunRequest, state: ApiState, idempotency_key: str | Non
         raise HTTPException(400, "the Idempotency-Key header and the idempotency_key field differ")
     input_size = len(dumps(body.input).encode())
     if input_size > state.settings.max_input_bytes:
-        raise HTTPException(413, f"input is {input_size} bytes; the limit is "
-                                 f"{state.settings.max_input_bytes}")
+        raise HTTPException(
+            413, f"input is {input_size} bytes; the limit is {state.settings.max_input_bytes}"
+        )
     spec = state.registry.get(body.handler)
     spec.parse_input(body.input)
     settings = state.settings
     return NewRun(
-        handler=body.handler, input=body.input, queue=body.queue,
+        handler=body.handler,
+        input=body.input,
+        queue=body.queue,
         max_attempts=body.max_attempts or settings.default_max_attempts,
         on_lease_expired=body.on_lease_expired or settings.default_on_lease_expired,
-        idempotency_key=idempotency_key or body.idempotency_key, metadata=body.metadata)
+        idempotency_key=idempotency_key or body.idempotency_key,
+        metadata=body.metadata,
+    )
 
 
-@router.post("/runs", status_code=201, response_model=Run, openapi_extra=CREATE_BODY_DOC,
-             responses={200: {"model": Run, "description": "idempotent replay"},
-                        **_problems(400, 409, 413, 422)})
+@router.post(
+    "/runs",
+    status_code=201,
+    response_model=Run,
+    openapi_extra=CREATE_BODY_DOC,
+    responses={
+        200: {"model": Run, "description": "idempotent replay"},
+        **_problems(400, 409, 413, 422),
+    },
+)
 async def create_run(
     body: Annotated[CreateRunRequest, Depends(create_request_body)],
     response: Response,
@@ -115,12 +134,17 @@ async def list_runs(
     cursor: Annotated[str | None, Query(max_length=256)] = None,
 ) -> RunPage:
     """Runs newest first; pass ``next_cursor`` back as ``cursor`` for the next page."""
-    return await state.store.list(queue=queue, status=status, handler=handler, limit=limit,
-                                  cursor=cursor)
+    return await state.store.list_runs(
+        queue=queue, status=status, handler=handler, limit=limit, cursor=cursor
+    )
 
 
-@router.post("/runs/{run_id}/cancel", status_code=202, response_model=CancelResult,
-             responses=_problems(404, 409, 422))
+@router.post(
+    "/runs/{run_id}/cancel",
+    status_code=202,
+    response_model=CancelResult,
+    responses=_problems(404, 409, 422),
+)
 async def cancel_run(run_id: RunId, state: State) -> CancelResult:
     """Ask a run to stop. Idempotent.
 

@@ -18,8 +18,10 @@ router = APIRouter()
 @router.get("/handlers", response_model=list[HandlerInfo], tags=["handlers"])
 async def list_handlers(state: State) -> list[HandlerInfo]:
     """Registered handlers with the JSON schema their input must satisfy."""
-    return [HandlerInfo(name=spec.name, description=spec.description,
-                        input_schema=spec.input_schema()) for spec in state.registry]
+    return [
+        HandlerInfo(name=spec.name, description=spec.description, input_schema=spec.input_schema())
+        for spec in state.registry
+    ]
 
 
 @router.get("/workers", response_model=list[WorkerInfo], tags=["workers"])

@@ -28,16 +28,16 @@ local function holds(run_key, owner, fence)
     and cur[2] == owner and cur[3] == fence
 end
 
--- Put a run back on the ready queue and leave one wake token for blocked workers.
-local function make_ready(ready_key, wake_key, run_id, at_front)
+-- Put a run on the ready queue and wake every idle worker of the queue. Pub/sub
+-- is a broadcast: unlike a token in a list, a paused or partitioned worker cannot
+-- swallow the wake-up meant for the others.
+local function make_ready(ready_key, wake_channel, run_id, at_front)
   if at_front then
     redis.call('LPUSH', ready_key, run_id)
   else
     redis.call('RPUSH', ready_key, run_id)
   end
-  if redis.call('LLEN', wake_key) == 0 then
-    redis.call('RPUSH', wake_key, '1')
-  end
+  redis.call('PUBLISH', wake_channel, 'ready')
 end
 
 -- Write a terminal state and its terminal event in one step, drop the lease, and

@@ -2,15 +2,15 @@
 --
 -- KEYS[1]  leases       zset    id -> lease expiry ms
 -- KEYS[2]  ready        list    runnable ids (FIFO)
--- KEYS[3]  wake         list    wake token for blocked workers
--- KEYS[4]  run_prefix   prefix  run keys are this prefix .. id (same hash tag)
--- KEYS[5]  events_prefix  prefix  event streams are this prefix .. id
--- KEYS[6]  idem_prefix  prefix  idempotency keys are this prefix .. key
+-- KEYS[3]  run_prefix   prefix  run keys are this prefix .. id (same hash tag)
+-- KEYS[4]  events_prefix  prefix  event streams are this prefix .. id
+-- KEYS[5]  idem_prefix  prefix  idempotency keys are this prefix .. key
 -- ARGV[1]  owner_id     string
 -- ARGV[2]  retention_ms integer
 -- ARGV[3]  maxlen       integer
 -- ARGV[4]  reason       string  why the runs are released (e.g. drain)
--- ARGV[5..] id, fence   pairs, one per released run
+-- ARGV[5]  wake_channel string  pub/sub channel idle workers of the queue listen on
+-- ARGV[6..] id, fence   pairs, one per released run
 -- returns  a list with one code per pair, in order: OK (released, or cancelled if a
 --          cancel was pending), LOST (fenced out: nothing written)
 -- events   released, or cancelled
@@ -18,14 +18,14 @@
 --          so another worker takes it at once and this owner can write nothing more.
 --- @include lib
 
-local k = {leases = KEYS[1], run_prefix = KEYS[4], events_prefix = KEYS[5],
-  idem_prefix = KEYS[6]}
+local k = {leases = KEYS[1], run_prefix = KEYS[3], events_prefix = KEYS[4],
+  idem_prefix = KEYS[5]}
 local owner = ARGV[1]
 local now = now_ms()
 local answers = {}
-for i = 5, #ARGV, 2 do
+for i = 6, #ARGV, 2 do
   local id, fence = ARGV[i], ARGV[i + 1]
-  local run_key = KEYS[4] .. id
+  local run_key = KEYS[3] .. id
   if not holds(run_key, owner, fence) then
     answers[#answers + 1] = 'LOST'
   else
@@ -38,9 +38,9 @@ for i = 5, #ARGV, 2 do
       redis.call('HSET', run_key, 'status', 'queued')
       redis.call('HDEL', run_key, 'owner_id', 'lease_expires_at')
       redis.call('ZREM', KEYS[1], id)
-      emit(run_key, KEYS[5] .. id, 'released', new_fence, now,
+      emit(run_key, KEYS[4] .. id, 'released', new_fence, now,
         cjson.encode({owner_id = owner, reason = ARGV[4]}), ARGV[3])
-      make_ready(KEYS[2], KEYS[3], id, true)
+      make_ready(KEYS[2], ARGV[5], id, true)
     end
     answers[#answers + 1] = 'OK'
   end

@@ -3,11 +3,10 @@
 -- KEYS[1]  ready        list    runnable ids (FIFO)
 -- KEYS[2]  delayed      zset    id -> epoch ms it may run (retry backoff)
 -- KEYS[3]  leases       zset    id -> lease expiry ms
--- KEYS[4]  wake         list    wake token for blocked workers
--- KEYS[5]  run_prefix   prefix  run keys are this prefix .. id (same hash tag)
--- KEYS[6]  events_prefix  prefix  event streams are this prefix .. id
+-- KEYS[4]  run_prefix   prefix  run keys are this prefix .. id (same hash tag)
+-- KEYS[5]  events_prefix  prefix  event streams are this prefix .. id
 -- ARGV[1]  owner_id     string  the claiming worker
--- ARGV[2]  count        integer how many runs at most (0: only promote and re-arm wake)
+-- ARGV[2]  count        integer how many runs at most (0: only promote due retries)
 -- ARGV[3]  lease_ttl_ms integer
 -- ARGV[4]  maxlen       integer approximate cap of each event stream
 -- ARGV[5]  promote_max  integer how many due retries to promote at most
@@ -17,7 +16,7 @@
 -- events   claimed
 -- invariant: a claimed run leaves `ready` and gains its lease in the same atomic
 --          step: there is no moment when it is neither queued nor leased. Run keys
---          are derived from KEYS[5]/KEYS[6] because a claim cannot know in advance
+--          are derived from KEYS[4]/KEYS[5] because a claim cannot know in advance
 --          which ids it will pop; every derived key carries the queue's hash tag.
 --- @include lib
 
@@ -41,7 +40,7 @@ while #claimed < want do
     break
   end
   for _, id in ipairs(ids) do
-    local run_key = KEYS[5] .. id
+    local run_key = KEYS[4] .. id
     local cur = redis.call('HMGET', run_key, 'status', 'handler', 'input', 'attempt',
       'max_attempts', 'state', 'resume_input')
     -- anything not queued (cancelled while waiting, expired) is dropped lazily here
@@ -52,17 +51,12 @@ while #claimed < want do
         'lease_expires_at', expires, 'lease_ttl_ms', ttl, 'started_at', now,
         'last_renewed_at', now)
       redis.call('ZADD', KEYS[3], expires, id)
-      emit(run_key, KEYS[6] .. id, 'claimed', fence, now,
+      emit(run_key, KEYS[5] .. id, 'claimed', fence, now,
         cjson.encode({owner_id = owner, attempt = tonumber(cur[4])}), ARGV[4])
       claimed[#claimed + 1] = {id, fence, cur[2], cur[3], tonumber(cur[4]),
         tonumber(cur[5]), cur[6] or '', cur[7] or ''}
     end
   end
-end
-
--- chain the wake-up: if work remains, the next blocked worker must hear about it
-if redis.call('LLEN', KEYS[1]) > 0 and redis.call('LLEN', KEYS[4]) == 0 then
-  redis.call('RPUSH', KEYS[4], '1')
 end
 
 local next_due = -1

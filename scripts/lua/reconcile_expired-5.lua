@@ -2,13 +2,13 @@
 --
 -- KEYS[1]  leases       zset    id -> lease expiry ms
 -- KEYS[2]  ready        list    runnable ids (FIFO)
--- KEYS[3]  wake         list    wake token for blocked workers
--- KEYS[4]  run_prefix   prefix  run keys are this prefix .. id (same hash tag)
--- KEYS[5]  events_prefix  prefix  event streams are this prefix .. id
--- KEYS[6]  idem_prefix  prefix  idempotency keys are this prefix .. key
+-- KEYS[3]  run_prefix   prefix  run keys are this prefix .. id (same hash tag)
+-- KEYS[4]  events_prefix  prefix  event streams are this prefix .. id
+-- KEYS[5]  idem_prefix  prefix  idempotency keys are this prefix .. key
 -- ARGV[1]  limit        integer how many expired leases to handle at most
 -- ARGV[2]  retention_ms integer
 -- ARGV[3]  maxlen       integer
+-- ARGV[4]  wake_channel string  pub/sub channel idle workers of the queue listen on
 -- returns  {code, actions}  codes: OK; actions is a list of {id, action, fence},
 --          action being orphaned | requeued | cancelled | reconciliation_required
 -- events   orphaned | cancelled (terminal), or lease_expired then requeued, or
@@ -19,8 +19,8 @@
 --          reconciler finds nothing left to do.
 --- @include lib
 
-local k = {leases = KEYS[1], run_prefix = KEYS[4], events_prefix = KEYS[5],
-  idem_prefix = KEYS[6]}
+local k = {leases = KEYS[1], run_prefix = KEYS[3], events_prefix = KEYS[4],
+  idem_prefix = KEYS[5]}
 local retention = tonumber(ARGV[2])
 local maxlen = ARGV[3]
 local now = now_ms()
@@ -34,7 +34,7 @@ local function requeue(id, run_key, events_key, fence, evidence)
   emit(run_key, events_key, 'lease_expired', fence, now, cjson.encode(evidence), maxlen)
   emit(run_key, events_key, 'requeued', fence, now,
     cjson.encode({reason = 'lease_expired', attempt = attempt}), maxlen)
-  make_ready(KEYS[2], KEYS[3], id, false)
+  make_ready(KEYS[2], ARGV[4], id, false)
 end
 
 local function orphan(id, fence, evidence)
@@ -47,7 +47,7 @@ end
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now,
   'LIMIT', 0, tonumber(ARGV[1]))
 for _, id in ipairs(expired) do
-  local run_key = KEYS[4] .. id
+  local run_key = KEYS[3] .. id
   local cur = redis.call('HMGET', run_key, 'status', 'owner_id', 'fence',
     'lease_expires_at', 'last_renewed_at', 'on_lease_expired', 'attempt', 'max_attempts')
   local status, expires = cur[1], tonumber(cur[4])
@@ -67,7 +67,7 @@ for _, id in ipairs(expired) do
         cjson.encode({reason = 'owner_lost', evidence = evidence}), retention, maxlen)
     elseif cur[6] == 'retry' and tonumber(cur[7]) < tonumber(cur[8]) then
       action = 'requeued'
-      requeue(id, run_key, KEYS[5] .. id, fence, evidence)
+      requeue(id, run_key, KEYS[4] .. id, fence, evidence)
     else
       action = 'orphaned'
       orphan(id, fence, evidence)

@@ -3,14 +3,14 @@
 -- KEYS[1]  leases       zset    id -> lease expiry ms
 -- KEYS[2]  ready        list    runnable ids (FIFO)
 -- KEYS[3]  delayed      zset    id -> epoch ms it may run (retry backoff)
--- KEYS[4]  wake         list    wake token for blocked workers
--- KEYS[5]  run_prefix   prefix  run keys are this prefix .. id (same hash tag)
--- KEYS[6]  events_prefix  prefix  event streams are this prefix .. id
--- KEYS[7]  idem_prefix  prefix  idempotency keys are this prefix .. key
+-- KEYS[4]  run_prefix   prefix  run keys are this prefix .. id (same hash tag)
+-- KEYS[5]  events_prefix  prefix  event streams are this prefix .. id
+-- KEYS[6]  idem_prefix  prefix  idempotency keys are this prefix .. key
 -- ARGV[1]  owner_id     string
 -- ARGV[2]  retention_ms integer how long a finished run is kept
 -- ARGV[3]  maxlen       integer approximate cap of each event stream
--- ARGV[4..] id, fence, outcome, output, error, retry_delay_ms  groups of six:
+-- ARGV[4]  wake_channel string  pub/sub channel idle workers of the queue listen on
+-- ARGV[5..] id, fence, outcome, output, error, retry_delay_ms  groups of six:
 --          outcome is succeeded | failed | cancelled; output and error are json or '';
 --          retry_delay_ms >= 0 asks for a retry when attempts remain, -1 for none
 -- returns  a list with one code per group, in order: OK (terminal state written),
@@ -21,8 +21,8 @@
 --          attempt < max_attempts.
 --- @include lib
 
-local k = {leases = KEYS[1], run_prefix = KEYS[5], events_prefix = KEYS[6],
-  idem_prefix = KEYS[7]}
+local k = {leases = KEYS[1], run_prefix = KEYS[4], events_prefix = KEYS[5],
+  idem_prefix = KEYS[6]}
 local owner = ARGV[1]
 local retention = tonumber(ARGV[2])
 local maxlen = ARGV[3]
@@ -30,26 +30,26 @@ local now = now_ms()
 local answers = {}
 
 local function retry(id, fence, err, delay_ms)
-  local run_key = KEYS[5] .. id
+  local run_key = KEYS[4] .. id
   local attempt = redis.call('HINCRBY', run_key, 'attempt', 1)
   local run_at = now + delay_ms
   redis.call('HSET', run_key, 'status', 'queued', 'error', err)
   redis.call('HDEL', run_key, 'owner_id', 'lease_expires_at')
   redis.call('ZREM', KEYS[1], id)
-  emit(run_key, KEYS[6] .. id, 'requeued', fence, now,
+  emit(run_key, KEYS[5] .. id, 'requeued', fence, now,
     cjson.encode({reason = 'retry', attempt = attempt, run_at_ms = run_at,
       error = cjson.decode(err)}), maxlen)
   if delay_ms > 0 then
     redis.call('ZADD', KEYS[3], run_at, id)
   else
-    make_ready(KEYS[2], KEYS[4], id, false)
+    make_ready(KEYS[2], ARGV[4], id, false)
   end
 end
 
-for i = 4, #ARGV, 6 do
+for i = 5, #ARGV, 6 do
   local id, fence, outcome = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local output, err, delay = ARGV[i + 3], ARGV[i + 4], tonumber(ARGV[i + 5])
-  local run_key = KEYS[5] .. id
+  local run_key = KEYS[4] .. id
   if not holds(run_key, owner, fence) then
     answers[#answers + 1] = 'LOST'
   else

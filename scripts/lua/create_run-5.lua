@@ -3,9 +3,8 @@
 -- KEYS[1]  run          hash    the new run's record
 -- KEYS[2]  events       stream  the new run's events
 -- KEYS[3]  ready        list    runnable ids (FIFO)
--- KEYS[4]  wake         list    wake token for blocked workers
--- KEYS[5]  runs         zset    every run of the queue by created_at ms
--- KEYS[6]  idem         string  the idempotency key's record (unused when ARGV[8] is '')
+-- KEYS[4]  runs         zset    every run of the queue by created_at ms
+-- KEYS[5]  idem         string  the idempotency key's record (unused when ARGV[8] is '')
 -- ARGV[1]  run_id       string
 -- ARGV[2]  queue        string
 -- ARGV[3]  handler      string
@@ -16,6 +15,7 @@
 -- ARGV[8]  idempotency_key   string, '' for none
 -- ARGV[9]  fingerprint  string  hash of the request body, for replay detection
 -- ARGV[10] maxlen       integer approximate cap of the event stream
+-- ARGV[11] wake_channel string  pub/sub channel idle workers of the queue listen on
 -- returns  {code, run_id, created_at_ms}  codes: OK (created), REPLAYED (same key and
 --          same body, or this run id exists already: the earlier run's id),
 --          CONFLICT (same key, other body: the earlier run's id)
@@ -31,7 +31,7 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
 end
 local idem_key = ARGV[8]
 if idem_key ~= '' then
-  local prior = redis.call('GET', KEYS[6])
+  local prior = redis.call('GET', KEYS[5])
   if prior then
     local sep = string.find(prior, ' ', 1, true)
     local prior_id = string.sub(prior, 1, sep - 1)
@@ -40,7 +40,7 @@ if idem_key ~= '' then
     end
     return {'CONFLICT', prior_id, 0}
   end
-  redis.call('SET', KEYS[6], run_id .. ' ' .. ARGV[9])
+  redis.call('SET', KEYS[5], run_id .. ' ' .. ARGV[9])
 end
 
 local now = now_ms()
@@ -52,6 +52,6 @@ redis.call('HSET', KEYS[1],
 emit(KEYS[1], KEYS[2], 'created', 0, now,
   cjson.encode({handler = ARGV[3], queue = ARGV[2], max_attempts = tonumber(ARGV[5])}),
   ARGV[10])
-redis.call('ZADD', KEYS[5], now, run_id)
-make_ready(KEYS[3], KEYS[4], run_id, false)
+redis.call('ZADD', KEYS[4], now, run_id)
+make_ready(KEYS[3], ARGV[11], run_id, false)
 return {'OK', run_id, now}

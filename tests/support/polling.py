@@ -1,0 +1,31 @@
+"""Poll for an outcome instead of sleeping a fixed time."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+DEFAULT_TIMEOUT_S = 30.0
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T]],
+    *,
+    until: Callable[[T], bool],
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    interval_s: float = 0.05,
+    what: str = "condition",
+) -> T:
+    """Call ``probe`` until ``until(result)`` holds; fail the test after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = await probe()
+        if until(last):
+            return last
+        await asyncio.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last value: {last!r}")
