@@ -1,18 +1,37 @@
 """HTTP clients for Leasehold's API (httpx), sync and async, used by the CLI and users.
 
 Errors come back as :class:`ApiError` carrying the problem+json body.
+``events(run_id)`` follows a run over SSE and resumes by itself with
+``Last-Event-ID`` after a dropped connection, so the caller sees every event
+exactly once, ending with the terminal one.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
+from httpx_sse import ServerSentEvent, aconnect_sse, connect_sse
 
 from app.errors import LeaseholdError
-from app.models import CancelResult, HandlerInfo, Run, RunPage, WorkerInfo
+from app.models import (
+    TERMINAL_EVENT_TYPES,
+    CancelResult,
+    HandlerInfo,
+    Run,
+    RunEvent,
+    RunPage,
+    WorkerInfo,
+)
 
 DEFAULT_TIMEOUT_S = 30.0
+# a stream is silent between events; keep-alive comments arrive every 15 s by default
+STREAM_TIMEOUT = httpx.Timeout(10.0, read=60.0)
+RECONNECT_DELAY_S = 0.2
+RECONNECT_DELAY_MAX_S = 5.0
 
 
 class ApiError(LeaseholdError):
@@ -37,6 +56,32 @@ def _check(response: httpx.Response) -> httpx.Response:
             body = {"title": response.text or response.reason_phrase}
         raise ApiError(response.status_code, body if isinstance(body, dict) else {})
     return response
+
+
+def _events_request(run_id: str, cursor: str | None) -> tuple[str, dict[str, str]]:
+    return f"/runs/{run_id}/events", ({"Last-Event-ID": cursor} if cursor else {})
+
+
+def _event(message: ServerSentEvent) -> RunEvent:
+    return RunEvent.model_validate_json(message.data)
+
+
+def _next_delay(delay: float) -> float:
+    return min(delay * 2, RECONNECT_DELAY_MAX_S)
+
+
+class _Cursor:
+    """Where a resumable follow is: the last stream id seen, and whether it ended."""
+
+    def __init__(self, last_event_id: str | None) -> None:
+        self.last_event_id = last_event_id
+        self.ended = False
+
+    def advance(self, event: RunEvent) -> RunEvent:
+        if event.id:
+            self.last_event_id = event.id
+        self.ended = event.type in TERMINAL_EVENT_TYPES
+        return event
 
 
 def _create_body(handler: str, input: Any, options: dict[str, Any]) -> dict[str, Any]:
@@ -92,6 +137,40 @@ class Client:
         """POST /runs/{id}/cancel."""
         response = self.http.post(f"/runs/{run_id}/cancel")
         return CancelResult.model_validate(_check(response).json())
+
+    def events(
+        self, run_id: str, *, last_event_id: str | None = None, reconnect: bool = True
+    ) -> Iterator[RunEvent]:
+        """Follow a run: history after ``last_event_id``, then live, until its terminal event.
+
+        A dropped connection is resumed with Last-Event-ID (with backoff) unless
+        ``reconnect`` is False. API errors (404, 400) raise :class:`ApiError`.
+        """
+        cursor = _Cursor(last_event_id)
+        delay = RECONNECT_DELAY_S
+        while not cursor.ended:
+            try:
+                for event in self._follow_once(run_id, cursor.last_event_id):
+                    yield cursor.advance(event)
+                    delay = RECONNECT_DELAY_S
+                    if cursor.ended:
+                        return
+            except httpx.TransportError:
+                if not reconnect:
+                    raise
+            if not reconnect:
+                return
+            time.sleep(delay)
+            delay = _next_delay(delay)
+
+    def _follow_once(self, run_id: str, cursor: str | None) -> Iterator[RunEvent]:
+        path, headers = _events_request(run_id, cursor)
+        with connect_sse(self.http, "GET", path, headers=headers, timeout=STREAM_TIMEOUT) as source:
+            if source.response.is_error:
+                source.response.read()
+                _check(source.response)
+            for message in source.iter_sse():
+                yield _event(message)
 
     def handlers(self) -> list[HandlerInfo]:
         """GET /handlers."""
@@ -149,3 +228,35 @@ class AsyncClient:
         """POST /runs/{id}/cancel."""
         response = await self.http.post(f"/runs/{run_id}/cancel")
         return CancelResult.model_validate(_check(response).json())
+
+    async def events(
+        self, run_id: str, *, last_event_id: str | None = None, reconnect: bool = True
+    ) -> AsyncIterator[RunEvent]:
+        """Async twin of :meth:`Client.events`."""
+        cursor = _Cursor(last_event_id)
+        delay = RECONNECT_DELAY_S
+        while not cursor.ended:
+            try:
+                async for event in self._follow_once(run_id, cursor.last_event_id):
+                    yield cursor.advance(event)
+                    delay = RECONNECT_DELAY_S
+                    if cursor.ended:
+                        return
+            except httpx.TransportError:
+                if not reconnect:
+                    raise
+            if not reconnect:
+                return
+            await asyncio.sleep(delay)
+            delay = _next_delay(delay)
+
+    async def _follow_once(self, run_id: str, cursor: str | None) -> AsyncIterator[RunEvent]:
+        path, headers = _events_request(run_id, cursor)
+        async with aconnect_sse(
+            self.http, "GET", path, headers=headers, timeout=STREAM_TIMEOUT
+        ) as source:
+            if source.response.is_error:
+                await source.response.aread()
+                _check(source.response)
+            async for message in source.aiter_sse():
+                yield _event(message)

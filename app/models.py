@@ -19,6 +19,14 @@ IDEMPOTENCY_KEY_PATTERN = r"^[A-Za-z0-9_.:\-]{1,128}$"
 HANDLER_NAME_PATTERN = r"^[A-Za-z0-9_.\-]{1,128}$"
 RUN_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}\.[0-9A-HJKMNP-TV-Z]{26}$"
 RUN_ID = re.compile(RUN_ID_PATTERN)
+EVENT_ID_PATTERN = r"^\d{1,20}-\d{1,20}$"
+EVENT_ID = re.compile(EVENT_ID_PATTERN)
+
+
+def event_id_order(event_id: str) -> tuple[int, int]:
+    """Sort key of a Redis stream id (``<ms>-<seq>``); ids compare as pairs, not text."""
+    ms, _, seq = event_id.partition("-")
+    return int(ms), int(seq or 0)
 
 
 class RunStatus(StrEnum):
@@ -43,6 +51,11 @@ class RunStatus(StrEnum):
     def is_parked(self) -> bool:
         """States no executor touches until a person acts."""
         return self in PARKED_STATUSES
+
+    @property
+    def is_settled(self) -> bool:
+        """Terminal or parked: what a waiting client stops waiting for."""
+        return self.is_terminal or self.is_parked
 
 
 TERMINAL_STATUSES = frozenset(
@@ -90,7 +103,11 @@ class Run(BaseModel):
 
 
 class RunEvent(BaseModel):
-    """One entry of a run's event stream; ``id`` is the Redis stream id (and the SSE id)."""
+    """One entry of a run's event stream; ``id`` is the Redis stream id (and the SSE id).
+
+    The synthetic ``replay_unavailable`` event (sent when history a client asked for
+    was trimmed) is not stored and has an empty ``id``.
+    """
 
     id: str
     run_id: str
@@ -160,3 +177,13 @@ class Problem(BaseModel):
     detail: str | None = None
     instance: str | None = None
     errors: list[dict[str, Any]] | None = None
+
+
+class ReadinessReport(BaseModel):
+    """Body of GET /readyz, with 200 (ready) or 503 (not ready)."""
+
+    status: Literal["ready", "unavailable"]
+    redis_reachable: bool
+    scripts_loaded: bool
+    maxmemory_policy: str | None = None
+    problems: list[str] = Field(default_factory=list)

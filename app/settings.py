@@ -21,6 +21,12 @@ from app.errors import ConfigurationError
 ENV_PREFIX = "LEASEHOLD_"
 QUEUE_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 _QUEUE_NAME = re.compile(QUEUE_NAME_PATTERN)
+# what an HTTP client can send in an Authorization header without escaping
+API_KEY_PATTERN = r"^[A-Za-z0-9._~+/=-]{16,256}$"
+_API_KEY = re.compile(API_KEY_PATTERN)
+
+# settings whose values may be credentials: an error names them but never echoes them
+_SECRET_FIELD = re.compile(r"key|url|password|secret|token", re.IGNORECASE)
 
 CommaList = Annotated[list[str], NoDecode]
 
@@ -40,35 +46,147 @@ class Settings(BaseSettings):
         default=None,
         description="Redis to use; unset means the one `leasehold up` embedded, else localhost",
     )
-    prefix: str = Field(default="lh", pattern=r"^[A-Za-z0-9_-]{1,32}$")
-    queues: CommaList = Field(default_factory=lambda: ["default"], min_length=1)
-    lease_ttl_s: float = Field(default=30.0, gt=0, le=3600)
-    reconcile_interval_s: float | None = Field(default=None, gt=0)
-    lease_safety_margin_s: float | None = Field(default=None, ge=0)
-    concurrency: int = Field(default=16, ge=1, le=100_000)
-    claim_batch_max: int = Field(default=64, ge=1, le=1000)
-    handlers: CommaList = Field(default_factory=lambda: ["app.demo"])
-    drain_timeout_s: float = Field(default=30.0, ge=0)
-    run_retention_s: float = Field(default=7 * 24 * 3600.0, gt=0)
-    max_input_bytes: int = Field(default=1_048_576, ge=64)
-    max_event_bytes: int = Field(default=65_536, ge=64)
-    events_maxlen: int = Field(default=10_000, ge=10)
-    default_max_attempts: int = Field(default=1, ge=1, le=1000)
-    default_on_lease_expired: Literal["orphan", "retry"] = "orphan"
-    retry_backoff_s: float = Field(default=1.0, ge=0)
-    retry_backoff_max_s: float = Field(default=60.0, ge=0)
-    reconciler_enabled: bool = True
-    idle_wake_s: float = Field(default=5.0, gt=0)
-    api_host: str = "127.0.0.1"
-    api_port: int = Field(default=8000, ge=0, le=65535)
-    api_keys: CommaList = Field(default_factory=list)
-    api_url: str | None = None
-    api_key: str | None = None
-    state_dir: Path = Path(".leasehold")
-    embedded_redis_port: int = Field(default=0, ge=0, le=65535)
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    prefix: str = Field(
+        default="lh",
+        pattern=r"^[A-Za-z0-9_-]{1,32}$",
+        description="First part of every Redis key, so several deployments can share one Redis",
+    )
+    queues: CommaList = Field(
+        default_factory=lambda: ["default"],
+        min_length=1,
+        description="Queues a worker claims from (comma-separated)",
+    )
+    lease_ttl_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="Run lease TTL: how long a silent executor is presumed alive (detection only)",
+    )
+    reconcile_interval_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="How often reconcilers scan for expired leases; unset means TTL/3",
+    )
+    lease_safety_margin_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="A worker that cannot renew stops its runs this long before the TTL ends; "
+        "unset means TTL/6",
+    )
+    concurrency: int = Field(
+        default=16, ge=1, le=100_000, description="Runs one worker process executes at once"
+    )
+    claim_batch_max: int = Field(
+        default=64, ge=1, le=1000, description="Most runs a worker claims in one round trip"
+    )
+    handlers: CommaList = Field(
+        default_factory=lambda: ["app.demo"],
+        description="Modules imported at start to register handlers (comma-separated)",
+    )
+    drain_timeout_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="On SIGTERM, how long running runs may finish before being released",
+    )
+    run_retention_s: float = Field(
+        default=7 * 24 * 3600.0,
+        gt=0,
+        description="How long a finished run and its events are kept in Redis",
+    )
+    max_input_bytes: int = Field(
+        default=1_048_576, ge=64, description="Largest run input POST /runs accepts (else 413)"
+    )
+    max_event_bytes: int = Field(
+        default=65_536, ge=64, description="Largest event payload a handler may emit"
+    )
+    events_maxlen: int = Field(
+        default=10_000, ge=10, description="Events kept per run stream (approximate trim)"
+    )
+    default_max_attempts: int = Field(
+        default=1, ge=1, le=1000, description="Attempts a run gets when its request names none"
+    )
+    default_on_lease_expired: Literal["orphan", "retry"] = Field(
+        default="orphan",
+        description="What the reconciler does with an expired run when its request names "
+        "nothing: orphan (terminal) or retry (requeue while attempts remain)",
+    )
+    retry_backoff_s: float = Field(
+        default=1.0, ge=0, description="First delay before a retryable failure runs again"
+    )
+    retry_backoff_max_s: float = Field(
+        default=60.0, ge=0, description="Cap of the exponential retry delay"
+    )
+    reconciler_enabled: bool = Field(
+        default=True, description="Run a reconciler inside every worker"
+    )
+    idle_wake_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="Safety-net claim interval of an idle worker, for a missed pub/sub wake-up",
+    )
+    sse_keepalive_s: float = Field(
+        default=15.0, gt=0, description="Keep-alive comment period on idle event streams"
+    )
+    sse_send_timeout_s: float = Field(
+        default=30.0, gt=0, description="A follower that cannot take a message this long is dropped"
+    )
+    sse_retry_ms: int = Field(
+        default=2000, ge=0, description="Reconnect delay hinted to SSE clients (retry: field)"
+    )
+    sse_queue_max: int = Field(
+        default=10_000,
+        ge=10,
+        description="Events a follower may lag behind before it is dropped (it resumes by id)",
+    )
+    sse_block_ms: int = Field(
+        default=5000, ge=10, description="How long one XREAD of an event feed blocks per call"
+    )
+    sse_max_followed_runs: int = Field(
+        default=1000,
+        ge=1,
+        description="Runs one API process can follow at once (one Redis connection each)",
+    )
+    api_host: str = Field(default="127.0.0.1", description="Address the API binds to")
+    api_port: int = Field(default=8000, ge=0, le=65535, description="Port the API listens on")
+    api_keys: CommaList = Field(
+        default_factory=list,
+        description="Bearer keys the API accepts (comma-separated, several to rotate); when "
+        "set, every route but /healthz needs `Authorization: Bearer <key>`",
+    )
+    cors_origins: CommaList = Field(
+        default_factory=list,
+        description="Browser origins allowed by CORS (comma-separated, `*` for any); "
+        "empty means CORS is off",
+    )
+    max_input_depth: int = Field(
+        default=32,
+        ge=1,
+        le=1000,
+        description="Deepest nesting of arrays/objects a run's input or metadata may have "
+        "(else 422)",
+    )
+    api_url: str | None = Field(
+        default=None,
+        description="Where the CLI reaches the API; unset means this host's API_HOST:API_PORT",
+    )
+    api_key: str | None = Field(default=None, description="Bearer key the CLI sends to the API")
+    state_dir: Path = Field(
+        default=Path(".leasehold"),
+        description="Where `leasehold up` keeps the embedded Redis (AOF, log, redis.url)",
+    )
+    embedded_redis_port: int = Field(
+        default=0, ge=0, le=65535, description="Port of the embedded Redis; 0 picks a free one"
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        default="INFO", description="Log level of every process"
+    )
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        description="text for people, json for log pipelines: one object per line with "
+        "run_id, owner_id and fence where they apply",
+    )
 
-    @field_validator("queues", "handlers", "api_keys", mode="before")
+    @field_validator("queues", "handlers", "api_keys", "cors_origins", mode="before")
     @classmethod
     def _parse_comma_list(cls, value: object) -> object:
         return _split_commas(value)
@@ -81,13 +199,24 @@ class Settings(BaseSettings):
                 raise ValueError(f"queue name {name!r} must match {QUEUE_NAME_PATTERN}")
         return value
 
+    @field_validator("api_keys")
+    @classmethod
+    def _check_api_keys(cls, value: list[str]) -> list[str]:
+        for key in value:
+            if not _API_KEY.match(key):
+                # the value is a secret: name the rule, never echo the key
+                raise ValueError(f"every key must match {API_KEY_PATTERN}")
+        return value
+
     @model_validator(mode="after")
     def _check_lease_timing(self) -> Settings:
         if (
             self.lease_safety_margin_s is not None
             and self.lease_safety_margin_s >= self.lease_ttl_s
         ):
-            raise ValueError("lease_safety_margin_s must be shorter than lease_ttl_s")
+            raise ValueError(
+                f"{ENV_PREFIX}LEASE_SAFETY_MARGIN_S must be shorter than {ENV_PREFIX}LEASE_TTL_S"
+            )
         return self
 
     @property
@@ -157,9 +286,13 @@ def load_settings(**overrides: object) -> Settings:
 
 
 def _describe(exc: ValidationError) -> str:
+    """One line; each problem names its variable and, unless it may be a secret, the value."""
     problems = []
     for error in exc.errors():
-        field = ".".join(str(part) for part in error["loc"]) or "settings"
-        name = f"{ENV_PREFIX}{field.upper()}" if error["loc"] else field
-        problems.append(f"{name}: {error['msg']}")
+        message = error["msg"].removeprefix("Value error, ")
+        if error["loc"]:
+            field = "_".join(str(part) for part in error["loc"])
+            shown = "" if _SECRET_FIELD.search(field) else f" (got {error['input']!r})"
+            message = f"{ENV_PREFIX}{field.upper()}: {message}{shown}"
+        problems.append(message)
     return "invalid setting " + "; ".join(problems)

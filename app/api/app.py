@@ -15,9 +15,13 @@ from fastapi import FastAPI
 from redis.exceptions import RedisError
 
 from app import __version__
+from app.api.auth import OPEN_PATHS, BearerAuth
+from app.api.cors import install_cors
+from app.api.hub import EventHub
 from app.api.limits import BodySizeLimit
+from app.api.openapi import complete_openapi
 from app.api.problems import install_problem_handlers
-from app.api.routes import runs, system
+from app.api.routes import events, runs, system
 from app.api.state import ApiState
 from app.executor.registry import HandlerRegistry, load_handler_modules
 from app.settings import Settings
@@ -46,10 +50,26 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
             retention_ms=settings.run_retention_ms,
             events_maxlen=settings.events_maxlen,
         )
-        app.state.leasehold = ApiState(settings, client, scripts, store, handlers)
+        # blocking XREADs get their own pool: one connection per followed run
+        stream_client = async_client(
+            settings.resolved_redis_url(), max_connections=settings.sse_max_followed_runs
+        )
+        stream_store = RunStore(
+            stream_client,
+            scripts=scripts,
+            prefix=settings.prefix,
+            retention_ms=settings.run_retention_ms,
+            events_maxlen=settings.events_maxlen,
+        )
+        hub = EventHub(
+            stream_store, block_ms=settings.sse_block_ms, queue_max=settings.sse_queue_max
+        )
+        app.state.leasehold = ApiState(settings, client, scripts, store, handlers, hub)
         try:
             yield
         finally:
+            await hub.close()
+            await stream_client.aclose()
             await client.aclose()
 
     app = FastAPI(
@@ -60,6 +80,12 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
     )
     install_problem_handlers(app)
     app.include_router(runs.router)
+    app.include_router(events.router)
     app.include_router(system.router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_input_bytes + BODY_OVERHEAD_BYTES)
+    # added later = outermost: a request without a key is refused before its body is read,
+    # and CORS preflights (which never carry a key) are answered before authentication
+    app.add_middleware(BearerAuth, keys=settings.api_keys)
+    install_cors(app, settings.cors_origins)
+    complete_openapi(app, auth_enabled=bool(settings.api_keys), open_paths=OPEN_PATHS)
     return app

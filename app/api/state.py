@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 from fastapi import Request
 
+from app.api.hub import EventHub
 from app.executor.registry import HandlerRegistry
 from app.settings import Settings
 from app.store.runs import RunStore
@@ -22,6 +24,14 @@ class ApiState:
     scripts: Scripts
     store: RunStore
     registry: HandlerRegistry
+    hub: EventHub
+    # detached work (e.g. cancel-on-disconnect) that no request may cancel
+    background: set[asyncio.Task[object]] = field(default_factory=set)
+
+    def detach(self, task: asyncio.Task[object]) -> None:
+        """Keep a reference to a background task until it is done."""
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
 
 
 def api_state(request: Request) -> ApiState:

@@ -170,10 +170,9 @@ class RunStore:
 
     async def get(self, run_id: str) -> Run:
         """The run with this id; raises :class:`RunNotFound` (also for malformed ids)."""
-        queue = queue_of(run_id)
-        if queue is None:
-            raise RunNotFound(run_id)
-        fields = cast(dict[str, str], await self.client.hgetall(self.keys(queue).run(run_id)))
+        fields = cast(
+            dict[str, str], await self.client.hgetall(self.keys(_queue(run_id)).run(run_id))
+        )
         if not fields:
             raise RunNotFound(run_id)
         return run_from_hash(fields)
@@ -184,10 +183,7 @@ class RunStore:
         Idempotent. Raises :class:`RunNotFound`, or :class:`InvalidTransition` when
         the run already ended in another terminal state.
         """
-        queue = queue_of(run_id)
-        if queue is None:
-            raise RunNotFound(run_id)
-        keys = self.keys(queue)
+        keys = self.keys(_queue(run_id))
         code, status = await self.scripts.call(
             self.client,
             "cancel_run",
@@ -204,15 +200,41 @@ class RunStore:
         self, run_id: str, *, after: str | None = None, count: int = 1000
     ) -> list[RunEvent]:
         """Up to ``count`` events of a run, oldest first, strictly after stream id ``after``."""
-        queue = queue_of(run_id)
-        if queue is None:
-            raise RunNotFound(run_id)
         start = f"({after}" if after else "-"
         entries = cast(
             list[tuple[str, dict[str, str]]],
-            await self.client.xrange(self.keys(queue).events(run_id), start, "+", count=count),
+            await self.client.xrange(
+                self.keys(_queue(run_id)).events(run_id), start, "+", count=count
+            ),
         )
         return [event_from_entry(run_id, entry_id, fields) for entry_id, fields in entries]
+
+    async def wait_events(
+        self, run_id: str, *, after: str, block_ms: int, count: int = 1000
+    ) -> list[RunEvent]:
+        """Events after stream id ``after``, blocking up to ``block_ms`` for the first one.
+
+        Holds a connection for the whole wait: call it from a client whose pool is
+        sized for blocking readers (the API's event hub has its own).
+        """
+        key = self.keys(_queue(run_id)).events(run_id)
+        reply = cast(
+            list[tuple[str, list[tuple[str, dict[str, str]]]]] | None,
+            await self.client.xread({key: after}, count=count, block=block_ms),
+        )
+        if not reply:
+            return []
+        return [event_from_entry(run_id, entry_id, fields) for entry_id, fields in reply[0][1]]
+
+    async def stream_bounds(self, run_id: str) -> tuple[RunEvent | None, str | None]:
+        """The oldest retained event of a run's stream and the id of its newest one."""
+        key = self.keys(_queue(run_id)).events(run_id)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.xrange(key, "-", "+", count=1)
+        pipe.xrevrange(key, "+", "-", count=1)
+        oldest, newest = cast(list[list[tuple[str, dict[str, str]]]], await pipe.execute())
+        first = event_from_entry(run_id, oldest[0][0], oldest[0][1]) if oldest else None
+        return first, newest[0][0] if newest else None
 
     async def queues(self) -> list[str]:
         """Every queue a run was ever created on."""

@@ -12,6 +12,7 @@ import os
 import redis.asyncio as aioredis
 from pydantic import BaseModel, Field
 
+from app.errors import EventTooLarge
 from app.executor import RunContext, handler
 
 
@@ -37,3 +38,37 @@ async def record(ctx: RunContext, params: RecordInput) -> dict[str, object]:
         await client.aclose()
     await asyncio.sleep(params.seconds)
     return {"execution": count, "fence": ctx.fence, "owner": ctx.owner_id}
+
+
+class TokensInput(BaseModel):
+    """How many token events to emit, and how fast."""
+
+    count: int = Field(default=100, ge=0)
+    gap_s: float = Field(default=0.0, ge=0)
+
+
+@handler("test.tokens")
+async def tokens(ctx: RunContext, params: TokensInput) -> dict[str, int]:
+    """Emit ``count`` numbered token events, as a streaming model would."""
+    for index in range(params.count):
+        await ctx.emit("token", {"i": index, "text": f"t{index} "})
+        if params.gap_s:
+            await asyncio.sleep(params.gap_s)
+    return {"emitted": params.count}
+
+
+class OversizedInput(BaseModel):
+    """Size of the event payload to try."""
+
+    size: int = 1_000_000
+
+
+@handler("test.oversized")
+async def oversized(ctx: RunContext, params: OversizedInput) -> dict[str, str]:
+    """Try to emit an event over the size bound; report the error the handler got."""
+    try:
+        await ctx.emit("blob", {"data": "x" * params.size})
+    except EventTooLarge as exc:
+        await ctx.emit("note", {"after": "refused"})
+        return {"refused": str(exc)}
+    return {"refused": ""}

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
-import json
-from typing import Annotated
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
+from redis.exceptions import RedisError
+from sse_starlette import ServerSentEvent
 
+from app.api.limits import parse_json_body
 from app.api.problems import PROBLEM_JSON
 from app.api.state import ApiState, api_state
+from app.api.streaming import event_stream_response, run_events
+from app.errors import InvalidTransition, RunNotFound
 from app.models import (
     HANDLER_NAME_PATTERN,
     IDEMPOTENCY_KEY_PATTERN,
@@ -26,13 +33,15 @@ from app.settings import QUEUE_NAME_PATTERN
 from app.store.codec import dumps
 from app.store.runs import NewRun
 
+log = logging.getLogger(__name__)
+
 router = APIRouter(tags=["runs"])
 
 State = Annotated[ApiState, Depends(api_state)]
 RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="`<queue>.<ULID>`")]
 
 
-def _problems(*codes: int) -> dict[int | str, dict[str, object]]:
+def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {code: {"model": Problem, "content": {PROBLEM_JSON: {}}} for code in codes}
 
 
@@ -42,11 +51,9 @@ async def create_request_body(request: Request) -> CreateRunRequest:
     ``curl -d '{...}'`` sends ``application/x-www-form-urlencoded``; refusing a
     JSON body for its label would only make the quick start fail.
     """
-    raw = await request.body()
-    try:
-        data = json.loads(raw) if raw.strip() else None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise HTTPException(400, f"the body is not valid JSON: {exc}") from None
+    data = parse_json_body(
+        await request.body(), max_depth=api_state(request).settings.max_input_depth
+    )
     try:
         return CreateRunRequest.model_validate(data)
     except ValidationError as exc:
@@ -89,42 +96,98 @@ def _new_run(body: CreateRunRequest, state: ApiState, idempotency_key: str | Non
     )
 
 
+CREATE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"model": Run, "description": "idempotent replay"},
+    201: {
+        "model": Run,
+        "description": (
+            "created; with `Accept: text/event-stream` the body is the run's event "
+            "stream (see GET /runs/{id}/events)"
+        ),
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    },
+    **problems(400, 409, 413, 422),
+}
+
+
 @router.post(
     "/runs",
     status_code=201,
     response_model=Run,
     openapi_extra=CREATE_BODY_DOC,
-    responses={
-        200: {"model": Run, "description": "idempotent replay"},
-        **_problems(400, 409, 413, 422),
-    },
+    responses=CREATE_RESPONSES,
 )
 async def create_run(
     body: Annotated[CreateRunRequest, Depends(create_request_body)],
+    request: Request,
     response: Response,
     state: State,
     idempotency_key: Annotated[str | None, Header(pattern=IDEMPOTENCY_KEY_PATTERN)] = None,
-) -> Run:
+) -> Run | Response:
     """Create a run, detached from this request; it is queued for any worker.
 
     The same idempotency key with the same body returns the existing run (200,
-    ``Idempotency-Replayed: true``); with another body it is a 409.
+    ``Idempotency-Replayed: true``); with another body it is a 409. With
+    ``Accept: text/event-stream`` the response streams the run's events; the run
+    does not depend on that connection unless ``cancel_on_disconnect`` is true.
     """
     created = await state.store.create(_new_run(body, state, idempotency_key))
-    response.headers["Location"] = f"/runs/{created.run.id}"
+    headers = {"Location": f"/runs/{created.run.id}"}
     if created.replayed:
-        response.status_code = 200
-        response.headers["Idempotency-Replayed"] = "true"
+        headers["Idempotency-Replayed"] = "true"
+    status = 200 if created.replayed else 201
+    if "text/event-stream" in request.headers.get("accept", ""):
+        stream = run_events(
+            state.store,
+            state.hub,
+            created.run.id,
+            after=None,
+            retry_ms=state.settings.sse_retry_ms,
+        )
+        if body.cancel_on_disconnect:
+            stream = cancel_if_abandoned(state, created.run.id, stream)
+        return event_stream_response(
+            state, created.run, stream, status_code=status, headers=headers
+        )
+    response.status_code = status
+    response.headers.update(headers)
     return created.run
 
 
-@router.get("/runs/{run_id}", response_model=Run, responses=_problems(404, 422))
+async def cancel_if_abandoned(
+    state: ApiState, run_id: str, stream: AsyncIterator[ServerSentEvent]
+) -> AsyncIterator[ServerSentEvent]:
+    """Pass the stream through; if the client leaves before the end, cancel the run.
+
+    The cancel runs as a detached task: the disconnect cancels this generator, and
+    the request to cancel must not be cancelled with it.
+    """
+    completed = False
+    try:
+        async for message in stream:
+            yield message
+        completed = True
+    finally:
+        if not completed:
+            state.detach(asyncio.create_task(_cancel_quietly(state, run_id)))
+
+
+async def _cancel_quietly(state: ApiState, run_id: str) -> None:
+    try:
+        await state.store.cancel(run_id)
+    except (InvalidTransition, RunNotFound):
+        pass  # it ended on its own meanwhile
+    except (RedisError, OSError) as exc:
+        log.warning("cancel on disconnect failed: %s", exc, extra={"run_id": run_id})
+
+
+@router.get("/runs/{run_id}", response_model=Run, responses=problems(404, 422))
 async def get_run(run_id: RunId, state: State) -> Run:
     """The run, found by id alone (the id names its queue)."""
     return await state.store.get(run_id)
 
 
-@router.get("/runs", response_model=RunPage, responses=_problems(400, 422))
+@router.get("/runs", response_model=RunPage, responses=problems(400, 422))
 async def list_runs(
     state: State,
     queue: Annotated[str | None, Query(pattern=QUEUE_NAME_PATTERN)] = None,
@@ -143,7 +206,7 @@ async def list_runs(
     "/runs/{run_id}/cancel",
     status_code=202,
     response_model=CancelResult,
-    responses=_problems(404, 409, 422),
+    responses=problems(404, 409, 422),
 )
 async def cancel_run(run_id: RunId, state: State) -> CancelResult:
     """Ask a run to stop. Idempotent.

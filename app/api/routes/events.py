@@ -1,0 +1,46 @@
+"""GET /runs/{id}/events: a run's events over SSE, resumable with Last-Event-ID."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query
+from sse_starlette import EventSourceResponse
+
+from app.api.routes.runs import RunId, State, problems
+from app.api.streaming import event_stream_response, resume_point, run_events
+
+router = APIRouter(tags=["events"])
+
+SSE_DOC: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": (
+            "Server-Sent Events. Each message has `id` (Redis stream id), `event` (the "
+            "event type) and `data` (RunEvent JSON). Replays history after Last-Event-ID, "
+            "then follows live; keep-alive comments; closes after the terminal event. "
+            "A `replay_unavailable` event (empty id) reports trimmed history."
+        ),
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    },
+    **problems(400, 404, 422),
+}
+
+
+@router.get("/runs/{run_id}/events", responses=SSE_DOC, response_class=EventSourceResponse)
+async def follow_run(
+    run_id: RunId,
+    state: State,
+    last_event_id: Annotated[str | None, Header(max_length=64)] = None,
+    last_event_id_query: Annotated[str | None, Query(alias="last_event_id", max_length=64)] = None,
+) -> EventSourceResponse:
+    """Replay the run's events (after Last-Event-ID), then follow live until it ends.
+
+    Unknown run → 404 before the stream starts (browsers stop reconnecting on a
+    non-200); malformed Last-Event-ID → 400.
+    """
+    after = resume_point(last_event_id, last_event_id_query)
+    run = await state.store.get(run_id)
+    stream = run_events(
+        state.store, state.hub, run.id, after=after, retry_ms=state.settings.sse_retry_ms
+    )
+    return event_stream_response(state, run, stream)
