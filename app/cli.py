@@ -11,14 +11,20 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any
 
+import httpx
 import typer
 
 from app.client import ApiError, Client
 from app.errors import ConfigurationError, LeaseholdError
+from app.executor.registry import HandlerRegistry, load_handler_modules
 from app.logs import configure_logging
 from app.models import Run, RunStatus
+from app.probes import ProbeResult
+from app.render import EventPrinter
 from app.settings import Settings, load_settings
 
 app = typer.Typer(
@@ -29,6 +35,10 @@ app = typer.Typer(
 )
 runs_app = typer.Typer(help="Inspect and cancel runs.", no_args_is_help=True)
 app.add_typer(runs_app, name="runs")
+probe_app = typer.Typer(
+    help="Health probes for containers: exit 0 when healthy, 1 when not.", no_args_is_help=True
+)
+app.add_typer(probe_app, name="probe")
 
 EXIT_CONFIG = 2
 EXIT_FAILED = 1
@@ -47,9 +57,41 @@ def settings_or_exit(**overrides: Any) -> Settings:
         raise typer.Exit(EXIT_CONFIG) from None
 
 
-def _client(api_url: str | None) -> Client:
+def handlers_or_exit(settings: Settings) -> HandlerRegistry:
+    """Import LEASEHOLD_HANDLERS; a module that cannot be found is a setting error (exit 2)."""
+    try:
+        return load_handler_modules(settings.handlers)
+    except ImportError as exc:
+        typer.echo(f"leasehold: invalid setting LEASEHOLD_HANDLERS: {exc}", err=True)
+        raise typer.Exit(EXIT_CONFIG) from None
+
+
+@contextmanager
+def _api(api_url: str | None) -> Iterator[Client]:
+    """A client for the API; an error answer or an unreachable API is one line and exit 1."""
     settings = settings_or_exit()
-    return Client(api_url or settings.client_api_url, api_key=settings.api_key)
+    url = api_url or settings.client_api_url
+    try:
+        with Client(url, api_key=settings.api_key) as client:
+            yield client
+    except ApiError as exc:
+        raise _fail(_describe_problem(exc)) from None
+    except httpx.TransportError as exc:
+        raise _fail(
+            f"cannot reach the API at {url} ({str(exc) or type(exc).__name__}); is it running? "
+            "(--api-url or LEASEHOLD_API_URL says where it is)"
+        ) from None
+
+
+def _describe_problem(exc: ApiError) -> str:
+    """The API's problem detail, plus which fields were wrong when it lists them."""
+    errors = exc.problem.get("errors") or []
+    fields = "; ".join(
+        f"{'.'.join(str(part) for part in error.get('loc', []))}: {error.get('msg', '')}"
+        for error in errors
+        if isinstance(error, dict)
+    )
+    return f"{exc} ({fields})" if fields else str(exc)
 
 
 def _fail(message: str) -> typer.Exit:
@@ -66,7 +108,8 @@ def up(
     from app.supervisor import Supervisor
 
     settings = settings_or_exit(api_port=port)
-    configure_logging(settings.log_level)
+    handlers_or_exit(settings)  # fail here, before anything starts, not in every child
+    configure_logging(settings.log_level, settings.log_format)
     try:
         Supervisor(settings, workers=workers).run()
     except LeaseholdError as exc:
@@ -84,12 +127,15 @@ def api(
     from app.api.app import create_app
 
     settings = settings_or_exit(api_host=host, api_port=port)
-    configure_logging(settings.log_level)
+    registry = handlers_or_exit(settings)
+    configure_logging(settings.log_level, settings.log_format)
     uvicorn.run(
-        create_app(settings),
+        create_app(settings, registry),
         host=settings.api_host,
         port=settings.api_port,
         log_level=settings.log_level.lower(),
+        # None: uvicorn keeps its hands off logging, so its lines use LEASEHOLD_LOG_FORMAT too
+        log_config=None,
         timeout_graceful_shutdown=5,
     )
 
@@ -104,7 +150,6 @@ def worker(
     ] = False,
 ) -> None:
     """Run an executor: claim runs, hold their leases, drain on SIGTERM."""
-    from app.executor.registry import load_handler_modules
     from app.executor.worker import Worker
 
     settings = settings_or_exit(
@@ -113,8 +158,8 @@ def worker(
         lease_ttl_s=lease_ttl_s,
         reconciler_enabled=False if no_reconciler else None,
     )
-    configure_logging(settings.log_level)
-    registry = load_handler_modules(settings.handlers)
+    registry = handlers_or_exit(settings)
+    configure_logging(settings.log_level, settings.log_format)
     asyncio.run(Worker(settings, registry).run())
 
 
@@ -124,7 +169,7 @@ def reconciler() -> None:
     from app.reconciler import run_standalone
 
     settings = settings_or_exit()
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     asyncio.run(run_standalone(settings))
 
 
@@ -137,28 +182,34 @@ def submit(
     on_lease_expired: Annotated[str | None, typer.Option(help="orphan or retry.")] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="Idempotency key.")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait until the run ends.")] = False,
+    follow: Annotated[
+        bool, typer.Option("--follow", help="Stream its events until it ends.")
+    ] = False,
     as_json: JsonFlag = False,
     api_url: ApiUrl = None,
 ) -> None:
-    """Create a run and print it (with --wait, print it once it has ended)."""
+    """Create a run and print it (--wait: once it has ended; --follow: stream its events)."""
     try:
         payload = json.loads(input)
     except json.JSONDecodeError as exc:
         raise _fail(f"--input is not JSON: {exc}") from None
-    with _client(api_url) as client:
-        try:
-            run = client.create(
-                handler,
-                payload,
-                queue=queue,
-                max_attempts=max_attempts,
-                on_lease_expired=on_lease_expired,
-                idempotency_key=idempotency_key,
-            )
-            if wait:
-                run = _wait_until_ended(client, run.id)
-        except ApiError as exc:
-            raise _fail(str(exc)) from None
+    with _api(api_url) as client:
+        run = client.create(
+            handler,
+            payload,
+            queue=queue,
+            max_attempts=max_attempts,
+            on_lease_expired=on_lease_expired,
+            idempotency_key=idempotency_key,
+        )
+        if follow:
+            if not as_json:
+                typer.echo(f"following {run.id}")
+            code = _follow(client, run.id, as_json)
+        elif wait:
+            run = _wait_until_ended(client, run.id)
+    if follow:
+        raise typer.Exit(code)
     _print_run(run, as_json)
     if wait and run.status != RunStatus.SUCCEEDED:
         raise typer.Exit(EXIT_FAILED)
@@ -175,12 +226,35 @@ def _wait_until_ended(client: Client, run_id: str) -> Run:
 @runs_app.command("get")
 def runs_get(run_id: str, as_json: JsonFlag = False, api_url: ApiUrl = None) -> None:
     """Show one run."""
-    with _client(api_url) as client:
-        try:
-            run = client.get(run_id)
-        except ApiError as exc:
-            raise _fail(str(exc)) from None
+    with _api(api_url) as client:
+        run = client.get(run_id)
     _print_run(run, as_json)
+
+
+@runs_app.command("watch")
+def runs_watch(
+    run_id: str,
+    last_event_id: Annotated[str | None, typer.Option(help="Resume after this event id.")] = None,
+    as_json: JsonFlag = False,
+    api_url: ApiUrl = None,
+) -> None:
+    """Follow a run's events live until it ends (reconnects by itself)."""
+    with _api(api_url) as client:
+        code = _follow(client, run_id, as_json, last_event_id=last_event_id)
+    raise typer.Exit(code)
+
+
+def _follow(client: Client, run_id: str, as_json: bool, *, last_event_id: str | None = None) -> int:
+    """Print a run's events until its terminal one; exit code 0 only if it succeeded."""
+    printer = EventPrinter(sys.stdout)
+    last_type = ""
+    for event in client.events(run_id, last_event_id=last_event_id):
+        if as_json:
+            typer.echo(event.model_dump_json())
+        else:
+            printer.show(event)
+        last_type = event.type
+    return 0 if last_type == RunStatus.SUCCEEDED.value else EXIT_FAILED
 
 
 @runs_app.command("list")
@@ -194,20 +268,19 @@ def runs_list(
     api_url: ApiUrl = None,
 ) -> None:
     """List runs, newest first."""
-    with _client(api_url) as client:
-        try:
-            page = client.list_runs(
-                queue=queue,
-                status=status.value if status else None,
-                handler=handler,
-                limit=limit,
-                cursor=cursor,
-            )
-        except ApiError as exc:
-            raise _fail(str(exc)) from None
+    with _api(api_url) as client:
+        page = client.list_runs(
+            queue=queue,
+            status=status.value if status else None,
+            handler=handler,
+            limit=limit,
+            cursor=cursor,
+        )
     if as_json:
         typer.echo(page.model_dump_json())
         return
+    if not page.items:
+        typer.echo("no runs")
     for run in page.items:
         typer.echo(
             f"{run.id}  {run.status.value:<24} {run.handler:<16} "
@@ -220,12 +293,41 @@ def runs_list(
 @runs_app.command("cancel")
 def runs_cancel(run_id: str, as_json: JsonFlag = False, api_url: ApiUrl = None) -> None:
     """Cancel a run (idempotent)."""
-    with _client(api_url) as client:
-        try:
-            result = client.cancel(run_id)
-        except ApiError as exc:
-            raise _fail(str(exc)) from None
+    with _api(api_url) as client:
+        result = client.cancel(run_id)
     typer.echo(result.model_dump_json() if as_json else f"{result.id}: {result.status.value}")
+
+
+@probe_app.command("api")
+def probe_api(
+    path: Annotated[str, typer.Option(help="Path to GET on this host's API.")] = "/readyz",
+) -> None:
+    """The API answers PATH with a 2xx (sends a configured key, if any)."""
+    from app.probes import probe_api as check
+
+    _report(check(settings_or_exit(), path))
+
+
+@probe_app.command("redis")
+def probe_redis() -> None:
+    """Redis is reachable and the scripts are loaded."""
+    from app.probes import probe_redis as check
+
+    _report(check(settings_or_exit()))
+
+
+@probe_app.command("worker")
+def probe_worker() -> None:
+    """A worker on this host heartbeats (passes while Redis is unreachable)."""
+    from app.probes import probe_worker as check
+
+    _report(check(settings_or_exit()))
+
+
+def _report(result: ProbeResult) -> None:
+    typer.echo(result.detail, err=not result.healthy)
+    if not result.healthy:
+        raise typer.Exit(EXIT_FAILED)
 
 
 def _print_run(run: Run, as_json: bool) -> None:

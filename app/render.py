@@ -1,0 +1,88 @@
+"""Renders a run's event stream for a person reading a terminal.
+
+Token events flow inline as text; every other event gets one readable line,
+prefixed with its time and the fence it was written under. The terminal event
+says how the run ended and why.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from app.models import TERMINAL_EVENT_TYPES, RunEvent
+
+
+def _compact(data: dict[str, Any]) -> str:
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False) if data else ""
+
+
+def _error_text(data: dict[str, Any]) -> str:
+    error = data.get("error") or {}
+    text = f"{error.get('code', 'error')}: {error.get('message', '')}"
+    details = error.get("details") or {}
+    if details.get("owner_id"):
+        text += f" (owner {details['owner_id']}, fence {details.get('fence')})"
+    return text
+
+
+def _describe_requeued(data: dict[str, Any]) -> str:
+    reason = data.get("reason", "")
+    line = f"requeued for attempt {data.get('attempt')} ({reason})"
+    if data.get("error"):
+        line += f" after {data['error'].get('code')}: {data['error'].get('message')}"
+    return line
+
+
+DESCRIBE: dict[str, Callable[[dict[str, Any]], str]] = {
+    "created": lambda d: f"created: handler {d.get('handler')} on queue {d.get('queue')}",
+    "claimed": lambda d: f"claimed by {d.get('owner_id')} (attempt {d.get('attempt')})",
+    "progress": lambda d: f"progress {_compact(d)}",
+    "cancel_requested": lambda d: f"cancel requested (owner {d.get('owner_id')})",
+    "released": lambda d: f"released by {d.get('owner_id')} ({d.get('reason')})",
+    "lease_expired": lambda d: (
+        f"lease of {d.get('owner_id')} expired (last renewal at {d.get('last_renewed_at_ms')} ms)"
+    ),
+    "requeued": _describe_requeued,
+    "replay_unavailable": lambda d: (
+        f"history before {d.get('oldest_available')} was trimmed; showing what remains"
+    ),
+    "wait": lambda d: (
+        f"waiting on {d.get('kind')} {d.get('subject')}: {d.get('elapsed_s')}s elapsed, "
+        f"{d.get('renewals')} renewals, {d.get('since_progress_s')}s since progress"
+    ),
+    "verdict": lambda d: (
+        f"watchdog: {d.get('verdict')} ({d.get('reason')}) after {d.get('renewals')} renewals"
+    ),
+    "succeeded": lambda d: "succeeded",
+    "failed": lambda d: f"failed: {_error_text(d)}",
+    "orphaned": lambda d: f"orphaned: {_error_text(d)}",
+    "cancelled": lambda d: f"cancelled ({d.get('reason', 'requested')})",
+}
+
+
+class EventPrinter:
+    """Writes events to ``out`` as they arrive; tokens inline, the rest one per line."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+        self._in_tokens = False
+
+    def show(self, event: RunEvent) -> None:
+        """Print one event."""
+        if event.type == "token":
+            self._out.write(str(event.data.get("text", "")))
+            self._in_tokens = True
+            self._out.flush()
+            return
+        if self._in_tokens:
+            self._out.write("\n")
+            self._in_tokens = False
+        describe = DESCRIBE.get(event.type)
+        text = describe(event.data) if describe else f"{event.type} {_compact(event.data)}"
+        marker = "==" if event.type in TERMINAL_EVENT_TYPES else "--"
+        self._out.write(
+            f"{event.ts:%H:%M:%S} {marker} {text}  [fence {event.fence}]\n"
+        )
+        self._out.flush()
