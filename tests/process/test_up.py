@@ -1,0 +1,289 @@
+"""``leasehold up`` as a user runs it: one command, a whole system, Ctrl-C stops it all.
+
+Each test runs ``up`` in its own empty directory (so ``.leasehold/`` lands there)
+with no LEASEHOLD_* variable set, exactly like ``make up`` on a fresh checkout,
+and in its own session, so that a SIGINT to its process group is what a
+terminal's Ctrl-C does.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.embedded import free_port
+from tests.support.polling import eventually
+from tests.support.processes import REPO_ROOT
+
+DRAIN_S = 2.0
+STOP_SLACK_S = 15.0  # the drain, then the API's shutdown and Redis flushing its AOF
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The caller's environment without any LEASEHOLD_* setting: Redis must be embedded."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("LEASEHOLD_")}
+    return {**env, "PYTHONPATH": str(REPO_ROOT), **extra}
+
+
+def children_of(pid: int) -> set[int]:
+    """Live child pids of ``pid``, read from /proc (Linux)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # exited while we looked
+        state, ppid = stat.rpartition(")")[2].split()[:2]
+        if int(ppid) == pid and state != "Z":
+            found.add(int(entry.name))
+    return found
+
+
+def command_line(pid: int) -> list[str]:
+    return (Path("/proc") / str(pid) / "cmdline").read_bytes().decode().split("\0")
+
+
+def exited(pid: int) -> bool:
+    """Gone, or a zombie waiting to be reaped: either way it no longer runs."""
+    try:
+        stat = (Path("/proc") / str(pid) / "stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[0] == "Z"
+
+
+async def settled(value: object) -> object:
+    return value
+
+
+@dataclass
+class Up:
+    """One ``leasehold up`` process and what it started."""
+
+    cwd: Path
+    port: int
+    log_path: Path
+    popen: subprocess.Popen[bytes]
+    children: set[int] = field(default_factory=set)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def redis_url_file(self) -> Path:
+        return self.cwd / ".leasehold" / "redis.url"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def ctrl_c(self) -> None:
+        """What a terminal does on Ctrl-C: SIGINT to the foreground process group."""
+        os.killpg(self.popen.pid, signal.SIGINT)
+
+    async def wait_ready(self) -> None:
+        """Poll /healthz; then remember the children (API, workers, Redis) it started."""
+
+        async def probe() -> int:
+            if self.popen.poll() is not None:
+                raise AssertionError(f"up exited with {self.popen.returncode}:\n{self.log()}")
+            try:
+                async with httpx.AsyncClient() as http:
+                    return (await http.get(f"{self.url}/healthz", timeout=1)).status_code
+            except httpx.HTTPError:
+                return 0
+
+        await eventually(probe, until=lambda status: status == 200, what="up to serve /healthz")
+        self.children = children_of(self.popen.pid)
+
+    def exit_code_within(self, timeout_s: float) -> int:
+        try:
+            return self.popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"up still running after {timeout_s}s:\n{self.log()}") from None
+
+
+class Ups:
+    """Starts ``up`` processes in one directory; kills whatever is left at teardown."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.cwd = tmp_path / "project"
+        self.cwd.mkdir()
+        self.logs = tmp_path / "logs"
+        self.logs.mkdir()
+        self.started: list[Up] = []
+        self.others: list[subprocess.Popen[bytes]] = []
+
+    def start(self, *args: str, **extra_env: str) -> Up:
+        port = free_port()
+        log_path = self.logs / f"up-{len(self.started)}.log"
+        with log_path.open("wb") as out:
+            popen = subprocess.Popen(
+                [sys.executable, "-m", "app.cli", "up", "--port", str(port), *args],
+                cwd=self.cwd,
+                env=clean_env(LEASEHOLD_DRAIN_TIMEOUT_S=str(DRAIN_S), **extra_env),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        up = Up(self.cwd, port, log_path, popen)
+        self.started.append(up)
+        return up
+
+    def worker(self) -> subprocess.Popen[bytes]:
+        """``leasehold worker`` from another terminal in the same directory."""
+        with (self.logs / "worker.log").open("wb") as out:
+            popen = subprocess.Popen(
+                [sys.executable, "-m", "app.cli", "worker"],
+                cwd=self.cwd,
+                env=clean_env(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        self.others.append(popen)
+        return popen
+
+    def reap(self) -> None:
+        for up in self.started:
+            for pid in up.children:
+                if not exited(pid):
+                    os.kill(pid, signal.SIGKILL)
+            if up.popen.poll() is None:
+                up.popen.kill()
+                up.popen.wait(timeout=10)
+        for popen in self.others:
+            if popen.poll() is None:
+                popen.kill()
+                popen.wait(timeout=10)
+
+
+@pytest.fixture
+def ups(tmp_path: Path) -> Iterator[Ups]:
+    started = Ups(tmp_path)
+    yield started
+    started.reap()
+
+
+async def worker_pids(http: httpx.AsyncClient, count: int) -> set[int]:
+    workers = await eventually(
+        lambda: http.get("/workers"),
+        until=lambda response: len(response.json()) == count,
+        what=f"{count} workers in GET /workers",
+    )
+    return {worker["pid"] for worker in workers.json()}
+
+
+async def run_until(http: httpx.AsyncClient, run_id: str, *statuses: str) -> dict[str, object]:
+    response = await eventually(
+        lambda: http.get(f"/runs/{run_id}"),
+        until=lambda r: r.json()["status"] in statuses,
+        what=f"run {run_id} to be {statuses}",
+    )
+    run: dict[str, object] = response.json()
+    return run
+
+
+async def all_exited(pids: set[int]) -> None:
+    await eventually(
+        lambda: settled({pid for pid in pids if not exited(pid)}),
+        until=lambda alive: not alive,
+        what=f"every child of up to exit: {sorted(pids)}",
+    )
+
+
+async def test_up_runs_everything_and_ctrl_c_stops_every_child(ups: Ups) -> None:
+    up = ups.start("--workers", "2")
+    await up.wait_ready()
+    async with httpx.AsyncClient(base_url=up.url) as http:
+        created = await http.post("/runs", json={"handler": "demo.echo", "input": {"x": 1}})
+        assert created.status_code == 201
+        done = await run_until(http, created.json()["id"], "succeeded", "failed")
+        assert done["status"] == "succeeded"
+        assert done["output"] == {"x": 1}
+        pids = await worker_pids(http, 2)
+        assert pids <= up.children
+        assert up.redis_url_file.read_text().startswith("redis://127.0.0.1:")
+        third = ups.worker()  # finds Redis through .leasehold/redis.url
+        assert third.pid in await worker_pids(http, 3)
+        third.send_signal(signal.SIGTERM)
+        assert third.wait(timeout=DRAIN_S + STOP_SLACK_S) == 0
+    assert len(up.children) == 4, up.children  # Redis, the API and two workers
+    stop_started = time.monotonic()
+    up.ctrl_c()
+    assert up.exit_code_within(DRAIN_S + STOP_SLACK_S) == 0
+    print(f"up stopped {time.monotonic() - stop_started:.2f}s after Ctrl-C (drain {DRAIN_S}s)")
+    await all_exited(up.children)
+    assert not up.redis_url_file.exists()
+
+
+async def test_ctrl_c_releases_a_run_in_flight_and_the_next_up_finishes_it(ups: Ups) -> None:
+    first = ups.start("--workers", "1")
+    await first.wait_ready()
+    async with httpx.AsyncClient(base_url=first.url) as http:
+        created = await http.post("/runs", json={"handler": "demo.sleep", "input": {"seconds": 4}})
+        run_id = created.json()["id"]
+        await run_until(http, run_id, "running")
+    first.ctrl_c()  # the drain (2s) ends before the run: it is released, not lost
+    assert first.exit_code_within(DRAIN_S + STOP_SLACK_S) == 0
+    second = ups.start("--workers", "1")
+    await second.wait_ready()
+    async with httpx.AsyncClient(base_url=second.url) as http:
+        done = await run_until(http, run_id, "succeeded", "failed", "orphaned")
+    assert done["status"] == "succeeded"
+    assert done["fence"] == 3  # claimed, released, claimed again
+    second.ctrl_c()
+    assert second.exit_code_within(DRAIN_S + STOP_SLACK_S) == 0
+
+
+def test_up_refuses_a_port_that_is_taken_before_starting_anything(ups: Ups) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "app.cli", "up", "--port", str(port)],
+            cwd=ups.cwd,
+            env=clean_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [done.stderr.strip()]
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert "--port" in done.stderr
+    assert list(ups.cwd.iterdir()) == []  # no Redis was started
+
+
+async def test_a_second_up_in_the_same_directory_is_refused(ups: Ups) -> None:
+    up = ups.start("--workers", "0")
+    await up.wait_ready()
+    second = ups.start("--workers", "0")
+    assert second.exit_code_within(30) == 1
+    assert "already runs from this directory" in second.log()
+    assert up.popen.poll() is None
+    up.ctrl_c()
+    assert up.exit_code_within(STOP_SLACK_S) == 0
+
+
+async def test_up_stops_everything_when_the_api_dies(ups: Ups) -> None:
+    up = ups.start("--workers", "1")
+    await up.wait_ready()
+    api_pid = next(pid for pid in up.children if "api" in command_line(pid))
+    os.kill(api_pid, signal.SIGKILL)
+    assert up.exit_code_within(DRAIN_S + STOP_SLACK_S) == 1
+    assert f"the API (pid {api_pid}) exited" in up.log()
+    await all_exited(up.children)
+    assert not up.redis_url_file.exists()

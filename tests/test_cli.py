@@ -1,0 +1,148 @@
+"""The ``leasehold`` CLI as a user runs it: a real API and worker, the console script
+in a subprocess, and what it prints and exits with."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from app.embedded import free_port
+from app.models import Run, RunPage, RunStatus
+from tests.support.processes import REPO_ROOT, Processes
+
+CLI_TIMEOUT_S = 60
+
+
+def leasehold(*args: str, api_url: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``leasehold <args>`` with no LEASEHOLD_* variable from the caller's shell."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("LEASEHOLD_")}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    where = ["--api-url", api_url] if api_url else []
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args, *where],
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_S,
+    )
+
+
+def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
+    """The failure is one line on stderr, not a traceback."""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("leasehold: ")
+    return lines[0]
+
+
+@pytest.fixture
+def api_url(processes: Processes) -> str:
+    """An API with nobody executing runs: they stay queued."""
+    _, url = processes.api()
+    return url
+
+
+@pytest.fixture
+def live_api_url(processes: Processes, api_url: str) -> str:
+    """An API with a worker behind it."""
+    processes.worker()
+    return api_url
+
+
+def submit_and_wait(handler: str, input: str, api_url: str) -> tuple[int, Run]:
+    done = leasehold("submit", handler, "--input", input, "--wait", "--json", api_url=api_url)
+    return done.returncode, Run.model_validate_json(done.stdout)
+
+
+def test_submit_wait_json_prints_the_succeeded_run(live_api_url: str) -> None:
+    code, run = submit_and_wait("demo.echo", '{"message":"x"}', live_api_url)
+    assert code == 0
+    assert run.status == RunStatus.SUCCEEDED
+    assert run.output == {"message": "x"}
+    assert run.handler == "demo.echo"
+
+
+def test_submit_wait_of_a_failing_run_exits_nonzero_with_its_error(live_api_url: str) -> None:
+    done = leasehold(
+        "submit", "demo.fail", "--input", '{"message":"it broke"}', "--wait", api_url=live_api_url
+    )
+    assert done.returncode != 0
+    assert "status    failed" in done.stdout
+    assert "error     demo_failure: it broke" in done.stdout
+
+
+def test_runs_get_shows_the_run_to_a_person(live_api_url: str) -> None:
+    _, run = submit_and_wait("demo.echo", '{"message":"x"}', live_api_url)
+    done = leasehold("runs", "get", run.id, api_url=live_api_url)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"run       {run.id}"
+    assert "status    succeeded" in lines
+    assert "handler   demo.echo (queue default)" in lines
+    assert 'output    {"message": "x"}' in lines
+
+
+def test_runs_list_filters_by_status(live_api_url: str) -> None:
+    _, succeeded = submit_and_wait("demo.echo", "{}", live_api_url)
+    _, failed = submit_and_wait("demo.fail", "{}", live_api_url)
+    done = leasehold("runs", "list", "--status", "succeeded", "--json", api_url=live_api_url)
+    assert done.returncode == 0, done.stderr
+    page = RunPage.model_validate_json(done.stdout)
+    assert [run.id for run in page.items] == [succeeded.id]
+    human = leasehold("runs", "list", api_url=live_api_url).stdout
+    assert failed.id in human and "failed" in human
+    assert succeeded.id in human
+
+
+def test_runs_cancel_of_a_queued_run_says_cancelled(api_url: str) -> None:
+    queued = Run.model_validate_json(
+        leasehold("submit", "demo.sleep", "--json", api_url=api_url).stdout
+    )
+    assert queued.status == RunStatus.QUEUED
+    done = leasehold("runs", "cancel", queued.id, api_url=api_url)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"{queued.id}: cancelled"
+    again = leasehold("runs", "cancel", queued.id, api_url=api_url)
+    assert again.stdout.strip() == f"{queued.id}: cancelled"  # idempotent
+    shown = leasehold("runs", "get", queued.id, "--json", api_url=api_url)
+    assert Run.model_validate_json(shown.stdout).status == RunStatus.CANCELLED
+
+
+def test_submit_with_input_that_is_not_json_exits_1_before_calling_the_api() -> None:
+    done = leasehold("submit", "demo.echo", "--input", "{message: x}", api_url="http://127.0.0.1:1")
+    assert done.returncode == 1
+    assert one_error_line(done).startswith("leasehold: --input is not JSON:")
+
+
+def test_submit_of_an_unknown_handler_prints_the_apis_problem_detail(api_url: str) -> None:
+    done = leasehold("submit", "no.such.handler", api_url=api_url)
+    assert done.returncode == 1
+    assert one_error_line(done) == "leasehold: HTTP 422: unknown handler 'no.such.handler'"
+
+
+def test_submit_of_input_the_handler_rejects_names_the_field(api_url: str) -> None:
+    done = leasehold("submit", "demo.sleep", "--input", '{"seconds": "soon"}', api_url=api_url)
+    assert done.returncode == 1
+    line = one_error_line(done)
+    assert "input for handler 'demo.sleep' is invalid" in line
+    assert "seconds: " in line
+
+
+def test_runs_get_of_an_unknown_run_says_not_found(api_url: str) -> None:
+    missing = "default.01ARZ3NDEKTSV4RRFFQ69G5FAV"
+    done = leasehold("runs", "get", missing, api_url=api_url)
+    assert done.returncode == 1
+    assert one_error_line(done) == f"leasehold: HTTP 404: run {missing!r} not found"
+
+
+def test_an_api_that_is_not_running_is_one_line_not_a_traceback() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    done = leasehold("runs", "list", api_url=url)
+    assert done.returncode == 1
+    line = one_error_line(done)
+    assert f"cannot reach the API at {url}" in line
+    assert "--api-url" in line
