@@ -195,7 +195,7 @@ class Settings(BaseSettings):
     @classmethod
     def _check_queue_names(cls, value: list[str]) -> list[str]:
         for name in value:
-            if not _QUEUE_NAME.match(name):
+            if not _QUEUE_NAME.fullmatch(name):
                 raise ValueError(f"queue name {name!r} must match {QUEUE_NAME_PATTERN}")
         return value
 
@@ -203,7 +203,7 @@ class Settings(BaseSettings):
     @classmethod
     def _check_api_keys(cls, value: list[str]) -> list[str]:
         for key in value:
-            if not _API_KEY.match(key):
+            if not _API_KEY.fullmatch(key):
                 # the value is a secret: name the rule, never echo the key
                 raise ValueError(f"every key must match {API_KEY_PATTERN}")
         return value

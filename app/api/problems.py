@@ -13,6 +13,8 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.errors import (
@@ -28,6 +30,7 @@ log = logging.getLogger(__name__)
 
 PROBLEM_JSON = "application/problem+json"
 PROBLEM_BASE = "https://leasehold.dev/problems/"
+STORE_RETRY_AFTER_S = 1
 
 
 class ProblemResponse(JSONResponse):
@@ -67,6 +70,18 @@ def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
         }
         for error in exc.errors()
     ]
+
+
+async def store_unavailable(request: Request, exc: Exception) -> ProblemResponse:
+    """503 when Redis cannot be reached: an outage, not a bug, so no traceback is logged."""
+    log.warning("redis unavailable on %s %s: %s", request.method, request.url.path, exc)
+    return problem(
+        503,
+        "Run store unavailable",
+        "Redis cannot be reached; retry shortly",
+        kind="store-unavailable",
+        headers={"Retry-After": str(STORE_RETRY_AFTER_S)},
+    )
 
 
 def install_problem_handlers(app: FastAPI) -> None:
@@ -127,6 +142,9 @@ def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(InvalidCursor)
     async def bad_cursor(request: Request, exc: InvalidCursor) -> ProblemResponse:
         return problem(400, "Invalid cursor", str(exc), kind="invalid-cursor")
+
+    app.add_exception_handler(RedisConnectionError, store_unavailable)
+    app.add_exception_handler(RedisTimeoutError, store_unavailable)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> ProblemResponse:

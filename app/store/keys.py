@@ -35,7 +35,7 @@ from app.models import RUN_ID
 
 def queue_of(run_id: str) -> str | None:
     """The queue a run id belongs to, or None when the id is malformed."""
-    if not RUN_ID.match(run_id):
+    if not RUN_ID.fullmatch(run_id):
         return None
     return run_id.rsplit(".", 1)[0]
 

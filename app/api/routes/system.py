@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from app.api.routes.runs import State
-from app.models import HandlerInfo, WorkerInfo
+from app.models import HandlerInfo, ReadinessReport, WorkerInfo
 from app.store import workers
 from app.store.health import check_readiness
 
@@ -36,15 +34,20 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", tags=["health"], responses={503: {"description": "not ready"}})
+@router.get(
+    "/readyz",
+    tags=["health"],
+    response_model=ReadinessReport,
+    responses={503: {"model": ReadinessReport, "description": "not ready: see `problems`"}},
+)
 async def readyz(state: State) -> JSONResponse:
     """Readiness: Redis reachable and scripts loaded; eviction policy checked."""
     readiness = await check_readiness(state.client, state.scripts)
-    body: dict[str, Any] = {
-        "status": "ready" if readiness.ready else "unavailable",
-        "redis_reachable": readiness.redis_reachable,
-        "scripts_loaded": readiness.scripts_loaded,
-        "maxmemory_policy": readiness.maxmemory_policy,
-        "problems": readiness.problems,
-    }
-    return JSONResponse(body, status_code=200 if readiness.ready else 503)
+    report = ReadinessReport(
+        status="ready" if readiness.ready else "unavailable",
+        redis_reachable=readiness.redis_reachable,
+        scripts_loaded=readiness.scripts_loaded,
+        maxmemory_policy=readiness.maxmemory_policy,
+        problems=readiness.problems,
+    )
+    return JSONResponse(report.model_dump(), status_code=200 if readiness.ready else 503)

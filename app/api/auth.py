@@ -1,0 +1,99 @@
+"""Bearer-key authentication for every route but ``/healthz``.
+
+A pure ASGI middleware rather than a FastAPI dependency, so it also covers what
+no dependency sees: streaming responses (SSE), ``/openapi.json`` and ``/docs``,
+unknown paths, and routes other modules add later. It runs before the body is
+read, so an unauthenticated client cannot make the API parse anything.
+
+``LEASEHOLD_API_KEYS`` holds one or more keys (several, so a key can be rotated
+without downtime). The presented key is compared with *every* configured key
+through :func:`hmac.compare_digest`, without stopping at the first match, so the
+response time says nothing about how much of a key was right or which key it was.
+
+``/healthz`` stays open because orchestrators probe it without credentials and it
+reveals nothing (it never touches Redis). ``/readyz`` is protected like the rest:
+deploy/ probes it with ``leasehold probe api``, which sends a configured key.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterable
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.api.problems import problem
+
+OPEN_PATHS = frozenset({"/healthz"})
+REALM = 'Bearer realm="leasehold"'
+WS_POLICY_VIOLATION = 1008
+
+
+def bearer_token(scope: Scope) -> bytes | None:
+    """The token of an ``Authorization: Bearer <token>`` header, or None."""
+    for name, value in scope.get("headers") or []:
+        if name == b"authorization":
+            scheme, _, token = value.partition(b" ")
+            if scheme.lower() == b"bearer" and token.strip():
+                return bytes(token.strip())
+            return None
+    return None
+
+
+def key_matches(presented: bytes, keys: Iterable[bytes]) -> bool:
+    """Constant-time membership: compares against every key, whatever matched first."""
+    matched = False
+    for key in keys:
+        matched |= hmac.compare_digest(presented, key)
+    return matched
+
+
+class BearerAuth:
+    """Pure ASGI middleware: 401 problem+json with ``WWW-Authenticate`` unless the key is known.
+
+    Does nothing when no keys are configured. Lifespan and paths in
+    :data:`OPEN_PATHS` pass through untouched.
+    """
+
+    def __init__(
+        self, app: ASGIApp, *, keys: Iterable[str], open_paths: frozenset[str] = OPEN_PATHS
+    ) -> None:
+        self.app = app
+        self.keys = [key.encode() for key in keys]
+        self.open_paths = open_paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Let the request through, or answer 401 without calling the app."""
+        if (
+            not self.keys
+            or scope["type"] not in ("http", "websocket")
+            or scope["path"] in self.open_paths
+        ):
+            await self.app(scope, receive, send)
+            return
+        token = bearer_token(scope)
+        if token is not None and key_matches(token, self.keys):
+            await self.app(scope, receive, send)
+            return
+        await self._reject(scope, receive, send, presented=token is not None)
+
+    async def _reject(self, scope: Scope, receive: Receive, send: Send, *, presented: bool) -> None:
+        if scope["type"] == "websocket":
+            # closing before accept makes the server answer the handshake with 403
+            await send({"type": "websocket.close", "code": WS_POLICY_VIOLATION})
+            return
+        # RFC 6750: no error code when no credentials were sent, invalid_token otherwise
+        challenge = f'{REALM}, error="invalid_token"' if presented else REALM
+        detail = (
+            "the bearer key is not valid"
+            if presented
+            else "this API requires an 'Authorization: Bearer <key>' header"
+        )
+        response = problem(
+            401,
+            "Unauthorized",
+            detail,
+            kind="unauthorized",
+            headers={"WWW-Authenticate": challenge},
+        )
+        await response(scope, receive, send)

@@ -1,0 +1,211 @@
+"""Bearer keys: with LEASEHOLD_API_KEYS set, every route but /healthz needs one.
+
+Every route of the app is enumerated from ``app.routes``, so a route added later
+(by any module) is covered without touching this file.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+from fastapi import FastAPI
+
+from app.api.app import create_app
+from app.settings import Settings
+from tests.support.routes import served_operations
+
+KEY = "k-primary-0123456789abcdef"
+OTHER_KEY = "k-rotated-0123456789abcdef"
+ECHO = {"handler": "demo.echo", "input": {"message": "hi"}}
+BODIES = {"/runs": ECHO}
+# what the right key gets on the routes the API has today; a route added later
+# must at least not answer 401
+EXPECTED_WITH_KEY = {
+    ("GET", "/healthz"): 200,
+    ("GET", "/readyz"): 200,
+    ("GET", "/handlers"): 200,
+    ("GET", "/workers"): 200,
+    ("GET", "/runs"): 200,
+    ("POST", "/runs"): 201,
+    ("GET", "/runs/{run_id}"): 200,
+    ("POST", "/runs/{run_id}/cancel"): 202,
+    ("GET", "/runs/{run_id}/events"): 200,
+    ("GET", "/openapi.json"): 200,
+    ("GET", "/docs"): 200,
+    ("GET", "/redoc"): 200,
+    ("GET", "/docs/oauth2-redirect"): 200,
+}
+
+
+@pytest.fixture
+def keyed_settings(settings: Settings) -> Settings:
+    return settings.model_copy(update={"api_keys": [KEY, OTHER_KEY]})
+
+
+@pytest.fixture
+async def keyed_app(keyed_settings: Settings) -> AsyncIterator[FastAPI]:
+    app = create_app(keyed_settings)
+    async with app.router.lifespan_context(app):
+        yield app
+
+
+@pytest.fixture
+async def api(keyed_app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=keyed_app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+        yield client
+
+
+def every_operation(app: FastAPI) -> list[tuple[str, str]]:
+    """(method, path template) of every route the app serves; the known ones at least."""
+    operations = served_operations(app)
+    assert set(EXPECTED_WITH_KEY) - {("GET", "/runs/{run_id}/events")} <= set(operations)
+    return operations
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+async def keys_of(client: aioredis.Redis, prefix: str) -> list[str]:
+    return sorted(await client.keys(f"{prefix}:*"))
+
+
+async def a_finished_run(api: httpx.AsyncClient) -> str:
+    """A run that has ended (cancelled), so its event stream closes after replay."""
+    run_id: str = (await api.post("/runs", json=ECHO, headers=bearer(KEY))).json()["id"]
+    await api.post(f"/runs/{run_id}/cancel", headers=bearer(KEY))
+    return run_id
+
+
+async def call(
+    api: httpx.AsyncClient, method: str, template: str, run_id: str, headers: dict[str, str]
+) -> httpx.Response:
+    path = template.replace("{run_id}", run_id)
+    return await api.request(method, path, json=BODIES.get(template), headers=headers)
+
+
+async def test_every_route_but_healthz_refuses_a_request_without_a_key(
+    api: httpx.AsyncClient, keyed_app: FastAPI, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    run_id = "default.01ARZ3NDEKTSV4RRFFQ69G5FAV"
+    for method, template in every_operation(keyed_app):
+        response = await call(api, method, template, run_id, headers={})
+        if template == "/healthz":
+            assert response.status_code == 200
+            continue
+        assert response.status_code == 401, (method, template, response.text)
+        assert response.headers["content-type"] == "application/problem+json"
+        assert response.headers["www-authenticate"] == 'Bearer realm="leasehold"'
+        assert response.json()["status"] == 401
+    assert await keys_of(redis_client, prefix) == [], "nothing is written without a key"
+
+
+WRONG_CREDENTIALS = [
+    pytest.param(bearer("k-wrong-0123456789abcdefg"), id="unknown-key"),
+    pytest.param(bearer(KEY[:-1]), id="prefix-of-a-key"),
+    pytest.param(bearer(KEY + "x"), id="key-plus-a-char"),
+    pytest.param({"Authorization": f"Basic {KEY}"}, id="other-scheme"),
+    pytest.param({"Authorization": KEY}, id="no-scheme"),
+    pytest.param({"Authorization": "Bearer "}, id="empty-token"),
+]
+
+
+@pytest.mark.parametrize("headers", WRONG_CREDENTIALS)
+async def test_every_route_but_healthz_refuses_a_wrong_key(
+    api: httpx.AsyncClient,
+    keyed_app: FastAPI,
+    redis_client: aioredis.Redis,
+    prefix: str,
+    headers: dict[str, str],
+) -> None:
+    run_id = "default.01ARZ3NDEKTSV4RRFFQ69G5FAV"
+    for method, template in every_operation(keyed_app):
+        response = await call(api, method, template, run_id, headers=headers)
+        expected = 200 if template == "/healthz" else 401
+        assert response.status_code == expected, (method, template, response.text)
+        if expected == 401:
+            assert response.headers["www-authenticate"].startswith("Bearer realm=")
+    assert await keys_of(redis_client, prefix) == []
+
+
+async def test_a_wrong_key_is_told_invalid_token(api: httpx.AsyncClient) -> None:
+    response = await api.get("/runs", headers=bearer("k-wrong-0123456789abcdefg"))
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"] == (
+        'Bearer realm="leasehold", error="invalid_token"'
+    )
+    assert "not valid" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("key", [KEY, OTHER_KEY], ids=["primary", "rotated"])
+async def test_every_route_answers_normally_with_a_right_key(
+    api: httpx.AsyncClient, keyed_app: FastAPI, key: str
+) -> None:
+    run_id = await a_finished_run(api)
+    for method, template in every_operation(keyed_app):
+        response = await call(api, method, template, run_id, headers=bearer(key))
+        expected = EXPECTED_WITH_KEY.get((method, template))
+        if expected is None:
+            assert response.status_code != 401, (method, template)
+        else:
+            assert response.status_code == expected, (method, template, response.text)
+
+
+async def test_scheme_name_is_case_insensitive(api: httpx.AsyncClient) -> None:
+    response = await api.get("/handlers", headers={"Authorization": f"bearer {KEY}"})
+    assert response.status_code == 200
+
+
+async def test_every_configured_key_is_compared_in_constant_time(
+    api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compared: list[tuple[bytes, bytes]] = []
+    real = hmac.compare_digest
+
+    def spy(a: bytes, b: bytes) -> bool:
+        compared.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", spy)
+    for presented in (KEY, OTHER_KEY, "k-wrong-0123456789abcdefg"):
+        compared.clear()
+        await api.get("/handlers", headers=bearer(presented))
+        # every key, even after a match: timing says nothing about which key matched
+        assert [stored for _, stored in compared] == [KEY.encode(), OTHER_KEY.encode()]
+        assert {given for given, _ in compared} == {presented.encode()}
+
+
+async def test_without_keys_configured_no_key_is_needed(
+    api_without_keys: httpx.AsyncClient,
+) -> None:
+    assert (await api_without_keys.get("/handlers")).status_code == 200
+
+
+@pytest.fixture
+async def api_without_keys(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+            yield client
+
+
+async def test_openapi_declares_the_bearer_scheme_on_every_guarded_operation(
+    api: httpx.AsyncClient,
+) -> None:
+    document = (await api.get("/openapi.json", headers=bearer(KEY))).json()
+    scheme = document["components"]["securitySchemes"]["bearerKey"]
+    assert scheme == {**scheme, "type": "http", "scheme": "bearer"}
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            if path == "/healthz":
+                assert "401" not in operation["responses"]
+                assert "security" not in operation
+            else:
+                assert "401" in operation["responses"], (method, path)
+                assert operation["security"] == [{"bearerKey": []}]

@@ -1,0 +1,249 @@
+"""Hostile ids, queue names, idempotency keys and JSON: a 4xx, and nothing written.
+
+Every value that ends up in a Redis key name (run ids, queue names, idempotency
+keys) is checked against a strict character set and length at the API boundary,
+whichever way it arrives: path, query, header or body. The hostile values aim
+at key injection (``{``/``}`` would move a key to another hash slot, ``*`` is a
+pattern, ``:`` a separator), at logs (control characters), and at memory (length).
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+
+from app.settings import Settings
+from app.store.keys import queue_of
+
+ULID = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
+ECHO = {"handler": "demo.echo", "input": {"message": "hi"}}
+
+HOSTILE_NAMES = [
+    pytest.param("q" * 129, id="too-long"),
+    pytest.param("q" * 50_000, id="very-long"),
+    pytest.param("", id="empty"),
+    pytest.param("{default}", id="hash-tag"),
+    pytest.param("de}fa{ult", id="braces"),
+    pytest.param("*", id="star"),
+    pytest.param("a b", id="space"),
+    pytest.param("a\nb", id="newline"),
+    pytest.param("default\n", id="trailing-newline"),
+    pytest.param("a\x00b", id="nul"),
+    pytest.param("a\x1b[31mb", id="escape-sequence"),
+    pytest.param("a:b", id="key-separator"),
+    pytest.param("ü", id="non-ascii"),
+    pytest.param("../x", id="path-ish"),
+]
+
+# queue names are shorter than handler names (64 against 128 characters)
+HOSTILE_QUEUE_NAMES = [*HOSTILE_NAMES, pytest.param("q" * 65, id="over-64")]
+
+HOSTILE_RUN_IDS = [
+    pytest.param(f"{{default}}.{ULID}", id="hash-tag-queue"),
+    pytest.param(f"*.{ULID}", id="star-queue"),
+    pytest.param(f"default.{ULID[:-1]}*", id="star-ulid"),
+    pytest.param(f"de fault.{ULID}", id="space"),
+    pytest.param(f"default.{ULID}\n", id="trailing-newline"),
+    pytest.param(f"default.{ULID}\x00", id="nul"),
+    pytest.param(f"default.{ULID}\x1b", id="escape"),
+    pytest.param(f"{'q' * 65}.{ULID}", id="queue-too-long"),
+    pytest.param(f"{'q' * 50_000}.{ULID}", id="very-long"),
+    pytest.param(f"default.{ULID.lower()}", id="lowercase-ulid"),
+    pytest.param("default", id="no-ulid"),
+]
+
+HOSTILE_IDEMPOTENCY_KEYS = [
+    pytest.param("k" * 129, id="too-long"),
+    pytest.param("k" * 50_000, id="very-long"),
+    pytest.param("{tag}", id="hash-tag"),
+    pytest.param("*", id="star"),
+    pytest.param("a b", id="space"),
+    pytest.param("a\tb", id="tab"),
+    pytest.param("a\x00b", id="nul"),
+    pytest.param("key\n", id="trailing-newline"),
+    pytest.param("ü", id="non-ascii"),
+    pytest.param("", id="empty"),
+]
+
+
+async def keys_of(client: aioredis.Redis, prefix: str) -> list[str]:
+    return sorted(await client.keys(f"{prefix}:*"))
+
+
+def assert_refused(response: httpx.Response) -> None:
+    assert 400 <= response.status_code < 500, (response.status_code, response.text[:300])
+    assert response.headers["content-type"] == "application/problem+json"
+
+
+@pytest.fixture
+async def untouched(redis_client: aioredis.Redis, prefix: str) -> aioredis.Redis:
+    assert await keys_of(redis_client, prefix) == []
+    return redis_client
+
+
+@pytest.mark.parametrize("run_id", HOSTILE_RUN_IDS)
+@pytest.mark.parametrize(
+    ("method", "template"),
+    [("GET", "/runs/{}"), ("POST", "/runs/{}/cancel"), ("GET", "/runs/{}/events")],
+)
+async def test_hostile_run_id_in_the_path_is_refused(
+    api: httpx.AsyncClient,
+    untouched: aioredis.Redis,
+    prefix: str,
+    run_id: str,
+    method: str,
+    template: str,
+) -> None:
+    response = await api.request(method, template.format(quote(run_id, safe="")))
+    assert_refused(response)
+    assert await keys_of(untouched, prefix) == []
+
+
+@pytest.mark.parametrize("name", HOSTILE_QUEUE_NAMES)
+async def test_hostile_queue_name_in_the_body_is_refused(
+    api: httpx.AsyncClient, untouched: aioredis.Redis, prefix: str, name: str
+) -> None:
+    response = await api.post("/runs", json={**ECHO, "queue": name})
+    assert_refused(response)
+    assert await keys_of(untouched, prefix) == []
+
+
+@pytest.mark.parametrize("name", HOSTILE_QUEUE_NAMES)
+async def test_hostile_queue_filter_is_refused(
+    api: httpx.AsyncClient, untouched: aioredis.Redis, prefix: str, name: str
+) -> None:
+    response = await api.get("/runs", params={"queue": name})
+    assert_refused(response)
+    assert await keys_of(untouched, prefix) == []
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+async def test_hostile_handler_filter_is_refused(
+    api: httpx.AsyncClient, untouched: aioredis.Redis, prefix: str, name: str
+) -> None:
+    response = await api.get("/runs", params={"handler": name})
+    assert_refused(response)
+    assert await keys_of(untouched, prefix) == []
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+async def test_hostile_handler_name_in_the_body_is_refused(
+    api: httpx.AsyncClient, untouched: aioredis.Redis, prefix: str, name: str
+) -> None:
+    response = await api.post("/runs", json={**ECHO, "handler": name})
+    assert_refused(response)
+    assert await keys_of(untouched, prefix) == []
+
+
+@pytest.mark.parametrize("key", HOSTILE_IDEMPOTENCY_KEYS)
+async def test_hostile_idempotency_key_field_is_refused(
+    api: httpx.AsyncClient, untouched: aioredis.Redis, prefix: str, key: str
+) -> None:
+    response = await api.post("/runs", json={**ECHO, "idempotency_key": key})
+    assert_refused(response)
+    assert await keys_of(untouched, prefix) == []
+
+
+@pytest.mark.parametrize("key", HOSTILE_IDEMPOTENCY_KEYS)
+async def test_hostile_idempotency_key_header_is_refused(
+    api: httpx.AsyncClient, untouched: aioredis.Redis, prefix: str, key: str
+) -> None:
+    # raw bytes: what a client that skips validation would put on the wire
+    headers = [(b"Idempotency-Key", key.encode())]
+    response = await api.post("/runs", json=ECHO, headers=headers)
+    assert_refused(response)
+    assert await keys_of(untouched, prefix) == []
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        pytest.param("c" * 257, id="too-long"),
+        pytest.param("{*}", id="pattern-chars"),
+        pytest.param("MTox", id="decodes-to-a-non-id"),
+        pytest.param("MTpkZWZhdWx0LjAxQVJaM05ERUtUU1Y0UlJGRlE2OUc1RkFWCg", id="id-with-newline"),
+    ],
+)
+async def test_hostile_cursor_is_refused(
+    api: httpx.AsyncClient, untouched: aioredis.Redis, prefix: str, cursor: str
+) -> None:
+    response = await api.get("/runs", params={"cursor": cursor})
+    assert_refused(response)
+    assert await keys_of(untouched, prefix) == []
+
+
+def test_a_run_id_with_a_trailing_newline_names_no_queue() -> None:
+    # Python's `$` matches before a final newline; ids must match in full
+    assert queue_of(f"default.{ULID}") == "default"
+    assert queue_of(f"default.{ULID}\n") is None
+
+
+def nested(depth: int) -> object:
+    value: object = "leaf"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+async def test_input_at_the_depth_limit_is_accepted(
+    api: httpx.AsyncClient, settings: Settings
+) -> None:
+    # {"deep": [[...]]}: the input object is one level, the lists the rest
+    deepest = {"deep": nested(settings.max_input_depth - 1)}
+    response = await api.post("/runs", json={"handler": "demo.echo", "input": deepest})
+    assert response.status_code == 201
+    assert response.json()["input"] == deepest
+
+
+@pytest.mark.parametrize("field", ["input", "metadata"])
+async def test_input_or_metadata_past_the_depth_limit_is_422(
+    api: httpx.AsyncClient, untouched: aioredis.Redis, prefix: str, settings: Settings, field: str
+) -> None:
+    too_deep = {"a": nested(settings.max_input_depth)}
+    response = await api.post("/runs", json={"handler": "demo.echo", field: too_deep})
+    assert response.status_code == 422
+    problem = response.json()
+    assert problem["errors"][0]["loc"] == ["body", field]
+    assert f"deeper than {settings.max_input_depth}" in problem["errors"][0]["msg"]
+    assert await keys_of(untouched, prefix) == []
+
+
+async def test_nesting_deep_enough_to_break_the_parser_is_422_not_500(
+    api: httpx.AsyncClient, untouched: aioredis.Redis, prefix: str
+) -> None:
+    depth = 200_000
+    body = b'{"handler":"demo.echo","input":' + b"[" * depth + b"]" * depth + b"}"
+    response = await api.post("/runs", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 422
+    assert await keys_of(untouched, prefix) == []
+
+
+@pytest.mark.parametrize(
+    "raw_input",
+    [
+        pytest.param(b'{"x": NaN}', id="nan"),
+        pytest.param(b'{"x": -Infinity}', id="infinity"),
+        pytest.param(b'{"message": "\\ud800"}', id="lone-surrogate"),
+        pytest.param(b'{"\\udc00": 1}', id="lone-surrogate-key"),
+        pytest.param(b'{"x": ' + b"9" * 5000 + b"}", id="huge-integer"),
+        pytest.param(b'{"message": "\xff"}', id="invalid-utf8"),
+    ],
+)
+async def test_json_that_cannot_be_stored_faithfully_is_400(
+    api: httpx.AsyncClient, untouched: aioredis.Redis, prefix: str, raw_input: bytes
+) -> None:
+    body = b'{"handler":"demo.echo","input":' + raw_input + b"}"
+    response = await api.post("/runs", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 400
+    assert "not valid JSON" in response.json()["detail"]
+    assert await keys_of(untouched, prefix) == []
+
+
+async def test_a_surrogate_pair_is_ordinary_text(api: httpx.AsyncClient) -> None:
+    body = b'{"handler":"demo.echo","input":{"message":"\\ud83d\\ude00"}}'
+    response = await api.post("/runs", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 201
+    assert response.json()["input"] == {"message": "\U0001f600"}

@@ -1,0 +1,135 @@
+"""The OpenAPI contract: complete on paper, and kept by a real server under schemathesis.
+
+The document tests read ``/openapi.json`` in-process. The contract test starts a
+real uvicorn API (a subprocess, real Redis, API keys on) and lets schemathesis
+generate requests for every operation: no answer may be a 5xx, and every answer
+must be documented (status code, media type, body schema).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from tests.support.processes import Processes
+
+PROBLEM = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+KEY = "k-contract-0123456789abcdef"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+EXAMPLES_PER_OPERATION = 60
+# streams whose length the client picks, up to hours: fuzzing them measures timeouts
+SKIPPED = {
+    "GET /demo/model": "the demo model streams for as long as asked and stalls on purpose",
+}
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+]
+
+
+async def openapi_document(api: httpx.AsyncClient) -> dict[str, Any]:
+    response = await api.get("/openapi.json")
+    assert response.status_code == 200
+    document: dict[str, Any] = response.json()
+    return document
+
+
+def operations(document: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [
+        (method.upper(), path, operation)
+        for path, methods in document["paths"].items()
+        for method, operation in methods.items()
+    ]
+
+
+async def test_every_error_response_is_a_problem_document(api: httpx.AsyncClient) -> None:
+    document = await openapi_document(api)
+    for method, path, operation in operations(document):
+        for status, response in operation["responses"].items():
+            if not status.startswith(("4", "5")):
+                continue
+            if (path, status) == ("/readyz", "503"):
+                # readiness explains itself with the same report as its 200
+                schema = response["content"]["application/json"]["schema"]
+                assert schema == {"$ref": "#/components/schemas/ReadinessReport"}
+                continue
+            assert response["content"] == PROBLEM, (method, path, status)
+
+
+async def test_every_operation_lists_the_codes_no_route_declares(api: httpx.AsyncClient) -> None:
+    document = await openapi_document(api)
+    for method, path, operation in operations(document):
+        codes = set(operation["responses"])
+        assert "500" in codes, (method, path)
+        if path != "/healthz":
+            assert "503" in codes, (method, path)
+        if "requestBody" in operation:
+            assert {"413", "422"} <= codes, (method, path)
+        if operation.get("parameters"):
+            assert "422" in codes, (method, path)
+    create = document["paths"]["/runs"]["post"]["responses"]
+    assert {"200", "201", "400", "409", "413", "422", "500", "503"} <= set(create)
+
+
+async def test_without_keys_the_document_declares_no_authentication(
+    api: httpx.AsyncClient,
+) -> None:
+    document = await openapi_document(api)
+    assert "securitySchemes" not in document.get("components", {})
+    for method, path, operation in operations(document):
+        assert "401" not in operation["responses"], (method, path)
+
+
+@pytest.mark.slow
+def test_schemathesis_finds_no_server_error_and_no_undocumented_answer(
+    processes: Processes,
+) -> None:
+    _, url = processes.api(LEASEHOLD_API_KEYS=KEY)
+    schema = schemathesis.openapi.from_url(f"{url}/openapi.json", headers=AUTH, timeout=10)
+    examples: Counter[str] = Counter()
+    failures: dict[str, str] = {}
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        if operation.label in SKIPPED:
+            continue
+
+        # valid requests and deliberately invalid ones: neither may get a 5xx
+        @given(
+            case=st.one_of(
+                operation.as_strategy(GenerationMode.POSITIVE),
+                operation.as_strategy(GenerationMode.NEGATIVE),
+            )
+        )
+        @settings(
+            max_examples=EXAMPLES_PER_OPERATION,
+            deadline=None,
+            database=None,
+            derandomize=True,
+            suppress_health_check=list(HealthCheck),
+        )
+        def exercise(case: schemathesis.Case) -> None:
+            examples[case.operation.label] += 1
+            case.call_and_validate(base_url=url, headers=AUTH, checks=CHECKS, timeout=10)
+
+        try:
+            exercise()
+        except Exception as exc:  # every operation runs; all failures are reported together
+            failures[operation.label] = f"{type(exc).__name__}: {exc}"
+    assert not failures, "\n\n".join(f"{label}\n{text}" for label, text in failures.items())
+    assert len(examples) >= 9, f"operations exercised: {sorted(examples)}"
+    print(f"schemathesis: {len(examples)} operations, {sum(examples.values())} examples")

@@ -1,0 +1,475 @@
+"""docker-compose.yml, deploy/Dockerfile and deploy/k8s, checked against the code.
+
+No container engine runs here, so these files are read as data and held to what
+the code really has: every command they run exists in the CLI (``app/cli.py``)
+with the options they pass, every ``LEASEHOLD_*`` variable is a field of
+``Settings`` with a valid value, every probed path is a route of the API, ports
+agree, and every graceful-stop period outlasts a worker's drain plus its release.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import typer
+import yaml
+
+from app import cli
+from app.api.app import create_app
+from app.embedded import find_redis_server
+from app.executor.worker import SETTLE_AFTER_DRAIN_S
+from app.settings import ENV_PREFIX, Settings, load_settings
+from tests.support.processes import REPO_ROOT
+from tests.support.routes import served_paths
+
+COMPOSE = REPO_ROOT / "docker-compose.yml"
+DOCKERFILE = REPO_ROOT / "deploy" / "Dockerfile"
+REDIS_CONF = REPO_ROOT / "deploy" / "redis.conf"
+K8S = REPO_ROOT / "deploy" / "k8s"
+SETTING_NAMES = {f"{ENV_PREFIX}{name.upper()}" for name in Settings.model_fields}
+LEASEHOLD_SERVICES = ("api", "worker", "reconciler")
+REQUIRED_REDIS = {
+    "appendonly": "yes",
+    "appendfsync": "everysec",
+    "maxmemory-policy": "noeviction",
+}
+
+
+# --- helpers ------------------------------------------------------------------
+
+
+def load_yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
+def load_documents(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def resolve_cli(argv: list[str]) -> Any:
+    """The CLI command ``leasehold <argv>`` runs; fails on an unknown command or option.
+
+    Walks the command tree typer builds from ``app.cli.app`` (groups have
+    ``commands``; typer vendors its own click, so no isinstance checks).
+    """
+    command: Any = typer.main.get_command(cli.app)
+    words = list(argv)
+    while hasattr(command, "commands"):
+        assert words, f"`leasehold {' '.join(argv)}` names a group, not a command"
+        name = words.pop(0)
+        assert name in command.commands, f"`leasehold {' '.join(argv)}`: no command {name!r}"
+        command = command.commands[name]
+    options = {opt for param in command.params for opt in getattr(param, "opts", [])}
+    for word in words:
+        if word.startswith("--"):
+            flag = word.split("=", 1)[0]
+            assert flag in options, f"`leasehold {' '.join(argv)}`: no option {flag}"
+    return command
+
+
+def option_value(argv: list[str], flag: str) -> str | None:
+    for index, word in enumerate(argv):
+        if word == flag and index + 1 < len(argv):
+            return argv[index + 1]
+        if word.startswith(f"{flag}="):
+            return word.split("=", 1)[1]
+    return None
+
+
+def route_paths() -> set[str]:
+    return served_paths(create_app(Settings()))
+
+
+def check_probe_command(argv: list[str]) -> None:
+    """A probe that runs ``leasehold ...`` resolves in the CLI; its --path is a route."""
+    if not argv or argv[0] != "leasehold":
+        return
+    command = resolve_cli(argv[1:])
+    path = option_value(argv, "--path")
+    if command.name == "api":
+        assert (path or "/readyz") in route_paths(), f"{argv}: no such route"
+
+
+def check_env(env: dict[str, Any], where: str) -> None:
+    """Every LEASEHOLD_* name is a setting, and the values together are valid settings."""
+    names = {name for name in env if name.startswith(ENV_PREFIX)}
+    unknown = names - SETTING_NAMES
+    assert not unknown, f"{where}: not settings: {sorted(unknown)}"
+    values = {
+        name.removeprefix(ENV_PREFIX).lower(): _literal(str(value))
+        for name, value in env.items()
+        if name in names
+    }
+    load_settings(**values)
+
+
+def _literal(value: str) -> str:
+    """``${VAR:-default}`` (compose interpolation) becomes its default."""
+    return re.sub(r"\$\{[A-Z0-9_]+:-([^}]*)\}", r"\1", value)
+
+
+def duration_s(value: str | int | float) -> float:
+    """A compose duration (``45s``, ``1m30s``, ``500ms``) in seconds."""
+    if isinstance(value, int | float):
+        return float(value)
+    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, "us": 1e-6}
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|us|h|m|s)", value)
+    assert parts and "".join(n + u for n, u in parts) == value, f"bad duration {value!r}"
+    return sum(float(number) * units[unit] for number, unit in parts)
+
+
+def must_outlast_drain(grace_s: float, env: dict[str, Any], where: str) -> None:
+    drain_s = float(env.get("LEASEHOLD_DRAIN_TIMEOUT_S", Settings().drain_timeout_s))
+    needed = drain_s + SETTLE_AFTER_DRAIN_S
+    assert grace_s > needed, f"{where}: grace {grace_s}s <= drain {drain_s}s + release"
+
+
+def redis_directives(path: Path) -> dict[str, str]:
+    directives = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            name, _, value = line.strip().partition(" ")
+            directives[name.lower()] = value.strip()
+    return directives
+
+
+# --- docker-compose.yml ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    document: dict[str, Any] = load_yaml(COMPOSE)
+    return document
+
+
+def leasehold_services(compose: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for name in LEASEHOLD_SERVICES:
+        yield name, compose["services"][name]
+
+
+def test_compose_has_redis_api_workers_and_an_optional_reconciler(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert {"redis", "api", "worker", "reconciler"} <= set(services)
+    assert services["worker"]["deploy"]["replicas"] == 3
+    assert services["reconciler"]["profiles"], "the standalone reconciler is opt-in"
+    for name in ("api", "worker"):
+        assert "profiles" not in services[name]
+
+
+def test_compose_redis_is_redis_7_with_aof_and_noeviction(compose: dict[str, Any]) -> None:
+    redis = compose["services"]["redis"]
+    assert redis["image"].startswith("redis:7")
+    mounts = {volume.split(":")[0]: volume.split(":")[1] for volume in redis["volumes"]}
+    config_path = mounts["./deploy/redis.conf"]
+    assert config_path in redis["command"]
+    assert any(target == "/data" for target in mounts.values()), "AOF needs a volume"
+    directives = redis_directives(REDIS_CONF)
+    assert {key: directives.get(key) for key in REQUIRED_REDIS} == REQUIRED_REDIS
+
+
+def test_compose_commands_exist_in_the_cli(compose: dict[str, Any]) -> None:
+    for name, service in leasehold_services(compose):
+        assert service["build"]["dockerfile"] == "deploy/Dockerfile", name
+        assert (REPO_ROOT / service["build"]["context"] / "deploy/Dockerfile").is_file()
+        resolve_cli(service["command"])
+
+
+def test_compose_healthchecks_exist_and_probe_real_commands_and_routes(
+    compose: dict[str, Any],
+) -> None:
+    for name, service in compose["services"].items():
+        test = service["healthcheck"]["test"]
+        assert test[0] in ("CMD", "CMD-SHELL"), name
+        if test[0] == "CMD":
+            check_probe_command(test[1:])
+
+
+def test_compose_env_names_are_settings_with_valid_values(compose: dict[str, Any]) -> None:
+    for name, service in leasehold_services(compose):
+        check_env(service["environment"], f"compose service {name}")
+
+
+def test_compose_grace_periods_outlast_the_drain(compose: dict[str, Any]) -> None:
+    for name, service in compose["services"].items():
+        env = compose["services"]["worker"]["environment"]
+        must_outlast_drain(duration_s(service["stop_grace_period"]), env, f"compose {name}")
+
+
+def test_compose_api_port_is_the_port_the_api_listens_on(compose: dict[str, Any]) -> None:
+    api = compose["services"]["api"]
+    port = int(api["environment"].get("LEASEHOLD_API_PORT", dockerfile_env()["LEASEHOLD_API_PORT"]))
+    published = [str(mapping).rsplit(":", 1)[-1] for mapping in api["ports"]]
+    assert published == [str(port)]
+
+
+def test_compose_services_wait_for_a_healthy_redis(compose: dict[str, Any]) -> None:
+    for name, service in leasehold_services(compose):
+        assert service["depends_on"]["redis"]["condition"] == "service_healthy", name
+
+
+# --- deploy/Dockerfile ----------------------------------------------------------
+
+
+def dockerfile_stages() -> list[list[str]]:
+    """Instructions of each stage, continuation lines joined."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    stages: list[list[str]] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        if stripped.upper().startswith("FROM "):
+            stages.append([])
+        if stages:
+            stages[-1].append(stripped)
+    return stages
+
+
+def dockerfile_env() -> dict[str, str]:
+    env = {}
+    for instruction in dockerfile_stages()[-1]:
+        if instruction.upper().startswith("ENV "):
+            env.update(re.findall(r"([A-Z_][A-Z0-9_]*)=(\S+)", instruction))
+    return env
+
+
+def test_dockerfile_is_multi_stage_slim_non_root_with_leasehold_as_entrypoint() -> None:
+    stages = dockerfile_stages()
+    assert len(stages) >= 2
+    final = stages[-1]
+    assert re.match(r"FROM python:\S+-slim\b", final[0])
+    users = [line.split()[1] for line in final if line.upper().startswith("USER ")]
+    assert users and users[-1].split(":")[0] not in ("root", "0")
+    assert 'ENTRYPOINT ["leasehold"]' in final
+    exposed = [line.split()[1] for line in final if line.upper().startswith("EXPOSE ")]
+    assert exposed == [dockerfile_env()["LEASEHOLD_API_PORT"]]
+
+
+def test_the_final_image_installs_no_build_tools() -> None:
+    final = " ".join(dockerfile_stages()[-1])
+    for tool in ("apt-get install", "build-essential", "gcc", "pip wheel", "hatch"):
+        assert tool not in final
+    assert "COPY --from=build /opt/leasehold" in final, "only the built venv is copied"
+
+
+def test_dockerfile_env_names_are_settings() -> None:
+    check_env(dockerfile_env(), "deploy/Dockerfile")
+
+
+def test_the_wheel_ships_the_lua_scripts_the_image_runs() -> None:
+    build = " ".join(dockerfile_stages()[0])
+    assert "COPY scripts/lua ./scripts/lua" in build
+    pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    force_include = pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
+    assert force_include["scripts/lua"] == "app/lua"
+    assert pyproject["project"]["scripts"]["leasehold"] == "app.cli:main"
+
+
+# --- deploy/k8s -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def kustomization() -> dict[str, Any]:
+    document: dict[str, Any] = load_yaml(K8S / "kustomization.yaml")
+    return document
+
+
+@pytest.fixture(scope="module")
+def objects(kustomization: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    found = {}
+    for resource in kustomization["resources"]:
+        for doc in load_documents(K8S / resource):
+            found[(doc["kind"], doc["metadata"]["name"])] = doc
+    return found
+
+
+def container(deployment: dict[str, Any]) -> dict[str, Any]:
+    containers: list[dict[str, Any]] = deployment["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    return containers[0]
+
+
+def probe_commands(spec: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+        if kind in spec:
+            yield kind, spec[kind]
+
+
+def config_env(objects: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+    data: dict[str, Any] = objects[("ConfigMap", "leasehold-config")]["data"]
+    return data
+
+
+def test_kustomization_lists_existing_files(kustomization: dict[str, Any]) -> None:
+    for resource in kustomization["resources"]:
+        assert (K8S / resource).is_file(), resource
+    for generator in kustomization.get("configMapGenerator", []):
+        for name in generator["files"]:
+            assert (K8S / name).is_file(), name
+
+
+def test_k8s_has_api_worker_service_pdb_config_and_secret(
+    objects: dict[tuple[str, str], dict[str, Any]],
+) -> None:
+    assert {
+        ("Deployment", "leasehold-api"),
+        ("Deployment", "leasehold-worker"),
+        ("Service", "leasehold-api"),
+        ("PodDisruptionBudget", "leasehold-worker"),
+        ("ConfigMap", "leasehold-config"),
+        ("Secret", "leasehold-secrets"),
+    } <= set(objects)
+    assert "LEASEHOLD_API_KEYS" in objects[("Secret", "leasehold-secrets")]["stringData"]
+    assert "LEASEHOLD_API_KEYS" not in config_env(objects), "keys belong in the Secret"
+
+
+def test_k8s_commands_and_exec_probes_exist_in_the_cli(
+    objects: dict[tuple[str, str], dict[str, Any]],
+) -> None:
+    for name in ("leasehold-api", "leasehold-worker"):
+        spec = container(objects[("Deployment", name)])
+        resolve_cli(spec["args"])
+        for kind, probe in probe_commands(spec):
+            if "exec" in probe:
+                assert probe["exec"]["command"][0] == "leasehold", (name, kind)
+                check_probe_command(probe["exec"]["command"])
+
+
+def test_k8s_api_probes_readiness_and_liveness_on_real_routes(
+    objects: dict[tuple[str, str], dict[str, Any]],
+) -> None:
+    spec = container(objects[("Deployment", "leasehold-api")])
+    readiness = spec["readinessProbe"]
+    ready_path = readiness.get("httpGet", {}).get("path") or option_value(
+        readiness["exec"]["command"], "--path"
+    )
+    assert ready_path == "/readyz"
+    assert spec["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert {ready_path, "/healthz"} <= route_paths()
+    port_names = {port["name"] for port in spec["ports"]}
+    assert spec["livenessProbe"]["httpGet"]["port"] in port_names
+
+
+def test_k8s_workers_have_an_exec_liveness_probe(
+    objects: dict[tuple[str, str], dict[str, Any]],
+) -> None:
+    spec = container(objects[("Deployment", "leasehold-worker")])
+    assert spec["livenessProbe"]["exec"]["command"] == ["leasehold", "probe", "worker"]
+
+
+def test_k8s_ports_agree(objects: dict[tuple[str, str], dict[str, Any]]) -> None:
+    spec = container(objects[("Deployment", "leasehold-api")])
+    (port,) = spec["ports"]
+    assert port["containerPort"] == int(config_env(objects)["LEASEHOLD_API_PORT"])
+    service = objects[("Service", "leasehold-api")]["spec"]
+    assert [p["targetPort"] for p in service["ports"]] in ([port["name"]], [port["containerPort"]])
+    labels = objects[("Deployment", "leasehold-api")]["spec"]["template"]["metadata"]["labels"]
+    assert service["selector"].items() <= labels.items()
+
+
+def test_k8s_grace_periods_outlast_the_drain(
+    objects: dict[tuple[str, str], dict[str, Any]],
+) -> None:
+    env = config_env(objects)
+    for name in ("leasehold-api", "leasehold-worker"):
+        pod = objects[("Deployment", name)]["spec"]["template"]["spec"]
+        must_outlast_drain(float(pod["terminationGracePeriodSeconds"]), env, name)
+
+
+def test_k8s_pdb_selects_the_worker_pods(objects: dict[tuple[str, str], dict[str, Any]]) -> None:
+    pdb = objects[("PodDisruptionBudget", "leasehold-worker")]["spec"]
+    worker = objects[("Deployment", "leasehold-worker")]["spec"]
+    labels = worker["template"]["metadata"]["labels"]
+    assert pdb["selector"]["matchLabels"].items() <= labels.items()
+    assert pdb.get("maxUnavailable") == 1 or pdb.get("minAvailable")
+    api_labels = objects[("Deployment", "leasehold-api")]["spec"]["template"]["metadata"]["labels"]
+    assert not pdb["selector"]["matchLabels"].items() <= api_labels.items()
+
+
+def test_k8s_env_names_are_settings_and_references_resolve(
+    objects: dict[tuple[str, str], dict[str, Any]],
+) -> None:
+    secret = objects[("Secret", "leasehold-secrets")]["stringData"]
+    check_env(config_env(objects), "ConfigMap leasehold-config")
+    assert set(secret) <= SETTING_NAMES
+    for name in ("leasehold-api", "leasehold-worker"):
+        spec = container(objects[("Deployment", name)])
+        for source in spec.get("envFrom", []):
+            ref = source.get("configMapRef") or source.get("secretRef")
+            kind = "ConfigMap" if "configMapRef" in source else "Secret"
+            assert (kind, ref["name"]) in objects, (name, ref)
+        for variable in spec.get("env", []):
+            assert variable["name"] in SETTING_NAMES, (name, variable["name"])
+            secret_ref = variable.get("valueFrom", {}).get("secretKeyRef")
+            if secret_ref:
+                assert secret_ref["key"] in secret, (name, secret_ref)
+
+
+def test_workers_do_not_receive_the_api_keys(
+    objects: dict[tuple[str, str], dict[str, Any]],
+) -> None:
+    spec = container(objects[("Deployment", "leasehold-worker")])
+    assert not any("secretRef" in source for source in spec.get("envFrom", []))
+
+
+def test_the_placeholder_api_key_is_refused_so_it_cannot_ship(
+    objects: dict[tuple[str, str], dict[str, Any]],
+) -> None:
+    placeholder = objects[("Secret", "leasehold-secrets")]["stringData"]["LEASEHOLD_API_KEYS"]
+    with pytest.raises(Exception, match="LEASEHOLD_API_KEYS"):
+        load_settings(api_keys=placeholder)
+
+
+def test_k8s_redis_conf_matches_deploy_redis_conf() -> None:
+    directives = redis_directives(K8S / "redis.conf")
+    assert directives == redis_directives(REDIS_CONF)
+    assert {key: directives.get(key) for key in REQUIRED_REDIS} == REQUIRED_REDIS
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_kustomize_renders_every_object() -> None:
+    rendered = subprocess.run(
+        ["kubectl", "kustomize", str(K8S)], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    kinds = {(doc["kind"], doc["metadata"]["name"]) for doc in yaml.safe_load_all(rendered)}
+    assert ("Deployment", "leasehold-worker") in kinds
+    assert any(
+        kind == "ConfigMap" and name.startswith("leasehold-redis-config-") for kind, name in kinds
+    )
+
+
+def test_redis_conf_is_accepted_by_redis_server(tmp_path: Path) -> None:
+    """The file really starts a Redis with the required settings (bound to loopback here)."""
+    server = find_redis_server()
+    assert server is not None
+    socket = tmp_path / "redis.sock"
+    # loopback only and no TCP port here; the file itself binds 0.0.0.0 for containers
+    overrides = ["--port", "0", "--bind", "127.0.0.1", "--unixsocket", str(socket)]
+    proc = subprocess.Popen(
+        [str(server), str(REDIS_CONF), *overrides],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    client = redis.Redis(unix_socket_path=str(socket), decode_responses=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not socket.exists():
+            assert proc.poll() is None, "redis-server refused deploy/redis.conf"
+            assert time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+        config = {key: client.config_get(key)[key] for key in REQUIRED_REDIS}
+        assert config == REQUIRED_REDIS
+    finally:
+        client.close()
+        proc.terminate()
+        proc.wait(timeout=10)
