@@ -54,7 +54,7 @@ async def keyed_app(keyed_settings: Settings) -> AsyncIterator[FastAPI]:
 
 
 @pytest.fixture
-async def api(keyed_app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+async def keyed_api(keyed_app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=keyed_app)
     async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
         yield client
@@ -75,26 +75,26 @@ async def keys_of(client: aioredis.Redis, prefix: str) -> list[str]:
     return sorted(await client.keys(f"{prefix}:*"))
 
 
-async def a_finished_run(api: httpx.AsyncClient) -> str:
+async def a_finished_run(keyed_api: httpx.AsyncClient) -> str:
     """A run that has ended (cancelled), so its event stream closes after replay."""
-    run_id: str = (await api.post("/runs", json=ECHO, headers=bearer(KEY))).json()["id"]
-    await api.post(f"/runs/{run_id}/cancel", headers=bearer(KEY))
+    run_id: str = (await keyed_api.post("/runs", json=ECHO, headers=bearer(KEY))).json()["id"]
+    await keyed_api.post(f"/runs/{run_id}/cancel", headers=bearer(KEY))
     return run_id
 
 
 async def call(
-    api: httpx.AsyncClient, method: str, template: str, run_id: str, headers: dict[str, str]
+    keyed_api: httpx.AsyncClient, method: str, template: str, run_id: str, headers: dict[str, str]
 ) -> httpx.Response:
     path = template.replace("{run_id}", run_id)
-    return await api.request(method, path, json=BODIES.get(template), headers=headers)
+    return await keyed_api.request(method, path, json=BODIES.get(template), headers=headers)
 
 
 async def test_every_route_but_healthz_refuses_a_request_without_a_key(
-    api: httpx.AsyncClient, keyed_app: FastAPI, redis_client: aioredis.Redis, prefix: str
+    keyed_api: httpx.AsyncClient, keyed_app: FastAPI, redis_client: aioredis.Redis, prefix: str
 ) -> None:
     run_id = "default.01ARZ3NDEKTSV4RRFFQ69G5FAV"
     for method, template in every_operation(keyed_app):
-        response = await call(api, method, template, run_id, headers={})
+        response = await call(keyed_api, method, template, run_id, headers={})
         if template == "/healthz":
             assert response.status_code == 200
             continue
@@ -117,7 +117,7 @@ WRONG_CREDENTIALS = [
 
 @pytest.mark.parametrize("headers", WRONG_CREDENTIALS)
 async def test_every_route_but_healthz_refuses_a_wrong_key(
-    api: httpx.AsyncClient,
+    keyed_api: httpx.AsyncClient,
     keyed_app: FastAPI,
     redis_client: aioredis.Redis,
     prefix: str,
@@ -125,7 +125,7 @@ async def test_every_route_but_healthz_refuses_a_wrong_key(
 ) -> None:
     run_id = "default.01ARZ3NDEKTSV4RRFFQ69G5FAV"
     for method, template in every_operation(keyed_app):
-        response = await call(api, method, template, run_id, headers=headers)
+        response = await call(keyed_api, method, template, run_id, headers=headers)
         expected = 200 if template == "/healthz" else 401
         assert response.status_code == expected, (method, template, response.text)
         if expected == 401:
@@ -133,8 +133,8 @@ async def test_every_route_but_healthz_refuses_a_wrong_key(
     assert await keys_of(redis_client, prefix) == []
 
 
-async def test_a_wrong_key_is_told_invalid_token(api: httpx.AsyncClient) -> None:
-    response = await api.get("/runs", headers=bearer("k-wrong-0123456789abcdefg"))
+async def test_a_wrong_key_is_told_invalid_token(keyed_api: httpx.AsyncClient) -> None:
+    response = await keyed_api.get("/runs", headers=bearer("k-wrong-0123456789abcdefg"))
     assert response.status_code == 401
     assert response.headers["www-authenticate"] == (
         'Bearer realm="leasehold", error="invalid_token"'
@@ -144,11 +144,11 @@ async def test_a_wrong_key_is_told_invalid_token(api: httpx.AsyncClient) -> None
 
 @pytest.mark.parametrize("key", [KEY, OTHER_KEY], ids=["primary", "rotated"])
 async def test_every_route_answers_normally_with_a_right_key(
-    api: httpx.AsyncClient, keyed_app: FastAPI, key: str
+    keyed_api: httpx.AsyncClient, keyed_app: FastAPI, key: str
 ) -> None:
-    run_id = await a_finished_run(api)
+    run_id = await a_finished_run(keyed_api)
     for method, template in every_operation(keyed_app):
-        response = await call(api, method, template, run_id, headers=bearer(key))
+        response = await call(keyed_api, method, template, run_id, headers=bearer(key))
         expected = EXPECTED_WITH_KEY.get((method, template))
         if expected is None:
             assert response.status_code != 401, (method, template)
@@ -156,13 +156,13 @@ async def test_every_route_answers_normally_with_a_right_key(
             assert response.status_code == expected, (method, template, response.text)
 
 
-async def test_scheme_name_is_case_insensitive(api: httpx.AsyncClient) -> None:
-    response = await api.get("/handlers", headers={"Authorization": f"bearer {KEY}"})
+async def test_scheme_name_is_case_insensitive(keyed_api: httpx.AsyncClient) -> None:
+    response = await keyed_api.get("/handlers", headers={"Authorization": f"bearer {KEY}"})
     assert response.status_code == 200
 
 
 async def test_every_configured_key_is_compared_in_constant_time(
-    api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+    keyed_api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     compared: list[tuple[bytes, bytes]] = []
     real = hmac.compare_digest
@@ -174,31 +174,21 @@ async def test_every_configured_key_is_compared_in_constant_time(
     monkeypatch.setattr(hmac, "compare_digest", spy)
     for presented in (KEY, OTHER_KEY, "k-wrong-0123456789abcdefg"):
         compared.clear()
-        await api.get("/handlers", headers=bearer(presented))
+        await keyed_api.get("/handlers", headers=bearer(presented))
         # every key, even after a match: timing says nothing about which key matched
         assert [stored for _, stored in compared] == [KEY.encode(), OTHER_KEY.encode()]
         assert {given for given, _ in compared} == {presented.encode()}
 
 
-async def test_without_keys_configured_no_key_is_needed(
-    api_without_keys: httpx.AsyncClient,
-) -> None:
-    assert (await api_without_keys.get("/handlers")).status_code == 200
-
-
-@pytest.fixture
-async def api_without_keys(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(settings)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
-            yield client
+async def test_without_keys_configured_no_key_is_needed(api: httpx.AsyncClient) -> None:
+    # `api` (tests/api/conftest.py) is the app with default settings: no keys
+    assert (await api.get("/handlers")).status_code == 200
 
 
 async def test_openapi_declares_the_bearer_scheme_on_every_guarded_operation(
-    api: httpx.AsyncClient,
+    keyed_api: httpx.AsyncClient,
 ) -> None:
-    document = (await api.get("/openapi.json", headers=bearer(KEY))).json()
+    document = (await keyed_api.get("/openapi.json", headers=bearer(KEY))).json()
     scheme = document["components"]["securitySchemes"]["bearerKey"]
     assert scheme == {**scheme, "type": "http", "scheme": "bearer"}
     for path, operations in document["paths"].items():

@@ -9,6 +9,8 @@ pattern, ``:`` a separator), at logs (control characters), and at memory (length
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -84,93 +86,60 @@ async def untouched(redis_client: aioredis.Redis, prefix: str) -> aioredis.Redis
     return redis_client
 
 
-@pytest.mark.parametrize("run_id", HOSTILE_RUN_IDS)
-@pytest.mark.parametrize(
-    ("method", "template"),
-    [("GET", "/runs/{}"), ("POST", "/runs/{}/cancel"), ("GET", "/runs/{}/events")],
-)
-async def test_hostile_run_id_in_the_path_is_refused(
-    api: httpx.AsyncClient,
-    untouched: aioredis.Redis,
-    prefix: str,
-    run_id: str,
-    method: str,
-    template: str,
-) -> None:
-    response = await api.request(method, template.format(quote(run_id, safe="")))
-    assert_refused(response)
-    assert await keys_of(untouched, prefix) == []
+HOSTILE_CURSORS = [
+    pytest.param("c" * 257, id="too-long"),
+    pytest.param("{*}", id="pattern-chars"),
+    pytest.param("MTox", id="decodes-to-a-non-id"),
+    pytest.param("MTpkZWZhdWx0LjAxQVJaM05ERUtUU1Y0UlJGRlE2OUc1RkFWCg", id="id-with-newline"),
+]
+
+Send = Callable[[httpx.AsyncClient, str], Awaitable[httpx.Response]]
 
 
-@pytest.mark.parametrize("name", HOSTILE_QUEUE_NAMES)
-async def test_hostile_queue_name_in_the_body_is_refused(
-    api: httpx.AsyncClient, untouched: aioredis.Redis, prefix: str, name: str
-) -> None:
-    response = await api.post("/runs", json={**ECHO, "queue": name})
-    assert_refused(response)
-    assert await keys_of(untouched, prefix) == []
+def in_path(method: str, template: str) -> Send:
+    return lambda api, value: api.request(method, template.format(quote(value, safe="")))
 
 
-@pytest.mark.parametrize("name", HOSTILE_QUEUE_NAMES)
-async def test_hostile_queue_filter_is_refused(
-    api: httpx.AsyncClient, untouched: aioredis.Redis, prefix: str, name: str
-) -> None:
-    response = await api.get("/runs", params={"queue": name})
-    assert_refused(response)
-    assert await keys_of(untouched, prefix) == []
+def in_body(field: str) -> Send:
+    return lambda api, value: api.post("/runs", json={**ECHO, field: value})
 
 
-@pytest.mark.parametrize("name", HOSTILE_NAMES)
-async def test_hostile_handler_filter_is_refused(
-    api: httpx.AsyncClient, untouched: aioredis.Redis, prefix: str, name: str
-) -> None:
-    response = await api.get("/runs", params={"handler": name})
-    assert_refused(response)
-    assert await keys_of(untouched, prefix) == []
+def in_query(name: str) -> Send:
+    return lambda api, value: api.get("/runs", params={name: value})
 
 
-@pytest.mark.parametrize("name", HOSTILE_NAMES)
-async def test_hostile_handler_name_in_the_body_is_refused(
-    api: httpx.AsyncClient, untouched: aioredis.Redis, prefix: str, name: str
-) -> None:
-    response = await api.post("/runs", json={**ECHO, "handler": name})
-    assert_refused(response)
-    assert await keys_of(untouched, prefix) == []
-
-
-@pytest.mark.parametrize("key", HOSTILE_IDEMPOTENCY_KEYS)
-async def test_hostile_idempotency_key_field_is_refused(
-    api: httpx.AsyncClient, untouched: aioredis.Redis, prefix: str, key: str
-) -> None:
-    response = await api.post("/runs", json={**ECHO, "idempotency_key": key})
-    assert_refused(response)
-    assert await keys_of(untouched, prefix) == []
-
-
-@pytest.mark.parametrize("key", HOSTILE_IDEMPOTENCY_KEYS)
-async def test_hostile_idempotency_key_header_is_refused(
-    api: httpx.AsyncClient, untouched: aioredis.Redis, prefix: str, key: str
-) -> None:
+def in_idempotency_header(api: httpx.AsyncClient, value: str) -> Awaitable[httpx.Response]:
     # raw bytes: what a client that skips validation would put on the wire
-    headers = [(b"Idempotency-Key", key.encode())]
-    response = await api.post("/runs", json=ECHO, headers=headers)
-    assert_refused(response)
-    assert await keys_of(untouched, prefix) == []
+    return api.post("/runs", json=ECHO, headers=[(b"Idempotency-Key", value.encode())])
+
+
+# every way a value reaches a key name (or a filter) through the API
+ENTRY_POINTS: list[tuple[str, Send, list[Any]]] = [
+    ("get-run", in_path("GET", "/runs/{}"), HOSTILE_RUN_IDS),
+    ("cancel-run", in_path("POST", "/runs/{}/cancel"), HOSTILE_RUN_IDS),
+    ("follow-run", in_path("GET", "/runs/{}/events"), HOSTILE_RUN_IDS),
+    ("queue-field", in_body("queue"), HOSTILE_QUEUE_NAMES),
+    ("queue-filter", in_query("queue"), HOSTILE_QUEUE_NAMES),
+    ("handler-field", in_body("handler"), HOSTILE_NAMES),
+    ("handler-filter", in_query("handler"), HOSTILE_NAMES),
+    ("idempotency-field", in_body("idempotency_key"), HOSTILE_IDEMPOTENCY_KEYS),
+    ("idempotency-header", in_idempotency_header, HOSTILE_IDEMPOTENCY_KEYS),
+    ("cursor", in_query("cursor"), HOSTILE_CURSORS),
+]
 
 
 @pytest.mark.parametrize(
-    "cursor",
+    ("send", "value"),
     [
-        pytest.param("c" * 257, id="too-long"),
-        pytest.param("{*}", id="pattern-chars"),
-        pytest.param("MTox", id="decodes-to-a-non-id"),
-        pytest.param("MTpkZWZhdWx0LjAxQVJaM05ERUtUU1Y0UlJGRlE2OUc1RkFWCg", id="id-with-newline"),
+        pytest.param(send, case.values[0], id=f"{where}-{case.id}")
+        for where, send, cases in ENTRY_POINTS
+        for case in cases
     ],
 )
-async def test_hostile_cursor_is_refused(
-    api: httpx.AsyncClient, untouched: aioredis.Redis, prefix: str, cursor: str
+async def test_hostile_value_is_refused_and_nothing_is_written(
+    api: httpx.AsyncClient, untouched: aioredis.Redis, prefix: str, send: Send, value: str
 ) -> None:
-    response = await api.get("/runs", params={"cursor": cursor})
+    response = await send(api, value)
     assert_refused(response)
     assert await keys_of(untouched, prefix) == []
 

@@ -211,6 +211,12 @@ def test_compose_api_port_is_the_port_the_api_listens_on(compose: dict[str, Any]
     assert published == [str(port)]
 
 
+def test_compose_gives_the_api_keys_to_the_api_only(compose: dict[str, Any]) -> None:
+    assert "LEASEHOLD_API_KEYS" in compose["services"]["api"]["environment"]
+    for name in ("worker", "reconciler"):
+        assert "LEASEHOLD_API_KEYS" not in compose["services"][name]["environment"], name
+
+
 def test_compose_services_wait_for_a_healthy_redis(compose: dict[str, Any]) -> None:
     for name, service in leasehold_services(compose):
         assert service["depends_on"]["redis"]["condition"] == "service_healthy", name
