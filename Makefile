@@ -37,8 +37,10 @@ format: install
 	$(BIN)/ruff check --fix app tests bench
 
 ## Benchmarks; results go to bench/out and are summarised in BENCHMARKS.md.
+## BENCH_ARGS, e.g. "--n 5000 --reps 1 --skip heartbeat" (see python -m bench.throughput -h).
+BENCH_ARGS ?=
 bench: install
-	$(BIN)/python bench/throughput.py
+	$(BIN)/python -m bench.throughput $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .leasehold

@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from enum import StrEnum
 from typing import Annotated, Any
 
 import httpx
@@ -33,7 +34,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-runs_app = typer.Typer(help="Inspect and cancel runs.", no_args_is_help=True)
+runs_app = typer.Typer(help="Inspect, cancel and resolve runs.", no_args_is_help=True)
 app.add_typer(runs_app, name="runs")
 probe_app = typer.Typer(
     help="Health probes for containers: exit 0 when healthy, 1 when not.", no_args_is_help=True
@@ -296,6 +297,81 @@ def runs_cancel(run_id: str, as_json: JsonFlag = False, api_url: ApiUrl = None) 
     with _api(api_url) as client:
         result = client.cancel(run_id)
     typer.echo(result.model_dump_json() if as_json else f"{result.id}: {result.status.value}")
+
+
+@runs_app.command("resume")
+def runs_resume(
+    run_id: str,
+    input: Annotated[str, typer.Option("--input", help="What you decided, as JSON.")] = "null",
+    as_json: JsonFlag = False,
+    api_url: ApiUrl = None,
+) -> None:
+    """Resume a run waiting for a person; its handler sees the input as ctx.resume_input."""
+    try:
+        payload = json.loads(input)
+    except json.JSONDecodeError as exc:
+        raise _fail(f"--input is not JSON: {exc}") from None
+    with _api(api_url) as client:
+        result = client.resume(run_id, payload)
+    typer.echo(result.model_dump_json() if as_json else f"{result.id}: {result.status.value}")
+
+
+class ResolveChoice(StrEnum):
+    """What a person decides for a reconciliation_required run."""
+
+    RETRY = "retry"
+    FAIL = "fail"
+    SUCCEED = "succeed"
+
+
+class EffectOutcomeChoice(StrEnum):
+    """What a person found out about the effects whose outcome was unknown."""
+
+    APPLIED = "applied"
+    NOT_APPLIED = "not_applied"
+
+
+@runs_app.command("resolve")
+def runs_resolve(
+    run_id: str,
+    action: Annotated[ResolveChoice, typer.Option("--action", help="What happens to the run.")],
+    effect_outcome: Annotated[
+        EffectOutcomeChoice | None,
+        typer.Option(
+            "--effect-outcome",
+            help="Did the unknown effect happen? applied: never repeat it; not_applied: "
+            "run it again. Required with --action retry.",
+        ),
+    ] = None,
+    effect_result: Annotated[
+        str | None, typer.Option("--effect-result", help="Its result to record, as JSON.")
+    ] = None,
+    output: Annotated[
+        str | None, typer.Option("--output", help="The run's output as JSON (succeed).")
+    ] = None,
+    note: Annotated[str | None, typer.Option("--note", help="Why, for the history.")] = None,
+    as_json: JsonFlag = False,
+    api_url: ApiUrl = None,
+) -> None:
+    """Decide a run parked in reconciliation_required: retry, fail or succeed it."""
+    decision = {
+        "output": _json_option("--output", output),
+        "effect_outcome": effect_outcome.value if effect_outcome else None,
+        "effect_result": _json_option("--effect-result", effect_result),
+        "note": note,
+    }
+    with _api(api_url) as client:
+        run = client.resolve(run_id, action.value, **decision)
+    _print_run(run, as_json)
+
+
+def _json_option(flag: str, raw: str | None) -> Any:
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise _fail(f"{flag} is not JSON: {exc}") from None
 
 
 @probe_app.command("api")

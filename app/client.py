@@ -19,11 +19,11 @@ from httpx_sse import ServerSentEvent, aconnect_sse, connect_sse
 from app.errors import LeaseholdError
 from app.models import (
     TERMINAL_EVENT_TYPES,
-    CancelResult,
     HandlerInfo,
     Run,
     RunEvent,
     RunPage,
+    StatusChange,
     WorkerInfo,
 )
 
@@ -94,6 +94,10 @@ def _list_params(**filters: Any) -> dict[str, Any]:
     return {key: value for key, value in filters.items() if value is not None}
 
 
+def _resolve_body(action: str, decision: dict[str, Any]) -> dict[str, Any]:
+    return {"action": action, **_list_params(**decision)}
+
+
 class Client:
     """Blocking client."""
 
@@ -133,10 +137,24 @@ class Client:
         response = self.http.get("/runs", params=_list_params(**filters))
         return RunPage.model_validate(_check(response).json())
 
-    def cancel(self, run_id: str) -> CancelResult:
+    def cancel(self, run_id: str) -> StatusChange:
         """POST /runs/{id}/cancel."""
         response = self.http.post(f"/runs/{run_id}/cancel")
-        return CancelResult.model_validate(_check(response).json())
+        return StatusChange.model_validate(_check(response).json())
+
+    def resume(self, run_id: str, resume_input: Any = None) -> StatusChange:
+        """POST /runs/{id}/resume: queue a waiting_human run again with a person's input."""
+        response = self.http.post(f"/runs/{run_id}/resume", json={"input": resume_input})
+        return StatusChange.model_validate(_check(response).json())
+
+    def resolve(self, run_id: str, action: str, **decision: Any) -> Run:
+        """POST /runs/{id}/resolve: retry | fail | succeed a reconciliation_required run.
+
+        ``decision`` holds the other ResolveRequest fields: output, effect_outcome,
+        effect_result, note.
+        """
+        response = self.http.post(f"/runs/{run_id}/resolve", json=_resolve_body(action, decision))
+        return Run.model_validate(_check(response).json())
 
     def events(
         self, run_id: str, *, last_event_id: str | None = None, reconnect: bool = True
@@ -170,7 +188,8 @@ class Client:
                 source.response.read()
                 _check(source.response)
             for message in source.iter_sse():
-                yield _event(message)
+                if message.data:  # a keep-alive comment is not an event
+                    yield _event(message)
 
     def handlers(self) -> list[HandlerInfo]:
         """GET /handlers."""
@@ -224,10 +243,22 @@ class AsyncClient:
         response = await self.http.get("/runs", params=_list_params(**filters))
         return RunPage.model_validate(_check(response).json())
 
-    async def cancel(self, run_id: str) -> CancelResult:
+    async def cancel(self, run_id: str) -> StatusChange:
         """POST /runs/{id}/cancel."""
         response = await self.http.post(f"/runs/{run_id}/cancel")
-        return CancelResult.model_validate(_check(response).json())
+        return StatusChange.model_validate(_check(response).json())
+
+    async def resume(self, run_id: str, resume_input: Any = None) -> StatusChange:
+        """POST /runs/{id}/resume."""
+        response = await self.http.post(f"/runs/{run_id}/resume", json={"input": resume_input})
+        return StatusChange.model_validate(_check(response).json())
+
+    async def resolve(self, run_id: str, action: str, **decision: Any) -> Run:
+        """POST /runs/{id}/resolve; see :meth:`Client.resolve`."""
+        response = await self.http.post(
+            f"/runs/{run_id}/resolve", json=_resolve_body(action, decision)
+        )
+        return Run.model_validate(_check(response).json())
 
     async def events(
         self, run_id: str, *, last_event_id: str | None = None, reconnect: bool = True
@@ -259,4 +290,5 @@ class AsyncClient:
                 await source.response.aread()
                 _check(source.response)
             async for message in source.aiter_sse():
-                yield _event(message)
+                if message.data:  # a keep-alive comment is not an event
+                    yield _event(message)

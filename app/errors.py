@@ -8,16 +8,28 @@
     │   ├── RunNotFound
     │   ├── InvalidTransition         e.g. cancel of a succeeded run
     │   ├── IdempotencyConflict       same key, different body
-    │   └── LeaseLost                 fenced out: another owner holds the run now
+    │   ├── LeaseLost                 fenced out: another owner holds the run now
+    │   └── EffectOutcomeUnknown      an effect started and was never recorded: the run
+    │                                 is parked in reconciliation_required
     ├── HandlerError                  registry problems
     │   ├── UnknownHandler
     │   └── InvalidInput              input fails the handler's model
     ├── InvalidEvent                  a handler emitted a reserved or malformed event
     │   └── EventTooLarge             ... or one over the configured size bound
+    ├── EscalationRequested           the watchdog escalated: the run parks in waiting_human
     └── RunFailure                    why a run ended ``failed``; carried in ``run.error``
         ├── HandlerFailed             the handler raised something untyped
+        ├── InvalidCheckpoint         ctx.checkpoint() got state that is not JSON
+        │   └── CheckpointTooLarge    ... or more than LEASEHOLD_MAX_CHECKPOINT_BYTES
+        ├── InvalidEffect             ctx.effect() got a malformed name
+        │   └── InvalidEffectResult   ... or its function returned what cannot be recorded
+        ├── EffectNotApplied          an effect's function says it certainly did not happen
         ├── BudgetExceeded            a budget ran out (non-retryable by default)
-        └── OperationIntervened       the watchdog stopped an operation
+        │   ├── FirstProgressTimeout  no first progress signal within first_progress_s
+        │   ├── IdleTimeout           no progress signal for idle_s after the last one
+        │   ├── DurationExceeded      an operation or the run passed max_duration_s
+        │   └── BudgetExhausted       the run used max_steps (and its extensions)
+        └── OperationIntervened       the watchdog stopped an operation (INTERVENE)
 
 Each :class:`RunFailure` has a stable ``code`` and a ``retryable`` flag; the worker
 records both on the run, and the retry policy reads ``retryable``.
@@ -149,8 +161,119 @@ class BudgetExceeded(RunFailure):
     retryable = False
 
 
+class FirstProgressTimeout(BudgetExceeded):
+    """The operation gave no first sign of progress within ``first_progress_s``."""
+
+    code = "first_progress_timeout"
+
+
+class IdleTimeout(BudgetExceeded):
+    """The operation went silent for ``idle_s`` after having made progress."""
+
+    code = "idle_timeout"
+
+
+class DurationExceeded(BudgetExceeded):
+    """The operation (or the run) ran longer than ``max_duration_s``, progress or not."""
+
+    code = "duration_exceeded"
+
+
+class BudgetExhausted(BudgetExceeded):
+    """The run took ``max_steps`` steps and the watchdog granted no further extension."""
+
+    code = "budget_exhausted"
+
+
 class OperationIntervened(RunFailure):
     """The watchdog decided to stop an operation (INTERVENE)."""
 
     code = "operation_intervened"
     retryable = False
+
+
+class EscalationRequested(LeaseholdError):
+    """The watchdog escalated an operation to a person: the run parks in ``waiting_human``.
+
+    Not a failure: the worker releases the lease and stores the evidence; a person
+    resumes the run (POST /runs/{id}/resume) and the handler is called again with
+    ``ctx.resume_input``. Handlers should let it propagate.
+    """
+
+    def __init__(self, reason: str, *, evidence: dict[str, Any]) -> None:
+        super().__init__(f"escalated to a person: {reason}")
+        self.reason = reason
+        self.evidence = evidence
+
+
+class EffectOutcomeUnknown(StoreError):
+    """An effect started on an earlier attempt and its outcome was never recorded.
+
+    Calling it again could apply it twice (it is not idempotent), so the run was
+    parked in ``reconciliation_required`` by the same script that found the record;
+    a person resolves it (POST /runs/{id}/resolve). Raised into the handler so it
+    stops at once; handlers should let it propagate.
+    """
+
+    def __init__(self, run_id: str, record: dict[str, Any]) -> None:
+        super().__init__(
+            f"effect {record.get('name')!r} (key {record.get('key')!r}) of run {run_id!r} "
+            "started before and its outcome is unknown: the run needs a person to resolve it"
+        )
+        self.run_id = run_id
+        self.record = record
+
+
+class InvalidCheckpoint(RunFailure):
+    """The state given to ``ctx.checkpoint`` cannot be stored (it is not JSON).
+
+    Non-retryable: the same code would produce the same state again.
+    """
+
+    code = "invalid_checkpoint"
+    retryable = False
+
+
+class CheckpointTooLarge(InvalidCheckpoint):
+    """The checkpoint state is larger than LEASEHOLD_MAX_CHECKPOINT_BYTES."""
+
+    code = "checkpoint_too_large"
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            f"checkpoint state is {size} bytes; the limit is {limit} "
+            "(LEASEHOLD_MAX_CHECKPOINT_BYTES): keep large data elsewhere and checkpoint a "
+            "reference to it",
+            details={"size_bytes": size, "limit_bytes": limit},
+        )
+        self.size = size
+        self.limit = limit
+
+
+class InvalidEffect(RunFailure):
+    """``ctx.effect`` was called with a name that cannot key a record."""
+
+    code = "invalid_effect"
+    retryable = False
+
+
+class InvalidEffectResult(InvalidEffect):
+    """An effect's function returned a value that is not JSON or is too large to record.
+
+    The side effect has happened but its result is not recorded: its record stays
+    ``started``, so a later attempt treats its outcome as unknown.
+    """
+
+    code = "invalid_effect_result"
+
+
+class EffectNotApplied(RunFailure):
+    """Raised by an effect's function when the side effect certainly did not happen.
+
+    The started record is dropped, so a later attempt calls the function again
+    (e.g. a payment API answered "declined" before charging anything). Any other
+    exception leaves the outcome unknown. Retryable unless told otherwise.
+    """
+
+    code = "effect_not_applied"
+    retryable = True

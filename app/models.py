@@ -11,7 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.settings import QUEUE_NAME_PATTERN
 
@@ -117,6 +117,17 @@ class RunEvent(BaseModel):
     data: dict[str, Any] = Field(default_factory=dict)
 
 
+class RunBudget(BaseModel):
+    """Run-level budgets, each failing with its own typed, non-retryable error."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_steps: int | None = Field(default=None, ge=1, description="ctx.step() calls allowed")
+    max_duration_s: float | None = Field(
+        default=None, gt=0, description="Wall time one attempt may take, progress or not"
+    )
+
+
 class CreateRunRequest(BaseModel):
     """Body of POST /runs."""
 
@@ -129,7 +140,60 @@ class CreateRunRequest(BaseModel):
     on_lease_expired: OnLeaseExpired | None = None
     idempotency_key: str | None = Field(default=None, pattern=IDEMPOTENCY_KEY_PATTERN)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    budget: RunBudget | None = None
     cancel_on_disconnect: bool = False
+
+
+class ResumeRequest(BaseModel):
+    """Body of POST /runs/{id}/resume: what the person decided, for ctx.resume_input."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: Any = None
+
+
+ResolveAction = Literal["retry", "fail", "succeed"]
+EffectOutcomeDecision = Literal["applied", "not_applied"]
+
+
+class ResolveRequest(BaseModel):
+    """Body of POST /runs/{id}/resolve: a person's decision on a reconciliation_required run.
+
+    ``effect_outcome`` says what the person found out about the effects whose
+    outcome was unknown: ``applied`` records them as done (with ``effect_result``,
+    else null), so a retried run does not repeat them; ``not_applied`` drops their
+    records, so a retried run performs them again. A retry needs it: without it the
+    run would stop at the same effect again.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    action: ResolveAction = Field(
+        description="retry: queue the run again (fence+1); fail / succeed: end it so"
+    )
+    output: Any = Field(default=None, description="The run's output, for succeed")
+    effect_outcome: EffectOutcomeDecision | None = Field(
+        default=None, description="Whether the unknown effects happened; required for retry"
+    )
+    effect_result: Any = Field(
+        default=None, description="Result to record for the effects, with effect_outcome=applied"
+    )
+    note: str | None = Field(
+        default=None, max_length=2000, description="Why, for the run's event history"
+    )
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> ResolveRequest:
+        if self.action == "retry" and self.effect_outcome is None:
+            raise ValueError(
+                "retry needs effect_outcome (applied or not_applied): without it the run "
+                "would stop at the same effect again"
+            )
+        if self.output is not None and self.action != "succeed":
+            raise ValueError("output is only accepted with action succeed")
+        if self.effect_result is not None and self.effect_outcome != "applied":
+            raise ValueError("effect_result is only accepted with effect_outcome applied")
+        return self
 
 
 class RunPage(BaseModel):
@@ -139,8 +203,8 @@ class RunPage(BaseModel):
     next_cursor: str | None = None
 
 
-class CancelResult(BaseModel):
-    """Answer of POST /runs/{id}/cancel: the status the run has after the request."""
+class StatusChange(BaseModel):
+    """Answer of POST /runs/{id}/cancel, /resume, /resolve: the run's status afterwards."""
 
     id: str
     status: RunStatus

@@ -35,6 +35,22 @@ def _describe_requeued(data: dict[str, Any]) -> str:
     return line
 
 
+def _describe_effect(data: dict[str, Any]) -> str:
+    line = f"effect {data.get('key')} {data.get('phase')}"
+    if data.get("phase") == "started" and (data.get("starts") or 1) > 1:
+        line += f" again (start {data['starts']}, idempotent)"
+    return line
+
+
+def _describe_resolved(data: dict[str, Any]) -> str:
+    line = f"resolved by a person: {data.get('action')}"
+    if data.get("effect_outcome"):
+        line += f", effects {data['effect_outcome']}"
+    if data.get("note"):
+        line += f" ({data['note']})"
+    return line
+
+
 DESCRIBE: dict[str, Callable[[dict[str, Any]], str]] = {
     "created": lambda d: f"created: handler {d.get('handler')} on queue {d.get('queue')}",
     "claimed": lambda d: f"claimed by {d.get('owner_id')} (attempt {d.get('attempt')})",
@@ -45,6 +61,10 @@ DESCRIBE: dict[str, Callable[[dict[str, Any]], str]] = {
         f"lease of {d.get('owner_id')} expired (last renewal at {d.get('last_renewed_at_ms')} ms)"
     ),
     "requeued": _describe_requeued,
+    "checkpoint": lambda d: f"checkpoint {d.get('seq')} ({d.get('size_bytes')} bytes)",
+    "effect": _describe_effect,
+    "reconciliation_required": lambda d: f"needs a person: {_error_text(d)}",
+    "resolved": _describe_resolved,
     "replay_unavailable": lambda d: (
         f"history before {d.get('oldest_available')} was trimmed; showing what remains"
     ),
@@ -82,7 +102,5 @@ class EventPrinter:
         describe = DESCRIBE.get(event.type)
         text = describe(event.data) if describe else f"{event.type} {_compact(event.data)}"
         marker = "==" if event.type in TERMINAL_EVENT_TYPES else "--"
-        self._out.write(
-            f"{event.ts:%H:%M:%S} {marker} {text}  [fence {event.fence}]\n"
-        )
+        self._out.write(f"{event.ts:%H:%M:%S} {marker} {text}  [fence {event.fence}]\n")
         self._out.flush()

@@ -40,7 +40,9 @@ def _split_commas(value: object) -> object:
 class Settings(BaseSettings):
     """Validated configuration shared by the API, workers, reconciler and CLI."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, extra="ignore", frozen=True, env_nested_delimiter="__"
+    )
 
     redis_url: str | None = Field(
         default=None,
@@ -99,6 +101,12 @@ class Settings(BaseSettings):
     max_event_bytes: int = Field(
         default=65_536, ge=64, description="Largest event payload a handler may emit"
     )
+    max_checkpoint_bytes: int = Field(
+        default=1_048_576,
+        ge=64,
+        description="Largest state a handler may checkpoint, and largest effect result it "
+        "may record (JSON bytes); larger raises CheckpointTooLarge / InvalidEffectResult",
+    )
     events_maxlen: int = Field(
         default=10_000, ge=10, description="Events kept per run stream (approximate trim)"
     )
@@ -123,6 +131,55 @@ class Settings(BaseSettings):
         default=5.0,
         gt=0,
         description="Safety-net claim interval of an idle worker, for a missed pub/sub wake-up",
+    )
+    op_default_lease_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Operation lease when neither the call nor OP_LEASE_S names one for its kind",
+    )
+    op_lease_s: dict[str, float] = Field(
+        default_factory=dict,
+        description="Operation lease per kind: LEASEHOLD_OP_LEASE_S__MODEL_CALL=30",
+    )
+    op_first_progress_s: dict[str, float] = Field(
+        default_factory=dict,
+        description="Time-to-first-progress budget per kind: ..._FIRST_PROGRESS_S__MODEL_CALL=600",
+    )
+    op_idle_s: dict[str, float] = Field(
+        default_factory=dict,
+        description="Idle budget (longest silence) per kind: ..._IDLE_S__MODEL_CALL=60",
+    )
+    op_max_duration_s: dict[str, float] = Field(
+        default_factory=dict,
+        description="Absolute duration budget per kind: LEASEHOLD_OP_MAX_DURATION_S__TOOL_CALL=300",
+    )
+    watchdog_free_renewals: int = Field(
+        default=2, ge=0, description="Lease renewals the watchdog grants without looking"
+    )
+    watchdog_max_renewals: int = Field(
+        default=10, ge=1, description="Renewals after which the watchdog intervenes, whatever else"
+    )
+    watchdog_suspicion_threshold: float = Field(
+        default=3.0,
+        gt=0,
+        description="Suspicion (phi) of a silent operation at which the watchdog intervenes",
+    )
+    watchdog_evaluator: str | None = Field(
+        default=None,
+        description="Python callable 'module:function' the watchdog asks about silent operations",
+    )
+    watchdog_judge_url: str | None = Field(
+        default=None,
+        description="HTTP judge the watchdog POSTs evidence to (when no callable is set)",
+    )
+    watchdog_evaluator_timeout_s: float = Field(
+        default=15.0, gt=0, description="Hard timeout of one evaluator call; a timeout means RENEW"
+    )
+    watchdog_max_step_extensions: int = Field(
+        default=3, ge=0, description="Times a run's max_steps may be extended, at most"
+    )
+    step_extension_ratio: float = Field(
+        default=0.5, gt=0, description="Each step extension adds this fraction of max_steps"
     )
     sse_keepalive_s: float = Field(
         default=15.0, gt=0, description="Keep-alive comment period on idle event streams"

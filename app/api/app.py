@@ -21,7 +21,7 @@ from app.api.hub import EventHub
 from app.api.limits import BodySizeLimit
 from app.api.openapi import complete_openapi
 from app.api.problems import install_problem_handlers
-from app.api.routes import events, runs, system
+from app.api.routes import decisions, events, runs, system
 from app.api.state import ApiState
 from app.executor.registry import HandlerRegistry, load_handler_modules
 from app.settings import Settings
@@ -81,7 +81,13 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
     install_problem_handlers(app)
     app.include_router(runs.router)
     app.include_router(events.router)
+    app.include_router(decisions.router)
     app.include_router(system.router)
+    if "app.demo" in settings.handlers:
+        # the demo's fake streaming model, for demo.agent; only with the demo handlers
+        from app.demo import model_server
+
+        app.include_router(model_server.router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_input_bytes + BODY_OVERHEAD_BYTES)
     # added later = outermost: a request without a key is refused before its body is read,
     # and CORS preflights (which never carry a key) are answered before authentication

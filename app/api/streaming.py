@@ -23,6 +23,7 @@ from app.models import EVENT_ID, TERMINAL_EVENT_TYPES, Run, RunEvent, event_id_o
 from app.store.runs import RunStore
 
 REPLAY_CHUNK = 500
+MAX_STREAM_ID_PART = 2**64 - 1
 
 
 def to_sse(event: RunEvent, *, retry_ms: int | None = None) -> ServerSentEvent:
@@ -90,9 +91,22 @@ def resume_point(header: str | None, query: str | None) -> str | None:
     value = header or query
     if value is None or value == "":
         return None
-    if not EVENT_ID.match(value):
+    if not is_stream_id(value):
         raise HTTPException(400, f"Last-Event-ID {value!r} is not a stream id like 1700000000000-0")
     return value
+
+
+def is_stream_id(value: str) -> bool:
+    """Whether Redis accepts ``value`` as a stream id: ``<ms>-<seq>``, ASCII digits, 64-bit each.
+
+    Checked in full (Python's ``$`` allows a trailing newline, ``\\d`` any Unicode
+    digit): an id Redis rejects would fail the stream after its 200 was sent.
+    """
+    return (
+        value.isascii()
+        and EVENT_ID.fullmatch(value) is not None
+        and all(int(part) <= MAX_STREAM_ID_PART for part in value.split("-"))
+    )
 
 
 def event_stream_response(

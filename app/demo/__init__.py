@@ -1,3 +1,4 @@
 """Demo handlers used by the quick start and the tests (LEASEHOLD_HANDLERS=app.demo)."""
 
+from app.demo import agent as agent
 from app.demo import handlers as handlers

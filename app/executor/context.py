@@ -1,9 +1,10 @@
 """``RunContext``: everything a handler sees of the run it executes.
 
 Handlers get identity (run id, attempt, fence), their input, a cancellation
-signal, and ways to report what they do (``emit``, ``progress``). They see
-nothing of the worker's machinery: leases, heartbeats and Redis stay behind
-this object.
+signal, ways to report what they do (``emit``, ``progress``), and ways to make
+a later attempt continue instead of starting over (``checkpoint``, ``effect``:
+see :mod:`app.executor.effects`). They see nothing of the worker's machinery:
+leases, heartbeats and Redis stay behind this object.
 
 The fence is handed out on purpose: pass ``ctx.fence`` to downstream systems
 that can reject writes from a stale executor (Kleppmann's fencing token).
@@ -15,7 +16,11 @@ import asyncio
 import threading
 from typing import Any
 
+from app.executor.effects import EffectFn, EffectLedger
 from app.executor.events import EventSink
+from app.supervision.config import Supervision
+from app.supervision.operation import Operation, run_supervised
+from app.supervision.steps import StepBudget
 
 
 class RunContext:
@@ -35,7 +40,10 @@ class RunContext:
         state: Any,
         resume_input: Any,
         sink: EventSink,
+        ledger: EffectLedger,
         loop: asyncio.AbstractEventLoop,
+        supervision: Supervision,
+        max_steps: int | None = None,
     ) -> None:
         self.run_id = run_id
         self.queue = queue
@@ -48,9 +56,18 @@ class RunContext:
         self.state = state
         self.resume_input = resume_input
         self._sink = sink
+        self._ledger = ledger
         self._loop = loop
         self._cancelled = threading.Event()
         self._cancel_reason: str | None = None
+        self._supervision = supervision
+        self.nudges: list[str] = []
+        self._steps = StepBudget(
+            max_steps,
+            watchdog=supervision.watchdog,
+            ratio=supervision.step_extension_ratio,
+            emit=self.emit,
+        )
 
     @property
     def cancelled(self) -> bool:
@@ -86,3 +103,111 @@ class RunContext:
         """``emit`` for sync handlers running in the worker's thread pool."""
         future = asyncio.run_coroutine_threadsafe(self._sink.add(event_type, data), self._loop)
         future.result()
+
+    async def checkpoint(self, state: Any) -> None:
+        """Save JSON ``state`` (fenced, with a ``checkpoint`` event); ``ctx.state`` becomes it.
+
+        A later attempt of the run starts with it in ``ctx.state``. Raises
+        :class:`~app.errors.CheckpointTooLarge` over LEASEHOLD_MAX_CHECKPOINT_BYTES,
+        :class:`~app.errors.InvalidCheckpoint` for non-JSON state, and
+        :class:`~app.errors.LeaseLost` when another owner holds the run now.
+        """
+        self.state = await self._ledger.checkpoint(state)
+
+    def checkpoint_sync(self, state: Any) -> None:
+        """``checkpoint`` for sync handlers running in the worker's thread pool."""
+        future = asyncio.run_coroutine_threadsafe(self._ledger.checkpoint(state), self._loop)
+        self.state = future.result()
+
+    async def effect(self, name: str, fn: EffectFn, *, idempotent: bool = False) -> Any:
+        """Run side effect ``fn(key)`` at most once per call of this run; return its result.
+
+        ``fn`` (sync or async) gets an idempotency key stable across attempts; pass it
+        to the downstream system. A result recorded by an earlier attempt is returned
+        without calling ``fn``. If an earlier attempt started it and its outcome is
+        unknown, ``idempotent=True`` calls it again with the same key; otherwise the
+        run is parked in ``reconciliation_required`` and
+        :class:`~app.errors.EffectOutcomeUnknown` is raised.
+        """
+        return await self._ledger.effect(name, fn, idempotent=idempotent)
+
+    def effect_sync(self, name: str, fn: EffectFn, *, idempotent: bool = False) -> Any:
+        """``effect`` for sync handlers running in the worker's thread pool."""
+        future = asyncio.run_coroutine_threadsafe(
+            self._ledger.effect(name, fn, idempotent=idempotent), self._loop
+        )
+        return future.result()
+
+    def operation(
+        self,
+        kind: str,
+        subject: str = "",
+        *,
+        lease_s: float | None = None,
+        first_progress_s: float | None = None,
+        idle_s: float | None = None,
+        max_duration_s: float | None = None,
+    ) -> Operation:
+        """Supervise a block of work (``async with ctx.operation(...) as op``).
+
+        Report liveness with ``op.progress()``; start in-flight helpers with
+        ``op.create_task()`` so they are cancelled and awaited with the operation.
+        When the lease (``lease_s``, else LEASEHOLD_OP_LEASE_S__<KIND>) runs out, a
+        ``wait`` event goes out and the watchdog decides; nothing is cancelled unless
+        it says INTERVENE or ESCALATE, or a budget runs out (each budget raises its
+        own typed, non-retryable error).
+        """
+        limits = self._supervision.limits(
+            kind,
+            lease_s=lease_s,
+            first_progress_s=first_progress_s,
+            idle_s=idle_s,
+            max_duration_s=max_duration_s,
+        )
+        return Operation(
+            kind=kind,
+            subject=subject,
+            limits=limits,
+            watchdog=self._supervision.watchdog,
+            emit=self.emit,
+            nudges=self.nudges,
+        )
+
+    async def supervise(
+        self,
+        kind: str,
+        subject: str,
+        work: Any,
+        *,
+        lease_s: float | None = None,
+        first_progress_s: float | None = None,
+        idle_s: float | None = None,
+        max_duration_s: float | None = None,
+    ) -> Any:
+        """Run ``work`` once, in its own task, as a supervised operation; return its result.
+
+        ``work`` is an awaitable, or a function taking the :class:`Operation` (async,
+        or sync to run in a thread) so it can report ``op.progress()``.
+        """
+        operation = self.operation(
+            kind,
+            subject,
+            lease_s=lease_s,
+            first_progress_s=first_progress_s,
+            idle_s=idle_s,
+            max_duration_s=max_duration_s,
+        )
+        return await run_supervised(operation, work)
+
+    def take_nudges(self) -> list[str]:
+        """Notes the watchdog left (NUDGE) since the last call, oldest first."""
+        notes, self.nudges[:] = list(self.nudges), []
+        return notes
+
+    async def step(self) -> int:
+        """Count one step of the run against its ``max_steps`` budget; returns the count.
+
+        Past the budget the watchdog is asked for a proportional extension (at most
+        a few per run); without one the run fails with ``BudgetExhausted``.
+        """
+        return await self._steps.advance()

@@ -34,6 +34,8 @@ RESERVED_EVENT_TYPES = frozenset(
         "released",
         "requeued",
         "lease_expired",
+        "checkpoint",
+        "effect",
         "cancel_requested",
         "waiting_human",
         "resumed",

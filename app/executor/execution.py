@@ -6,8 +6,10 @@
   its outcome goes to the courier, which writes it (shielded, retried, fenced);
 * ``_release``: the worker is draining and the handler was interrupted: the run
   goes back to the queue with fence+1 so another worker takes it at once;
-* abandon: the lease is lost (LOST from Redis, or jeopardy): nothing is written,
-  because nothing this owner writes would be accepted, or correct.
+* abandon: the lease is lost (LOST from Redis, or jeopardy), or the run was
+  parked in ``reconciliation_required`` because an effect's outcome is unknown:
+  nothing is written, because nothing this owner writes would be accepted, or
+  correct.
 """
 
 from __future__ import annotations
@@ -23,14 +25,23 @@ from typing import Any
 from pydantic import BaseModel
 from redis.exceptions import RedisError
 
-from app.errors import HandlerFailed, InvalidInput, RunFailure
+from app.errors import (
+    DurationExceeded,
+    EscalationRequested,
+    HandlerFailed,
+    InvalidInput,
+    RunFailure,
+)
 from app.executor.context import RunContext
 from app.executor.courier import Courier
+from app.executor.effects import EffectLedger
 from app.executor.events import EventSink
 from app.executor.registry import HandlerSpec
 from app.store.codec import dumps
 from app.store.leases import ClaimedRun, HeldLease, LeaseStore, Outcome
+from app.store.progress import ProgressStore
 from app.store.scripts import ScriptCode
+from app.supervision.config import Supervision
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +49,10 @@ CANCEL_REQUESTED = "cancel_requested"
 LEASE_LOST = "lease_lost"
 JEOPARDY = "jeopardy"
 DRAIN = "drain"
-ABANDONING_REASONS = frozenset({LEASE_LOST, JEOPARDY})
+# the run is parked for a person: its owner no longer holds it
+RECONCILIATION_REQUIRED = "reconciliation_required"
+RUN_DURATION = "run_duration_exceeded"
+ABANDONING_REASONS = frozenset({LEASE_LOST, JEOPARDY, RECONCILIATION_REQUIRED})
 
 
 @dataclass(frozen=True)
@@ -64,8 +78,10 @@ class ExecutionDeps:
     thread_pool: Executor
     retry: RetryPolicy
     max_event_bytes: int
+    max_checkpoint_bytes: int
     on_slot_freed: Callable[[], None]
     on_settled: Callable[[str], None]
+    supervision: Supervision
 
 
 @dataclass(frozen=True)
@@ -92,6 +108,21 @@ class RunExecution:
             max_event_bytes=deps.max_event_bytes,
             on_lost=lambda: self.stop(LEASE_LOST),
         )
+        lease_store = deps.lease_store
+        self.ledger = EffectLedger(
+            ProgressStore(
+                lease_store.client,
+                scripts=lease_store.scripts,
+                prefix=lease_store.prefix,
+                events_maxlen=lease_store.events_maxlen,
+            ),
+            claimed,
+            owner=deps.owner_id,
+            sink=self.sink,
+            max_bytes=deps.max_checkpoint_bytes,
+            on_lost=lambda: self.stop(LEASE_LOST),
+            on_parked=lambda: self.stop(RECONCILIATION_REQUIRED),
+        )
         self.context = RunContext(
             run_id=claimed.id,
             queue=claimed.queue,
@@ -104,7 +135,10 @@ class RunExecution:
             state=claimed.state,
             resume_input=claimed.resume_input,
             sink=self.sink,
+            ledger=self.ledger,
             loop=self._loop,
+            supervision=deps.supervision,
+            max_steps=claimed.budget.get("max_steps"),
         )
         self.stop_reason: str | None = None
         self._in_handler = False
@@ -160,6 +194,7 @@ class RunExecution:
                 error=RunFailure(str(exc), code="invalid_input", details={"errors": exc.problems})
             )
         self._in_handler = True
+        deadline = self._arm_run_duration()
         try:
             return HandlerResult(value=await self._call(self._spec, params))
         except asyncio.CancelledError:
@@ -173,6 +208,15 @@ class RunExecution:
             return HandlerResult(error=exc)
         finally:
             self._in_handler = False
+            if deadline is not None:
+                deadline.cancel()
+
+    def _arm_run_duration(self) -> asyncio.TimerHandle | None:
+        """Enforce the run-level ``max_duration_s`` budget of this attempt, if any."""
+        limit = self.claimed.budget.get("max_duration_s")
+        if limit is None:
+            return None
+        return self._loop.call_later(float(limit), self.stop, RUN_DURATION)
 
     async def _call(self, spec: HandlerSpec, params: BaseModel) -> Any:
         if spec.is_async:
@@ -192,7 +236,8 @@ class RunExecution:
                 "outcome rejected: lease lost before the terminal write", extra=self._log_extra()
             )
         else:
-            log.info(
+            # DEBUG: at thousands of runs a second, a line per run costs more than the run
+            log.debug(
                 "run %s",
                 "requeued for retry" if code == ScriptCode.RETRY else outcome.status,
                 extra=self._log_extra(),
@@ -200,8 +245,19 @@ class RunExecution:
 
     def _outcome(self, result: HandlerResult) -> Outcome:
         run_id, fence = self.claimed.id, self.claimed.fence
-        if result.interrupted:
+        if result.interrupted and self.stop_reason == RUN_DURATION:
+            limit = self.claimed.budget.get("max_duration_s")
+            result = HandlerResult(
+                error=DurationExceeded(
+                    f"the run took longer than its max_duration_s={limit}",
+                    details={"max_duration_s": limit},
+                )
+            )
+        elif result.interrupted:
             return Outcome(run_id, fence, "cancelled")
+        if isinstance(result.error, EscalationRequested):
+            escalation = {"reason": result.error.reason, "evidence": result.error.evidence}
+            return Outcome(run_id, fence, "waiting_human", output_json=dumps(escalation))
         if result.error is None:
             try:
                 return Outcome(run_id, fence, "succeeded", output_json=_encode_output(result.value))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import secrets
@@ -52,6 +53,7 @@ from app.store.connection import async_client, sync_client
 from app.store.leases import ClaimedRun, LeaseRenewer, LeaseStore
 from app.store.runs import RunStore
 from app.store.scripts import Scripts
+from app.supervision.config import Supervision
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +100,9 @@ class Worker:
         client = async_client(url)
         scripts = Scripts()
         await _connect(client, scripts)
+        # start-up objects (modules, handler models, settings) live as long as the
+        # process: freeze them, so each GC pass scans only short-lived run objects
+        gc.freeze()
         lease_store = LeaseStore(
             client,
             scripts=scripts,
@@ -132,8 +137,10 @@ class Worker:
             thread_pool=pool,
             retry=RetryPolicy(self.settings.retry_backoff_s, self.settings.retry_backoff_max_s),
             max_event_bytes=self.settings.max_event_bytes,
+            max_checkpoint_bytes=self.settings.max_checkpoint_bytes,
             on_slot_freed=self._slot_freed,
             on_settled=self._settled,
+            supervision=Supervision.from_settings(self.settings),
         )
         background = []
         try:

@@ -10,6 +10,7 @@ script touches a single Redis Cluster slot::
     <prefix>:{<queue>}:leases          zset    id -> lease expiry, epoch ms (Redis clock)
     <prefix>:{<queue>}:runs            zset    id -> created_at ms, for listing
     <prefix>:{<queue>}:idem:<key>      string  idempotency key -> "<run id> <fingerprint>"
+    <prefix>:{<queue>}:effects:<id>    hash    memoized effects: "<name>:<ordinal>" -> record
 
 Pub/sub channels of a queue (broadcast; not keys)::
 
@@ -63,6 +64,16 @@ class QueueKeys:
         return f"{self.tag}:events:"
 
     @property
+    def effects_prefix(self) -> str:
+        """Effects-hash prefix handed to batch scripts.
+
+        Must equal ``run_prefix`` with its last segment ``run:`` replaced by
+        ``effects:``: ``finalize`` in lib.lua derives a run's effects key that way so
+        every script that ends a run expires its effects with it.
+        """
+        return f"{self.tag}:effects:"
+
+    @property
     def idem_prefix(self) -> str:
         """Idempotency-key prefix handed to scripts that expire a run's key with it."""
         return f"{self.tag}:idem:"
@@ -104,6 +115,10 @@ class QueueKeys:
     def events(self, run_id: str) -> str:
         """The run's event stream."""
         return f"{self.events_prefix}{run_id}"
+
+    def effects(self, run_id: str) -> str:
+        """The run's memoized effects (hash: ``<name>:<ordinal>`` -> record JSON)."""
+        return f"{self.effects_prefix}{run_id}"
 
     def idem(self, idempotency_key: str) -> str:
         """Where an idempotency key remembers its run."""

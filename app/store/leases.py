@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -37,6 +37,7 @@ class ClaimedRun:
     max_attempts: int
     state: Any
     resume_input: Any
+    budget: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,7 @@ class LeaseStore:
                 max_attempts=int(row[5]),
                 state=_json_or_none(row[6]),
                 resume_input=_json_or_none(row[7]),
+                budget=_json_or_none(row[8]) or {},
             )
             for row in rows
         ]
@@ -220,7 +222,14 @@ class LeaseStore:
         _code, rows = await self.scripts.call(
             self.client,
             "reconcile_expired",
-            [keys.leases, keys.ready, keys.run_prefix, keys.events_prefix, keys.idem_prefix],
+            [
+                keys.leases,
+                keys.ready,
+                keys.run_prefix,
+                keys.events_prefix,
+                keys.idem_prefix,
+                keys.effects_prefix,
+            ],
             [limit, self.retention_ms, self.events_maxlen, keys.wake_channel],
         )
         return [ReconcileAction(row[0], row[1], int(row[2])) for row in rows]

@@ -15,7 +15,7 @@ from typing import Any, cast
 import redis.asyncio as aioredis
 
 from app.errors import IdempotencyConflict, InvalidTransition, RunNotFound
-from app.models import Run, RunEvent, RunPage, RunStatus
+from app.models import ResolveRequest, Run, RunEvent, RunPage, RunStatus
 from app.store.codec import dumps, event_from_entry, ms_to_datetime, new_run_id, run_from_hash
 from app.store.keys import GlobalKeys, QueueKeys, queue_of
 from app.store.scripts import ScriptCode, Scripts
@@ -35,6 +35,7 @@ class NewRun:
     on_lease_expired: str = "orphan"
     idempotency_key: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    budget: dict[str, Any] | None = None
 
     def fingerprint(self) -> str:
         """Hash of everything that defines the run, to tell a replay from a conflict."""
@@ -46,6 +47,7 @@ class NewRun:
                 self.max_attempts,
                 self.on_lease_expired,
                 self.metadata,
+                self.budget,
             ]
         )
         return hashlib.sha256(body.encode()).hexdigest()
@@ -141,6 +143,7 @@ class RunStore:
                 new.fingerprint(),
                 self.events_maxlen,
                 keys.wake_channel,
+                dumps(new.budget) if new.budget else "",
             ],
         )
         if code == ScriptCode.CONFLICT:
@@ -195,6 +198,23 @@ class RunStore:
         if code == ScriptCode.INVALID:
             raise InvalidTransition(run_id, status, "cancel")
         return RunStatus(status)
+
+    async def resume(self, run_id: str, resume_input: Any) -> None:
+        """Queue a ``waiting_human`` run again with a person's input (fence+1).
+
+        Raises :class:`RunNotFound`, or :class:`InvalidTransition` for any other status.
+        """
+        keys = self.keys(_queue(run_id))
+        code, status = await self.scripts.call(
+            self.client,
+            "resume_run",
+            [keys.run(run_id), keys.events(run_id), keys.ready],
+            [run_id, dumps(resume_input), self.events_maxlen, keys.wake_channel],
+        )
+        if code == ScriptCode.NOT_FOUND:
+            raise RunNotFound(run_id)
+        if code == ScriptCode.INVALID:
+            raise InvalidTransition(run_id, status, "resume")
 
     async def read_events(
         self, run_id: str, *, after: str | None = None, count: int = 1000
@@ -322,6 +342,41 @@ class RunStore:
             await self.client.zrem(self.keys(_queue(position.run_id)).runs, position.run_id)
             runs.append(None)
         return runs
+
+    async def resolve(self, run_id: str, decision: ResolveRequest) -> Run:
+        """Apply a person's decision to a ``reconciliation_required`` run; returns the run.
+
+        Raises :class:`RunNotFound`, or :class:`InvalidTransition` for any other status.
+        """
+        keys = self.keys(_queue(run_id))
+        code, status = await self.scripts.call(
+            self.client,
+            "resolve_run",
+            [
+                keys.run(run_id),
+                keys.events(run_id),
+                keys.effects(run_id),
+                keys.leases,
+                keys.ready,
+                keys.idem_prefix,
+            ],
+            [
+                run_id,
+                decision.action,
+                dumps(decision.output) if decision.action == "succeed" else "",
+                decision.effect_outcome or "",
+                dumps(decision.effect_result) if decision.effect_outcome == "applied" else "",
+                decision.note or "",
+                self.retention_ms,
+                self.events_maxlen,
+                keys.wake_channel,
+            ],
+        )
+        if code == ScriptCode.NOT_FOUND:
+            raise RunNotFound(run_id)
+        if code == ScriptCode.INVALID:
+            raise InvalidTransition(run_id, status, "resolve")
+        return await self.get(run_id)
 
 
 def _queue(run_id: str) -> str:

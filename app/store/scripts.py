@@ -37,6 +37,7 @@ class ScriptCode(StrEnum):
     INVALID = "INVALID"
     REPLAYED = "REPLAYED"
     CONFLICT = "CONFLICT"
+    UNKNOWN = "UNKNOWN"
 
 
 def lua_dir() -> Path:

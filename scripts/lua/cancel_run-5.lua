@@ -1,6 +1,7 @@
 -- cancel_run: a client asks for a run to stop.
 --
 -- KEYS[1]  run          hash    the run's record
+--          (a run's effects hash is derived from it too, and expires with the run)
 -- KEYS[2]  events       stream  the run's events
 -- KEYS[3]  leases       zset    id -> lease expiry ms
 -- KEYS[4]  delayed      zset    id -> epoch ms it may run (retry backoff)

@@ -11,7 +11,8 @@
 -- ARGV[4]  maxlen       integer approximate cap of each event stream
 -- ARGV[5]  promote_max  integer how many due retries to promote at most
 -- returns  {code, runs, next_due_ms}  codes: OK; runs is a list of
---          {id, fence, handler, input, attempt, max_attempts, state, resume_input};
+--          {id, fence, handler, input, attempt, max_attempts, state, resume_input,
+--          budget};
 --          next_due_ms is the earliest delayed run's time, or -1
 -- events   claimed
 -- invariant: a claimed run leaves `ready` and gains its lease in the same atomic
@@ -42,7 +43,7 @@ while #claimed < want do
   for _, id in ipairs(ids) do
     local run_key = KEYS[4] .. id
     local cur = redis.call('HMGET', run_key, 'status', 'handler', 'input', 'attempt',
-      'max_attempts', 'state', 'resume_input')
+      'max_attempts', 'state', 'resume_input', 'budget')
     -- anything not queued (cancelled while waiting, expired) is dropped lazily here
     if cur[1] == 'queued' then
       local fence = redis.call('HINCRBY', run_key, 'fence', 1)
@@ -54,7 +55,7 @@ while #claimed < want do
       emit(run_key, KEYS[5] .. id, 'claimed', fence, now,
         cjson.encode({owner_id = owner, attempt = tonumber(cur[4])}), ARGV[4])
       claimed[#claimed + 1] = {id, fence, cur[2], cur[3], tonumber(cur[4]),
-        tonumber(cur[5]), cur[6] or '', cur[7] or ''}
+        tonumber(cur[5]), cur[6] or '', cur[7] or '', cur[8] or ''}
     end
   end
 end

@@ -16,6 +16,7 @@
 -- ARGV[9]  fingerprint  string  hash of the request body, for replay detection
 -- ARGV[10] maxlen       integer approximate cap of the event stream
 -- ARGV[11] wake_channel string  pub/sub channel idle workers of the queue listen on
+-- ARGV[12] budget       json    run-level budgets (max_steps, max_duration_s), '' for none
 -- returns  {code, run_id, created_at_ms}  codes: OK (created), REPLAYED (same key and
 --          same body, or this run id exists already: the earlier run's id),
 --          CONFLICT (same key, other body: the earlier run's id)
@@ -48,7 +49,7 @@ redis.call('HSET', KEYS[1],
   'id', run_id, 'queue', ARGV[2], 'handler', ARGV[3], 'status', 'queued',
   'input', ARGV[4], 'attempt', 1, 'max_attempts', ARGV[5],
   'on_lease_expired', ARGV[6], 'fence', 0, 'created_at', now,
-  'metadata', ARGV[7], 'idempotency_key', idem_key)
+  'metadata', ARGV[7], 'idempotency_key', idem_key, 'budget', ARGV[12])
 emit(KEYS[1], KEYS[2], 'created', 0, now,
   cjson.encode({handler = ARGV[3], queue = ARGV[2], max_attempts = tonumber(ARGV[5])}),
   ARGV[10])

@@ -4,6 +4,7 @@
 -- KEYS[2]  ready        list    runnable ids (FIFO)
 -- KEYS[3]  delayed      zset    id -> epoch ms it may run (retry backoff)
 -- KEYS[4]  run_prefix   prefix  run keys are this prefix .. id (same hash tag)
+--          (a run's effects hash is derived from it too, and expires with the run)
 -- KEYS[5]  events_prefix  prefix  event streams are this prefix .. id
 -- KEYS[6]  idem_prefix  prefix  idempotency keys are this prefix .. key
 -- ARGV[1]  owner_id     string
@@ -11,14 +12,17 @@
 -- ARGV[3]  maxlen       integer approximate cap of each event stream
 -- ARGV[4]  wake_channel string  pub/sub channel idle workers of the queue listen on
 -- ARGV[5..] id, fence, outcome, output, error, retry_delay_ms  groups of six:
---          outcome is succeeded | failed | cancelled; output and error are json or '';
---          retry_delay_ms >= 0 asks for a retry when attempts remain, -1 for none
--- returns  a list with one code per group, in order: OK (terminal state written),
---          RETRY (requeued for another attempt), LOST (fenced out: nothing written)
--- events   succeeded | failed | cancelled (terminal), or requeued
+--          outcome is succeeded | failed | cancelled, or waiting_human (the watchdog
+--          escalated: output then holds the escalation {reason, evidence});
+--          output and error are json or ''; retry_delay_ms >= 0 asks for a retry
+--          when attempts remain, -1 for none
+-- returns  a list with one code per group, in order: OK (terminal or parked state
+--          written), RETRY (requeued for another attempt), LOST (fenced out: nothing
+--          written)
+-- events   succeeded | failed | cancelled (terminal), requeued, or waiting_human
 -- invariant: the terminal state and the terminal event are written together and
 --          only by the current holder; a run is retried only while
---          attempt < max_attempts.
+--          attempt < max_attempts; a parked run's lease is released with fence+1.
 --- @include lib
 
 local k = {leases = KEYS[1], run_prefix = KEYS[4], events_prefix = KEYS[5],
@@ -46,32 +50,40 @@ local function retry(id, fence, err, delay_ms)
   end
 end
 
-for i = 5, #ARGV, 6 do
-  local id, fence, outcome = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local output, err, delay = ARGV[i + 3], ARGV[i + 4], tonumber(ARGV[i + 5])
+local function terminate(id, fence, outcome, output, err)
+  local fields = {}
+  local data = {}
+  if output ~= '' then
+    fields = {'output', output}
+  end
+  if err ~= '' then
+    fields[#fields + 1] = 'error'
+    fields[#fields + 1] = err
+    data = {error = cjson.decode(err)}
+  end
+  finalize(k, id, outcome, fence, now, fields, cjson.encode(data), retention, maxlen)
+end
+
+local function settle(id, fence, outcome, output, err, delay)
   local run_key = KEYS[4] .. id
   if not holds(run_key, owner, fence) then
-    answers[#answers + 1] = 'LOST'
-  else
-    local counts = redis.call('HMGET', run_key, 'attempt', 'max_attempts')
-    if outcome == 'failed' and delay >= 0
-        and tonumber(counts[1]) < tonumber(counts[2]) then
-      retry(id, fence, err, delay)
-      answers[#answers + 1] = 'RETRY'
-    else
-      local fields = {}
-      local data = {}
-      if output ~= '' then
-        fields = {'output', output}
-      end
-      if err ~= '' then
-        fields[#fields + 1] = 'error'
-        fields[#fields + 1] = err
-        data = {error = cjson.decode(err)}
-      end
-      finalize(k, id, outcome, fence, now, fields, cjson.encode(data), retention, maxlen)
-      answers[#answers + 1] = 'OK'
-    end
+    return 'LOST'
   end
+  if outcome == 'waiting_human' then
+    park(k, id, 'waiting_human', now, {'escalation', output}, output, maxlen)
+    return 'OK'
+  end
+  local counts = redis.call('HMGET', run_key, 'attempt', 'max_attempts')
+  if outcome == 'failed' and delay >= 0 and tonumber(counts[1]) < tonumber(counts[2]) then
+    retry(id, fence, err, delay)
+    return 'RETRY'
+  end
+  terminate(id, fence, outcome, output, err)
+  return 'OK'
+end
+
+for i = 5, #ARGV, 6 do
+  answers[#answers + 1] = settle(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3],
+    ARGV[i + 4], tonumber(ARGV[i + 5]))
 end
 return answers

@@ -3,6 +3,7 @@
 -- KEYS[1]  leases       zset    id -> lease expiry ms
 -- KEYS[2]  ready        list    runnable ids (FIFO)
 -- KEYS[3]  run_prefix   prefix  run keys are this prefix .. id (same hash tag)
+--          (a run's effects hash is derived from it too, and expires with the run)
 -- KEYS[4]  events_prefix  prefix  event streams are this prefix .. id
 -- KEYS[5]  idem_prefix  prefix  idempotency keys are this prefix .. key
 -- ARGV[1]  owner_id     string

@@ -33,8 +33,11 @@ async def collect(client: AsyncClient, run_id: str, **kwargs: Any) -> list[RunEv
 
 
 async def wait_until_settled(run_store: RunStore, run_id: str) -> None:
-    await eventually(lambda: run_store.get(run_id), until=lambda run: run.status.is_settled,
-                     what="the run to end")
+    await eventually(
+        lambda: run_store.get(run_id),
+        until=lambda run: run.status.is_settled,
+        what="the run to end",
+    )
 
 
 def sse_messages(lines: list[str]) -> list[dict[str, str]]:
@@ -53,12 +56,17 @@ def sse_messages(lines: list[str]) -> list[dict[str, str]]:
 
 
 async def test_a_run_streams_its_whole_life_and_the_server_closes_the_stream(
-        processes: Processes, run_store: RunStore) -> None:
+    processes: Processes, run_store: RunStore
+) -> None:
     _, url = processes.api()
     processes.worker()
     async with httpx.AsyncClient(base_url=url, timeout=30) as http:
-        run_id = (await http.post("/runs", json={"handler": "demo.sleep", "input": {
-            "seconds": 1.0, "progress_every_s": 0.2}})).json()["id"]
+        run_id = (
+            await http.post(
+                "/runs",
+                json={"handler": "demo.sleep", "input": {"seconds": 1.0, "progress_every_s": 0.2}},
+            )
+        ).json()["id"]
         lines: list[str] = []
         async with http.stream("GET", f"/runs/{run_id}/events") as response:
             assert response.status_code == 200
@@ -80,11 +88,13 @@ async def test_a_run_streams_its_whole_life_and_the_server_closes_the_stream(
 
 
 async def test_reconnecting_with_last_event_id_gives_each_event_exactly_once(
-        processes: Processes, run_store: RunStore) -> None:
+    processes: Processes, run_store: RunStore
+) -> None:
     _, url = processes.api()
     processes.worker()
-    run_id = (await run_store.create(NewRun(handler="test.tokens", input={
-        "count": 60, "gap_s": 0.02}))).run.id
+    run_id = (
+        await run_store.create(NewRun(handler="test.tokens", input={"count": 60, "gap_s": 0.02}))
+    ).run.id
     seen: list[str] = []
     async with httpx.AsyncClient(base_url=url, timeout=30) as http:
         async with http.stream("GET", f"/runs/{run_id}/events") as response:
@@ -102,7 +112,8 @@ async def test_reconnecting_with_last_event_id_gives_each_event_exactly_once(
 
 
 async def test_follow_on_one_api_process_while_another_creates(
-        processes: Processes, run_store: RunStore) -> None:
+    processes: Processes, run_store: RunStore
+) -> None:
     _, first = processes.api()
     _, second = processes.api()
     processes.worker()
@@ -110,18 +121,21 @@ async def test_follow_on_one_api_process_while_another_creates(
         run = await creator.create("test.tokens", {"count": 20, "gap_s": 0.01})
         events = await collect(follower, run.id)
     assert [event.id for event in events] == [
-        event.id for event in await stored_events(run_store, run.id)]
+        event.id for event in await stored_events(run_store, run.id)
+    ]
     assert [event.data["i"] for event in events if event.type == "token"] == list(range(20))
 
 
 async def test_disconnecting_from_create_and_stream_leaves_the_run_running(
-        processes: Processes, run_store: RunStore) -> None:
+    processes: Processes, run_store: RunStore
+) -> None:
     _, url = processes.api()
     processes.worker()
     async with httpx.AsyncClient(base_url=url, timeout=30) as http:
         body = {"handler": "demo.sleep", "input": {"seconds": 1.0, "progress_every_s": 0.2}}
-        async with http.stream("POST", "/runs", json=body,
-                               headers={"Accept": "text/event-stream"}) as response:
+        async with http.stream(
+            "POST", "/runs", json=body, headers={"Accept": "text/event-stream"}
+        ) as response:
             assert response.status_code == 201
             run_id = response.headers["x-run-id"]
             assert response.headers["location"] == f"/runs/{run_id}"
@@ -133,13 +147,15 @@ async def test_disconnecting_from_create_and_stream_leaves_the_run_running(
 
 
 async def test_cancel_on_disconnect_cancels_the_run_when_the_client_leaves(
-        processes: Processes, run_store: RunStore) -> None:
+    processes: Processes, run_store: RunStore
+) -> None:
     _, url = processes.api()
     processes.worker()
     async with httpx.AsyncClient(base_url=url, timeout=30) as http:
         body = {"handler": "demo.sleep", "input": {"seconds": 30}, "cancel_on_disconnect": True}
-        async with http.stream("POST", "/runs", json=body,
-                               headers={"Accept": "text/event-stream"}) as response:
+        async with http.stream(
+            "POST", "/runs", json=body, headers={"Accept": "text/event-stream"}
+        ) as response:
             run_id = response.headers["x-run-id"]
             async for line in response.aiter_lines():
                 if line.startswith("event: claimed"):
@@ -149,17 +165,22 @@ async def test_cancel_on_disconnect_cancels_the_run_when_the_client_leaves(
 
 
 async def test_five_hundred_followers_share_one_redis_reader(
-        processes: Processes, run_store: RunStore, redis_client: aioredis.Redis) -> None:
+    processes: Processes, run_store: RunStore, redis_client: aioredis.Redis
+) -> None:
     _, url = processes.api()
-    run_id = (await run_store.create(NewRun(handler="test.tokens", input={
-        "count": 30, "gap_s": 0.01}))).run.id
+    run_id = (
+        await run_store.create(NewRun(handler="test.tokens", input={"count": 30, "gap_s": 0.01}))
+    ).run.id
     limits = httpx.Limits(max_connections=600, max_keepalive_connections=600)
     async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as http:
         client = AsyncClient(url)
         client.http = http
         followers = [asyncio.create_task(collect(client, run_id)) for _ in range(500)]
-        readers = await eventually(lambda: _blocked_readers(redis_client),
-                                   until=lambda n: n >= 1, what="the API to start reading")
+        readers = await eventually(
+            lambda: _blocked_readers(redis_client),
+            until=lambda n: n >= 1,
+            what="the API to start reading",
+        )
         await asyncio.sleep(0.5)  # let every follower attach before counting again
         assert await _blocked_readers(redis_client) == readers == 1
         processes.worker()
@@ -174,14 +195,18 @@ async def _blocked_readers(client: aioredis.Redis) -> int:
 
 
 async def test_killing_the_owner_while_following_ends_the_stream_with_orphaned(
-        processes: Processes, run_store: RunStore) -> None:
+    processes: Processes, run_store: RunStore
+) -> None:
     _, url = processes.api()
     processes.worker()
     processes.worker()
     async with AsyncClient(url) as client:
         run = await client.create("demo.sleep", {"seconds": 60})
-        await eventually(lambda: run_store.get(run.id),
-                         until=lambda r: r.status == RunStatus.RUNNING, what="running")
+        await eventually(
+            lambda: run_store.get(run.id),
+            until=lambda r: r.status == RunStatus.RUNNING,
+            what="running",
+        )
         follow = asyncio.create_task(collect(client, run.id))
         current = await run_store.get(run.id)
         assert current.owner_id is not None
@@ -193,7 +218,8 @@ async def test_killing_the_owner_while_following_ends_the_stream_with_orphaned(
 
 
 async def test_trimmed_history_is_announced_with_replay_unavailable(
-        processes: Processes, run_store: RunStore, redis_client: aioredis.Redis) -> None:
+    processes: Processes, run_store: RunStore, redis_client: aioredis.Redis
+) -> None:
     _, url = processes.api()
     processes.worker()
     async with AsyncClient(url) as client:
@@ -205,12 +231,14 @@ async def test_trimmed_history_is_announced_with_replay_unavailable(
     assert events[0].type == "replay_unavailable"
     assert events[0].id == ""
     assert [event.id for event in events[1:]] == [
-        event.id for event in await stored_events(run_store, run.id)]
+        event.id for event in await stored_events(run_store, run.id)
+    ]
     assert events[-1].type == "succeeded"
 
 
 async def test_unknown_run_is_404_and_bad_last_event_id_is_400_before_streaming(
-        processes: Processes, run_store: RunStore) -> None:
+    processes: Processes, run_store: RunStore
+) -> None:
     _, url = processes.api()
     run_id = (await run_store.create(NewRun(handler="demo.echo", input={}))).run.id
     async with httpx.AsyncClient(base_url=url, timeout=10) as http:
@@ -219,13 +247,13 @@ async def test_unknown_run_is_404_and_bad_last_event_id_is_400_before_streaming(
         assert missing.headers["content-type"] == "application/problem+json"
         bad = await http.get(f"/runs/{run_id}/events", headers={"Last-Event-ID": "yesterday"})
         assert bad.status_code == 400
-        bad_query = await http.get(f"/runs/{run_id}/events",
-                                   params={"last_event_id": "1-2-3"})
+        bad_query = await http.get(f"/runs/{run_id}/events", params={"last_event_id": "1-2-3"})
         assert bad_query.status_code == 400
 
 
 async def test_token_bursts_arrive_complete_and_in_order_before_the_terminal_event(
-        processes: Processes, run_store: RunStore) -> None:
+    processes: Processes, run_store: RunStore
+) -> None:
     _, url = processes.api()
     processes.worker()
     async with AsyncClient(url) as client:
@@ -237,7 +265,8 @@ async def test_token_bursts_arrive_complete_and_in_order_before_the_terminal_eve
 
 
 async def test_an_oversized_event_is_a_clear_error_for_the_handler_not_a_broken_stream(
-        processes: Processes, run_store: RunStore) -> None:
+    processes: Processes, run_store: RunStore
+) -> None:
     processes.worker()
     run_id = (await run_store.create(NewRun(handler="test.oversized", input={}))).run.id
     await wait_until_settled(run_store, run_id)
@@ -249,21 +278,27 @@ async def test_an_oversized_event_is_a_clear_error_for_the_handler_not_a_broken_
 
 
 async def test_cancel_reaches_the_owner_long_before_the_next_heartbeat(
-        processes: Processes, run_store: RunStore) -> None:
+    processes: Processes, run_store: RunStore
+) -> None:
     processes.worker(LEASEHOLD_LEASE_TTL_S="60")  # next heartbeat in 20 s
-    run_id = (await run_store.create(NewRun(handler="demo.sleep",
-                                            input={"seconds": 120}))).run.id
-    await eventually(lambda: run_store.get(run_id), until=lambda r: r.status == "running",
-                     what="running")
+    run_id = (await run_store.create(NewRun(handler="demo.sleep", input={"seconds": 120}))).run.id
+    await eventually(
+        lambda: run_store.get(run_id), until=lambda r: r.status == "running", what="running"
+    )
     asked = time.monotonic()
     assert await run_store.cancel(run_id) == RunStatus.CANCELLING
-    await eventually(lambda: run_store.get(run_id), until=lambda r: r.status == "cancelled",
-                     timeout_s=15, what="cancelled")
+    await eventually(
+        lambda: run_store.get(run_id),
+        until=lambda r: r.status == "cancelled",
+        timeout_s=15,
+        what="cancelled",
+    )
     print(f"cancel acknowledged {time.monotonic() - asked:.3f}s after the request")
 
 
-def test_sync_client_resumes_after_the_api_process_dies(processes: Processes,
-                                                         run_store: RunStore) -> None:
+def test_sync_client_resumes_after_the_api_process_dies(
+    processes: Processes, run_store: RunStore
+) -> None:
     api, url = processes.api()
     processes.worker()
     port = url.rsplit(":", 1)[1]
@@ -289,8 +324,9 @@ def test_sync_client_resumes_after_the_api_process_dies(processes: Processes,
 
 
 @pytest.mark.parametrize("header", ["Last-Event-ID", None])
-async def test_resume_point_accepts_header_or_query(processes: Processes, run_store: RunStore,
-                                                   header: str | None) -> None:
+async def test_resume_point_accepts_header_or_query(
+    processes: Processes, run_store: RunStore, header: str | None
+) -> None:
     _, url = processes.api()
     processes.worker()
     run_id = (await run_store.create(NewRun(handler="demo.echo", input={}))).run.id
@@ -298,7 +334,8 @@ async def test_resume_point_accepts_header_or_query(processes: Processes, run_st
     first = (await stored_events(run_store, run_id))[0].id
     async with httpx.AsyncClient(base_url=url, timeout=10) as http:
         kwargs: dict[str, Any] = (
-            {"headers": {header: first}} if header else {"params": {"last_event_id": first}})
+            {"headers": {header: first}} if header else {"params": {"last_event_id": first}}
+        )
         response = await http.get(f"/runs/{run_id}/events", **kwargs)
     kinds = [m["event"] for m in sse_messages(response.text.splitlines())]
     assert kinds == ["claimed", "succeeded"]

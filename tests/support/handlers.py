@@ -72,3 +72,13 @@ async def oversized(ctx: RunContext, params: OversizedInput) -> dict[str, str]:
         await ctx.emit("note", {"after": "refused"})
         return {"refused": str(exc)}
     return {"refused": ""}
+
+
+@handler("test.escalating")
+async def escalating(ctx: RunContext, params: RecordInput) -> dict[str, object]:
+    """Hang in a supervised operation until a person resumes the run with an input."""
+    if ctx.resume_input is not None:
+        return {"resumed_with": ctx.resume_input, "attempt": ctx.attempt, "fence": ctx.fence}
+    async with ctx.operation("tool_call", "pager", lease_s=0.2):
+        await asyncio.Event().wait()
+    return {"resumed_with": None}

@@ -22,7 +22,7 @@ import pytest
 from app.embedded import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-TEST_HANDLERS = "app.demo,tests.support.handlers"
+TEST_HANDLERS = "app.demo,tests.support.handlers,tests.support.effect_handlers"
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""/runs: create, read, list and cancel runs."""
+"""/runs: create, read, list, cancel and resolve runs."""
 
 from __future__ import annotations
 
@@ -22,12 +22,13 @@ from app.models import (
     HANDLER_NAME_PATTERN,
     IDEMPOTENCY_KEY_PATTERN,
     RUN_ID_PATTERN,
-    CancelResult,
     CreateRunRequest,
     Problem,
+    ResolveRequest,
     Run,
     RunPage,
     RunStatus,
+    StatusChange,
 )
 from app.settings import QUEUE_NAME_PATTERN
 from app.store.codec import dumps
@@ -93,6 +94,7 @@ def _new_run(body: CreateRunRequest, state: ApiState, idempotency_key: str | Non
         on_lease_expired=body.on_lease_expired or settings.default_on_lease_expired,
         idempotency_key=idempotency_key or body.idempotency_key,
         metadata=body.metadata,
+        budget=body.budget.model_dump(exclude_none=True) if body.budget else None,
     )
 
 
@@ -205,10 +207,10 @@ async def list_runs(
 @router.post(
     "/runs/{run_id}/cancel",
     status_code=202,
-    response_model=CancelResult,
+    response_model=StatusChange,
     responses=problems(404, 409, 422),
 )
-async def cancel_run(run_id: RunId, state: State) -> CancelResult:
+async def cancel_run(run_id: RunId, state: State) -> StatusChange:
     """Ask a run to stop. Idempotent.
 
     A queued (or parked) run is cancelled at once. A running run becomes
@@ -216,4 +218,21 @@ async def cancel_run(run_id: RunId, state: State) -> CancelResult:
     finalizes it if the owner is dead.
     """
     status = await state.store.cancel(run_id)
-    return CancelResult(id=run_id, status=status)
+    return StatusChange(id=run_id, status=status)
+
+
+@router.post(
+    "/runs/{run_id}/resolve",
+    response_model=Run,
+    responses=problems(404, 409, 413, 422),
+)
+async def resolve_run(run_id: RunId, body: ResolveRequest, state: State) -> Run:
+    """Decide what happens to a run parked in ``reconciliation_required``.
+
+    The decision becomes a ``resolved`` event. ``effect_outcome`` settles the effects
+    whose outcome was unknown (``applied``: recorded as done, with ``effect_result``;
+    ``not_applied``: dropped, so they run again). ``retry`` queues the run again
+    (fence+1; it resumes from its checkpoint and replays recorded effects), ``fail``
+    ends it failed, ``succeed`` ends it succeeded with ``output``. Any other status → 409.
+    """
+    return await state.store.resolve(run_id, body)

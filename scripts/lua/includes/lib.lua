@@ -40,8 +40,34 @@ local function make_ready(ready_key, wake_channel, run_id, at_front)
   redis.call('PUBLISH', wake_channel, 'ready')
 end
 
+-- Park a held run for a person (waiting_human, reconciliation_required): the lease is
+-- released with fence+1, so its owner can write nothing more, and the event named
+-- after the status is written with the change. Parked runs do not expire.
+-- fields: extra HSET field/value pairs (evidence, error, ...).
+local function park(k, run_id, status, now, fields, data, maxlen)
+  local run_key = k.run_prefix .. run_id
+  local fence = redis.call('HINCRBY', run_key, 'fence', 1)
+  redis.call('HSET', run_key, 'status', status, 'parked_at', now)
+  if #fields > 0 then
+    redis.call('HSET', run_key, unpack(fields))
+  end
+  redis.call('HDEL', run_key, 'owner_id', 'lease_expires_at')
+  redis.call('ZREM', k.leases, run_id)
+  emit(run_key, k.events_prefix .. run_id, status, fence, now, data, maxlen)
+  return fence
+end
+
+-- A run's effects hash sits beside its record: store/keys.py builds both from the
+-- queue's tag, differing only in the `run:` / `effects:` segment. Deriving it here
+-- from the run prefix (a KEYS entry, same hash tag) lets every script that ends a run
+-- expire the effects with it, as the batch scripts derive run keys from their prefix.
+local function effects_key_of(run_prefix, run_id)
+  return string.sub(run_prefix, 1, -5) .. 'effects:' .. run_id
+end
+
 -- Write a terminal state and its terminal event in one step, drop the lease, and
--- start the retention clock on the record, its events and its idempotency key.
+-- start the retention clock on the record, its events, its effects and its
+-- idempotency key.
 -- fields: extra HSET field/value pairs (output, error, ...).
 local function finalize(k, run_id, status, fence, now, fields, data, retention_ms, maxlen)
   local run_key = k.run_prefix .. run_id
@@ -55,8 +81,74 @@ local function finalize(k, run_id, status, fence, now, fields, data, retention_m
   emit(run_key, events_key, status, fence, now, data, maxlen)
   redis.call('PEXPIRE', run_key, retention_ms)
   redis.call('PEXPIRE', events_key, retention_ms)
+  redis.call('PEXPIRE', effects_key_of(k.run_prefix, run_id), retention_ms)
   local idem = redis.call('HGET', run_key, 'idempotency_key')
   if idem and idem ~= '' then
     redis.call('PEXPIRE', k.idem_prefix .. idem, retention_ms)
   end
+end
+
+-- The effects of a run that started and have no recorded outcome, as fields of its
+-- effects hash. The list lives on the run record (`open_effects`, JSON) so that
+-- finding them never reads the effects hash, whose recorded results may be large.
+local function open_effects(run_key)
+  local raw = redis.call('HGET', run_key, 'open_effects')
+  if not raw or raw == '' then
+    return {}
+  end
+  return cjson.decode(raw)
+end
+
+local function set_open_effects(run_key, fields)
+  if #fields == 0 then
+    redis.call('HDEL', run_key, 'open_effects')
+  else
+    redis.call('HSET', run_key, 'open_effects', cjson.encode(fields))
+  end
+end
+
+-- An effect's outcome became known (recorded, or declared not applied): drop it from
+-- the open list.
+local function close_effect(run_key, field)
+  local kept = {}
+  for _, open in ipairs(open_effects(run_key)) do
+    if open ~= field then
+      kept[#kept + 1] = open
+    end
+  end
+  set_open_effects(run_key, kept)
+end
+
+-- Records of the open effects that are not idempotent: their outcome is unknown and
+-- calling them again could apply them twice, so nobody may guess.
+local function unknown_effects(run_key, effects_key)
+  local fields = open_effects(run_key)
+  local unknown = {}
+  if #fields == 0 then
+    return unknown
+  end
+  for _, raw in ipairs(redis.call('HMGET', effects_key, unpack(fields))) do
+    if raw then
+      local record = cjson.decode(raw)
+      if record.status == 'started' and not record.idempotent then
+        unknown[#unknown + 1] = record
+      end
+    end
+  end
+  return unknown
+end
+
+-- Park a run in reconciliation_required because effects started and their outcome is
+-- unknown: the error names them (name, key, owner, fence, start time) with how it was
+-- found, and a person resolves the run. Returns the new fence.
+local function require_reconciliation(k, run_id, now, records, evidence, maxlen)
+  local first = records[1]
+  evidence.effect = first
+  evidence.effects = records
+  local err = {code = 'effect_outcome_unknown',
+    message = 'effect ' .. first.name .. ' (key ' .. first.key .. ') started but its '
+      .. 'outcome was never recorded: a person must resolve the run',
+    retryable = false, details = evidence}
+  return park(k, run_id, 'reconciliation_required', now, {'error', cjson.encode(err)},
+    cjson.encode({error = err}), maxlen)
 end

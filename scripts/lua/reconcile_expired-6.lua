@@ -5,6 +5,7 @@
 -- KEYS[3]  run_prefix   prefix  run keys are this prefix .. id (same hash tag)
 -- KEYS[4]  events_prefix  prefix  event streams are this prefix .. id
 -- KEYS[5]  idem_prefix  prefix  idempotency keys are this prefix .. key
+-- KEYS[6]  effects_prefix  prefix  effects hashes are this prefix .. id
 -- ARGV[1]  limit        integer how many expired leases to handle at most
 -- ARGV[2]  retention_ms integer
 -- ARGV[3]  maxlen       integer
@@ -15,8 +16,11 @@
 --          reconciliation_required
 -- invariant: only a lease that is expired by the Redis clock *now* is acted on (the
 --          scan re-checks the record, not just the index); acting moves the fence,
---          so the old owner's later writes are all rejected. Idempotent: a second
---          reconciler finds nothing left to do.
+--          so the old owner's later writes are all rejected. A run with a started,
+--          non-idempotent effect whose outcome was never recorded is parked for a
+--          person whatever on_lease_expired says: retrying could apply it twice.
+--          Idempotent: a second reconciler finds nothing left to do. Run and effects
+--          keys are derived from KEYS[3]/KEYS[6], like every batch script's.
 --- @include lib
 
 local k = {leases = KEYS[1], run_prefix = KEYS[3], events_prefix = KEYS[4],
@@ -26,7 +30,8 @@ local maxlen = ARGV[3]
 local now = now_ms()
 local actions = {}
 
-local function requeue(id, run_key, events_key, fence, evidence)
+local function requeue(id, run_key, events_key, evidence)
+  local fence = redis.call('HINCRBY', run_key, 'fence', 1)
   local attempt = redis.call('HINCRBY', run_key, 'attempt', 1)
   redis.call('HSET', run_key, 'status', 'queued')
   redis.call('HDEL', run_key, 'owner_id', 'lease_expires_at')
@@ -35,13 +40,16 @@ local function requeue(id, run_key, events_key, fence, evidence)
   emit(run_key, events_key, 'requeued', fence, now,
     cjson.encode({reason = 'lease_expired', attempt = attempt}), maxlen)
   make_ready(KEYS[2], ARGV[4], id, false)
+  return fence
 end
 
-local function orphan(id, fence, evidence)
+local function orphan(id, run_key, evidence)
+  local fence = redis.call('HINCRBY', run_key, 'fence', 1)
   local err = cjson.encode({code = 'lease_expired',
     message = 'orphaned: executor lease expired', retryable = false, details = evidence})
   finalize(k, id, 'orphaned', fence, now, {'error', err},
     cjson.encode({error = cjson.decode(err)}), retention, maxlen)
+  return fence
 end
 
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now,
@@ -56,21 +64,29 @@ for _, id in ipairs(expired) do
   elseif expires and expires >= now then
     redis.call('ZADD', KEYS[1], expires, id)
   else
-    local fence = redis.call('HINCRBY', run_key, 'fence', 1)
     local evidence = {owner_id = cur[2], fence = tonumber(cur[3]),
       last_renewed_at_ms = tonumber(cur[5]), lease_expires_at_ms = expires,
       detected_at_ms = now}
-    local action
+    local unknown = unknown_effects(run_key, KEYS[6] .. id)
+    local action, fence
     if status == 'cancelling' then
       action = 'cancelled'
+      fence = redis.call('HINCRBY', run_key, 'fence', 1)
+      if #unknown > 0 then
+        evidence.unknown_effects = unknown
+      end
       finalize(k, id, 'cancelled', fence, now, {},
         cjson.encode({reason = 'owner_lost', evidence = evidence}), retention, maxlen)
+    elseif #unknown > 0 then
+      action = 'reconciliation_required'
+      evidence.detected_by = 'reconciler'
+      fence = require_reconciliation(k, id, now, unknown, evidence, maxlen)
     elseif cur[6] == 'retry' and tonumber(cur[7]) < tonumber(cur[8]) then
       action = 'requeued'
-      requeue(id, run_key, KEYS[4] .. id, fence, evidence)
+      fence = requeue(id, run_key, KEYS[4] .. id, evidence)
     else
       action = 'orphaned'
-      orphan(id, fence, evidence)
+      fence = orphan(id, run_key, evidence)
     end
     actions[#actions + 1] = {id, action, fence}
   end

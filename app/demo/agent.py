@@ -1,0 +1,117 @@
+"""``demo.agent``: a simulated agent turn, to watch the whole supervision ladder.
+
+Each step streams a "model" answer over HTTP from the API's fake model
+(/demo/model), emitting every chunk as a ``token`` event, then calls "tools"
+that take a while or hang forever. Each is a supervised operation: when it
+outlives its lease a ``wait`` event goes out and the watchdog's ``verdict``
+follows; budgets (first progress, idle, duration) end it with typed errors.
+
+No hidden deadline under the lease: the model client uses httpx with a connect
+timeout and *no* read or total timeout, so a model that thinks for ten minutes
+is limited by ``first_progress_s`` (a budget, with its own error) and watched by
+the operation lease, never cut by a transport timeout that nobody chose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, Field
+
+from app.executor import RunContext, handler
+from app.settings import load_settings
+from app.supervision.operation import Operation
+
+# connect and write are bounded; reading a stream is not (the lease watches it)
+MODEL_TIMEOUT = httpx.Timeout(connect=5.0, read=None, write=5.0, pool=5.0)
+
+
+class ModelScript(BaseModel):
+    """How the fake model behaves."""
+
+    first_token_s: float = Field(default=0.5, ge=0)
+    gap_s: float = Field(default=0.05, ge=0)
+    tokens: int = Field(default=40, ge=0)
+    stall_after: int | None = Field(default=None, ge=0, description="hang after N tokens")
+
+
+class ToolScript(BaseModel):
+    """A fake tool call."""
+
+    name: str = "crm.search"
+    latency_s: float = Field(default=0.5, ge=0)
+    hang: bool = False
+    progress_every_s: float | None = Field(default=None, gt=0)
+
+
+class AgentInput(BaseModel):
+    """One or more agent steps: a model call, then tool calls."""
+
+    steps: int = Field(default=1, ge=1, le=100)
+    model: ModelScript = Field(default_factory=ModelScript)
+    tools: list[ToolScript] = Field(default_factory=lambda: [ToolScript()])
+    model_lease_s: float = Field(default=2.0, gt=0)
+    tool_lease_s: float = Field(default=1.0, gt=0)
+    first_progress_s: float | None = Field(default=None, gt=0)
+    idle_s: float | None = Field(default=None, gt=0)
+    max_duration_s: float | None = Field(default=None, gt=0)
+    model_url: str | None = None
+
+
+@handler("demo.agent")
+async def agent(ctx: RunContext, params: AgentInput) -> dict[str, Any]:
+    """Run ``steps`` turns of model streaming and tool calls under supervision."""
+    settings = load_settings()
+    url = params.model_url or f"{settings.client_api_url}/demo/model"
+    headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
+    transcript: list[str] = []
+    async with httpx.AsyncClient(timeout=MODEL_TIMEOUT, headers=headers) as http:
+        for _ in range(params.steps):
+            await ctx.step()
+            for note in ctx.take_nudges():
+                await ctx.emit("note", {"nudge": note})
+            transcript.append(await _model_call(ctx, http, url, params))
+            for tool in params.tools:
+                await ctx.supervise(
+                    "tool_call", tool.name, _tool(tool), lease_s=params.tool_lease_s
+                )
+    return {"steps": params.steps, "answer": " ".join(transcript).strip()}
+
+
+async def _model_call(
+    ctx: RunContext, http: httpx.AsyncClient, url: str, params: AgentInput
+) -> str:
+    chunks: list[str] = []
+    query = params.model.model_dump(exclude_none=True)
+    async with ctx.operation(
+        "model_call",
+        "planner",
+        lease_s=params.model_lease_s,
+        first_progress_s=params.first_progress_s,
+        idle_s=params.idle_s,
+        max_duration_s=params.max_duration_s,
+    ) as op, http.stream("GET", url, params=query) as response:
+        response.raise_for_status()
+        async for line in response.aiter_lines():
+            if line:
+                op.progress(tokens=1)
+                chunks.append(line)
+                await ctx.emit("token", {"text": line})
+    return " ".join(chunks)
+
+
+def _tool(tool: ToolScript) -> Any:
+    async def call(op: Operation) -> dict[str, Any]:
+        if tool.hang:
+            await asyncio.Event().wait()  # a third-party API that never answers
+        remaining = tool.latency_s
+        while remaining > 0:
+            step = min(remaining, tool.progress_every_s or remaining)
+            await asyncio.sleep(step)
+            remaining -= step
+            op.progress(waited_s=tool.latency_s - remaining)
+        return {"tool": tool.name, "latency_s": tool.latency_s}
+
+    return call

@@ -1,0 +1,299 @@
+"""Checkpoints and memoized side effects: how a run resumes without repeating itself.
+
+A run may be executed several times: retried after an error, taken over after
+its worker died, released on drain, resumed after a person. Two tools make the
+later attempt continue rather than start over:
+
+* ``ctx.checkpoint(state)`` stores JSON state with a fenced write (and a
+  ``checkpoint`` event); the next attempt finds it in ``ctx.state``.
+* ``ctx.effect(name, fn, idempotent=False)`` runs a side effect at most once
+  per run. Before ``fn`` runs, a fenced ``started`` record is written; ``fn``
+  gets an idempotency key for the downstream system; its JSON result is recorded
+  by a second fenced write. A later attempt gets the recorded result without
+  calling ``fn``. A ``started`` record without a result means nobody knows
+  whether the side effect happened: an idempotent effect is called again with
+  the same key; any other parks the run in ``reconciliation_required`` for a
+  person (``EffectOutcomeUnknown`` is raised to stop the handler).
+
+Decisions behind the contract:
+
+* **The key** of a call is ``<run id>:<name>:<ordinal>``, the ordinal counting
+  this run's calls *of that name* from 1. Counting per name keeps a key stable
+  when the handler adds, removes or reorders calls of other names. The counts
+  are saved with every checkpoint and restored on the next attempt, so a handler
+  that resumes from ``ctx.state`` (skipping the calls before its checkpoint)
+  numbers its next calls exactly as the interrupted attempt did. Keys are
+  therefore deterministic as long as the handler makes the same calls in the
+  same order between checkpoints; concurrent calls of one name (``gather``) are
+  numbered in the order they start.
+* **The value** a call returns is the JSON round trip of ``fn``'s result, on the
+  first attempt as on a replay, so the handler cannot tell them apart.
+* **A failing ``fn``** leaves its outcome unknown (a timeout may hide a success),
+  except when it raises :class:`~app.errors.EffectNotApplied`: then the record is
+  dropped and a later call runs it again.
+* **Ordering**: handler events emitted before a checkpoint or effect are flushed
+  first, so the stream shows them in the order they happened.
+* **Cancellation**: an ``async def`` ``fn`` is cancelled with the run (a drain,
+  a client's cancel, a lost lease), and its outcome is then unknown. A sync
+  ``fn`` runs in a thread, which cannot be cancelled: it finishes whatever the
+  run does, so it is awaited and its result recorded whatever the run does.
+  Either way, once ``fn`` has returned its result is written even if the run is
+  being cancelled (shielded, like the terminal write): a cancellation must not
+  turn a known outcome into an unknown one. Every write
+  here is retried on a dropped connection; the effect scripts answer a repeat of
+  the same owner's write as done (a checkpoint just writes the same state again),
+  so a lost reply never parks a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from app.errors import (
+    CheckpointTooLarge,
+    EffectNotApplied,
+    EffectOutcomeUnknown,
+    InvalidCheckpoint,
+    InvalidEffect,
+    InvalidEffectResult,
+    LeaseLost,
+)
+from app.executor.events import EventSink
+from app.store.codec import dumps
+from app.store.leases import ClaimedRun
+from app.store.progress import EffectCall, EffectOutcome, EffectStart, ProgressStore
+from app.store.scripts import ScriptCode
+
+log = logging.getLogger(__name__)
+
+EFFECT_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
+RETRY_DELAY_S = 0.05
+RETRY_DELAY_MAX_S = 1.0
+
+EffectFn = Callable[[str], Any]
+T = TypeVar("T")
+
+
+class EffectLedger:
+    """The checkpoints and effect records of one run, written as one owner at one fence."""
+
+    def __init__(
+        self,
+        store: ProgressStore,
+        run: ClaimedRun,
+        *,
+        owner: str,
+        sink: EventSink,
+        max_bytes: int,
+        on_lost: Callable[[], None],
+        on_parked: Callable[[], None],
+    ) -> None:
+        self._store = store
+        self._run = run
+        self._owner = owner
+        self._sink = sink
+        self._max_bytes = max_bytes
+        self._on_lost = on_lost
+        self._on_parked = on_parked
+        self._seq: dict[str, int] | None = None
+
+    async def checkpoint(self, state: Any) -> Any:
+        """Store ``state``; returns it as a later attempt will see it (its JSON round trip).
+
+        Raises :class:`InvalidCheckpoint` / :class:`CheckpointTooLarge` before writing
+        anything, and :class:`LeaseLost` when fenced out (the run is stopped).
+        """
+        payload = self._encode_state(state)
+        seq_json = dumps(self._seq) if self._seq is not None else ""
+        await self._sink.flush()
+        seq = await _retrying(
+            lambda: self._store.checkpoint(
+                self._run.queue,
+                self._run.id,
+                owner=self._owner,
+                fence=self._run.fence,
+                state_json=payload,
+                effect_seq_json=seq_json,
+            )
+        )
+        if seq is None:
+            raise self._lost("checkpoint")
+        return json.loads(payload)
+
+    async def effect(self, name: str, fn: EffectFn, *, idempotent: bool = False) -> Any:
+        """Run ``fn(key)`` at most once for this call of the run; see the module docstring.
+
+        Raises :class:`InvalidEffect` for a bad name, :class:`InvalidEffectResult` when
+        the result cannot be recorded, :class:`EffectOutcomeUnknown` when the run was
+        parked, :class:`LeaseLost` when fenced out, and whatever ``fn`` raises.
+        """
+        call = await self._next_call(name, idempotent)
+        await self._sink.flush()
+        started = await _retrying(
+            lambda: self._store.start_effect(
+                self._run.queue, owner=self._owner, fence=self._run.fence, call=call
+            )
+        )
+        if started.code == ScriptCode.REPLAYED:
+            return json.loads(started.result_json)
+        self._check_started(started)
+        if inspect.iscoroutinefunction(fn):
+            return await self._perform(call, fn)
+        # a thread cannot be cancelled: the side effect finishes whatever the run does,
+        # so its result is recorded whatever the run does
+        return await _shielded(self._perform(call, fn))
+
+    async def _perform(self, call: EffectCall, fn: EffectFn) -> Any:
+        try:
+            value = await _invoke(fn, call.key)
+        except EffectNotApplied:
+            await self._record(call, EffectOutcome.NOT_APPLIED)
+            raise
+        result_json = self._encode_result(call, value)
+        await self._record(call, EffectOutcome.APPLIED, result_json)
+        return json.loads(result_json)
+
+    async def _next_call(self, name: str, idempotent: bool) -> EffectCall:
+        if not EFFECT_NAME.fullmatch(name):
+            raise InvalidEffect(
+                f"effect name {name!r} must match {EFFECT_NAME.pattern}",
+                details={"name": name},
+            )
+        if self._seq is None:
+            # the counts the last checkpoint saved: where a resumed handler continues
+            loaded = await self._store.effect_seq(self._run.queue, self._run.id)
+            if self._seq is None:  # a concurrent first call may have loaded them already
+                self._seq = loaded
+        self._seq[name] = self._seq.get(name, 0) + 1
+        return EffectCall(self._run.id, name, self._seq[name], idempotent)
+
+    def _check_started(self, started: EffectStart) -> None:
+        if started.code == ScriptCode.LOST:
+            raise self._lost("effect start")
+        if started.code == ScriptCode.UNKNOWN:
+            record = started.record or {}
+            log.warning(
+                "effect %s started before and its outcome is unknown: "
+                "the run is parked for a person",
+                record.get("key"),
+                extra=self._log_extra(),
+            )
+            self._on_parked()
+            raise EffectOutcomeUnknown(self._run.id, record)
+
+    async def _record(
+        self, call: EffectCall, outcome: EffectOutcome, result_json: str = ""
+    ) -> None:
+        # shielded: the side effect happened (or certainly did not); cancelling the run
+        # now must not leave its outcome unknown
+        code = await _shielded(self._write_outcome(call, outcome, result_json))
+        if code == ScriptCode.LOST:
+            raise LeaseLost(self._run.id, self._run.fence)
+
+    async def _write_outcome(
+        self, call: EffectCall, outcome: EffectOutcome, result_json: str
+    ) -> ScriptCode:
+        await self._sink.flush()
+        code = await _retrying(
+            lambda: self._store.record_effect(
+                self._run.queue,
+                owner=self._owner,
+                fence=self._run.fence,
+                call=call,
+                outcome=outcome,
+                result_json=result_json,
+            )
+        )
+        if code == ScriptCode.LOST:
+            self._lost("effect result")  # said here: the caller may have been cancelled
+        return code
+
+    def _encode_state(self, state: Any) -> str:
+        try:
+            payload = _to_json(state)
+        except (TypeError, ValueError) as exc:
+            raise InvalidCheckpoint(f"checkpoint state is not JSON-serialisable: {exc}") from exc
+        size = len(payload.encode())
+        if size > self._max_bytes:
+            raise CheckpointTooLarge(size, self._max_bytes)
+        return payload
+
+    def _encode_result(self, call: EffectCall, value: Any) -> str:
+        try:
+            payload = _to_json(value)
+        except (TypeError, ValueError) as exc:
+            raise InvalidEffectResult(
+                f"effect {call.key!r} returned a value that is not JSON-serialisable: {exc}",
+                details={"key": call.key},
+            ) from exc
+        size = len(payload.encode())
+        if size > self._max_bytes:
+            raise InvalidEffectResult(
+                f"effect {call.key!r} returned {size} bytes; the limit is {self._max_bytes} "
+                "(LEASEHOLD_MAX_CHECKPOINT_BYTES)",
+                details={"key": call.key, "size_bytes": size, "limit_bytes": self._max_bytes},
+            )
+        return payload
+
+    def _lost(self, what: str) -> LeaseLost:
+        log.warning("%s rejected: lease lost", what, extra=self._log_extra())
+        self._on_lost()
+        return LeaseLost(self._run.id, self._run.fence)
+
+    def _log_extra(self) -> dict[str, Any]:
+        return {"run_id": self._run.id, "owner_id": self._owner, "fence": self._run.fence}
+
+
+async def _shielded(work: Coroutine[Any, Any, T]) -> T:
+    """Await ``work`` so that cancelling the caller does not cancel it.
+
+    If the caller is cancelled first, nobody awaits the outcome: its error is
+    consumed here (lease loss is logged where it happens) instead of surfacing as
+    "Task exception was never retrieved".
+    """
+    task = asyncio.ensure_future(work)
+    task.add_done_callback(_consume_error)
+    return await asyncio.shield(task)
+
+
+def _consume_error(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+async def _retrying(write: Callable[[], Awaitable[T]]) -> T:
+    """Send a write until Redis answers; each script takes a repeat of it as done."""
+    delay = RETRY_DELAY_S
+    while True:
+        try:
+            return await write()
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            log.warning("progress write failed, retrying in %.2fs: %s", delay, exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_DELAY_MAX_S)
+
+
+async def _invoke(fn: EffectFn, key: str) -> Any:
+    """Call an async ``fn`` on the loop and a sync one in a thread (it may block)."""
+    if inspect.iscoroutinefunction(fn):
+        return await fn(key)
+    result = await asyncio.to_thread(fn, key)
+    if inspect.isawaitable(result):  # a lambda wrapping an async call
+        return await result
+    return result
+
+
+def _to_json(value: Any) -> str:
+    if isinstance(value, BaseModel):
+        return value.model_dump_json()
+    return dumps(value)

@@ -1,0 +1,172 @@
+"""Executor-side transitions that make a run resumable: checkpoints and effect records.
+
+Like every worker write, each one carries (owner_id, fence) and is answered
+LOST once another owner has taken the run. An effect's record lives in the
+run's effects hash under ``<name>:<ordinal>``; its value is a small JSON
+record whose ``result`` is the side effect's JSON result *as text*, so Lua
+never decodes (and never re-rounds) a handler's numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, cast
+
+import redis.asyncio as aioredis
+
+from app.store.keys import QueueKeys
+from app.store.scripts import ScriptCode, Scripts
+
+
+class EffectOutcome(StrEnum):
+    """What record_effect writes: the result, or that the effect certainly did not happen."""
+
+    APPLIED = "applied"
+    NOT_APPLIED = "not_applied"
+
+
+@dataclass(frozen=True)
+class EffectCall:
+    """One ``ctx.effect`` call: its place in the run and the key handed to the side effect."""
+
+    run_id: str
+    name: str
+    ordinal: int
+    idempotent: bool
+
+    @property
+    def field(self) -> str:
+        """Its field in the run's effects hash."""
+        return f"{self.name}:{self.ordinal}"
+
+    @property
+    def key(self) -> str:
+        """The idempotency key: the same on every attempt that makes this call."""
+        return f"{self.run_id}:{self.name}:{self.ordinal}"
+
+
+@dataclass(frozen=True)
+class EffectStart:
+    """What start_effect answered.
+
+    OK: run the side effect (``starts`` counts this start); REPLAYED: it ran
+    before, ``result_json`` is its recorded result; UNKNOWN: it started before
+    without an outcome and the run is now parked (``record`` is the evidence);
+    LOST: fenced out.
+    """
+
+    code: ScriptCode
+    starts: int = 0
+    result_json: str = ""
+    record: dict[str, Any] | None = None
+
+
+class ProgressStore:
+    """Holds an async Redis client and writes checkpoints and effect records."""
+
+    def __init__(
+        self, client: aioredis.Redis, *, scripts: Scripts, prefix: str, events_maxlen: int
+    ) -> None:
+        self.client = client
+        self.scripts = scripts
+        self.prefix = prefix
+        self.events_maxlen = events_maxlen
+
+    def keys(self, queue: str) -> QueueKeys:
+        """Key names for one queue."""
+        return QueueKeys(self.prefix, queue)
+
+    async def checkpoint(
+        self,
+        queue: str,
+        run_id: str,
+        *,
+        owner: str,
+        fence: int,
+        state_json: str,
+        effect_seq_json: str,
+    ) -> int | None:
+        """Replace the run's state; returns the checkpoint's sequence number, None if LOST.
+
+        ``effect_seq_json`` is the per-name count of effect calls at this point ('' keeps
+        the stored counts), written with the state so a resumed attempt numbers its next
+        effects as this one would have.
+        """
+        keys = self.keys(queue)
+        code, seq = await self.scripts.call(
+            self.client,
+            "checkpoint_run",
+            [keys.run(run_id), keys.events(run_id)],
+            [owner, fence, state_json, effect_seq_json, self.events_maxlen],
+        )
+        return int(seq) if code == ScriptCode.OK else None
+
+    async def effect_seq(self, queue: str, run_id: str) -> dict[str, int]:
+        """Effect calls per name as of the last checkpoint (empty before any)."""
+        raw = await self.client.hget(self.keys(queue).run(run_id), "effect_seq")
+        return cast(dict[str, int], json.loads(raw)) if raw else {}
+
+    async def start_effect(
+        self, queue: str, *, owner: str, fence: int, call: EffectCall
+    ) -> EffectStart:
+        """Open the effect's record, or find it; see :class:`EffectStart` for the answers."""
+        keys = self.keys(queue)
+        run_id = call.run_id
+        code, payload = await self.scripts.call(
+            self.client,
+            "start_effect",
+            [keys.run(run_id), keys.events(run_id), keys.effects(run_id), keys.leases],
+            [
+                owner,
+                fence,
+                run_id,
+                call.field,
+                call.key,
+                call.name,
+                call.ordinal,
+                1 if call.idempotent else 0,
+                self.events_maxlen,
+            ],
+        )
+        code = ScriptCode(code)
+        if code == ScriptCode.OK:
+            return EffectStart(code, starts=int(payload))
+        if code == ScriptCode.REPLAYED:
+            return EffectStart(code, result_json=payload)
+        if code == ScriptCode.UNKNOWN:
+            return EffectStart(code, record=json.loads(payload))
+        return EffectStart(code)
+
+    async def record_effect(
+        self,
+        queue: str,
+        *,
+        owner: str,
+        fence: int,
+        call: EffectCall,
+        outcome: EffectOutcome,
+        result_json: str = "",
+    ) -> ScriptCode:
+        """Record a started effect's outcome: OK, LOST (fenced out) or INVALID (not started)."""
+        keys = self.keys(queue)
+        run_id = call.run_id
+        code, _ = await self.scripts.call(
+            self.client,
+            "record_effect",
+            [keys.run(run_id), keys.events(run_id), keys.effects(run_id)],
+            [owner, fence, call.field, outcome.value, result_json, self.events_maxlen],
+        )
+        return ScriptCode(code)
+
+    async def effects(self, queue: str, run_id: str) -> dict[str, dict[str, Any]]:
+        """Every effect record of a run by field, results decoded (for inspection)."""
+        raw = cast(dict[str, str], await self.client.hgetall(self.keys(queue).effects(run_id)))
+        records = {}
+        for field, value in raw.items():
+            record = json.loads(value)
+            if "result" in record:
+                record["result"] = json.loads(record["result"])
+            records[field] = record
+        return records

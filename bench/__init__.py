@@ -1,0 +1,1 @@
+"""Benchmarks: ``make bench`` runs :mod:`bench.throughput`; results go to ``bench/out``."""

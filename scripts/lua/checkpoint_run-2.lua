@@ -1,0 +1,29 @@
+-- checkpoint_run: a worker saves its handler's state, so a later attempt resumes from it.
+--
+-- KEYS[1]  run          hash    the run's record (fields state, effect_seq, checkpoints)
+-- KEYS[2]  events       stream  the run's events
+-- ARGV[1]  owner_id     string
+-- ARGV[2]  fence        integer
+-- ARGV[3]  state        json    the handler's state (its size is bounded by the worker)
+-- ARGV[4]  effect_seq   json    effect calls so far per name, or '' to keep the stored ones
+-- ARGV[5]  maxlen       integer approximate cap of the event stream
+-- returns  {code, seq}  codes: OK (seq: how many checkpoints the run has written),
+--          LOST (fenced out: nothing written)
+-- events   checkpoint {seq, size_bytes}
+-- invariant: only the current holder replaces the state, and the state and the effect
+--          ordinals it was taken at are written together, so an attempt resuming from
+--          it numbers its next effects exactly as the attempt that wrote it did.
+--- @include lib
+
+if not holds(KEYS[1], ARGV[1], ARGV[2]) then
+  return {'LOST', 0}
+end
+local now = now_ms()
+local seq = redis.call('HINCRBY', KEYS[1], 'checkpoints', 1)
+redis.call('HSET', KEYS[1], 'state', ARGV[3], 'checkpointed_at', now)
+if ARGV[4] ~= '' then
+  redis.call('HSET', KEYS[1], 'effect_seq', ARGV[4])
+end
+emit(KEYS[1], KEYS[2], 'checkpoint', ARGV[2], now,
+  cjson.encode({seq = seq, size_bytes = #ARGV[3]}), ARGV[5])
+return {'OK', seq}

@@ -1,0 +1,53 @@
+-- record_effect: a worker records the outcome of a side effect it started.
+--
+-- KEYS[1]  run          hash    the run's record (field open_effects)
+-- KEYS[2]  events       stream  the run's events
+-- KEYS[3]  effects      hash    the run's effects: field -> record json
+-- ARGV[1]  owner_id     string
+-- ARGV[2]  fence        integer
+-- ARGV[3]  field        string  the effect's field: <name>:<ordinal>
+-- ARGV[4]  outcome      applied | not_applied  (not_applied: the side effect said it
+--          certainly did not happen, so it may run again)
+-- ARGV[5]  result       json    what the side effect returned ('' when not_applied)
+-- ARGV[6]  maxlen       integer approximate cap of the event stream
+-- returns  {code, ''}  codes: OK (recorded, or recorded already by this owner and
+--          fence: a retry after a lost reply), LOST (fenced out: nothing written),
+--          INVALID (no started record under this field: nothing written)
+-- events   effect {phase: recorded | not_applied}
+-- invariant: only the current holder records an outcome, once, for a record it
+--          started; a stale owner that wakes after a takeover cannot replace the
+--          result the new owner recorded.
+--- @include lib
+
+local owner, fence, field = ARGV[1], ARGV[2], ARGV[3]
+if not holds(KEYS[1], owner, fence) then
+  return {'LOST', ''}
+end
+local raw = redis.call('HGET', KEYS[3], field)
+if not raw then
+  -- dropped already (a not_applied sent again after a lost reply), or never started
+  return {ARGV[4] == 'not_applied' and 'OK' or 'INVALID', ''}
+end
+local record = cjson.decode(raw)
+if record.status ~= 'started' then
+  local mine = record.owner_id == owner and record.fence == tonumber(fence)
+  return {mine and 'OK' or 'INVALID', ''}
+end
+local now = now_ms()
+local phase = 'recorded'
+if ARGV[4] == 'not_applied' then
+  phase = 'not_applied'
+  redis.call('HDEL', KEYS[3], field)
+else
+  record.status = 'done'
+  record.result = ARGV[5]
+  record.owner_id = owner
+  record.fence = tonumber(fence)
+  record.finished_at_ms = now
+  redis.call('HSET', KEYS[3], field, cjson.encode(record))
+end
+close_effect(KEYS[1], field)
+emit(KEYS[1], KEYS[2], 'effect', fence, now, cjson.encode({phase = phase,
+  name = record.name, key = record.key, ordinal = record.ordinal, starts = record.starts}),
+  ARGV[6])
+return {'OK', ''}

@@ -1,0 +1,95 @@
+-- resolve_run: a person decides what happens to a run parked in reconciliation_required.
+--
+-- KEYS[1]  run          hash    the run's record
+-- KEYS[2]  events       stream  the run's events
+-- KEYS[3]  effects      hash    the run's effects: field -> record json
+-- KEYS[4]  leases       zset    id -> lease expiry ms
+-- KEYS[5]  ready        list    runnable ids (FIFO)
+-- KEYS[6]  idem_prefix  prefix  idempotency keys are this prefix .. key
+-- ARGV[1]  run_id       string
+-- ARGV[2]  action       retry | fail | succeed
+-- ARGV[3]  output       json    the run's output when action is succeed, else ''
+-- ARGV[4]  effect_outcome  applied | not_applied | ''  what the person found out about
+--          the effects whose outcome was unknown ('' leaves their records as they are)
+-- ARGV[5]  effect_result  json  the result to record when applied ('' records null)
+-- ARGV[6]  note         string  why, in the person's words ('' for none)
+-- ARGV[7]  retention_ms integer
+-- ARGV[8]  maxlen       integer
+-- ARGV[9]  wake_channel string  pub/sub channel idle workers of the queue listen on
+-- returns  {code, status}  codes: OK (status is the run's status afterwards: queued,
+--          failed or succeeded), NOT_FOUND, INVALID (the run is not waiting for a
+--          reconciliation: status says what it is)
+-- events   resolved, then failed | succeeded (terminal) when the decision ends the run
+-- invariant: only a reconciliation_required run is resolved, and the decision is an
+--          event written with its effect. applied marks the unknown effects done, so a
+--          retried run replays them; not_applied drops their records, so it runs them
+--          again. A retry is queued at the head of the line with fence+1.
+--- @include lib
+
+local run_id, action, outcome = ARGV[1], ARGV[2], ARGV[4]
+local cur = redis.call('HMGET', KEYS[1], 'status', 'fence', 'error')
+local status = cur[1]
+if not status then
+  return {'NOT_FOUND', ''}
+end
+if status ~= 'reconciliation_required' then
+  return {'INVALID', status}
+end
+local now = now_ms()
+
+-- settle every effect whose outcome was unknown, as the person found it
+local settled = {}
+if outcome ~= '' then
+  for _, field in ipairs(open_effects(KEYS[1])) do
+    local raw = redis.call('HGET', KEYS[3], field)
+    if raw then
+      local record = cjson.decode(raw)
+      settled[#settled + 1] = record.key
+      if outcome == 'applied' then
+        record.status = 'done'
+        record.result = ARGV[5] ~= '' and ARGV[5] or 'null'
+        record.resolved_at_ms = now
+        redis.call('HSET', KEYS[3], field, cjson.encode(record))
+      else
+        redis.call('HDEL', KEYS[3], field)
+      end
+    end
+  end
+  set_open_effects(KEYS[1], {})
+end
+
+local decision = {action = action}
+if ARGV[6] ~= '' then
+  decision.note = ARGV[6]
+end
+if outcome ~= '' then
+  decision.effect_outcome = outcome
+  decision.effects = settled
+end
+local k = {leases = KEYS[4], idem_prefix = KEYS[6],
+  run_prefix = string.sub(KEYS[1], 1, #KEYS[1] - #run_id),
+  events_prefix = string.sub(KEYS[2], 1, #KEYS[2] - #run_id)}
+
+if action == 'retry' then
+  local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
+  redis.call('HSET', KEYS[1], 'status', 'queued', 'resolved_at', now)
+  redis.call('HDEL', KEYS[1], 'error', 'parked_at')
+  emit(KEYS[1], KEYS[2], 'resolved', fence, now, cjson.encode(decision), ARGV[8])
+  make_ready(KEYS[5], ARGV[9], run_id, true)
+  return {'OK', 'queued'}
+end
+
+local fence = cur[2]
+emit(KEYS[1], KEYS[2], 'resolved', fence, now, cjson.encode(decision), ARGV[8])
+if action == 'succeed' then
+  local output = ARGV[3] ~= '' and ARGV[3] or 'null'
+  finalize(k, run_id, 'succeeded', fence, now, {'output', output}, '{}',
+    tonumber(ARGV[7]), ARGV[8])
+  return {'OK', 'succeeded'}
+end
+local previous = cur[3] and cjson.decode(cur[3]) or cjson.null
+local err = {code = 'resolved_as_failed', message = 'a person resolved the run as failed',
+  retryable = false, details = {decision = decision, previous_error = previous}}
+finalize(k, run_id, 'failed', fence, now, {'error', cjson.encode(err)},
+  cjson.encode({error = err}), tonumber(ARGV[7]), ARGV[8])
+return {'OK', 'failed'}

@@ -1,0 +1,30 @@
+-- resume_run: a person resumes a run the watchdog escalated (waiting_human).
+--
+-- KEYS[1]  run          hash    the run's record
+-- KEYS[2]  events       stream  the run's events
+-- KEYS[3]  ready        list    runnable ids (FIFO)
+-- ARGV[1]  run_id       string
+-- ARGV[2]  resume_input json    what the person says, handed to ctx.resume_input
+-- ARGV[3]  maxlen       integer approximate cap of the event stream
+-- ARGV[4]  wake_channel string  pub/sub channel idle workers of the queue listen on
+-- returns  {code, status}  codes: OK (queued again), NOT_FOUND, INVALID (the run is not
+--          waiting for a person: status says what it is)
+-- events   resumed
+-- invariant: only a waiting_human run can be resumed; it is queued again at the head
+--          of the line with fence+1 and keeps its attempt, checkpoint and effects.
+--- @include lib
+
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then
+  return {'NOT_FOUND', ''}
+end
+if status ~= 'waiting_human' then
+  return {'INVALID', status}
+end
+local now = now_ms()
+local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
+redis.call('HSET', KEYS[1], 'status', 'queued', 'resume_input', ARGV[2], 'resumed_at', now)
+emit(KEYS[1], KEYS[2], 'resumed', fence, now,
+  cjson.encode({input = cjson.decode(ARGV[2])}), ARGV[3])
+make_ready(KEYS[3], ARGV[4], ARGV[1], true)
+return {'OK', 'queued'}

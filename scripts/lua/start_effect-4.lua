@@ -1,0 +1,72 @@
+-- start_effect: before a handler's side effect runs, look up its record or open one.
+--
+-- KEYS[1]  run          hash    the run's record (field open_effects)
+-- KEYS[2]  events       stream  the run's events
+-- KEYS[3]  effects      hash    the run's effects: field -> record json
+-- KEYS[4]  leases       zset    id -> lease expiry ms (a parked run leaves it)
+-- ARGV[1]  owner_id     string
+-- ARGV[2]  fence        integer
+-- ARGV[3]  run_id       string
+-- ARGV[4]  field        string  the effect's field: <name>:<ordinal>
+-- ARGV[5]  key          string  the effect's idempotency key, handed to the side effect
+-- ARGV[6]  name         string
+-- ARGV[7]  ordinal      integer the call's number among this run's calls of this name
+-- ARGV[8]  idempotent   0 | 1   whether calling it again with the same key is safe
+-- ARGV[9]  maxlen       integer approximate cap of the event stream
+-- returns  {code, payload}  codes: OK (started: run it; payload is how many times it
+--          has been started, 1 the first time), REPLAYED (recorded before: payload is
+--          its result json; do not run it), UNKNOWN (started before without a recorded
+--          outcome and not idempotent: the run is now reconciliation_required; payload
+--          is the record), LOST (fenced out: nothing written)
+-- events   effect {phase: started | replayed}, or reconciliation_required
+-- invariant: a side effect is never started twice unless it is idempotent: a started
+--          record without an outcome parks the run for a person instead (fence+1, so
+--          this owner can write nothing more). The same owner and fence starting it
+--          again (a retry after a lost reply) gets OK and changes nothing.
+--- @include lib
+
+local owner, fence, run_id, field = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+if not holds(KEYS[1], owner, fence) then
+  return {'LOST', ''}
+end
+local now = now_ms()
+local idempotent = ARGV[8] == '1'
+local raw = redis.call('HGET', KEYS[3], field)
+local record
+if raw then
+  record = cjson.decode(raw)
+  if record.status == 'done' then
+    emit(KEYS[1], KEYS[2], 'effect', fence, now, cjson.encode({phase = 'replayed',
+      name = record.name, key = record.key, ordinal = record.ordinal}), ARGV[9])
+    return {'REPLAYED', record.result}
+  end
+  if record.owner_id == owner and record.fence == tonumber(fence) then
+    -- this owner's own start, sent again after a lost reply: nothing new happened
+    return {'OK', tostring(record.starts)}
+  end
+  if not idempotent then
+    local k = {leases = KEYS[4],
+      run_prefix = string.sub(KEYS[1], 1, #KEYS[1] - #run_id),
+      events_prefix = string.sub(KEYS[2], 1, #KEYS[2] - #run_id)}
+    require_reconciliation(k, run_id, now, {record},
+      {detected_by = 'executor', owner_id = owner, fence = tonumber(fence), detected_at_ms = now},
+      ARGV[9])
+    return {'UNKNOWN', raw}
+  end
+  record.starts = record.starts + 1
+else
+  record = {key = ARGV[5], name = ARGV[6], ordinal = tonumber(ARGV[7]), status = 'started',
+    starts = 1, first_started_at_ms = now}
+  local open = open_effects(KEYS[1])
+  open[#open + 1] = field
+  set_open_effects(KEYS[1], open)
+end
+record.idempotent = idempotent
+record.owner_id = owner
+record.fence = tonumber(fence)
+record.started_at_ms = now
+redis.call('HSET', KEYS[3], field, cjson.encode(record))
+emit(KEYS[1], KEYS[2], 'effect', fence, now, cjson.encode({phase = 'started',
+  name = record.name, key = record.key, ordinal = record.ordinal, starts = record.starts,
+  idempotent = idempotent}), ARGV[9])
+return {'OK', tostring(record.starts)}
