@@ -51,6 +51,15 @@ def _describe_resolved(data: dict[str, Any]) -> str:
     return line
 
 
+def _describe_wait(data: dict[str, Any]) -> str:
+    since = data.get("since_progress_s")
+    silence = "no progress yet" if since is None else f"{since}s since progress"
+    return (
+        f"waiting on {data.get('kind')} {data.get('subject')}: {data.get('elapsed_s')}s "
+        f"elapsed, {data.get('renewals')} renewals, {silence}"
+    )
+
+
 DESCRIBE: dict[str, Callable[[dict[str, Any]], str]] = {
     "created": lambda d: f"created: handler {d.get('handler')} on queue {d.get('queue')}",
     "claimed": lambda d: f"claimed by {d.get('owner_id')} (attempt {d.get('attempt')})",
@@ -68,10 +77,7 @@ DESCRIBE: dict[str, Callable[[dict[str, Any]], str]] = {
     "replay_unavailable": lambda d: (
         f"history before {d.get('oldest_available')} was trimmed; showing what remains"
     ),
-    "wait": lambda d: (
-        f"waiting on {d.get('kind')} {d.get('subject')}: {d.get('elapsed_s')}s elapsed, "
-        f"{d.get('renewals')} renewals, {d.get('since_progress_s')}s since progress"
-    ),
+    "wait": _describe_wait,
     "verdict": lambda d: (
         f"watchdog: {d.get('verdict')} ({d.get('reason')}) after {d.get('renewals')} renewals"
     ),

@@ -1,10 +1,11 @@
 """Hostile ids, queue names, idempotency keys and JSON: a 4xx, and nothing written.
 
 Every value that ends up in a Redis key name (run ids, queue names, idempotency
-keys) is checked against a strict character set and length at the API boundary,
-whichever way it arrives: path, query, header or body. The hostile values aim
-at key injection (``{``/``}`` would move a key to another hash slot, ``*`` is a
-pattern, ``:`` a separator), at logs (control characters), and at memory (length).
+keys) or command (stream ids from ``Last-Event-ID``) is checked against a strict
+character set and length at the API boundary, whichever way it arrives: path,
+query, header or body. The hostile values aim at key injection (``{``/``}``
+would move a key to another hash slot, ``*`` is a pattern, ``:`` a separator),
+at logs (control characters), and at memory (length).
 """
 
 from __future__ import annotations
@@ -93,6 +94,17 @@ HOSTILE_CURSORS = [
     pytest.param("MTpkZWZhdWx0LjAxQVJaM05ERUtUU1Y0UlJGRlE2OUc1RkFWCg", id="id-with-newline"),
 ]
 
+HOSTILE_EVENT_IDS = [
+    pytest.param("1-1\n", id="trailing-newline"),
+    pytest.param("\u0661-1", id="non-ascii-digit"),
+    pytest.param("99999999999999999999-1", id="over-64-bits"),
+    pytest.param("1-*", id="star"),
+    pytest.param("{1}-1", id="braces"),
+    pytest.param("1 -1", id="space"),
+    pytest.param("-1", id="no-ms"),
+    pytest.param("1" * 65, id="too-long"),
+]
+
 Send = Callable[[httpx.AsyncClient, str], Awaitable[httpx.Response]]
 
 
@@ -113,7 +125,15 @@ def in_idempotency_header(api: httpx.AsyncClient, value: str) -> Awaitable[httpx
     return api.post("/runs", json=ECHO, headers=[(b"Idempotency-Key", value.encode())])
 
 
-# every way a value reaches a key name (or a filter) through the API
+def in_last_event_id_header(api: httpx.AsyncClient, value: str) -> Awaitable[httpx.Response]:
+    return api.get(f"/runs/default.{ULID}/events", headers=[(b"Last-Event-ID", value.encode())])
+
+
+def in_last_event_id_query(api: httpx.AsyncClient, value: str) -> Awaitable[httpx.Response]:
+    return api.get(f"/runs/default.{ULID}/events", params={"last_event_id": value})
+
+
+# every way a value reaches a key name, a stream id or a filter through the API
 ENTRY_POINTS: list[tuple[str, Send, list[Any]]] = [
     ("get-run", in_path("GET", "/runs/{}"), HOSTILE_RUN_IDS),
     ("cancel-run", in_path("POST", "/runs/{}/cancel"), HOSTILE_RUN_IDS),
@@ -125,6 +145,8 @@ ENTRY_POINTS: list[tuple[str, Send, list[Any]]] = [
     ("idempotency-field", in_body("idempotency_key"), HOSTILE_IDEMPOTENCY_KEYS),
     ("idempotency-header", in_idempotency_header, HOSTILE_IDEMPOTENCY_KEYS),
     ("cursor", in_query("cursor"), HOSTILE_CURSORS),
+    ("last-event-id-header", in_last_event_id_header, HOSTILE_EVENT_IDS),
+    ("last-event-id-query", in_last_event_id_query, HOSTILE_EVENT_IDS),
 ]
 
 
