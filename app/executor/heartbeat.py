@@ -133,15 +133,14 @@ class Heartbeat(threading.Thread):
     def _check_jeopardy(self) -> None:
         if not self._failing:
             return
-        for queue in self._table.snapshot():
-            for run_id in self._table.in_jeopardy(queue, self._jeopardy_after_s):
-                log.error(
-                    "lease in jeopardy: no renewal for %.2fs, stopping run without writing",
-                    self._jeopardy_after_s,
-                    extra={"run_id": run_id},
-                )
-                self._table.remove(run_id)
-                self._loop.call_soon_threadsafe(self._callbacks.lease_lost, run_id, "jeopardy")
+        for run_id in self._table.in_jeopardy(self._jeopardy_after_s):
+            log.error(
+                "lease in jeopardy: no renewal for %.2fs, stopping run without writing",
+                self._jeopardy_after_s,
+                extra={"run_id": run_id},
+            )
+            self._table.remove(run_id)
+            self._loop.call_soon_threadsafe(self._callbacks.lease_lost, run_id, "jeopardy")
 
     def _measure_lag(self) -> float:
         """Lag of the previous probe (or how long it has been pending); posts a new one."""

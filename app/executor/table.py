@@ -67,14 +67,14 @@ class LeaseTable:
                 if entry is not None and entry.confirmed_at < at:
                     entry.confirmed_at = at
 
-    def in_jeopardy(self, queue: str, deadline_s: float, now: float | None = None) -> list[str]:
-        """Runs of ``queue`` whose last confirmation is older than ``deadline_s``."""
+    def in_jeopardy(self, deadline_s: float, now: float | None = None) -> list[str]:
+        """Runs whose last confirmation is older than ``deadline_s`` seconds."""
         now = time.monotonic() if now is None else now
         with self._lock:
             return [
                 entry.run_id
                 for entry in self._entries.values()
-                if entry.queue == queue and now - entry.confirmed_at > deadline_s
+                if now - entry.confirmed_at > deadline_s
             ]
 
     def earliest_confirmation(self) -> float | None:

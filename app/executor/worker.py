@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from app.errors import UnknownHandler
 from app.executor.courier import Courier
 from app.executor.execution import (
     CANCEL_REQUESTED,
@@ -118,7 +119,9 @@ class Worker:
             retention_ms=self.settings.run_retention_ms,
             events_maxlen=self.settings.events_maxlen,
         )
-        heartbeat_client = sync_client(url, socket_timeout_s=self.settings.renew_interval_s)
+        heartbeat_client = sync_client(
+            url, socket_timeout_s=max(0.05, self.settings.effective_safety_margin_s), retries=0
+        )
         heartbeat = self._heartbeat(
             LeaseRenewer(
                 heartbeat_client,
@@ -254,7 +257,7 @@ class Worker:
     def _start_run(self, claimed: ClaimedRun, confirmed_at: float) -> None:
         self._table.add(claimed.id, claimed.queue, claimed.fence, confirmed_at)
         spec = None
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(UnknownHandler):  # the run then fails as unknown_handler
             spec = self.registry.get(claimed.handler)
         execution = RunExecution(claimed, spec, self._deps)
         self._executions[claimed.id] = execution

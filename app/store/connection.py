@@ -53,8 +53,15 @@ def async_client(url: str, *, max_connections: int = DEFAULT_MAX_CONNECTIONS) ->
     return aioredis.Redis.from_pool(pool)  # the client owns the pool: aclose() closes it
 
 
-def sync_client(url: str, *, socket_timeout_s: float | None = None) -> redis.Redis:
-    """A blocking client, for threads that must not depend on the event loop."""
+def sync_client(
+    url: str, *, socket_timeout_s: float | None = None, retries: int = RETRIES
+) -> redis.Redis:
+    """A blocking client, for threads that must not depend on the event loop.
+
+    The heartbeat uses a socket timeout no longer than the lease safety margin and
+    no retries of its own (it retries every beat), so a silent Redis can never keep
+    it from checking the jeopardy deadline in time.
+    """
     client: redis.Redis = redis.Redis.from_url(
         url,
         decode_responses=True,
@@ -62,7 +69,7 @@ def sync_client(url: str, *, socket_timeout_s: float | None = None) -> redis.Red
         socket_timeout=socket_timeout_s,
         socket_keepalive=True,
         health_check_interval=HEALTH_CHECK_INTERVAL_S,
-        retry=Retry(_backoff(), RETRIES),
+        retry=Retry(_backoff(), retries),
         retry_on_error=RETRY_ON,
     )
     return client

@@ -269,3 +269,33 @@ async def test_two_workers_never_execute_a_run_twice(
     for run_id in ids[:20]:
         kinds = [kind for kind, _ in await types_and_fences(run_store, run_id)]
         assert kinds.count("claimed") == 1
+
+
+async def test_a_worker_cut_off_from_redis_stops_its_run_without_writing(
+    tmp_path: Path, prefix: str
+) -> None:
+    server = EmbeddedRedis(data_dir=tmp_path / "aof", appendonly=True).start()
+    procs = Processes(base_env(server.url, prefix, lease_ttl_s=1.0), tmp_path)
+    client = async_client(server.url)
+    try:
+        store = RunStore(
+            client, scripts=Scripts(), prefix=prefix, retention_ms=600_000, events_maxlen=1000
+        )
+        worker = procs.worker()
+        run_id = await submit(store, seconds=60)
+        await wait_status(store, run_id, RunStatus.RUNNING)
+        server.stop()  # Redis unreachable: renewals fail
+        await eventually(
+            lambda: asyncio.sleep(0, worker.log()),
+            until=lambda log: "jeopardy" in log and "without writing" in log,
+            what="the worker to give the run up",
+        )
+        server.start()
+        orphaned = await wait_status(store, run_id, RunStatus.ORPHANED, RunStatus.SUCCEEDED)
+        assert orphaned.status == RunStatus.ORPHANED
+        assert orphaned.output is None
+        assert worker.alive()
+    finally:
+        procs.reap()
+        await client.aclose()
+        server.stop()

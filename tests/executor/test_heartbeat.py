@@ -1,0 +1,117 @@
+"""The heartbeat thread: renewals, LOST and CANCEL answers, and the jeopardy deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from app.executor.heartbeat import Heartbeat, HeartbeatCallbacks
+from app.executor.table import LeaseTable
+from app.store.leases import HeldLease
+from app.store.scripts import ScriptCode
+
+
+class ScriptedRenewer:
+    """Answers renewals the way the test says; ``fail`` makes Redis unreachable."""
+
+    def __init__(self, answer: ScriptCode = ScriptCode.OK) -> None:
+        self.answer = answer
+        self.fail = False
+        self.calls: list[list[str]] = []
+
+    def renew(self, queue: str, owner: str, leases: Sequence[HeldLease]) -> dict[str, ScriptCode]:
+        self.calls.append([lease.run_id for lease in leases])
+        if self.fail:
+            raise RedisConnectionError("Redis is gone")
+        return {lease.run_id: self.answer for lease in leases}
+
+
+async def run_heartbeat(
+    renewer: ScriptedRenewer,
+    table: LeaseTable,
+    *,
+    interval_s: float,
+    jeopardy_after_s: float,
+    until: asyncio.Future[tuple[str, str]],
+    timeout_s: float = 5.0,
+) -> tuple[str, str]:
+    loop = asyncio.get_running_loop()
+
+    def lost(run_id: str, reason: str) -> None:
+        if not until.done():
+            until.set_result((run_id, reason))
+
+    def cancelled(run_id: str) -> None:
+        if not until.done():
+            until.set_result((run_id, "cancel"))
+
+    heartbeat = Heartbeat(
+        owner_id="w-1",
+        table=table,
+        renewer=renewer,  # type: ignore[arg-type]
+        loop=loop,
+        callbacks=HeartbeatCallbacks(lost, cancelled, lambda lag: None),
+        interval_s=interval_s,
+        jeopardy_after_s=jeopardy_after_s,
+        advertise=lambda lag: None,
+    )
+    heartbeat.start()
+    try:
+        return await asyncio.wait_for(until, timeout=timeout_s)
+    finally:
+        heartbeat.stop()
+        heartbeat.join(timeout=5)
+
+
+async def test_a_run_whose_renewals_keep_failing_is_stopped_before_its_lease_runs_out() -> None:
+    table = LeaseTable()
+    renewer = ScriptedRenewer()
+    renewer.fail = True
+    confirmed_at = time.monotonic()
+    table.add("default.R1", "default", 1, confirmed_at)
+    done = asyncio.get_running_loop().create_future()
+    run_id, reason = await run_heartbeat(
+        renewer, table, interval_s=0.1, jeopardy_after_s=0.25, until=done
+    )
+    stopped_after = time.monotonic() - confirmed_at
+    assert (run_id, reason) == ("default.R1", "jeopardy")
+    assert 0.25 <= stopped_after < 0.3 + 0.25  # at the deadline, well before a 0.3 s TTL + slack
+    assert len(table) == 0
+
+
+async def test_renewals_that_succeed_keep_the_run_out_of_jeopardy() -> None:
+    table = LeaseTable()
+    renewer = ScriptedRenewer()
+    table.add("default.R1", "default", 1, time.monotonic())
+    done = asyncio.get_running_loop().create_future()
+    asyncio.get_running_loop().call_later(1.0, done.set_result, ("none", "none"))
+    assert await run_heartbeat(
+        renewer, table, interval_s=0.05, jeopardy_after_s=0.2, until=done
+    ) == ("none", "none")
+    assert len(renewer.calls) >= 10
+    assert len(table) == 1
+
+
+async def test_lost_and_cancel_answers_reach_the_loop() -> None:
+    for answer, expected in [(ScriptCode.LOST, "lease_lost"), (ScriptCode.CANCEL, "cancel")]:
+        table = LeaseTable()
+        table.add("default.R1", "default", 1, time.monotonic())
+        done = asyncio.get_running_loop().create_future()
+        result = await run_heartbeat(
+            ScriptedRenewer(answer), table, interval_s=0.05, jeopardy_after_s=10, until=done
+        )
+        assert result == ("default.R1", expected)
+
+
+async def test_all_leases_of_a_queue_are_renewed_in_one_call() -> None:
+    table = LeaseTable()
+    renewer = ScriptedRenewer()
+    for index in range(500):
+        table.add(f"default.R{index}", "default", 1, time.monotonic())
+    done = asyncio.get_running_loop().create_future()
+    asyncio.get_running_loop().call_later(0.3, done.set_result, ("none", "none"))
+    await run_heartbeat(renewer, table, interval_s=0.1, jeopardy_after_s=10, until=done)
+    assert all(len(call) == 500 for call in renewer.calls)
