@@ -144,7 +144,8 @@ async def test_worker_json_lines_carry_run_id_owner_id_and_fence(
     processes: Processes, run_store: RunStore
 ) -> None:
     run = (await run_store.create(NewRun(handler="demo.echo", input={"message": SECRET_INPUT}))).run
-    worker = processes.worker(LEASEHOLD_LOG_FORMAT="json")
+    # DEBUG: the per-run outcome line is a debug line (a line per run costs at high rates)
+    worker = processes.worker(LEASEHOLD_LOG_FORMAT="json", LEASEHOLD_LOG_LEVEL="DEBUG")
 
     def run_logged(entries: list[dict[str, Any]]) -> bool:
         return any(entry.get("run_id") == run.id for entry in entries)
