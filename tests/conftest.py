@@ -20,6 +20,7 @@ from app.embedded import EmbeddedRedis, find_redis_server
 from app.settings import Settings
 from app.store.connection import async_client
 from app.store.leases import LeaseStore
+from app.store.progress import ProgressStore
 from app.store.runs import RunStore
 from app.store.scripts import Scripts
 
@@ -99,4 +100,12 @@ def lease_store(redis_client: aioredis.Redis, scripts: Scripts, settings: Settin
         lease_ttl_ms=settings.lease_ttl_ms,
         retention_ms=settings.run_retention_ms,
         events_maxlen=settings.events_maxlen,
+    )
+
+
+@pytest.fixture
+def progress(redis_client: aioredis.Redis, scripts: Scripts, settings: Settings) -> ProgressStore:
+    """The worker-side checkpoint and effect-record store on this test's prefix."""
+    return ProgressStore(
+        redis_client, scripts=scripts, prefix=settings.prefix, events_maxlen=settings.events_maxlen
     )

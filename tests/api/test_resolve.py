@@ -4,19 +4,11 @@ from __future__ import annotations
 
 import httpx
 import pytest
-import redis.asyncio as aioredis
 
-from app.settings import Settings
 from app.store.leases import LeaseStore
 from app.store.progress import ProgressStore
 from app.store.runs import NewRun, RunStore
-from app.store.scripts import Scripts
 from tests.support.reconciliation import park_on_unknown_effect
-
-
-@pytest.fixture
-def progress(redis_client: aioredis.Redis, scripts: Scripts, settings: Settings) -> ProgressStore:
-    return ProgressStore(redis_client, scripts=scripts, prefix=settings.prefix, events_maxlen=1000)
 
 
 @pytest.fixture

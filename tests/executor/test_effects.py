@@ -8,7 +8,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import pytest
-import redis.asyncio as aioredis
 
 from app.errors import (
     CheckpointTooLarge,
@@ -25,7 +24,6 @@ from app.models import RunStatus
 from app.store.leases import ClaimedRun, HeldLease, LeaseStore
 from app.store.progress import ProgressStore
 from app.store.runs import NewRun, RunStore
-from app.store.scripts import Scripts
 from tests.support.polling import eventually
 
 MAX_BYTES = 256
@@ -40,15 +38,6 @@ class Attempt:
     ledger: EffectLedger
     sink: EventSink
     stops: list[str] = field(default_factory=list)
-
-
-@pytest.fixture
-def progress(
-    redis_client: aioredis.Redis, scripts: Scripts, lease_store: LeaseStore
-) -> ProgressStore:
-    return ProgressStore(
-        redis_client, scripts=scripts, prefix=lease_store.prefix, events_maxlen=1000
-    )
 
 
 AttemptFactory = Callable[[str], Awaitable[Attempt]]

@@ -13,20 +13,11 @@ from app.models import ResolveRequest, RunStatus
 from app.store.leases import ClaimedRun, HeldLease, LeaseStore, Outcome
 from app.store.progress import EffectCall, EffectOutcome, EffectStart, ProgressStore
 from app.store.runs import NewRun, RunStore
-from app.store.scripts import ScriptCode, Scripts
+from app.store.scripts import ScriptCode
 from tests.support.reconciliation import park_on_unknown_effect
 
 OWNER_A = "w-a"
 OWNER_B = "w-b"
-
-
-@pytest.fixture
-def progress(
-    redis_client: aioredis.Redis, scripts: Scripts, lease_store: LeaseStore
-) -> ProgressStore:
-    return ProgressStore(
-        redis_client, scripts=scripts, prefix=lease_store.prefix, events_maxlen=1000
-    )
 
 
 async def claimed_run(
@@ -391,3 +382,26 @@ async def test_a_repeated_start_or_record_by_the_same_owner_is_taken_as_done(
     assert (await run_store.get(run.id)).status == RunStatus.RUNNING
     phases = [data["phase"] for kind, data in await events(run_store, run.id) if kind == "effect"]
     assert phases == ["started", "recorded"]
+
+
+async def test_a_run_resumed_after_waiting_for_a_person_keeps_its_checkpoint_and_effects(
+    run_store: RunStore, lease_store: LeaseStore, progress: ProgressStore
+) -> None:
+    run = await claimed_run(run_store, lease_store)
+    call = charge(run)
+    await start(progress, run, call)
+    await record(progress, run, call, {"id": "ch_1"})
+    await checkpoint(progress, run, '{"step":1}', '{"charge":1}')
+    escalation = json.dumps({"reason": "stuck", "evidence": {}})
+    codes, _ = await lease_store.finish_and_claim(
+        "default", OWNER_A, [Outcome(run.id, run.fence, "waiting_human", output_json=escalation)], 0
+    )
+    assert codes == [ScriptCode.OK]
+    await run_store.resume(run.id, {"go": True})
+    resumed = (await lease_store.claim("default", OWNER_B, 1)).runs[0]
+    assert resumed.fence > run.fence
+    assert resumed.state == {"step": 1}
+    assert await progress.effect_seq("default", run.id) == {"charge": 1}
+    replay = await start(progress, resumed, charge(resumed), owner=OWNER_B)
+    assert replay.code == ScriptCode.REPLAYED
+    assert json.loads(replay.result_json) == {"id": "ch_1"}
