@@ -156,6 +156,14 @@ async def test_every_route_answers_normally_with_a_right_key(
             assert response.status_code == expected, (method, template, response.text)
 
 
+async def test_a_client_without_a_key_is_refused_before_its_body_is_read(
+    keyed_api: httpx.AsyncClient, keyed_settings: Settings
+) -> None:
+    oversized = b"x" * (keyed_settings.max_input_bytes * 2)
+    response = await keyed_api.post("/runs", content=oversized)
+    assert response.status_code == 401, "not 413: a stranger learns nothing about limits"
+
+
 async def test_scheme_name_is_case_insensitive(keyed_api: httpx.AsyncClient) -> None:
     response = await keyed_api.get("/handlers", headers={"Authorization": f"bearer {KEY}"})
     assert response.status_code == 200

@@ -132,4 +132,6 @@ def test_schemathesis_finds_no_server_error_and_no_undocumented_answer(
             failures[operation.label] = f"{type(exc).__name__}: {exc}"
     assert not failures, "\n\n".join(f"{label}\n{text}" for label, text in failures.items())
     assert len(examples) >= 9, f"operations exercised: {sorted(examples)}"
-    print(f"schemathesis: {len(examples)} operations, {sum(examples.values())} examples")
+    print(f"schemathesis: {len(examples)} operations, {sum(examples.values())} examples:")
+    for label, count in sorted(examples.items()):
+        print(f"  {count:4d}  {label}")
