@@ -2,8 +2,8 @@
 
 Errors come back as :class:`ApiError` carrying the problem+json body.
 ``events(run_id)`` follows a run over SSE and resumes by itself with
-``Last-Event-ID`` after a dropped connection, so the caller sees every event
-exactly once, ending with the terminal one.
+``Last-Event-ID`` after a dropped connection or a 502/503/504 answer, so the
+caller sees every event exactly once, ending with the terminal one.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ DEFAULT_TIMEOUT_S = 30.0
 STREAM_TIMEOUT = httpx.Timeout(10.0, read=60.0)
 RECONNECT_DELAY_S = 0.2
 RECONNECT_DELAY_MAX_S = 5.0
+# answers that mean "not now" rather than "no": a follower waits and resumes
+TRANSIENT_STATUS = frozenset({502, 503, 504})
 
 
 class ApiError(LeaseholdError):
@@ -68,6 +70,19 @@ def _event(message: ServerSentEvent) -> RunEvent:
 
 def _next_delay(delay: float) -> float:
     return min(delay * 2, RECONNECT_DELAY_MAX_S)
+
+
+def _resumable(exc: httpx.TransportError | ApiError, reconnect: bool) -> bool:
+    """Whether a follow that broke this way resumes (with Last-Event-ID, after a backoff).
+
+    A dropped connection does, and so does an API that answers "not now" (502, 503,
+    504: Redis briefly unreachable, a proxy in front of a restarting API): the run
+    goes on meanwhile, and giving up would lose its outcome. Any other error status
+    (404 unknown run, 400 bad id) is an answer, and is raised.
+    """
+    if not reconnect:
+        return False
+    return not isinstance(exc, ApiError) or exc.status in TRANSIENT_STATUS
 
 
 class _Cursor:
@@ -161,8 +176,9 @@ class Client:
     ) -> Iterator[RunEvent]:
         """Follow a run: history after ``last_event_id``, then live, until its terminal event.
 
-        A dropped connection is resumed with Last-Event-ID (with backoff) unless
-        ``reconnect`` is False. API errors (404, 400) raise :class:`ApiError`.
+        A dropped connection, or an API answering 502/503/504 (e.g. Redis briefly
+        unreachable), is resumed with Last-Event-ID (with backoff) unless ``reconnect``
+        is False. Other API errors (404, 400) raise :class:`ApiError`.
         """
         cursor = _Cursor(last_event_id)
         delay = RECONNECT_DELAY_S
@@ -173,8 +189,8 @@ class Client:
                     delay = RECONNECT_DELAY_S
                     if cursor.ended:
                         return
-            except httpx.TransportError:
-                if not reconnect:
+            except (httpx.TransportError, ApiError) as exc:
+                if not _resumable(exc, reconnect):
                     raise
             if not reconnect:
                 return
@@ -273,8 +289,8 @@ class AsyncClient:
                     delay = RECONNECT_DELAY_S
                     if cursor.ended:
                         return
-            except httpx.TransportError:
-                if not reconnect:
+            except (httpx.TransportError, ApiError) as exc:
+                if not _resumable(exc, reconnect):
                     raise
             if not reconnect:
                 return

@@ -117,6 +117,34 @@ class RunEvent(BaseModel):
     data: dict[str, Any] = Field(default_factory=dict)
 
 
+class ActivityEntry(BaseModel):
+    """One lifecycle event of a run, as its queue's activity stream recorded it.
+
+    ``id`` is the entry's id in the activity stream (what a follower resumes from);
+    ``event_id`` is the same event's id in the run's own stream, comparable with
+    ``Run.last_event_id``, so a client can tell whether a run it read is newer.
+    """
+
+    id: str
+    queue: str
+    run_id: str
+    event_id: str
+    type: str
+    status: RunStatus | None = None
+    fence: int
+    ts: datetime
+
+
+class ConsoleConfig(BaseModel):
+    """Body of GET /config: what the console needs to judge liveness on its own."""
+
+    version: str
+    now: datetime = Field(description="The API's clock, to compare heartbeats with")
+    lease_ttl_ms: int = Field(description="Run lease TTL the deployment is configured with")
+    heartbeat_interval_ms: int = Field(description="How often workers renew and advertise")
+    auth_required: bool
+
+
 class RunBudget(BaseModel):
     """Run-level budgets, each failing with its own typed, non-retryable error."""
 

@@ -15,16 +15,18 @@ from fastapi import FastAPI
 from redis.exceptions import RedisError
 
 from app import __version__
+from app.api.activity import ActivityHub
 from app.api.auth import OPEN_PATHS, BearerAuth
 from app.api.cors import install_cors
 from app.api.hub import EventHub
 from app.api.limits import BodySizeLimit
 from app.api.openapi import complete_openapi
 from app.api.problems import install_problem_handlers
-from app.api.routes import decisions, events, runs, system
+from app.api.routes import activity, console, decisions, events, runs, system
 from app.api.state import ApiState
 from app.executor.registry import HandlerRegistry, load_handler_modules
 from app.settings import Settings
+from app.store.activity import ActivityStore
 from app.store.connection import async_client
 from app.store.runs import RunStore
 from app.store.scripts import Scripts
@@ -64,10 +66,18 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
         hub = EventHub(
             stream_store, block_ms=settings.sse_block_ms, queue_max=settings.sse_queue_max
         )
-        app.state.leasehold = ApiState(settings, client, scripts, store, handlers, hub)
+        activity_hub = ActivityHub(
+            ActivityStore(stream_client, prefix=settings.prefix),
+            block_ms=settings.sse_block_ms,
+            queue_max=settings.sse_queue_max,
+        )
+        app.state.leasehold = ApiState(
+            settings, client, scripts, store, handlers, hub, activity=activity_hub
+        )
         try:
             yield
         finally:
+            await activity_hub.close()
             await hub.close()
             await stream_client.aclose()
             await client.aclose()
@@ -83,6 +93,8 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
     app.include_router(events.router)
     app.include_router(decisions.router)
     app.include_router(system.router)
+    app.include_router(activity.router)
+    console.install(app)
     if "app.demo" in settings.handlers:
         # the demo's fake streaming model, for demo.agent; only with the demo handlers
         from app.demo import model_server

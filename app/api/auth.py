@@ -13,6 +13,10 @@ response time says nothing about how much of a key was right or which key it was
 ``/healthz`` stays open because orchestrators probe it without credentials and it
 reveals nothing (it never touches Redis). ``/readyz`` is protected like the rest:
 deploy/ probes it with ``leasehold probe api``, which sends a configured key.
+
+The console's static files (``/``, ``/console``, ``/console/assets/...``) are open too:
+a browser must load the page before it can ask a person for a key. They are the
+same for everyone and hold no data; every call the page then makes needs the key.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api.problems import problem
 
-OPEN_PATHS = frozenset({"/healthz"})
+OPEN_PATHS = frozenset({"/healthz", "/", "/console"})
+# the console's static assets (app/api/routes/console.py), nothing else
+OPEN_PREFIXES = ("/console/assets/",)
 REALM = 'Bearer realm="leasehold"'
 WS_POLICY_VIOLATION = 1008
 
@@ -68,6 +74,7 @@ class BearerAuth:
             not self.keys
             or scope["type"] not in ("http", "websocket")
             or scope["path"] in self.open_paths
+            or scope["path"].startswith(OPEN_PREFIXES)
         ):
             await self.app(scope, receive, send)
             return

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import Generic, TypeVar
 
 from redis.exceptions import RedisError
 
@@ -27,15 +28,20 @@ log = logging.getLogger(__name__)
 
 RETRY_DELAY_MAX_S = 2.0
 
+T = TypeVar("T")
 
-class Subscription:
-    """One follower's bounded inbox; ``None`` in it means "stream closed, reconnect"."""
+
+class Subscription(Generic[T]):
+    """One follower's bounded inbox; ``None`` in it means "stream closed, reconnect".
+
+    Generic so the activity hub (``app.api.activity``) shares the drop rule.
+    """
 
     def __init__(self, maxsize: int) -> None:
-        self.queue: asyncio.Queue[RunEvent | None] = asyncio.Queue(maxsize=maxsize)
+        self.queue: asyncio.Queue[T | None] = asyncio.Queue(maxsize=maxsize)
         self.dropped = False
 
-    def offer(self, event: RunEvent | None) -> bool:
+    def offer(self, event: T | None) -> bool:
         """Deliver without waiting; False (and closed) if the follower is too far behind."""
         if self.dropped:
             return False
@@ -49,9 +55,24 @@ class Subscription:
             return False
         return True
 
-    async def get(self) -> RunEvent | None:
+    async def get(self) -> T | None:
         """The next event, or None once the subscription is closed."""
         return await self.queue.get()
+
+
+def fan_out(subscribers: set[Subscription[T]], item: T) -> None:
+    """Offer ``item`` to every subscriber, dropping those too far behind to take it."""
+    for subscription in list(subscribers):
+        if not subscription.offer(item):
+            subscribers.discard(subscription)
+
+
+async def stop_readers(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel feed readers and wait until they are gone (API shutdown)."""
+    for task in tasks:
+        task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class RunFeed:
@@ -59,7 +80,7 @@ class RunFeed:
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
-        self.subscribers: set[Subscription] = set()
+        self.subscribers: set[Subscription[RunEvent]] = set()
         self.position: str | None = None
         self.ready = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
@@ -84,19 +105,19 @@ class EventHub:
         feed = self._feeds.get(run_id)
         return len(feed.subscribers) if feed else 0
 
-    async def subscribe(self, run_id: str) -> Subscription:
+    async def subscribe(self, run_id: str) -> Subscription[RunEvent]:
         """Follow a run; returns once the feed's start position is fixed."""
         feed = self._feeds.get(run_id)
         if feed is None:
             feed = RunFeed(run_id)
             self._feeds[run_id] = feed
             feed.task = asyncio.create_task(self._read(feed), name=f"feed:{run_id}")
-        subscription = Subscription(self._queue_max)
+        subscription: Subscription[RunEvent] = Subscription(self._queue_max)
         feed.subscribers.add(subscription)
         await feed.ready.wait()
         return subscription
 
-    def unsubscribe(self, run_id: str, subscription: Subscription) -> None:
+    def unsubscribe(self, run_id: str, subscription: Subscription[RunEvent]) -> None:
         """Stop following; the last follower's departure stops the reader."""
         feed = self._feeds.get(run_id)
         if feed is None:
@@ -111,10 +132,7 @@ class EventHub:
         """Stop every reader (API shutdown)."""
         tasks = [feed.task for feed in self._feeds.values() if feed.task is not None]
         self._feeds.clear()
-        for task in tasks:
-            task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await stop_readers(tasks)
 
     async def _read(self, feed: RunFeed) -> None:
         delay = 0.05
@@ -137,8 +155,6 @@ class EventHub:
             delay = 0.05
             for event in events:
                 feed.position = event.id
-                for subscription in list(feed.subscribers):
-                    if not subscription.offer(event):
-                        feed.subscribers.discard(subscription)
+                fan_out(feed.subscribers, event)
             if any(event.type in TERMINAL_EVENT_TYPES for event in events):
                 return  # nothing follows a terminal event

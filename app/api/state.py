@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import redis.asyncio as aioredis
 from fastapi import Request
@@ -13,6 +14,10 @@ from app.executor.registry import HandlerRegistry
 from app.settings import Settings
 from app.store.runs import RunStore
 from app.store.scripts import Scripts
+
+if TYPE_CHECKING:
+    # app.api.activity imports app.api.streaming, which imports this module
+    from app.api.activity import ActivityHub
 
 
 @dataclass
@@ -25,6 +30,8 @@ class ApiState:
     store: RunStore
     registry: HandlerRegistry
     hub: EventHub
+    # followers of the queues' activity streams (the console's live runs view)
+    activity: ActivityHub
     # detached work (e.g. cancel-on-disconnect) that no request may cancel
     background: set[asyncio.Task[object]] = field(default_factory=set)
 

@@ -11,6 +11,7 @@ script touches a single Redis Cluster slot::
     <prefix>:{<queue>}:runs            zset    id -> created_at ms, for listing
     <prefix>:{<queue>}:idem:<key>      string  idempotency key -> "<run id> <fingerprint>"
     <prefix>:{<queue>}:effects:<id>    hash    memoized effects: "<name>:<ordinal>" -> record
+    <prefix>:{<queue>}:activity        stream  every run's lifecycle events, capped (~1000)
 
 Pub/sub channels of a queue (broadcast; not keys)::
 
@@ -107,6 +108,15 @@ class QueueKeys:
     def runs(self) -> str:
         """Zset of every run id on the queue by creation time."""
         return f"{self.tag}:runs"
+
+    @property
+    def activity(self) -> str:
+        """Capped stream of every run's lifecycle events, for live views of the queue.
+
+        Scripts derive it from an events key (``emit`` in lib.lua): it must stay
+        ``<tag>:activity`` beside ``<tag>:events:<id>``.
+        """
+        return f"{self.tag}:activity"
 
     def run(self, run_id: str) -> str:
         """The run record."""

@@ -13,11 +13,31 @@ local function xadd_event(events_key, event_type, fence, ts, data, maxlen)
     'type', event_type, 'ts', ts, 'fence', fence, 'data', data)
 end
 
--- Append one event and record its id on the run, so a state change and its event
--- are always written together.
+-- Entries kept (approximately) in a queue's activity stream; store/activity.py
+-- documents the same number.
+local ACTIVITY_MAXLEN = 1000
+
+-- A queue's activity stream sits beside its event streams: store/keys.py builds
+-- `<tag>:events:<run id>` and `<tag>:activity` from the same hash-tagged prefix, and
+-- run ids never contain ':'. Deriving it here from the events key (a KEYS entry,
+-- same hash tag) gives every lifecycle transition the key without a KEYS slot.
+local function activity_of(events_key)
+  local tag, run_id = string.match(events_key, '^(.*):events:([^:]+)$')
+  return tag .. ':activity', run_id
+end
+
+-- Append one lifecycle event and record its id on the run, so a state change and its
+-- event are always written together. The same step adds a summary line to the
+-- queue's activity stream (run id, the event's id, type, status afterwards, fence,
+-- time), which the console's live runs view follows. Handler events (progress,
+-- token, wait, verdict) use xadd_event directly and stay out of it.
 local function emit(run_key, events_key, event_type, fence, ts, data, maxlen)
   local id = xadd_event(events_key, event_type, fence, ts, data, maxlen)
   redis.call('HSET', run_key, 'last_event_id', id)
+  local activity_key, run_id = activity_of(events_key)
+  redis.call('XADD', activity_key, 'MAXLEN', '~', ACTIVITY_MAXLEN, '*',
+    'run_id', run_id, 'event_id', id, 'type', event_type,
+    'status', redis.call('HGET', run_key, 'status') or '', 'fence', fence, 'ts', ts)
   return id
 end
 

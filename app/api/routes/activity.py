@@ -1,0 +1,85 @@
+"""GET /activity: every run's lifecycle events on some queues, live, over SSE."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, HTTPException, Query
+from sse_starlette import EventSourceResponse
+
+from app.api.activity import (
+    MAX_QUEUES,
+    ActivityFollower,
+    Cursor,
+    InvalidCursor,
+    activity_events,
+    decode_cursor,
+    valid_queue,
+)
+from app.api.routes.runs import State, problems
+from app.store.activity import ActivityStore
+
+router = APIRouter(tags=["activity"])
+
+ACTIVITY_DOC: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": (
+            "Server-Sent Events, endless. `activity` messages carry an ActivityEntry "
+            "(run_id, event_id, type, status, fence, ts). Without Last-Event-ID the stream "
+            "starts now, with a `ready` message first; with one it resumes each queue "
+            "after its position. `replay_unavailable` (data: {queue}) says that queue's "
+            "capped history no longer reaches back that far. Every message's id is a "
+            "cursor over all the queues: `default@1700000000000-0,mail@...`."
+        ),
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    },
+    **problems(400, 422),
+}
+
+
+def _queues(requested: list[str] | None) -> list[str] | None:
+    if not requested:
+        return None
+    unique = sorted(set(requested))
+    if len(unique) > MAX_QUEUES or not all(valid_queue(name) for name in unique):
+        raise HTTPException(
+            400, f"queue names must match [A-Za-z0-9_-]{{1,64}}, at most {MAX_QUEUES}"
+        )
+    return unique
+
+
+def _resume(header: str | None) -> Cursor | None:
+    if not header:
+        return None
+    try:
+        return decode_cursor(header)
+    except InvalidCursor as exc:
+        raise HTTPException(400, str(exc)) from None
+
+
+@router.get("/activity", responses=ACTIVITY_DOC, response_class=EventSourceResponse)
+async def follow_activity(
+    state: State,
+    queue: Annotated[list[str] | None, Query(max_length=MAX_QUEUES)] = None,
+    last_event_id: Annotated[str | None, Header(max_length=8192)] = None,
+) -> EventSourceResponse:
+    """Follow the lifecycle events of every run on ``queue`` (repeatable; default all).
+
+    Handler events (token, progress, wait, verdict) are not included: follow a run's
+    own stream for those. Malformed queue names or Last-Event-ID → 400.
+    """
+    queues = _queues(queue)
+    resume = _resume(last_event_id)
+    settings = state.settings
+    follower = ActivityFollower(
+        store=ActivityStore(state.client, prefix=settings.prefix),
+        hub=state.activity,
+        subscription=state.activity.new_subscription(),
+        retry_ms=settings.sse_retry_ms,
+    )
+    return EventSourceResponse(
+        activity_events(follower, queues=queues, resume=resume),
+        ping=settings.sse_keepalive_s,
+        send_timeout=settings.sse_send_timeout_s,
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )

@@ -1,0 +1,136 @@
+// Cancel, resume and resolve: each asks for confirmation in a modal dialog, sends
+// the call, and shows the API's problem+json answer readably inside the dialog
+// when it refuses (409 for a run that moved on, 422 for a bad body, ...).
+
+import { api, describeProblem } from "./api.js";
+import { h } from "./dom.js";
+
+function parseJson(text, label) {
+  if (text.trim() === "") return { value: undefined };
+  try {
+    return { value: JSON.parse(text) };
+  } catch (error) {
+    return { error: `${label} is not valid JSON: ${error.message}` };
+  }
+}
+
+/**
+ * Open the confirm dialog; resolves true once `send(fields)` succeeded, false if
+ * the person backed out. `send` may throw ApiError or return {error} to keep it open.
+ */
+function confirmDialog({ title, text, okLabel, fields = [], send }) {
+  const dialog = document.getElementById("confirm");
+  const form = document.getElementById("confirm-form");
+  const problem = document.getElementById("confirm-error");
+  const ok = document.getElementById("confirm-ok");
+  document.getElementById("confirm-title").textContent = title;
+  document.getElementById("confirm-text").textContent = text;
+  document.getElementById("confirm-fields").replaceChildren(...fields);
+  ok.textContent = okLabel;
+  problem.hidden = true;
+  return new Promise((resolve) => {
+    const close = (result) => {
+      form.removeEventListener("submit", onSubmit);
+      back.removeEventListener("click", onBack);
+      dialog.removeEventListener("cancel", onBack);
+      dialog.close();
+      resolve(result);
+    };
+    const onSubmit = async (event) => {
+      event.preventDefault();
+      ok.disabled = true;
+      try {
+        const outcome = await send();
+        if (outcome && outcome.error) throw new Error(outcome.error);
+        close(true);
+      } catch (error) {
+        problem.textContent = describeProblem(error);
+        problem.hidden = false;
+      } finally {
+        ok.disabled = false;
+      }
+    };
+    const onBack = (event) => {
+      if (event) event.preventDefault();
+      close(false);
+    };
+    const back = document.getElementById("confirm-cancel");
+    form.addEventListener("submit", onSubmit);
+    back.addEventListener("click", onBack);
+    dialog.addEventListener("cancel", onBack);
+    dialog.showModal();
+    (fields.length ? fields[0].querySelector("textarea, select, input") : ok)?.focus();
+  });
+}
+
+function field(id, label, control, hint) {
+  return h("div", { class: "field" }, h("label", { for: id }, label), control,
+    hint ? h("p", { class: "hint", id: `${id}-hint` }, hint) : null);
+}
+
+export function cancelRun(run) {
+  return confirmDialog({
+    title: `Cancel ${run.id}?`,
+    text: run.status === "queued"
+      ? "It has not started: it is cancelled at once."
+      : "Its worker stops it within one heartbeat; if the worker is dead, the reconciler ends it.",
+    okLabel: "Cancel run",
+    send: () => api("POST", `/runs/${encodeURIComponent(run.id)}/cancel`),
+  });
+}
+
+export function resumeRun(run) {
+  const input = h("textarea", { id: "resume-input", rows: 5, spellcheck: "false",
+    "aria-describedby": "resume-input-hint" });
+  return confirmDialog({
+    title: `Resume ${run.id}?`,
+    text: "The run is queued again (fence + 1) and its handler gets the input as ctx.resume_input.",
+    okLabel: "Resume run",
+    fields: [field("resume-input", "Input (JSON, optional)", input,
+      'For example {"answer": "use the backup CRM"}. Empty sends no input.')],
+    send: () => {
+      const parsed = parseJson(input.value, "The input");
+      if (parsed.error) return parsed;
+      const body = parsed.value === undefined ? {} : { input: parsed.value };
+      return api("POST", `/runs/${encodeURIComponent(run.id)}/resume`, body);
+    },
+  });
+}
+
+export function resolveRun(run) {
+  const action = h("select", { id: "resolve-action" },
+    h("option", { value: "retry" }, "retry: queue it again"),
+    h("option", { value: "fail" }, "fail: end it failed"),
+    h("option", { value: "succeed" }, "succeed: end it succeeded"));
+  const outcome = h("select", { id: "resolve-outcome" },
+    h("option", { value: "" }, "not stated"),
+    h("option", { value: "applied" }, "applied: it happened, never repeat it"),
+    h("option", { value: "not_applied" }, "not applied: it did not happen, run it again"));
+  const result = h("textarea", { id: "resolve-result", rows: 3, spellcheck: "false" });
+  const output = h("textarea", { id: "resolve-output", rows: 3, spellcheck: "false" });
+  const note = h("input", { id: "resolve-note", maxlength: 2000 });
+  return confirmDialog({
+    title: `Resolve ${run.id}?`,
+    text: "A side effect started and nobody knows whether it happened. Say what you found out.",
+    okLabel: "Resolve run",
+    fields: [
+      field("resolve-action", "Decision", action),
+      field("resolve-outcome", "The side effect's outcome (required to retry)", outcome),
+      field("resolve-result", "Its result, when applied (JSON, optional)", result),
+      field("resolve-output", "The run's output, to succeed (JSON, optional)", output),
+      field("resolve-note", "Note for the history (optional)", note),
+    ],
+    send: () => {
+      const body = { action: action.value };
+      if (outcome.value) body.effect_outcome = outcome.value;
+      for (const [name, control, label] of [["effect_result", result, "The result"],
+        ["output", output, "The output"]]) {
+        const parsed = parseJson(control.value, label);
+        if (parsed.error) return parsed;
+        if (parsed.value !== undefined) body[name] = parsed.value;
+      }
+      if (note.value.trim()) body.note = note.value.trim();
+      return api("POST", `/runs/${encodeURIComponent(run.id)}/resolve`, body);
+    },
+  });
+}

@@ -1,0 +1,122 @@
+// Words for what happened to a run: one line per event, and the plain story of a
+// lost lease ("worker w-3 stopped renewing at 12:01:07; lease expired; orphaned by
+// the reconciler"). The same wording as the CLI's app/render.py where they overlap.
+
+export const TERMINAL = new Set(["succeeded", "failed", "cancelled", "orphaned"]);
+export const PARKED = new Set(["waiting_human", "reconciliation_required"]);
+// events a handler writes; everything else is a lifecycle transition
+export const HANDLER_EVENTS = new Set(["token", "progress", "wait", "verdict", "note"]);
+
+/** Epoch ms or ISO string → local wall-clock time, to the second. */
+export function clock(value) {
+  if (value === null || value === undefined || value === "") return "?";
+  const date = typeof value === "number" ? new Date(value) : new Date(value);
+  return date.toLocaleTimeString([], { hour12: false });
+}
+
+/** A duration in ms as a short human string: 850 ms, 4.2 s, 3 min 5 s, 2 h 4 min. */
+export function duration(ms) {
+  if (ms === null || ms === undefined || Number.isNaN(ms)) return "";
+  if (ms < 1000) return `${Math.max(0, Math.round(ms))} ms`;
+  const s = ms / 1000;
+  if (s < 60) return `${s.toFixed(1)} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${Math.floor(s % 60)} s`;
+  return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+}
+
+function seconds(value) {
+  return value === null || value === undefined ? "?" : `${Number(value).toFixed(1)} s`;
+}
+
+/** How a lost lease was found: who stopped renewing when, and when it ran out. */
+export function lostLease(evidence) {
+  const owner = evidence.owner_id || "its worker";
+  const renewed = evidence.last_renewed_at_ms
+    ? `stopped renewing at ${clock(evidence.last_renewed_at_ms)}`
+    : "never renewed";
+  const expired = evidence.lease_expires_at_ms
+    ? `lease expired at ${clock(evidence.lease_expires_at_ms)}`
+    : "lease expired";
+  return `worker ${owner} ${renewed}; ${expired}`;
+}
+
+/** The plain story of an orphaned, requeued, released or cancelled-by-reconciler run. */
+export function story(type, data) {
+  const detected = (evidence) =>
+    evidence.detected_at_ms ? ` at ${clock(evidence.detected_at_ms)}` : "";
+  if (type === "orphaned") {
+    const evidence = (data.error && data.error.details) || {};
+    return `${lostLease(evidence)}; orphaned by the reconciler${detected(evidence)}`;
+  }
+  if (type === "lease_expired") {
+    return `${lostLease(data)}; taken back by the reconciler${detected(data)}`;
+  }
+  if (type === "requeued") {
+    const why = data.reason === "lease_expired" ? "after the lost lease" : `(${data.reason})`;
+    return `put back in the queue ${why} for attempt ${data.attempt}`;
+  }
+  if (type === "released") {
+    return `worker ${data.owner_id} released it (${data.reason}): another worker can take it now`;
+  }
+  if (type === "cancelled" && data.reason === "owner_lost") {
+    const evidence = data.evidence || {};
+    return `${lostLease(evidence)}; cancelled by the reconciler (a cancel was pending)`;
+  }
+  return null;
+}
+
+function errorText(data) {
+  const error = data.error || {};
+  return `${error.code || "error"}: ${error.message || ""}`;
+}
+
+function waitText(data) {
+  const since =
+    data.since_progress_s === null || data.since_progress_s === undefined
+      ? "no progress yet"
+      : `${seconds(data.since_progress_s)} since progress`;
+  return `waiting on ${data.kind} ${data.subject}: ${seconds(data.elapsed_s)} elapsed, ` +
+    `${data.renewals} renewals, ${since}`;
+}
+
+const DESCRIBE = {
+  created: (d) => `created: handler ${d.handler} on queue ${d.queue}`,
+  claimed: (d) => `claimed by ${d.owner_id} (attempt ${d.attempt})`,
+  progress: (d) => `progress ${JSON.stringify(d)}`,
+  cancel_requested: (d) => `cancel requested (owner ${d.owner_id})`,
+  checkpoint: (d) => `checkpoint ${d.seq} (${d.size_bytes} bytes)`,
+  effect: (d) => `effect ${d.key} ${d.phase}`,
+  wait: waitText,
+  verdict: (d) =>
+    `watchdog on ${d.kind} ${d.subject}: ${d.verdict} (${d.reason}) after ${d.renewals} renewals` +
+    (d.evaluator ? `, by ${d.evaluator}` : ""),
+  waiting_human: (d) => `waiting for a person: ${d.reason || "escalated"}`,
+  resumed: (d) => `resumed by a person with input ${JSON.stringify(d.input)}`,
+  reconciliation_required: (d) => `needs a person: ${errorText(d)}`,
+  resolved: (d) => `resolved by a person: ${d.action}` +
+    (d.effect_outcome ? `, effects ${d.effect_outcome}` : "") + (d.note ? ` (${d.note})` : ""),
+  replay_unavailable: (d) =>
+    `history before ${d.oldest_available} was trimmed; showing what remains`,
+  succeeded: () => "succeeded",
+  failed: (d) => `failed: ${errorText(d)}`,
+  orphaned: (d) => `orphaned: ${errorText(d)}`,
+  cancelled: (d) => `cancelled (${d.reason || "requested"})`,
+};
+
+/** One readable line for an event (token events are rendered as flowing text instead). */
+export function describe(event) {
+  const told = story(event.type, event.data || {});
+  if (told) return `${event.type}: ${told}`;
+  const render = DESCRIBE[event.type];
+  return render ? render(event.data || {}) : `${event.type} ${JSON.stringify(event.data)}`;
+}
+
+/** Why a run is where it is, from its record alone (for the runs table). */
+export function reasonOf(run) {
+  const error = run.error;
+  if (!error) return "";
+  if (run.status === "orphaned" && error.details) {
+    return `${error.message}: ${story("orphaned", { error })}`;
+  }
+  return `${error.code}: ${error.message}`;
+}

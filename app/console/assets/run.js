@@ -1,0 +1,200 @@
+// The run view: the run's fields, input and output, actions, and its event
+// timeline streamed live (GET /runs/{id}/events, resumed with Last-Event-ID after a
+// dropped connection). Token events flow into one block of text. A wait banner is
+// up from a `wait` event until something answers it: progress, a token, the
+// watchdog's verdict, or the end of the run.
+
+import { api, follow } from "./api.js";
+import { cancelRun, resolveRun, resumeRun } from "./actions.js";
+import {
+  clock, describe, duration, HANDLER_EVENTS, PARKED, story, TERMINAL,
+} from "./describe.js";
+import { badge, connectionText, h, jsonBlock, serverNow } from "./dom.js";
+
+// what ends every wait: the operation moved, or the run moved on
+const CLEARS_ALL_WAITS = new Set(["token", "progress", "claimed", "released", "lease_expired",
+  "requeued", "waiting_human", "reconciliation_required", ...TERMINAL]);
+
+function fields(run) {
+  const row = (name, value) => [h("dt", {}, name), h("dd", {}, value ?? "—")];
+  const at = (iso) => (iso ? `${clock(iso)} (${new Date(iso).toISOString()})` : null);
+  return h("dl", { class: "fields" },
+    row("Status", badge(run.status)),
+    row("Handler", run.handler),
+    row("Queue", run.queue),
+    row("Attempt", `${run.attempt} of ${run.max_attempts} (on lease expiry: ${run.on_lease_expired})`),
+    row("Owner", run.owner_id ? h("span", { class: "mono" }, run.owner_id) : null),
+    row("Fence", String(run.fence)),
+    row("Lease expires", at(run.lease_expires_at)),
+    row("Created", at(run.created_at)),
+    row("Started", at(run.started_at)),
+    row("Finished", at(run.finished_at)),
+    row("Cancel requested", at(run.cancel_requested_at)),
+    row("Idempotency key", run.idempotency_key));
+}
+
+function actionButtons(run, after) {
+  const buttons = [];
+  const add = (label, act) => buttons.push(h("button", { type: "button",
+    onclick: async () => { if (await act(run)) after(); } }, label));
+  if (["queued", "running", "waiting_human", "reconciliation_required"].includes(run.status)) {
+    add("Cancel…", cancelRun);
+  }
+  if (run.status === "waiting_human") add("Resume…", resumeRun);
+  if (run.status === "reconciliation_required") add("Resolve…", resolveRun);
+  return buttons;
+}
+
+class WaitBanners {
+  constructor(element) {
+    this.element = element;
+    this.waits = new Map();
+  }
+
+  wait(event) {
+    const key = `${event.data.kind} ${event.data.subject}`;
+    this.waits.set(key, { data: event.data, since: serverNow() });
+    this.draw();
+  }
+
+  clear(key) {
+    if (key === undefined) this.waits.clear();
+    else this.waits.delete(key);
+    this.draw();
+  }
+
+  draw() {
+    const items = [...this.waits.values()].map(({ data, since }) => {
+      const elapsed = Number(data.elapsed_s || 0) * 1000 + (serverNow() - since);
+      const progress = data.since_progress_s === null || data.since_progress_s === undefined
+        ? "no progress yet"
+        : `last progress ${duration(data.since_progress_s * 1000)} before the lease ran out`;
+      return h("div", { class: "wait", "data-kind": data.kind, "data-subject": data.subject },
+        h("strong", {}, `Waiting on ${data.kind} ${data.subject}`),
+        ` — running for ${duration(elapsed)}, past its ${duration((data.lease_s || 0) * 1000)} ` +
+        `lease; ${data.renewals} renewals so far; ${progress}. The watchdog is deciding.`);
+    });
+    this.element.replaceChildren(...items);
+    this.element.hidden = items.length === 0;
+  }
+}
+
+class Timeline {
+  constructor(list) {
+    this.list = list;
+    this.tokens = null;
+  }
+
+  add(event) {
+    if (event.type === "token") {
+      if (!this.tokens) {
+        this.tokens = h("p", { class: "tokens" });
+        this.list.append(h("li", { class: "event event-tokens", "data-type": "token" },
+          h("span", { class: "type" }, "tokens"), this.tokens));
+      }
+      this.tokens.append(String((event.data && event.data.text) ?? ""));
+      return;
+    }
+    this.tokens = null;
+    const terminal = TERMINAL.has(event.type);
+    this.list.append(h("li", { class: `event${terminal ? " terminal" : ""}`,
+      "data-type": event.type, "data-verdict": event.data?.verdict },
+    h("time", { datetime: event.ts }, clock(event.ts)),
+    h("span", { class: "type" }, event.type),
+    h("span", { class: "text" }, describe(event)),
+    h("span", { class: "fence" }, `fence ${event.fence}`)));
+  }
+}
+
+export function renderRun(root, runId) {
+  const title = h("h1", {}, "Run ", h("span", { class: "mono" }, runId));
+  const outcome = h("p", { class: "story", role: "status", "aria-live": "polite", hidden: true });
+  const waitBanner = h("section", { class: "banner wait-banner", role: "status",
+    "aria-live": "polite", "aria-label": "Operations waiting", hidden: true });
+  const parked = h("section", { class: "banner parked", role: "status", hidden: true });
+  const actions = h("div", { class: "actions", role: "group", "aria-label": "Actions" });
+  const problem = h("p", { class: "problem", role: "alert", hidden: true });
+  const details = h("div", { class: "details" });
+  const connection = h("p", { class: "connection", role: "status" });
+  const list = h("ol", { class: "timeline", role: "log", "aria-label": "Events" });
+  root.replaceChildren(
+    h("p", {}, h("a", { href: "#/runs" }, "← All runs")), title, outcome, waitBanner, parked,
+    actions, problem, details,
+    h("section", { "aria-labelledby": "events-title" },
+      h("h2", { id: "events-title" }, "Events"), connection, list));
+
+  const banners = new WaitBanners(waitBanner);
+  const timeline = new Timeline(list);
+  let lastParkedReason = "";
+  let run = null;
+
+  const showRun = () => {
+    document.title = `${run.id} (${run.status}) · Leasehold`;
+    title.replaceChildren("Run ", h("span", { class: "mono" }, run.id), " ", badge(run.status));
+    actions.replaceChildren(...actionButtons(run, load));
+    details.replaceChildren(fields(run), jsonBlock("Input", run.input, { open: true }),
+      jsonBlock("Output", run.output, { open: run.output !== null }),
+      run.error ? jsonBlock(`Error: ${run.error.code}`, run.error, { open: true }) : "");
+    parked.hidden = !PARKED.has(run.status);
+    parked.textContent = run.status === "waiting_human"
+      ? `Waiting for a person: ${lastParkedReason || "the watchdog escalated"}. Resume it below.`
+      : run.status === "reconciliation_required"
+        ? `Needs a person: ${run.error ? run.error.message : ""}. Resolve it below.`
+        : "";
+  };
+
+  // one GET at a time; an event that arrives during it asks for one more after it,
+  // so the last event always leads to a read that started after it
+  let loading = false;
+  let again = false;
+  const load = async () => {
+    if (loading) {
+      again = true;
+      return;
+    }
+    loading = true;
+    try {
+      run = await api("GET", `/runs/${encodeURIComponent(runId)}`);
+      problem.hidden = true;
+      showRun();
+    } catch (error) {
+      problem.textContent = error.status === 404
+        ? `There is no run ${runId} (it may have expired).`
+        : `Could not load the run: ${error.message}`;
+      problem.hidden = false;
+    } finally {
+      loading = false;
+    }
+    if (again) {
+      again = false;
+      load();
+    }
+  };
+
+  const onEvent = ({ data: event }) => {
+    timeline.add(event);
+    if (event.type === "wait") banners.wait(event);
+    else if (event.type === "verdict") banners.clear(`${event.data.kind} ${event.data.subject}`);
+    else if (CLEARS_ALL_WAITS.has(event.type)) banners.clear();
+    if (event.type === "waiting_human") lastParkedReason = event.data.reason || "";
+    const told = story(event.type, event.data || {});
+    if (told) {
+      outcome.textContent = `${event.type === "orphaned" ? "Orphaned" : "What happened"}: ${told}.`;
+      outcome.hidden = false;
+    }
+    if (!HANDLER_EVENTS.has(event.type)) load();
+    return TERMINAL.has(event.type);
+  };
+
+  load();
+  const stream = follow(`/runs/${encodeURIComponent(runId)}/events`, {
+    onMessage: onEvent,
+    onState: (state) => { connection.textContent = connectionText(state); },
+  });
+  const ticker = setInterval(() => { if (!waitBanner.hidden) banners.draw(); }, 500);
+
+  return () => {
+    clearInterval(ticker);
+    stream.stop();
+  };
+}

@@ -1,0 +1,79 @@
+// The workers view: GET /workers with GET /config every second. A worker that
+// stopped heartbeating is marked stale as soon as it missed two heartbeats (its
+// leases are in danger), and "lease expired" once its silence is longer than the
+// lease TTL; it disappears when its advertisement expires. Ages are measured with
+// the API's clock (/config's `now`), not the browser's.
+
+import { api } from "./api.js";
+import { duration } from "./describe.js";
+import { connectionText, h, serverNow, syncClock } from "./dom.js";
+
+const POLL_MS = 1000;
+
+function health(worker, config) {
+  const silence = serverNow() - Date.parse(worker.last_heartbeat_at);
+  if (silence > config.lease_ttl_ms) {
+    return { state: "expired", text: `no heartbeat for ${duration(silence)}: longer than the ` +
+      `${duration(config.lease_ttl_ms)} lease TTL, its runs are being reconciled` };
+  }
+  if (silence > 2 * config.heartbeat_interval_ms) {
+    return { state: "stale", text: `no heartbeat for ${duration(silence)} (expected every ` +
+      `${duration(config.heartbeat_interval_ms)})` };
+  }
+  return { state: "live", text: `heartbeat ${duration(silence)} ago` };
+}
+
+function row(worker, config) {
+  const { state, text } = health(worker, config);
+  return h("tr", { "data-worker-id": worker.id, "data-health": state },
+    h("td", {}, h("span", { class: `badge health-${state}` }, state),
+      h("div", { class: "reason" }, text)),
+    h("td", { class: "mono" }, worker.id),
+    h("td", {}, worker.host),
+    h("td", { class: "num" }, worker.pid),
+    h("td", {}, worker.queues.join(", ")),
+    h("td", { class: "num" }, `${worker.running}/${worker.concurrency}`),
+    h("td", { class: "num" }, `${Number(worker.loop_lag_ms).toFixed(1)} ms`),
+    h("td", {}, new Date(worker.last_heartbeat_at).toLocaleTimeString([], { hour12: false })));
+}
+
+export function renderWorkers(root) {
+  const status = h("p", { class: "connection", role: "status" });
+  const summary = h("p", { class: "hint" });
+  const body = h("tbody");
+  root.replaceChildren(h("h1", {}, "Workers"), summary, status,
+    h("div", { class: "table-wrap", tabindex: "0", role: "region",
+      "aria-labelledby": "workers-caption" },
+    h("table", { class: "workers" },
+      h("caption", { id: "workers-caption" }, "Live executors and their last heartbeat"),
+      h("thead", {}, h("tr", {}, ["Health", "Worker", "Host", "PID", "Queues", "Running",
+        "Loop lag", "Last heartbeat"].map((name) => h("th", { scope: "col" }, name)))),
+      body)));
+
+  let stopped = false;
+  let timer = null;
+  const poll = async () => {
+    try {
+      const config = await api("GET", "/config");
+      syncClock(config.now);
+      const workers = await api("GET", "/workers");
+      summary.textContent = `Lease TTL ${duration(config.lease_ttl_ms)}; workers heartbeat ` +
+        `every ${duration(config.heartbeat_interval_ms)}. Updated every second.`;
+      body.replaceChildren(...workers.map((worker) => row(worker, config)));
+      if (workers.length === 0) {
+        body.replaceChildren(h("tr", {}, h("td", { colspan: 8, class: "empty" },
+          "No live workers: start one with `leasehold worker`.")));
+      }
+      status.textContent = "";
+    } catch (error) {
+      status.textContent = connectionText(error);
+      if (error.status === 401) return; // the key prompt takes over
+    }
+    if (!stopped) timer = setTimeout(poll, POLL_MS);
+  };
+  poll();
+  return () => {
+    stopped = true;
+    clearTimeout(timer);
+  };
+}
