@@ -85,14 +85,17 @@ async def _model_call(
 ) -> str:
     chunks: list[str] = []
     query = params.model.model_dump(exclude_none=True)
-    async with ctx.operation(
-        "model_call",
-        "planner",
-        lease_s=params.model_lease_s,
-        first_progress_s=params.first_progress_s,
-        idle_s=params.idle_s,
-        max_duration_s=params.max_duration_s,
-    ) as op, http.stream("GET", url, params=query) as response:
+    async with (
+        ctx.operation(
+            "model_call",
+            "planner",
+            lease_s=params.model_lease_s,
+            first_progress_s=params.first_progress_s,
+            idle_s=params.idle_s,
+            max_duration_s=params.max_duration_s,
+        ) as op,
+        http.stream("GET", url, params=query) as response,
+    ):
         response.raise_for_status()
         async for line in response.aiter_lines():
             if line:
