@@ -15,7 +15,7 @@ from typing import Any
 from app.store.runs import NewRun
 from bench import harness
 from bench.handlers import LATENCY_KEY
-from bench.harness import Bench, log
+from bench.harness import COUNTER_READS, Bench, RedisCounters, log
 
 WARMUP_RUNS = 3
 WARMUP_GAP_S = 0.3
@@ -48,14 +48,28 @@ async def _produce_paced(bench: Bench, total: int, rate: float) -> None:
         await _create(bench)
 
 
-async def _collect(bench: Bench, total: int) -> list[float]:
+async def _collect(bench: Bench, total: int) -> tuple[list[float], int]:
+    """Latencies in ms, once all arrived (or the timeout passed); and how many polls it took."""
     deadline = time.monotonic() + COLLECT_TIMEOUT_S
+    polls = 0
     while time.monotonic() < deadline:
+        polls += 1
         if await bench.client.llen(LATENCY_KEY) >= total:
             break
         await asyncio.sleep(0.1)
     pairs = [entry.split() for entry in await bench.client.lrange(LATENCY_KEY, 0, -1)]
-    return [(float(started) - float(enqueued)) * 1000 for enqueued, started in pairs]
+    values = [(float(started) - float(enqueued)) * 1000 for enqueued, started in pairs]
+    return values, polls
+
+
+def worker_round_trips(delta: RedisCounters, *, runs: int, polls: int) -> float:
+    """The worker's round trips per run at this rate.
+
+    Every read event is a round trip; the benchmark's own are taken out: one
+    create and one ``bench.lat`` RPUSH per run, the polls, the counter reads.
+    """
+    own = 2 * runs + polls + COUNTER_READS
+    return round((delta.reads - own) / runs, 2)
 
 
 async def latency(bench: Bench, *, rate: float, seconds: float) -> dict[str, Any]:
@@ -67,8 +81,10 @@ async def latency(bench: Bench, *, rate: float, seconds: float) -> dict[str, Any
     args = ["worker", "--concurrency", "50"]
     with harness.running("worker-latency", args, bench.env()):
         await _warm_up(bench)
+        before = await harness.counters(bench.client)
         await _produce_paced(bench, total, rate)
-        values = await _collect(bench, total)
+        values, polls = await _collect(bench, total)
+        delta = (await harness.counters(bench.client)).minus(before)
     result = {
         "rate": rate,
         "seconds": seconds,
@@ -77,6 +93,7 @@ async def latency(bench: Bench, *, rate: float, seconds: float) -> dict[str, Any
         "p50_ms": round(harness.percentile(values, 50), 2),
         "p99_ms": round(harness.percentile(values, 99), 2),
         "max_ms": round(max(values), 2) if values else None,
+        "worker_round_trips_per_run": worker_round_trips(delta, runs=total, polls=polls),
         "load_before": load,
     }
     log(f"latency: p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms")

@@ -56,7 +56,7 @@ def _throughput(results: list[dict[str, Any]]) -> None:
 
 def _latency(res: dict[str, Any]) -> None:
     _table(
-        ["rate/s", "received", "p50 ms", "p99 ms", "max ms"],
+        ["rate/s", "received", "p50 ms", "p99 ms", "max ms", "worker round trips/run"],
         [
             [
                 res["rate"],
@@ -64,6 +64,7 @@ def _latency(res: dict[str, Any]) -> None:
                 res["p50_ms"],
                 res["p99_ms"],
                 res["max_ms"],
+                res.get("worker_round_trips_per_run"),
             ]
         ],
     )
