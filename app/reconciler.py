@@ -27,6 +27,7 @@ import random
 
 from redis.exceptions import RedisError
 
+from app.metrics import RECONCILER_ACTIONS, RECONCILER_SCANS
 from app.settings import Settings
 from app.store.connection import async_client
 from app.store.leases import RECONCILE_BATCH, LeaseStore, ReconcileAction
@@ -68,6 +69,7 @@ class Reconciler:
                 actions = await self._lease_store.reconcile(queue)
                 done.extend(actions)
                 for action in actions:
+                    RECONCILER_ACTIONS.labels(queue, action.action).inc()
                     log.warning(
                         "reconciled expired lease: %s",
                         action.action,
@@ -75,6 +77,7 @@ class Reconciler:
                     )
                 if len(actions) < RECONCILE_BATCH:
                     break
+        RECONCILER_SCANS.inc()
         self.actions_total += len(done)
         return done
 
@@ -82,7 +85,7 @@ class Reconciler:
 async def run_standalone(settings: Settings) -> None:
     """``leasehold reconciler``: reconcile every known queue until interrupted."""
     client = async_client(settings.resolved_redis_url())
-    scripts = Scripts()
+    scripts = Scripts.for_settings(settings)
     lease_store = LeaseStore(
         client,
         scripts=scripts,

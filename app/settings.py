@@ -17,6 +17,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.errors import ConfigurationError
+from app.store.connection import parse_redis_url
 
 ENV_PREFIX = "LEASEHOLD_"
 QUEUE_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
@@ -46,7 +47,24 @@ class Settings(BaseSettings):
 
     redis_url: str | None = Field(
         default=None,
-        description="Redis to use; unset means the one `leasehold up` embedded, else localhost",
+        description="Redis to use; unset means the one `leasehold up` embedded, else localhost. "
+        "redis:// or rediss:// for one node, redis+cluster://host:port,host:port for Redis "
+        "Cluster, redis+sentinel://host:port,host:port/service_name for Sentinel",
+    )
+    replica_acks: int = Field(
+        default=0,
+        ge=0,
+        le=16,
+        description="Replicas that must acknowledge (Redis WAIT) each create, claim, terminal "
+        "write, checkpoint and effect record before a worker or client acts on it; 0 means "
+        "asynchronous replication only",
+    )
+    replica_ack_timeout_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description="Longest wait for REPLICA_ACKS; past it the write stands and is logged "
+        "as under-replicated",
     )
     prefix: str = Field(
         default="lh",
@@ -181,6 +199,12 @@ class Settings(BaseSettings):
     step_extension_ratio: float = Field(
         default=0.5, gt=0, description="Each step extension adds this fraction of max_steps"
     )
+    worker_metrics_port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="Port where a worker serves Prometheus /metrics (all interfaces); 0: off",
+    )
     sse_keepalive_s: float = Field(
         default=15.0, gt=0, description="Keep-alive comment period on idle event streams"
     )
@@ -256,6 +280,13 @@ class Settings(BaseSettings):
                 raise ValueError(f"queue name {name!r} must match {QUEUE_NAME_PATTERN}")
         return value
 
+    @field_validator("redis_url")
+    @classmethod
+    def _check_redis_url(cls, value: str | None) -> str | None:
+        if value:
+            parse_redis_url(value)  # InvalidRedisUrl is a ValueError: one clear line, exit 2
+        return value
+
     @field_validator("api_keys")
     @classmethod
     def _check_api_keys(cls, value: list[str]) -> list[str]:
@@ -297,6 +328,11 @@ class Settings(BaseSettings):
     def lease_ttl_ms(self) -> int:
         """The TTL in the unit the Lua scripts use."""
         return max(1, round(self.lease_ttl_s * 1000))
+
+    @property
+    def replica_ack_timeout_ms(self) -> int:
+        """The WAIT timeout in the unit Redis takes."""
+        return max(1, round(self.replica_ack_timeout_s * 1000))
 
     @property
     def run_retention_ms(self) -> int:

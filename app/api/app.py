@@ -22,7 +22,7 @@ from app.api.hub import EventHub
 from app.api.limits import BodySizeLimit
 from app.api.openapi import complete_openapi
 from app.api.problems import install_problem_handlers
-from app.api.routes import activity, console, decisions, events, runs, system
+from app.api.routes import activity, console, decisions, events, metrics, runs, system
 from app.api.state import ApiState
 from app.executor.registry import HandlerRegistry, load_handler_modules
 from app.settings import Settings
@@ -41,7 +41,7 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         client = async_client(settings.resolved_redis_url())
-        scripts = Scripts()
+        scripts = Scripts.for_settings(settings)
         # if Redis is not up yet, /readyz says so and calls load scripts on demand
         with contextlib.suppress(RedisError, OSError):
             await scripts.load_all(client)
@@ -93,6 +93,7 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
     app.include_router(events.router)
     app.include_router(decisions.router)
     app.include_router(system.router)
+    app.include_router(metrics.router)
     app.include_router(activity.router)
     console.install(app)
     if "app.demo" in settings.handlers:

@@ -19,6 +19,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.api.hub import EventHub
 from app.api.state import ApiState
+from app.metrics import SSE_EVENTS_SENT, SSE_SUBSCRIBERS
 from app.models import EVENT_ID, TERMINAL_EVENT_TYPES, Run, RunEvent, event_id_order
 from app.store.runs import RunStore
 
@@ -28,6 +29,7 @@ MAX_STREAM_ID_PART = 2**64 - 1
 
 def to_sse(event: RunEvent, *, retry_ms: int | None = None) -> ServerSentEvent:
     """One run event as an SSE message."""
+    SSE_EVENTS_SENT.inc()
     return ServerSentEvent(
         data=event.model_dump_json(), event=event.type, id=event.id or None, retry=retry_ms
     )
@@ -59,6 +61,7 @@ async def run_events(
     behind; the client reconnects with Last-Event-ID and misses nothing.
     """
     subscription = await hub.subscribe(run_id)
+    SSE_SUBSCRIBERS.inc()
     hint: int | None = retry_ms
     cursor = after
     try:
@@ -83,6 +86,7 @@ async def run_events(
             if live.type in TERMINAL_EVENT_TYPES:
                 return
     finally:
+        SSE_SUBSCRIBERS.dec()
         hub.unsubscribe(run_id, subscription)
 
 

@@ -26,6 +26,7 @@ from pydantic import BaseModel
 from redis.exceptions import RedisError
 
 from app.errors import (
+    BudgetExceeded,
     DurationExceeded,
     EscalationRequested,
     HandlerFailed,
@@ -37,6 +38,7 @@ from app.executor.courier import Courier
 from app.executor.effects import EffectLedger
 from app.executor.events import EventSink
 from app.executor.registry import HandlerSpec
+from app.metrics import BUDGET_FAILURES, RUNS_FINISHED
 from app.store.codec import dumps
 from app.store.leases import ClaimedRun, HeldLease, LeaseStore, Outcome
 from app.store.progress import ProgressStore
@@ -231,6 +233,8 @@ class RunExecution:
             return
         outcome = self._outcome(result)
         code = await self._deps.courier_for(self.claimed.queue).finish(outcome)
+        status = outcome.status if code == ScriptCode.OK else code.value.lower()
+        RUNS_FINISHED.labels(self.claimed.queue, self.claimed.handler, status).inc()
         if code == ScriptCode.LOST:
             log.warning(
                 "outcome rejected: lease lost before the terminal write", extra=self._log_extra()
@@ -269,6 +273,8 @@ class RunExecution:
                     )
                 )
         failure = _as_failure(result.error)
+        if isinstance(failure, BudgetExceeded):
+            BUDGET_FAILURES.labels(failure.code).inc()
         delay = -1
         if failure.retryable and self.claimed.attempt < self.claimed.max_attempts:
             delay = self._deps.retry.delay_ms(self.claimed.attempt)

@@ -24,15 +24,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from app.executor.table import LeaseTable
+from app.metrics import LEASE_RENEWALS, RENEW_SECONDS, RENEWAL_FAILURES
 from app.store.leases import LeaseRenewer
 from app.store.scripts import ScriptCode
 
 log = logging.getLogger(__name__)
 
 MIN_WAIT_S = 0.005
+# what a renewal may raise while Redis is unavailable; redis-py's sync cluster client
+# raises RedisClusterException (not a RedisError) while its slot map cannot be built
+# mid-failover, and that must count as a failed renewal, so that jeopardy applies
+UNAVAILABLE = (RedisError, OSError, RedisClusterException)
 
 
 @dataclass(frozen=True)
@@ -108,15 +113,18 @@ class Heartbeat(threading.Thread):
             sent_at = time.monotonic()
             try:
                 answers = self._renewer.renew(queue, self._owner_id, leases)
-            except (RedisError, OSError) as exc:
+            except UNAVAILABLE as exc:
+                RENEWAL_FAILURES.inc()
                 log.warning("lease renewal failed on queue %s: %s", queue, exc)
                 failed = True
                 continue
+            RENEW_SECONDS.labels(queue).observe(time.monotonic() - sent_at)
+            LEASE_RENEWALS.labels(queue).inc(len(leases))
             self._apply(answers, sent_at)
         self._failing = failed
         try:
             self._advertise(self.loop_lag_ms)
-        except (RedisError, OSError) as exc:
+        except UNAVAILABLE as exc:
             log.warning("worker advertisement failed: %s", exc)
         self._loop.call_soon_threadsafe(self._callbacks.beat_done, self.loop_lag_ms)
 

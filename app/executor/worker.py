@@ -29,7 +29,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
-import redis.asyncio as aioredis
+import prometheus_client
 from redis.exceptions import RedisError
 
 from app.errors import UnknownHandler
@@ -37,6 +37,7 @@ from app.executor.courier import Courier
 from app.executor.execution import (
     CANCEL_REQUESTED,
     DRAIN,
+    LEASE_LOST,
     ExecutionDeps,
     RetryPolicy,
     RunExecution,
@@ -46,11 +47,12 @@ from app.executor.listener import ChannelListener
 from app.executor.registry import HandlerRegistry
 from app.executor.slots import Slots
 from app.executor.table import LeaseTable
+from app.metrics import LEASES_LOST, LOOP_LAG, RUNS_CLAIMED
 from app.models import WorkerInfo
 from app.reconciler import Reconciler
 from app.settings import Settings
 from app.store import workers
-from app.store.connection import async_client, sync_client
+from app.store.connection import AsyncRedis, async_client, sync_client
 from app.store.leases import ClaimedRun, LeaseRenewer, LeaseStore
 from app.store.runs import RunStore
 from app.store.scripts import Scripts
@@ -99,7 +101,7 @@ class Worker:
         """Serve until asked to stop, then drain and exit cleanly."""
         url = self.settings.resolved_redis_url()
         client = async_client(url)
-        scripts = Scripts()
+        scripts = Scripts.for_settings(self.settings)
         await _connect(client, scripts)
         # start-up objects (modules, handler models, settings) live as long as the
         # process: freeze them, so each GC pass scans only short-lived run objects
@@ -147,6 +149,9 @@ class Worker:
         )
         background = []
         try:
+            if self.settings.worker_metrics_port:
+                # a daemon thread; it serves the same registry the heartbeat updates
+                prometheus_client.start_http_server(self.settings.worker_metrics_port)
             heartbeat.start()
             self._install_signal_handlers()
             self._start_couriers(lease_store)
@@ -250,12 +255,15 @@ class Worker:
                 start_run=self._start_run,
                 batch_max=self.settings.claim_batch_max,
                 idle_wake_s=self.settings.idle_wake_s,
+                slots_returned=self._kick_couriers,
             )
             self._couriers[queue] = courier
             courier.start()
 
     def _start_run(self, claimed: ClaimedRun, confirmed_at: float) -> None:
+        self._stop_stale(claimed)
         self._table.add(claimed.id, claimed.queue, claimed.fence, confirmed_at)
+        RUNS_CLAIMED.labels(claimed.queue, claimed.handler).inc()
         spec = None
         with contextlib.suppress(UnknownHandler):  # the run then fails as unknown_handler
             spec = self.registry.get(claimed.handler)
@@ -265,16 +273,41 @@ class Worker:
 
     def _slot_freed(self) -> None:
         self._slots.give_back(1)
+        self._kick_couriers()
+
+    def _kick_couriers(self) -> None:
         for courier in self._couriers.values():
             courier.kick()
 
+    def _stop_stale(self, claimed: ClaimedRun) -> None:
+        """Redis handed out a run this worker still executes: its earlier claim was lost.
+
+        That happens when a failover loses the claim (asynchronous replication):
+        the run is queued again on the new primary, and this worker may claim it
+        before its heartbeat hears LOST, even with the same fence, so fencing
+        cannot tell the two executions apart. The old one must stop and write
+        nothing (README: what a failover can do to a run).
+        """
+        stale = self._executions.get(claimed.id)
+        if stale is not None:
+            log.warning(
+                "claimed a run this worker still executes (its earlier claim was lost in a "
+                "failover): stopping the earlier execution without writing",
+                extra={"run_id": claimed.id, "fence": claimed.fence},
+            )
+            stale.stop(LEASE_LOST)
+
     def _settled(self, run_id: str) -> None:
+        current = self._executions.get(run_id)
+        if current is not None and current.task is not asyncio.current_task():
+            return  # a stale execution settling (see _stop_stale): the new one stays
         self._table.remove(run_id)
         self._executions.pop(run_id, None)
 
     def _lease_lost(self, run_id: str, reason: str) -> None:
         execution = self._executions.get(run_id)
         if execution is not None:
+            LEASES_LOST.labels(reason).inc()
             log.warning("lease lost (%s): stopping the run", reason, extra={"run_id": run_id})
             execution.stop(reason)
 
@@ -290,6 +323,7 @@ class Worker:
 
     def _beat_done(self, loop_lag_ms: float) -> None:
         self._loop_lag_ms = loop_lag_ms
+        LOOP_LAG.set(loop_lag_ms / 1000)
 
     async def _drain(self) -> None:
         log.info(
@@ -312,7 +346,7 @@ class Worker:
                 return
             await asyncio.wait(tasks, timeout=max(0.0, deadline - time.monotonic()))
 
-    async def _withdraw(self, client: aioredis.Redis) -> None:
+    async def _withdraw(self, client: AsyncRedis) -> None:
         try:
             pipe = client.pipeline(transaction=False)
             workers.withdraw(pipe, self.settings.prefix, self.id)
@@ -321,7 +355,7 @@ class Worker:
             log.warning("could not withdraw the worker advertisement: %s", exc)
 
 
-async def _connect(client: aioredis.Redis, scripts: Scripts) -> None:
+async def _connect(client: AsyncRedis, scripts: Scripts) -> None:
     """Wait for Redis (it may be starting next to us) and load the scripts."""
     delay = 0.1
     while True:

@@ -12,11 +12,10 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import redis.asyncio as aioredis
-
 from app.errors import IdempotencyConflict, InvalidTransition, RunNotFound
 from app.models import ResolveRequest, Run, RunEvent, RunPage, RunStatus
 from app.store.codec import dumps, event_from_entry, ms_to_datetime, new_run_id, run_from_hash
+from app.store.connection import AsyncRedis
 from app.store.keys import GlobalKeys, QueueKeys, queue_of
 from app.store.scripts import ScriptCode, Scripts
 
@@ -61,6 +60,16 @@ class Created:
     replayed: bool
 
 
+@dataclass(frozen=True)
+class QueueDepth:
+    """A queue's backlog at one moment (Redis clock for the age)."""
+
+    ready: int
+    delayed: int
+    leased: int
+    oldest_queued_age_s: float
+
+
 class InvalidCursor(ValueError):
     """A list cursor that this store did not produce."""
 
@@ -94,7 +103,7 @@ class RunStore:
 
     def __init__(
         self,
-        client: aioredis.Redis,
+        client: AsyncRedis,
         *,
         scripts: Scripts,
         prefix: str,
@@ -255,6 +264,32 @@ class RunStore:
         oldest, newest = cast(list[list[tuple[str, dict[str, str]]]], await pipe.execute())
         first = event_from_entry(run_id, oldest[0][0], oldest[0][1]) if oldest else None
         return first, newest[0][0] if newest else None
+
+    async def depth(self, queue: str) -> QueueDepth:
+        """How many runs of a queue are ready, delayed and leased, and the head's age.
+
+        The ready list may still hold ids of runs cancelled while queued (claims skip
+        them lazily), so ``ready`` can over-count by those.
+        """
+        keys = self.keys(queue)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.llen(keys.ready)
+        pipe.zcard(keys.delayed)
+        pipe.zcard(keys.leases)
+        pipe.lindex(keys.ready, 0)
+        pipe.time()
+        ready, delayed, leased, head, (seconds, micros) = await pipe.execute()
+        oldest_age_s = 0.0
+        if head:
+            created = await self.client.hget(keys.run(head), "created_at")
+            if created:
+                oldest_age_s = max(0.0, seconds + micros / 1e6 - int(created) / 1000)
+        return QueueDepth(
+            ready=int(ready),
+            delayed=int(delayed),
+            leased=int(leased),
+            oldest_queued_age_s=oldest_age_s,
+        )
 
     async def queues(self) -> list[str]:
         """Every queue a run was ever created on."""

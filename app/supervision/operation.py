@@ -39,6 +39,7 @@ from app.errors import (
     LeaseholdError,
     OperationIntervened,
 )
+from app.metrics import VERDICTS
 from app.supervision.verdicts import Decision, Evidence, Verdict
 from app.supervision.watchdog import Watchdog
 
@@ -297,6 +298,7 @@ class Operation:
         )
         decision = await self._watchdog.decide(evidence)
         self.verdicts.append(decision)
+        VERDICTS.labels(decision.verdict.value, self.kind).inc()
         await self._emit(
             "verdict",
             {

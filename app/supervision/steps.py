@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from app.errors import BudgetExhausted, EscalationRequested
+from app.metrics import VERDICTS
 from app.supervision.verdicts import Evidence, Verdict
 from app.supervision.watchdog import Watchdog
 
@@ -53,6 +54,7 @@ class StepBudget:
             extra={"max_steps": self.max_steps, "limit": self.limit},
         )
         decision = await self._watchdog.decide_extension(evidence, extensions=self.extensions)
+        VERDICTS.labels(decision.verdict.value, "run").inc()
         granted = decision.verdict in (Verdict.RENEW, Verdict.NUDGE)
         added = max(1, math.ceil(self.max_steps * self._ratio)) if granted else 0
         await self._emit(

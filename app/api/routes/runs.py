@@ -18,6 +18,7 @@ from app.api.problems import PROBLEM_JSON
 from app.api.state import ApiState, api_state
 from app.api.streaming import event_stream_response, run_events
 from app.errors import InvalidTransition, RunNotFound
+from app.metrics import RUNS_CREATED
 from app.models import (
     HANDLER_NAME_PATTERN,
     IDEMPOTENCY_KEY_PATTERN,
@@ -137,6 +138,8 @@ async def create_run(
     headers = {"Location": f"/runs/{created.run.id}"}
     if created.replayed:
         headers["Idempotency-Replayed"] = "true"
+    else:
+        RUNS_CREATED.labels(created.run.queue, created.run.handler).inc()
     status = 200 if created.replayed else 201
     if "text/event-stream" in request.headers.get("accept", ""):
         stream = run_events(

@@ -1,0 +1,75 @@
+"""Prometheus metrics, one module so every name and label set is defined once.
+
+The API serves them at ``GET /metrics``; a worker serves its own on
+``LEASEHOLD_WORKER_METRICS_PORT`` when set. Each process exposes what it
+observes: the API counts creations, SSE followers and (at scrape time) queue
+depth; workers count claims, outcomes, renewals, leases lost, verdicts and
+budget failures; reconcilers (inside workers, or standalone) count scans and
+actions. prometheus-client objects are thread-safe, so the heartbeat thread
+updates them directly.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+RUNS_CREATED = Counter(
+    "leasehold_runs_created_total", "Runs created through the API.", ["queue", "handler"]
+)
+RUNS_CLAIMED = Counter(
+    "leasehold_runs_claimed_total", "Runs claimed by this worker.", ["queue", "handler"]
+)
+RUNS_FINISHED = Counter(
+    "leasehold_runs_finished_total",
+    "Outcomes this worker wrote: succeeded, failed, cancelled, waiting_human, retry; "
+    "lost when the write was fenced out.",
+    ["queue", "handler", "status"],
+)
+RECONCILER_SCANS = Counter(
+    "leasehold_reconciler_scans_total", "Reconciler passes over every known queue."
+)
+RECONCILER_ACTIONS = Counter(
+    "leasehold_reconciler_actions_total",
+    "Expired leases acted on: orphaned, requeued, cancelled, reconciliation_required.",
+    ["queue", "action"],
+)
+LEASE_RENEWALS = Counter(
+    "leasehold_lease_renewals_total", "Leases renewed by the heartbeat.", ["queue"]
+)
+RENEW_SECONDS = Histogram(
+    "leasehold_lease_renew_seconds",
+    "Round-trip time of one batch renewal (one per queue).",
+    ["queue"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
+RENEWAL_FAILURES = Counter(
+    "leasehold_renewal_failures_total",
+    "Batch renewals that failed (Redis unreachable or erroring).",
+)
+LEASES_LOST = Counter(
+    "leasehold_leases_lost_total",
+    "Runs this worker stopped without writing: lease_lost (fenced out) or jeopardy "
+    "(no renewal before TTL minus the safety margin).",
+    ["reason"],
+)
+LOOP_LAG = Gauge(
+    "leasehold_event_loop_lag_seconds",
+    "How late the worker's event loop ran a callback (evidence, never a verdict).",
+)
+VERDICTS = Counter("leasehold_watchdog_verdicts_total", "Watchdog verdicts.", ["verdict", "kind"])
+BUDGET_FAILURES = Counter("leasehold_budget_failures_total", "Runs failed by a budget.", ["code"])
+QUEUE_DEPTH = Gauge(
+    "leasehold_queue_depth",
+    "Runs per queue: ready (waiting to be claimed), delayed (retry backoff), "
+    "leased (held by a worker). Measured at scrape time.",
+    ["queue", "state"],
+)
+OLDEST_QUEUED_AGE = Gauge(
+    "leasehold_oldest_queued_age_seconds",
+    "Age of the run at the head of the ready list, at scrape time.",
+    ["queue"],
+)
+SSE_SUBSCRIBERS = Gauge("leasehold_sse_subscribers", "Clients following a run in this API.")
+SSE_EVENTS_SENT = Counter(
+    "leasehold_sse_events_sent_total", "Events sent to SSE followers by this API."
+)
