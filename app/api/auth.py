@@ -6,9 +6,10 @@ unknown paths, and routes other modules add later. It runs before the body is
 read, so an unauthenticated client cannot make the API parse anything.
 
 ``LEASEHOLD_API_KEYS`` holds one or more keys (several, so a key can be rotated
-without downtime). The presented key is compared with *every* configured key
-through :func:`hmac.compare_digest`, without stopping at the first match, so the
-response time says nothing about how much of a key was right or which key it was.
+without downtime). The SHA-256 of the presented key is compared with the SHA-256
+of *every* configured key through :func:`hmac.compare_digest`, without stopping
+at the first match: digests have one length, so the response time says nothing
+about a key's length, how much of it was right, or which key it was.
 
 ``/healthz`` stays open because orchestrators probe it without credentials and it
 reveals nothing (it never touches Redis). ``/readyz`` is protected like the rest:
@@ -21,6 +22,7 @@ same for everyone and hold no data; every call the page then makes needs the key
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from collections.abc import Iterable
 
@@ -46,11 +48,17 @@ def bearer_token(scope: Scope) -> bytes | None:
     return None
 
 
-def key_matches(presented: bytes, keys: Iterable[bytes]) -> bool:
-    """Constant-time membership: compares against every key, whatever matched first."""
+def key_digest(key: bytes) -> bytes:
+    """What is compared: a fixed-length digest, so lengths leak nothing."""
+    return hashlib.sha256(key).digest()
+
+
+def key_matches(presented: bytes, key_digests: Iterable[bytes]) -> bool:
+    """Constant-time membership: compares against every key's digest, whatever matched first."""
+    candidate = key_digest(presented)
     matched = False
-    for key in keys:
-        matched |= hmac.compare_digest(presented, key)
+    for digest in key_digests:
+        matched |= hmac.compare_digest(candidate, digest)
     return matched
 
 
@@ -65,13 +73,13 @@ class BearerAuth:
         self, app: ASGIApp, *, keys: Iterable[str], open_paths: frozenset[str] = OPEN_PATHS
     ) -> None:
         self.app = app
-        self.keys = [key.encode() for key in keys]
+        self.key_digests = [key_digest(key.encode()) for key in keys]
         self.open_paths = open_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Let the request through, or answer 401 without calling the app."""
         if (
-            not self.keys
+            not self.key_digests
             or scope["type"] not in ("http", "websocket")
             or scope["path"] in self.open_paths
             or scope["path"].startswith(OPEN_PREFIXES)
@@ -79,7 +87,7 @@ class BearerAuth:
             await self.app(scope, receive, send)
             return
         token = bearer_token(scope)
-        if token is not None and key_matches(token, self.keys):
+        if token is not None and key_matches(token, self.key_digests):
             await self.app(scope, receive, send)
             return
         await self._reject(scope, receive, send, presented=token is not None)
