@@ -271,6 +271,31 @@ class Problem(BaseModel):
     errors: list[dict[str, Any]] | None = None
 
 
+class RedisNode(BaseModel):
+    """One Redis data node as readiness found it."""
+
+    address: str = Field(description="host:port")
+    role: Literal["primary", "replica"]
+    slots: list[str] = Field(
+        default_factory=list, description="Hash slot ranges it serves, e.g. 0-5460 (cluster)"
+    )
+    replicas: int | None = Field(
+        default=None, description="Replicas connected to it (primaries), from INFO replication"
+    )
+
+
+class RedisTopology(BaseModel):
+    """Which Redis deployment the process talks to, and its shape right now."""
+
+    mode: Literal["single", "cluster", "sentinel"]
+    primary: str | None = Field(
+        default=None, description="The primary's address (single and sentinel modes)"
+    )
+    service_name: str | None = Field(default=None, description="The sentinel service name")
+    sentinels: list[str] = Field(default_factory=list, description="Sentinel addresses")
+    nodes: list[RedisNode] = Field(default_factory=list)
+
+
 class ReadinessReport(BaseModel):
     """Body of GET /readyz, with 200 (ready) or 503 (not ready)."""
 
@@ -278,4 +303,10 @@ class ReadinessReport(BaseModel):
     redis_reachable: bool
     scripts_loaded: bool
     maxmemory_policy: str | None = None
+    mode: Literal["single", "cluster", "sentinel"] = Field(
+        default="single", description="How LEASEHOLD_REDIS_URL connects: its scheme decides"
+    )
+    topology: RedisTopology | None = Field(
+        default=None, description="Nodes and roles, when Redis could be reached"
+    )
     problems: list[str] = Field(default_factory=list)

@@ -63,7 +63,7 @@ async def _probe_redis(settings: Settings) -> ProbeResult:
     client = async_client(settings.resolved_redis_url())
     try:
         readiness = await asyncio.wait_for(
-            check_readiness(client, Scripts()), timeout=PROBE_TIMEOUT_S
+            check_readiness(client, Scripts.for_settings(settings)), timeout=PROBE_TIMEOUT_S
         )
     except TimeoutError:
         return ProbeResult(False, "redis did not answer in time")

@@ -34,6 +34,7 @@ import redis
 from app.embedded import EmbeddedRedis
 from app.errors import LeaseholdError
 from app.settings import Settings
+from app.store.connection import sync_client
 
 log = logging.getLogger(__name__)
 
@@ -124,13 +125,17 @@ class Supervisor:
         if not url_file.is_file():
             return
         url = url_file.read_text().strip()
-        client = redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5)
         try:
-            answering = bool(client.ping())
-        except (redis.RedisError, OSError, ValueError):
-            answering = False  # left behind by an `up` that was killed: reuse the directory
-        finally:
-            client.close()
+            client = sync_client(url, socket_timeout_s=0.5, connect_timeout_s=0.5, retries=0)
+        except ValueError:
+            answering = False  # not a URL `up` wrote: nothing of ours runs there
+        else:
+            try:
+                answering = bool(client.ping())
+            except (redis.RedisError, OSError):
+                answering = False  # left behind by an `up` that was killed: reuse the directory
+            finally:
+                client.close()
         if answering:
             raise SupervisorError(
                 f"`leasehold up` already runs from this directory (its Redis is at {url}); "

@@ -6,12 +6,12 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import redis.asyncio as aioredis
 from fastapi import Request
 
 from app.api.hub import EventHub
 from app.executor.registry import HandlerRegistry
 from app.settings import Settings
+from app.store.connection import AsyncRedis
 from app.store.runs import RunStore
 from app.store.scripts import Scripts
 
@@ -25,7 +25,7 @@ class ApiState:
     """The Redis client, scripts, store and handler registry of one API process."""
 
     settings: Settings
-    client: aioredis.Redis
+    client: AsyncRedis
     scripts: Scripts
     store: RunStore
     registry: HandlerRegistry

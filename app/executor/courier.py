@@ -53,6 +53,7 @@ class Courier:
         start_run: StartRun,
         batch_max: int,
         idle_wake_s: float,
+        slots_returned: Callable[[], None] = lambda: None,
     ) -> None:
         self.queue = queue
         self._store = store
@@ -61,6 +62,10 @@ class Courier:
         self._start_run = start_run
         self._batch_max = batch_max
         self._idle_wake_s = idle_wake_s
+        # slots this courier reserved but did not fill go back to the worker's other
+        # couriers, which may have found none free while its round trip was in flight
+        # (it can last a while: a WAIT for replicas, a cluster node far away)
+        self._slots_returned = slots_returned
         self._outcomes: list[tuple[Outcome, asyncio.Future[ScriptCode]]] = []
         self._kick = asyncio.Event()
         self._claiming = True
@@ -144,7 +149,10 @@ class Courier:
             for (_, future), code in zip(batch, codes, strict=True):
                 if not future.done():
                     future.set_result(code)
-            self._slots.give_back(wanted - len(claim.runs))
+            unused = wanted - len(claim.runs)
+            self._slots.give_back(unused)
+            if unused:
+                self._slots_returned()
             self._next_due_ms = claim.next_due_ms
             self._maybe_ready = len(claim.runs) == wanted and wanted > 0
             for run in claim.runs:

@@ -16,9 +16,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from app.store.connection import AsyncRedis
 from app.store.keys import QueueKeys
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ class ChannelListener:
 
     def __init__(
         self,
-        client: aioredis.Redis,
+        client: AsyncRedis,
         *,
         queue_keys: list[QueueKeys],
         on_ready: Callable[[str], None],

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 from typing import cast
 
-import redis.asyncio as aioredis
-
 from app.models import ActivityEntry, RunStatus, event_id_order
 from app.store.codec import ms_to_datetime
+from app.store.connection import AsyncRedis
 from app.store.keys import GlobalKeys, QueueKeys
 
 # keep in step with ACTIVITY_MAXLEN in scripts/lua/includes/lib.lua
@@ -46,7 +45,7 @@ def entry_from_fields(queue: str, entry_id: str, fields: dict[str, str]) -> Acti
 class ActivityStore:
     """Holds a Redis client and reads activity streams from it."""
 
-    def __init__(self, client: aioredis.Redis, *, prefix: str) -> None:
+    def __init__(self, client: AsyncRedis, *, prefix: str) -> None:
         self.client = client
         self.prefix = prefix
 

@@ -1,24 +1,55 @@
 """Builds Redis clients from a URL. The one place that knows connection options.
 
+The URL alone chooses the deployment (``LEASEHOLD_REDIS_URL``):
+
+=====================================================================  ==========
+``redis://[[user]:pass@]host:port[/db]``, ``rediss://...``, ``unix://``  single node
+``redis+cluster://[[user]:pass@]host:port[,host:port...][/]``          Redis Cluster
+``redis+sentinel://[[user]:pass@]host:port[,...]/service_name[/db]``   Sentinel
+=====================================================================  ==========
+
+``rediss+cluster://`` and ``rediss+sentinel://`` use TLS (to the sentinels as
+well). A cluster URL lists seed nodes, any of them enough to discover the rest; a
+sentinel URL lists sentinels and names the monitored service. The credentials
+in the URL are the data nodes'; sentinels that require their own take
+``?sentinel_username=...&sentinel_password=...``. TLS options for both modes:
+``ssl_cert_reqs`` (``required`` | ``optional`` | ``none``), ``ssl_ca_certs``,
+``ssl_certfile``, ``ssl_keyfile``, ``ssl_check_hostname``. A single-node URL
+takes whatever redis-py's ``from_url`` accepts. Anything else is an
+:class:`InvalidRedisUrl`, raised before a socket is opened.
+
 Clients decode responses to ``str``. Sockets have a connect timeout, and
-keep-alive on, but no read timeout: blocking reads (BLPOP, XREAD BLOCK) must be
-allowed to wait longer than any fixed socket timeout would.
+keep-alive on, but no read timeout: blocking reads (XREAD BLOCK) must be allowed
+to wait longer than any fixed socket timeout would.
 
 A command that fails on a connection error is retried a few times with a short
-backoff, so a Redis restart costs callers a reconnect, not an error. This is
-safe for every script here: create is idempotent by run id, worker writes are
-fenced, renewals and reads are idempotent. The one imperfect case is a claim
-whose reply is lost after it ran: those runs stay leased to a worker that never
-started them, so their lease expires and the reconciler applies the policy.
+backoff, so a Redis restart or a failover costs callers a reconnect, not an
+error. In cluster mode redis-py also refreshes the slot map between attempts; in
+sentinel mode every new connection asks the sentinels for the current primary.
+This is safe for every script here: create is idempotent by run id, worker
+writes are fenced, renewals and reads are idempotent. The one imperfect case is
+a claim whose reply is lost after it ran: those runs stay leased to a worker
+that never started them, so their lease expires and the reconciler applies the
+policy.
 """
 
 from __future__ import annotations
 
+import socket
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+from urllib.parse import parse_qs, unquote
+
 import redis
 import redis.asyncio as aioredis
+import redis.asyncio.sentinel as async_sentinel
+import redis.sentinel as sync_sentinel
+from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff
+from redis.cluster import ClusterNode as SyncClusterNode
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterException
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
@@ -26,50 +57,356 @@ CONNECT_TIMEOUT_S = 5.0
 HEALTH_CHECK_INTERVAL_S = 30
 RETRIES = 3
 DEFAULT_MAX_CONNECTIONS = 64
+# redis-py's cluster pools cannot wait for a free connection: past the cap a call
+# fails. Connections are opened on demand, so a high cap costs nothing when idle.
+CLUSTER_MIN_CONNECTIONS_PER_NODE = 512
 RETRY_ON = [RedisConnectionError, RedisTimeoutError, ConnectionResetError]
+
+Mode = Literal["single", "cluster", "sentinel"]
+AsyncRedis: TypeAlias = aioredis.Redis | aioredis.RedisCluster
+SyncRedis: TypeAlias = redis.Redis | redis.RedisCluster
+
+_SCHEMES: dict[str, tuple[Mode, bool]] = {
+    "redis": ("single", False),
+    "rediss": ("single", True),
+    "unix": ("single", False),
+    "redis+cluster": ("cluster", False),
+    "rediss+cluster": ("cluster", True),
+    "redis+sentinel": ("sentinel", False),
+    "rediss+sentinel": ("sentinel", True),
+}
+_CERT_REQS = frozenset({"required", "optional", "none"})
+_TLS_PATH_OPTIONS = frozenset({"ssl_ca_certs", "ssl_certfile", "ssl_keyfile"})
+_SENTINEL_OPTIONS = frozenset({"sentinel_username", "sentinel_password"})
+
+
+class InvalidRedisUrl(ValueError):
+    """A Redis URL this module cannot connect with; the message says what is wrong."""
+
+
+@dataclass(frozen=True)
+class RedisTarget:
+    """What a Redis URL asks for: the mode, where to start, and how to authenticate."""
+
+    mode: Mode
+    url: str
+    tls: bool = False
+    nodes: tuple[tuple[str, int], ...] = ()
+    username: str | None = None
+    password: str | None = None
+    service_name: str = ""  # sentinel mode only
+    db: int = 0
+    tls_options: dict[str, Any] = field(default_factory=dict)
+    sentinel_auth: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def seeds(self) -> list[str]:
+        """The seed nodes (cluster) or sentinels as ``host:port``, for people."""
+        return [f"{host}:{port}" for host, port in self.nodes]
+
+
+def parse_redis_url(url: str) -> RedisTarget:
+    """Read a URL of any supported form; raises :class:`InvalidRedisUrl`.
+
+    Messages never repeat the URL: it may hold a password.
+    """
+    scheme, separator, rest = url.partition("://")
+    if not separator or scheme.lower() not in _SCHEMES:
+        known = ", ".join(f"{name}://" for name in _SCHEMES)
+        raise InvalidRedisUrl(f"the URL scheme must be one of {known}")
+    mode, tls = _SCHEMES[scheme.lower()]
+    if mode == "single":
+        return RedisTarget(mode, url, tls)
+    rest, _, query = rest.partition("?")
+    authority, _, path = rest.partition("/")
+    userinfo, _, hosts = authority.rpartition("@")
+    username, _, password = userinfo.partition(":")
+    options = _options(query, tls=tls)
+    service_name, db = _path(mode, path)
+    return RedisTarget(
+        mode,
+        url,
+        tls,
+        nodes=tuple(_host_port(part) for part in hosts.split(",")),
+        username=unquote(username) or None,
+        password=unquote(password) or None,
+        service_name=service_name,
+        db=db,
+        tls_options={k: v for k, v in options.items() if k not in _SENTINEL_OPTIONS},
+        sentinel_auth={k: v for k, v in options.items() if k in _SENTINEL_OPTIONS},
+    )
+
+
+def _host_port(part: str) -> tuple[str, int]:
+    host, _, port = part.strip().rpartition(":")
+    host = host.strip("[]")  # an IPv6 literal: [::1]:7000
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InvalidRedisUrl("every node must be written host:port, comma-separated")
+    return host, int(port)
+
+
+def _path(mode: Mode, path: str) -> tuple[str, int]:
+    parts = [unquote(part) for part in path.split("/") if part]
+    if mode == "cluster":
+        if parts and parts != ["0"]:
+            raise InvalidRedisUrl("a cluster has only database 0: drop the path")
+        return "", 0
+    if not parts or len(parts) > 2 or (len(parts) == 2 and not parts[1].isdigit()):
+        raise InvalidRedisUrl("a sentinel URL ends with /service_name or /service_name/db")
+    return parts[0], int(parts[1]) if len(parts) == 2 else 0
+
+
+def _options(query: str, *, tls: bool) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for name, values in parse_qs(query, keep_blank_values=True).items():
+        value = _option_value(name, values[-1])
+        if value is None:
+            raise InvalidRedisUrl(f"unsupported or invalid URL option {name!r}")
+        options[name] = value
+    if not tls and set(options) - _SENTINEL_OPTIONS:
+        raise InvalidRedisUrl("ssl_* options need a rediss+... URL")
+    return options
+
+
+def _option_value(name: str, value: str) -> str | bool | None:
+    """The option's value as redis-py takes it, or None when it is not one we accept."""
+    if name in _SENTINEL_OPTIONS or name in _TLS_PATH_OPTIONS:
+        return value
+    if name == "ssl_cert_reqs":
+        return value if value in _CERT_REQS else None
+    if name == "ssl_check_hostname" and value in ("true", "false"):
+        return value == "true"
+    return None
 
 
 def _backoff() -> ExponentialBackoff:
     return ExponentialBackoff(cap=0.5, base=0.02)
 
 
-def async_client(url: str, *, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> aioredis.Redis:
+def _common(*, socket_timeout_s: float | None) -> dict[str, Any]:
+    """Options every data-node connection shares, in every mode."""
+    return {
+        "decode_responses": True,
+        "socket_connect_timeout": CONNECT_TIMEOUT_S,
+        "socket_timeout": socket_timeout_s,
+        "socket_keepalive": True,
+        "health_check_interval": HEALTH_CHECK_INTERVAL_S,
+    }
+
+
+def _node_auth(target: RedisTarget, *, ssl_flag: bool = True) -> dict[str, Any]:
+    """Credentials and TLS of cluster nodes or the sentinels' primary (a single URL has its own).
+
+    ``ssl_flag=False`` leaves out ``ssl=True`` for callers that pick a TLS
+    connection class themselves.
+    """
+    options: dict[str, Any] = {
+        "username": target.username,
+        "password": target.password,
+        **target.tls_options,
+    }
+    if target.tls and ssl_flag:
+        options["ssl"] = True
+    return options
+
+
+def _sentinel_kwargs(target: RedisTarget) -> dict[str, Any]:
+    """How to reach the sentinels themselves: their own credentials, the same TLS."""
+    options: dict[str, Any] = {
+        "decode_responses": True,
+        "socket_connect_timeout": CONNECT_TIMEOUT_S,
+        "socket_timeout": CONNECT_TIMEOUT_S,
+        "username": target.sentinel_auth.get("sentinel_username"),
+        "password": target.sentinel_auth.get("sentinel_password"),
+        **target.tls_options,
+    }
+    if target.tls:
+        options["ssl"] = True
+    return options
+
+
+class _AsyncCluster(aioredis.RedisCluster):
+    """redis-py's async cluster client, with its topology failures raised as ConnectionError.
+
+    Mid-failover, building the slot map can fail with RedisClusterException, which
+    is not a RedisError: no seed answers, the nodes disagree on who serves a slot,
+    or a slot has no owner for a moment. Every caller here treats RedisError and
+    OSError as "Redis is unavailable: back off and retry", so a failover must look
+    like one, not like a bug that ends a courier or a listener. Other
+    RedisClusterExceptions (a cross-slot call: a bug) are left as they are.
+    """
+
+    async def initialize(
+        self,
+        additional_startup_nodes_info: list[tuple[str, int]] | None = None,
+        last_failed_node_name: str | None = None,
+    ) -> aioredis.RedisCluster:
+        try:
+            return await super().initialize(additional_startup_nodes_info, last_failed_node_name)
+        except RedisClusterException as exc:
+            raise RedisConnectionError(f"cluster topology unavailable: {exc}") from exc
+
+
+class _AsyncSentinelConnection(async_sentinel.SentinelManagedConnection):
+    """A connection to the primary the sentinels name *now*, however it reconnects.
+
+    redis-py asks the sentinels only in ``connect()``; a command that finds its
+    connection dropped reconnects through another path to the connection's last
+    address, which after a failover is the dead or demoted primary, so every
+    retry fails. Asking before every TCP connect makes each retry a real one.
+    """
+
+    async def _connect(self) -> None:
+        if self.connection_pool.is_master:
+            self.host, self.port = await self.connection_pool.get_master_address()
+        await super()._connect()  # type: ignore[no-untyped-call]
+
+
+class _AsyncSentinelSSLConnection(_AsyncSentinelConnection, aioredis.SSLConnection):
+    """TLS twin of :class:`_AsyncSentinelConnection`."""
+
+
+class _SyncSentinelConnection(sync_sentinel.SentinelManagedConnection):
+    """Sync twin of :class:`_AsyncSentinelConnection`, for the heartbeat thread."""
+
+    def _connect(self) -> socket.socket:
+        if self.connection_pool.is_master:
+            self.host, self.port = self.connection_pool.get_master_address()
+        sock: socket.socket = super()._connect()  # type: ignore[no-untyped-call]
+        return sock
+
+
+class _SyncSentinelSSLConnection(_SyncSentinelConnection, redis.SSLConnection):
+    """TLS twin of :class:`_SyncSentinelConnection`."""
+
+
+class _AsyncSentinelPool(async_sentinel.SentinelConnectionPool, aioredis.BlockingConnectionPool):
+    """Sentinel discovery with a pool that waits for a free connection, like single mode.
+
+    Closing it (the client's ``aclose``) also closes the connections to the
+    sentinels, which redis-py leaves open; a discovery-time disconnect of idle
+    connections (``inuse_connections=False``) keeps them.
+    """
+
+    async def disconnect(self, inuse_connections: bool = True) -> None:
+        await super().disconnect(inuse_connections)
+        if inuse_connections:
+            await self.sentinel_manager.aclose()
+
+
+class _SyncSentinelPool(sync_sentinel.SentinelConnectionPool):
+    """Sync twin of :class:`_AsyncSentinelPool` (the heartbeat thread needs no waiting)."""
+
+    def disconnect(self, inuse_connections: bool = True) -> None:
+        super().disconnect(inuse_connections)
+        if inuse_connections:
+            for sentinel in self.sentinel_manager.sentinels:
+                sentinel.close()
+
+
+def async_client(url: str, *, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> AsyncRedis:
     """An asyncio client with its own pool, for the API, the worker loop and the CLI.
 
-    The pool blocks when all ``max_connections`` are busy instead of failing, so a
-    burst of concurrent calls queues up rather than erroring.
+    The single-node and sentinel pools block when all ``max_connections`` are busy
+    instead of failing, so a burst of concurrent calls queues up rather than
+    erroring. In cluster mode the cap is per node and at least
+    :data:`CLUSTER_MIN_CONNECTIONS_PER_NODE` (see there). Raises :class:`InvalidRedisUrl`.
     """
+    target = parse_redis_url(url)
+    options = {
+        "retry": AsyncRetry(_backoff(), RETRIES),
+        "retry_on_error": RETRY_ON,
+        **_common(socket_timeout_s=None),
+    }
+    if target.mode == "cluster":
+        return _AsyncCluster(
+            startup_nodes=[AsyncClusterNode(host, port) for host, port in target.nodes],
+            max_connections=max(max_connections, CLUSTER_MIN_CONNECTIONS_PER_NODE),
+            **options,
+            **_node_auth(target),
+        )
+    if target.mode == "sentinel":
+        manager = async_sentinel.Sentinel(  # type: ignore[no-untyped-call]
+            list(target.nodes), sentinel_kwargs=_sentinel_kwargs(target)
+        )
+        client: aioredis.Redis = manager.master_for(
+            target.service_name,
+            redis_class=aioredis.Redis,
+            connection_pool_class=_AsyncSentinelPool,
+            connection_class=_AsyncSentinelSSLConnection
+            if target.tls
+            else _AsyncSentinelConnection,
+            max_connections=max_connections,
+            timeout=None,  # wait for a free connection, never fail for want of one
+            db=target.db,
+            **options,
+            **_node_auth(target, ssl_flag=False),
+        )
+        return client
     pool = aioredis.BlockingConnectionPool.from_url(
-        url,
-        max_connections=max_connections,
-        timeout=None,
-        decode_responses=True,
-        socket_connect_timeout=CONNECT_TIMEOUT_S,
-        socket_keepalive=True,
-        health_check_interval=HEALTH_CHECK_INTERVAL_S,
-        retry=AsyncRetry(_backoff(), RETRIES),
-        retry_on_error=RETRY_ON,
+        url, max_connections=max_connections, timeout=None, **options
     )
     return aioredis.Redis.from_pool(pool)  # the client owns the pool: aclose() closes it
 
 
 def sync_client(
-    url: str, *, socket_timeout_s: float | None = None, retries: int = RETRIES
-) -> redis.Redis:
+    url: str,
+    *,
+    socket_timeout_s: float | None = None,
+    retries: int = RETRIES,
+    connect_timeout_s: float = CONNECT_TIMEOUT_S,
+) -> SyncRedis:
     """A blocking client, for threads that must not depend on the event loop.
 
     The heartbeat uses a socket timeout no longer than the lease safety margin and
     no retries of its own (it retries every beat), so a silent Redis can never keep
-    it from checking the jeopardy deadline in time.
+    it from checking the jeopardy deadline in time. Raises :class:`InvalidRedisUrl`.
+
+    Unlike the others, a cluster client connects at once: redis-py's sync cluster
+    client reads the slot map in its constructor (RedisClusterException when no
+    seed answers), so build it once Redis is known to be up.
     """
-    client: redis.Redis = redis.Redis.from_url(
-        url,
-        decode_responses=True,
-        socket_connect_timeout=CONNECT_TIMEOUT_S,
-        socket_timeout=socket_timeout_s,
-        socket_keepalive=True,
-        health_check_interval=HEALTH_CHECK_INTERVAL_S,
-        retry=Retry(_backoff(), retries),
-        retry_on_error=RETRY_ON,
-    )
+    target = parse_redis_url(url)
+    options = {
+        "retry": Retry(_backoff(), retries),
+        "retry_on_error": RETRY_ON,
+        **_common(socket_timeout_s=socket_timeout_s),
+        "socket_connect_timeout": connect_timeout_s,
+    }
+    if target.mode == "cluster":
+        return redis.RedisCluster(
+            startup_nodes=[
+                SyncClusterNode(host, port)  # type: ignore[no-untyped-call]
+                for host, port in target.nodes
+            ],
+            **options,
+            **_node_auth(target),
+        )
+    if target.mode == "sentinel":
+        manager = sync_sentinel.Sentinel(  # type: ignore[no-untyped-call]
+            list(target.nodes), sentinel_kwargs=_sentinel_kwargs(target)
+        )
+        sentinel_client: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call]
+            target.service_name,
+            redis_class=redis.Redis,
+            connection_pool_class=_SyncSentinelPool,
+            connection_class=_SyncSentinelSSLConnection if target.tls else _SyncSentinelConnection,
+            db=target.db,
+            **options,
+            **_node_auth(target, ssl_flag=False),
+        )
+        return sentinel_client
+    client: redis.Redis = redis.Redis.from_url(url, **options)
     return client
+
+
+def mode_of(client: AsyncRedis | SyncRedis) -> Mode:
+    """Which kind of deployment a client built here talks to."""
+    if isinstance(client, aioredis.RedisCluster | redis.RedisCluster):
+        return "cluster"
+    pool = client.connection_pool
+    if isinstance(
+        pool, async_sentinel.SentinelConnectionPool | sync_sentinel.SentinelConnectionPool
+    ):
+        return "sentinel"
+    return "single"

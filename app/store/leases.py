@@ -14,9 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import redis
-import redis.asyncio as aioredis
-
+from app.store.connection import AsyncRedis, SyncRedis
 from app.store.keys import QueueKeys
 from app.store.scripts import ScriptArg, ScriptCall, ScriptCode, Scripts
 
@@ -97,7 +95,7 @@ class LeaseStore:
 
     def __init__(
         self,
-        client: aioredis.Redis,
+        client: AsyncRedis,
         *,
         scripts: Scripts,
         prefix: str,
@@ -243,7 +241,7 @@ class LeaseRenewer:
     """
 
     def __init__(
-        self, client: redis.Redis, *, scripts: Scripts, prefix: str, lease_ttl_ms: int
+        self, client: SyncRedis, *, scripts: Scripts, prefix: str, lease_ttl_ms: int
     ) -> None:
         self.client = client
         self.scripts = scripts

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, cast
 
-import redis.asyncio as aioredis
-
+from app.store.connection import AsyncRedis
 from app.store.keys import QueueKeys
 from app.store.scripts import ScriptCode, Scripts
 
@@ -67,7 +66,7 @@ class ProgressStore:
     """Holds an async Redis client and writes checkpoints and effect records."""
 
     def __init__(
-        self, client: aioredis.Redis, *, scripts: Scripts, prefix: str, events_maxlen: int
+        self, client: AsyncRedis, *, scripts: Scripts, prefix: str, events_maxlen: int
     ) -> None:
         self.client = client
         self.scripts = scripts

@@ -2,23 +2,32 @@
 
 Each file is named ``<transition>-<key count>.lua``; a ``--- @include <name>``
 line is replaced by ``includes/<name>.lua`` so helpers exist once. Calls use
-EVALSHA and fall back to loading the script when Redis answers NOSCRIPT (after
-a restart or a ``SCRIPT FLUSH``), so no caller ever sees that error.
+EVALSHA and fall back to EVAL with the source when Redis answers NOSCRIPT (after
+a restart, a ``SCRIPT FLUSH`` or a failover to a node that never loaded it),
+which caches the script on that node, so no caller ever sees that error.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import redis
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError
+
+from app.store.connection import AsyncRedis, SyncRedis
+
+if TYPE_CHECKING:
+    from app.settings import Settings
+
+log = logging.getLogger(__name__)
 
 _FILE_NAME = re.compile(r"^(?P<name>[a-z_]+)-(?P<numkeys>\d+)\.lua$")
 _INCLUDE = re.compile(r"^--- @include (?P<name>[a-z_]+)$", re.MULTILINE)
@@ -85,11 +94,60 @@ class ScriptCall:
     args: Sequence[ScriptArg]
 
 
-class Scripts:
-    """Calls transitions by name on a sync or async Redis client."""
+# Transitions a failover must not lose once acknowledged: a lost claim lets a run be
+# claimed twice, a lost terminal write lets it run again. Renewals and handler events
+# are left out: losing one is safe by fencing (see the README) and they are frequent.
+DURABLE_TRANSITIONS = frozenset(
+    {
+        "create_run",
+        "claim_runs",
+        "finish_runs",
+        "release_runs",
+        "reconcile_expired",
+        "cancel_run",
+        "resume_run",
+        "resolve_run",
+        "checkpoint_run",
+        "start_effect",
+        "record_effect",
+    }
+)
 
-    def __init__(self, scripts: dict[str, Script] | None = None) -> None:
+
+@dataclass(frozen=True)
+class ReplicaAcks:
+    """``WAIT replicas timeout_ms`` after every durable transition (``LEASEHOLD_REPLICA_ACKS``).
+
+    WAIT blocks the connection until that many replicas have every write it made,
+    or the timeout passes. It narrows the window in which a failover loses an
+    acknowledged write; it does not make replication synchronous.
+    """
+
+    replicas: int
+    timeout_ms: int
+
+
+class Scripts:
+    """Calls transitions by name on a sync or async Redis client, in any connection mode.
+
+    In cluster mode every call goes to the primary of its keys' slot (all keys of
+    one call share the queue's hash tag). Scripts are cached per node, and a node
+    that lacks one (a restart, a ``SCRIPT FLUSH``, a replica just promoted) answers
+    NOSCRIPT: the call is then sent again as EVAL with the source, which runs it
+    on that same node and caches it there, so no caller ever sees the error.
+    """
+
+    def __init__(
+        self, scripts: dict[str, Script] | None = None, *, replica_acks: ReplicaAcks | None = None
+    ) -> None:
         self._scripts = scripts or load_scripts()
+        self.replica_acks = replica_acks if replica_acks and replica_acks.replicas > 0 else None
+        self.short_acks = 0  # durable writes fewer replicas than asked for acknowledged in time
+
+    @classmethod
+    def for_settings(cls, settings: Settings) -> Scripts:
+        """Every transition, with the replica acknowledgements ``settings`` ask for."""
+        return cls(replica_acks=ReplicaAcks(settings.replica_acks, settings.replica_ack_timeout_ms))
 
     def __contains__(self, name: str) -> bool:
         return name in self._scripts
@@ -105,45 +163,62 @@ class Scripts:
             raise ValueError(f"{call.name} takes {script.numkeys} keys, got {len(call.keys)}")
         return script
 
-    async def load_all(self, client: aioredis.Redis) -> None:
-        """SCRIPT LOAD every transition (startup, readiness, after NOSCRIPT)."""
+    def _command(self, call: ScriptCall, *, by_source: bool = False) -> list[ScriptArg]:
+        """The EVALSHA command of a call, or the EVAL one that also caches the script."""
+        script = self._resolve(call)
+        head: list[ScriptArg] = ["EVAL", script.source] if by_source else ["EVALSHA", script.sha]
+        return [*head, script.numkeys, *call.keys, *call.args]
+
+    async def load_all(self, client: AsyncRedis) -> None:
+        """SCRIPT LOAD every transition (startup, readiness): on every primary of a cluster.
+
+        Loading up front makes a broken script fail at start, not on first use.
+        """
+        if isinstance(client, aioredis.RedisCluster):
+            # redis-py sends SCRIPT LOAD to every primary; a cluster pipeline refuses it
+            await asyncio.gather(*(client.script_load(s.source) for s in self._scripts.values()))
+            return
         pipe = client.pipeline(transaction=False)
         for script in self._scripts.values():
             pipe.script_load(script.source)
         await pipe.execute()
 
-    async def loaded(self, client: aioredis.Redis) -> bool:
-        """Whether Redis has every script cached (for /readyz)."""
+    async def loaded(self, client: AsyncRedis) -> bool:
+        """Whether Redis (every primary, in cluster mode) has every script cached."""
         shas = [script.sha for script in self._scripts.values()]
         present = await client.script_exists(*shas)
         return all(present)
 
+    def _durable(self, calls: Sequence[ScriptCall]) -> ReplicaAcks | None:
+        if self.replica_acks and any(call.name in DURABLE_TRANSITIONS for call in calls):
+            return self.replica_acks
+        return None
+
     async def call(
-        self, client: aioredis.Redis, name: str, keys: Sequence[str], args: Sequence[ScriptArg]
+        self, client: AsyncRedis, name: str, keys: Sequence[str], args: Sequence[ScriptArg]
     ) -> Any:
-        """Run one transition; loads it and retries once on NOSCRIPT."""
-        script = self._resolve(ScriptCall(name, keys, args))
+        """Run one transition (followed by WAIT when it is durable and acks are asked for)."""
+        call = ScriptCall(name, keys, args)
+        if self._durable([call]):
+            return (await self.pipeline(client, [call]))[0]
+        script = self._resolve(call)
         try:
             return await client.evalsha(script.sha, script.numkeys, *keys, *args)
         except NoScriptError:
-            await self.load_all(client)
-            return await client.evalsha(script.sha, script.numkeys, *keys, *args)
+            return await client.eval(script.source, script.numkeys, *keys, *args)
 
-    async def pipeline(self, client: aioredis.Redis, calls: Sequence[ScriptCall]) -> list[Any]:
-        """Run several transitions in one round trip, in order.
+    async def pipeline(self, client: AsyncRedis, calls: Sequence[ScriptCall]) -> list[Any]:
+        """Run several transitions of one queue in one round trip, in order.
 
-        A call answered NOSCRIPT never ran, so after loading the scripts only those
-        calls are sent again (in their original order). Any other error is raised.
+        With :attr:`replica_acks` and a durable transition among them, the round
+        trip ends with WAIT on the same connection, i.e. on the node that ran them.
+        A call answered NOSCRIPT never ran: only those calls are sent again, as
+        EVAL, in their original order. Any other error is raised.
         """
-        pipe = client.pipeline(transaction=False)
-        for call in calls:
-            script = self._resolve(call)
-            pipe.evalsha(script.sha, script.numkeys, *call.keys, *call.args)
-        results: list[Any] = await pipe.execute(raise_on_error=False)
+        results = await self._round_trip(client, calls, by_source=False)
         missing = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
         if missing:
-            await self.load_all(client)
-            retried = await self.pipeline(client, [calls[i] for i in missing])
+            retried = await self._round_trip(client, [calls[i] for i in missing], by_source=True)
             for i, result in zip(missing, retried, strict=True):
                 results[i] = result
         for result in results:
@@ -151,13 +226,60 @@ class Scripts:
                 raise result
         return results
 
+    async def _round_trip(
+        self, client: AsyncRedis, calls: Sequence[ScriptCall], *, by_source: bool
+    ) -> list[Any]:
+        pipe = client.pipeline(transaction=False)
+        for call in calls:
+            # execute_command, not pipe.evalsha: redis-py's cluster pipeline refuses the latter
+            pipe.execute_command(*self._command(call, by_source=by_source))
+        acks = self._durable(calls)
+        if acks is not None:
+            routing = await _same_node(client, calls)
+            pipe.execute_command("WAIT", acks.replicas, acks.timeout_ms, **routing)
+        results: list[Any] = await pipe.execute(raise_on_error=False)
+        if acks is not None:
+            acked = results.pop()
+            if not any(isinstance(result, Exception) for result in results):
+                self._check_acks(acks, acked, calls)
+        return results
+
+    def _check_acks(self, acks: ReplicaAcks, acked: object, calls: Sequence[ScriptCall]) -> None:
+        """Count and log a WAIT that came back short: the writes stand, but less durably."""
+        if isinstance(acked, int) and acked >= acks.replicas:
+            return
+        self.short_acks += 1
+        answer = (
+            f"{acked} of {acks.replicas} replicas acknowledged within {acks.timeout_ms} ms"
+            if isinstance(acked, int)
+            else f"WAIT failed ({acked})"
+        )
+        log.warning(
+            "%s under-replicated: %s; a failover now could lose it",
+            ",".join(call.name for call in calls),
+            answer,
+        )
+
     def call_sync(
-        self, client: redis.Redis, name: str, keys: Sequence[str], args: Sequence[ScriptArg]
+        self, client: SyncRedis, name: str, keys: Sequence[str], args: Sequence[ScriptArg]
     ) -> Any:
-        """Blocking twin of :meth:`call`, for the heartbeat thread's own connection."""
+        """Blocking twin of :meth:`call`, for the heartbeat thread's own connection.
+
+        Used for renewals only, which are not durable transitions: no WAIT here.
+        """
         script = self._resolve(ScriptCall(name, keys, args))
         try:
             return client.evalsha(script.sha, script.numkeys, *keys, *args)
         except NoScriptError:
-            client.script_load(script.source)
-            return client.evalsha(script.sha, script.numkeys, *keys, *args)
+            return client.eval(script.source, script.numkeys, *keys, *args)
+
+
+async def _same_node(client: AsyncRedis, calls: Sequence[ScriptCall]) -> dict[str, Any]:
+    """Routing for WAIT: the node serving the calls' slot (WAIT has no key of its own).
+
+    The slot map must exist before it can be read: a fresh client builds it first.
+    """
+    if isinstance(client, aioredis.RedisCluster):
+        await client.initialize()  # a no-op once the map is built
+        return {"target_nodes": client.get_node_from_key(calls[0].keys[0])}
+    return {}

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-import redis.asyncio as aioredis
-
 from app.models import WorkerInfo
+from app.store.connection import AsyncRedis
 from app.store.keys import GlobalKeys
 
 
@@ -29,13 +28,20 @@ def withdraw(pipe: Any, prefix: str, worker_id: str) -> None:
     pipe.zrem(keys.workers, worker_id)
 
 
-async def list_workers(client: aioredis.Redis, prefix: str) -> list[WorkerInfo]:
-    """Every worker whose advertisement has not expired, most recently seen first."""
+async def list_workers(client: AsyncRedis, prefix: str) -> list[WorkerInfo]:
+    """Every worker whose advertisement has not expired, most recently seen first.
+
+    One pipelined GET per worker rather than an MGET: the advertisements hash to
+    different slots, which a Redis Cluster refuses in one MGET.
+    """
     keys = GlobalKeys(prefix)
     ids = cast(list[str], await client.zrevrange(keys.workers, 0, -1))
     if not ids:
         return []
-    raw = await client.mget([keys.worker(worker_id) for worker_id in ids])
+    pipe = client.pipeline(transaction=False)
+    for worker_id in ids:
+        pipe.get(keys.worker(worker_id))
+    raw: list[str | None] = await pipe.execute()
     gone = [worker_id for worker_id, value in zip(ids, raw, strict=True) if value is None]
     if gone:
         await client.zrem(keys.workers, *gone)

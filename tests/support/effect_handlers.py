@@ -17,12 +17,11 @@ import os
 import time
 from typing import Any, Literal
 
-import redis
-import redis.asyncio as aioredis
 from pydantic import BaseModel, Field
 
 from app.errors import RunFailure
 from app.executor import RunContext, handler
+from app.store.connection import async_client, sync_client
 
 HANG_S = 3600.0
 
@@ -38,7 +37,7 @@ def calls_key(prefix: str, run_id: str) -> str:
 
 
 async def _append(key_for: Any, run_id: str, value: str) -> None:
-    client = aioredis.Redis.from_url(os.environ["LEASEHOLD_REDIS_URL"])
+    client = async_client(os.environ["LEASEHOLD_REDIS_URL"])
     try:
         await client.rpush(key_for(os.environ["LEASEHOLD_PREFIX"], run_id), value)
     finally:
@@ -46,8 +45,11 @@ async def _append(key_for: Any, run_id: str, value: str) -> None:
 
 
 def _append_sync(key_for: Any, run_id: str, value: str) -> None:
-    with redis.Redis.from_url(os.environ["LEASEHOLD_REDIS_URL"]) as client:
+    client = sync_client(os.environ["LEASEHOLD_REDIS_URL"])
+    try:
         client.rpush(key_for(os.environ["LEASEHOLD_PREFIX"], run_id), value)
+    finally:
+        client.close()
 
 
 class StepsInput(BaseModel):

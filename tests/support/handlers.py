@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 import os
 
-import redis.asyncio as aioredis
 from pydantic import BaseModel, Field
 
 from app.errors import EventTooLarge
 from app.executor import RunContext, handler
+from app.store.connection import async_client
 
 
 class RecordInput(BaseModel):
@@ -31,7 +31,7 @@ def executions_key(prefix: str, run_id: str) -> str:
 @handler("test.record")
 async def record(ctx: RunContext, params: RecordInput) -> dict[str, object]:
     """Count this execution in Redis, then sleep ``seconds``."""
-    client = aioredis.Redis.from_url(os.environ["LEASEHOLD_REDIS_URL"])
+    client = async_client(os.environ["LEASEHOLD_REDIS_URL"])
     try:
         count = await client.incr(executions_key(os.environ["LEASEHOLD_PREFIX"], ctx.run_id))
     finally:

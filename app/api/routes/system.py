@@ -41,13 +41,19 @@ async def healthz() -> dict[str, str]:
     responses={503: {"model": ReadinessReport, "description": "not ready: see `problems`"}},
 )
 async def readyz(state: State) -> JSONResponse:
-    """Readiness: Redis reachable and scripts loaded; eviction policy checked."""
+    """Readiness: Redis reachable and scripts loaded; eviction policy checked.
+
+    Also says how Redis is deployed (``mode``: single, cluster or sentinel, from the
+    URL) and its ``topology`` now: nodes, roles, slot ranges, the sentinels' primary.
+    """
     readiness = await check_readiness(state.client, state.scripts)
     report = ReadinessReport(
         status="ready" if readiness.ready else "unavailable",
         redis_reachable=readiness.redis_reachable,
         scripts_loaded=readiness.scripts_loaded,
         maxmemory_policy=readiness.maxmemory_policy,
+        mode=readiness.mode,
+        topology=readiness.topology,
         problems=readiness.problems,
     )
     return JSONResponse(report.model_dump(), status_code=200 if readiness.ready else 503)
