@@ -40,6 +40,8 @@ probe_app = typer.Typer(
     help="Health probes for containers: exit 0 when healthy, 1 when not.", no_args_is_help=True
 )
 app.add_typer(probe_app, name="probe")
+demo_app = typer.Typer(help="Scripted demonstrations on a private stack.", no_args_is_help=True)
+app.add_typer(demo_app, name="demo")
 
 EXIT_CONFIG = 2
 EXIT_FAILED = 1
@@ -427,6 +429,26 @@ def _print_run(run: Run, as_json: bool) -> None:
         if run.error.details:
             lines.append(f"evidence  {json.dumps(run.error.details)}")
     typer.echo("\n".join(lines))
+
+
+@demo_app.command("kill-worker")
+def demo_kill_worker(
+    retry: Annotated[
+        bool, typer.Option("--retry", help="on_lease_expired=retry: another worker takes over.")
+    ] = False,
+    lease_ttl_s: Annotated[float, typer.Option(help="Lease TTL of the demo stack.")] = 3.0,
+) -> None:
+    """Start a private stack, post a long run, kill -9 its worker, watch what happens."""
+    from app.demo.walkthrough import WalkthroughFailed, kill_worker
+
+    try:
+        run = kill_worker(retry=retry, ttl_s=lease_ttl_s, out=sys.stdout)
+    except WalkthroughFailed as exc:
+        raise _fail(str(exc)) from None
+    ending = run.error.message if run.error else run.status.value
+    typer.echo(
+        f"{run.id} ended {run.status.value}: {ending} (attempt {run.attempt}, fence {run.fence})"
+    )
 
 
 def main() -> None:

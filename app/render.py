@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from app.models import TERMINAL_EVENT_TYPES, RunEvent
@@ -51,6 +52,13 @@ def _describe_resolved(data: dict[str, Any]) -> str:
     return line
 
 
+def _clock(epoch_ms: object) -> str:
+    """Epoch ms from Redis as a wall-clock time of day (UTC), or '?'."""
+    if not isinstance(epoch_ms, int | float):
+        return "?"
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).strftime("%H:%M:%S.%f")[:-3]
+
+
 def _describe_wait(data: dict[str, Any]) -> str:
     since = data.get("since_progress_s")
     silence = "no progress yet" if since is None else f"{since}s since progress"
@@ -67,7 +75,8 @@ DESCRIBE: dict[str, Callable[[dict[str, Any]], str]] = {
     "cancel_requested": lambda d: f"cancel requested (owner {d.get('owner_id')})",
     "released": lambda d: f"released by {d.get('owner_id')} ({d.get('reason')})",
     "lease_expired": lambda d: (
-        f"lease of {d.get('owner_id')} expired (last renewal at {d.get('last_renewed_at_ms')} ms)"
+        f"{d.get('owner_id')} stopped renewing at {_clock(d.get('last_renewed_at_ms'))}; "
+        f"lease expired at {_clock(d.get('lease_expires_at_ms'))}"
     ),
     "requeued": _describe_requeued,
     "checkpoint": lambda d: f"checkpoint {d.get('seq')} ({d.get('size_bytes')} bytes)",
