@@ -86,21 +86,8 @@ async def run_standalone(settings: Settings) -> None:
     """``leasehold reconciler``: reconcile every known queue until interrupted."""
     client = async_client(settings.resolved_redis_url())
     scripts = Scripts.for_settings(settings)
-    lease_store = LeaseStore(
-        client,
-        scripts=scripts,
-        prefix=settings.prefix,
-        lease_ttl_ms=settings.lease_ttl_ms,
-        retention_ms=settings.run_retention_ms,
-        events_maxlen=settings.events_maxlen,
-    )
-    run_store = RunStore(
-        client,
-        scripts=scripts,
-        prefix=settings.prefix,
-        retention_ms=settings.run_retention_ms,
-        events_maxlen=settings.events_maxlen,
-    )
+    lease_store = LeaseStore.for_settings(client, scripts, settings)
+    run_store = RunStore.for_settings(client, scripts, settings)
     reconciler = Reconciler(
         lease_store=lease_store,
         run_store=run_store,

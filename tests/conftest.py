@@ -81,26 +81,13 @@ async def redis_client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
 @pytest.fixture
 def run_store(redis_client: aioredis.Redis, scripts: Scripts, settings: Settings) -> RunStore:
     """The client-side store on this test's prefix."""
-    return RunStore(
-        redis_client,
-        scripts=scripts,
-        prefix=settings.prefix,
-        retention_ms=settings.run_retention_ms,
-        events_maxlen=settings.events_maxlen,
-    )
+    return RunStore.for_settings(redis_client, scripts, settings)
 
 
 @pytest.fixture
 def lease_store(redis_client: aioredis.Redis, scripts: Scripts, settings: Settings) -> LeaseStore:
     """The worker-side store on this test's prefix."""
-    return LeaseStore(
-        redis_client,
-        scripts=scripts,
-        prefix=settings.prefix,
-        lease_ttl_ms=settings.lease_ttl_ms,
-        retention_ms=settings.run_retention_ms,
-        events_maxlen=settings.events_maxlen,
-    )
+    return LeaseStore.for_settings(redis_client, scripts, settings)
 
 
 @pytest.fixture

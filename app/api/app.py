@@ -45,24 +45,12 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
         # if Redis is not up yet, /readyz says so and calls load scripts on demand
         with contextlib.suppress(RedisError, OSError):
             await scripts.load_all(client)
-        store = RunStore(
-            client,
-            scripts=scripts,
-            prefix=settings.prefix,
-            retention_ms=settings.run_retention_ms,
-            events_maxlen=settings.events_maxlen,
-        )
+        store = RunStore.for_settings(client, scripts, settings)
         # blocking XREADs get their own pool: one connection per followed run
         stream_client = async_client(
             settings.resolved_redis_url(), max_connections=settings.sse_max_followed_runs
         )
-        stream_store = RunStore(
-            stream_client,
-            scripts=scripts,
-            prefix=settings.prefix,
-            retention_ms=settings.run_retention_ms,
-            events_maxlen=settings.events_maxlen,
-        )
+        stream_store = RunStore.for_settings(stream_client, scripts, settings)
         hub = EventHub(
             stream_store, block_ms=settings.sse_block_ms, queue_max=settings.sse_queue_max
         )

@@ -106,21 +106,8 @@ class Worker:
         # start-up objects (modules, handler models, settings) live as long as the
         # process: freeze them, so each GC pass scans only short-lived run objects
         gc.freeze()
-        lease_store = LeaseStore(
-            client,
-            scripts=scripts,
-            prefix=self.settings.prefix,
-            lease_ttl_ms=self.settings.lease_ttl_ms,
-            retention_ms=self.settings.run_retention_ms,
-            events_maxlen=self.settings.events_maxlen,
-        )
-        run_store = RunStore(
-            client,
-            scripts=scripts,
-            prefix=self.settings.prefix,
-            retention_ms=self.settings.run_retention_ms,
-            events_maxlen=self.settings.events_maxlen,
-        )
+        lease_store = LeaseStore.for_settings(client, scripts, self.settings)
+        run_store = RunStore.for_settings(client, scripts, self.settings)
         heartbeat_client = sync_client(
             url, socket_timeout_s=max(0.05, self.settings.effective_safety_margin_s), retries=0
         )

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.settings import Settings
 from app.store.connection import AsyncRedis, SyncRedis
 from app.store.keys import QueueKeys
 from app.store.scripts import ScriptArg, ScriptCall, ScriptCode, Scripts
@@ -109,6 +110,18 @@ class LeaseStore:
         self.lease_ttl_ms = lease_ttl_ms
         self.retention_ms = retention_ms
         self.events_maxlen = events_maxlen
+
+    @classmethod
+    def for_settings(cls, client: AsyncRedis, scripts: Scripts, settings: Settings) -> LeaseStore:
+        """A store on ``client`` with the lease TTL, retention and stream cap of ``settings``."""
+        return cls(
+            client,
+            scripts=scripts,
+            prefix=settings.prefix,
+            lease_ttl_ms=settings.lease_ttl_ms,
+            retention_ms=settings.run_retention_ms,
+            events_maxlen=settings.events_maxlen,
+        )
 
     def keys(self, queue: str) -> QueueKeys:
         """Key names for one queue."""

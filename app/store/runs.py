@@ -14,6 +14,7 @@ from typing import Any, cast
 
 from app.errors import IdempotencyConflict, InvalidTransition, RunNotFound
 from app.models import ResolveRequest, Run, RunEvent, RunPage, RunStatus
+from app.settings import Settings
 from app.store.codec import dumps, event_from_entry, ms_to_datetime, new_run_id, run_from_hash
 from app.store.connection import AsyncRedis
 from app.store.keys import GlobalKeys, QueueKeys, queue_of
@@ -117,6 +118,17 @@ class RunStore:
         self.events_maxlen = events_maxlen
         self.global_keys = GlobalKeys(prefix)
         self._known_queues: set[str] = set()
+
+    @classmethod
+    def for_settings(cls, client: AsyncRedis, scripts: Scripts, settings: Settings) -> RunStore:
+        """A store on ``client`` with the prefix, retention and stream cap of ``settings``."""
+        return cls(
+            client,
+            scripts=scripts,
+            prefix=settings.prefix,
+            retention_ms=settings.run_retention_ms,
+            events_maxlen=settings.events_maxlen,
+        )
 
     def keys(self, queue: str) -> QueueKeys:
         """Key names for one queue."""
@@ -277,12 +289,13 @@ class RunStore:
         pipe.zcard(keys.delayed)
         pipe.zcard(keys.leases)
         pipe.lindex(keys.ready, 0)
-        pipe.time()
-        ready, delayed, leased, head, (seconds, micros) = await pipe.execute()
+        ready, delayed, leased, head = await pipe.execute()
         oldest_age_s = 0.0
         if head:
             created = await self.client.hget(keys.run(head), "created_at")
             if created:
+                # not in the pipeline: TIME has no key, and a cluster pipeline refuses it
+                seconds, micros = await self.client.time()
                 oldest_age_s = max(0.0, seconds + micros / 1e6 - int(created) / 1000)
         return QueueDepth(
             ready=int(ready),
