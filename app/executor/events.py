@@ -129,6 +129,14 @@ class EventSink:
                 continue
             delay = RETRY_DELAY_S
             if last_id is None:
+                log.warning(
+                    "events rejected: lease lost",
+                    extra={
+                        "run_id": self._run.id,
+                        "owner_id": self._owner,
+                        "fence": self._run.fence,
+                    },
+                )
                 self._lost = True
                 self._pending.clear()
                 self._on_lost()
