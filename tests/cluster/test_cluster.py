@@ -142,13 +142,19 @@ async def test_the_api_reports_the_cluster_and_lists_runs_and_workers_across_nod
                 break
         one = (await http.get(f"/runs/{ids[4]}")).json()
         live = (await http.get("/workers")).json()
+        metrics = await http.get("/metrics")  # queue depths, read from each queue's node
     assert ready["status"] == "ready" and ready["mode"] == "cluster"
     primaries = [node for node in ready["topology"]["nodes"] if node["role"] == "primary"]
     assert len(primaries) == 3 and all(node["slots"] for node in primaries)
     assert ready["problems"] == []
-    assert listed == sorted(ids, reverse=True)  # newest first, each once, across three nodes
+    # newest first (created_at ms, then id), each once, across three nodes
+    runs = [await on_cluster.store.get(run_id) for run_id in ids]
+    newest_first = sorted(runs, key=lambda run: (run.created_at, run.id), reverse=True)
+    assert listed == [run.id for run in newest_first]
     assert one["id"] == ids[4] and one["queue"] == queues[1]
     assert [info["pid"] for info in live] == [worker.pid]
+    assert metrics.status_code == 200
+    assert all(f'queue="{queue}"' in metrics.text for queue in queues)
 
 
 async def test_a_primary_that_lost_its_scripts_is_served_again_without_an_error(

@@ -24,10 +24,11 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
+from urllib.parse import quote
 
 import pytest
 import redis
@@ -39,6 +40,11 @@ NODE_TIMEOUT_MS = 1000
 SENTINEL_DOWN_AFTER_MS = 600
 SERVICE = "mymaster"
 BUS_PORT_OFFSET = 10000
+# every deployment here requires a password, so every test also proves that
+# credentials travel in each mode; '@' and ':' prove the URL's percent-encoding
+CLUSTER_PASSWORD = "clu@ster:pw"
+DATA_PASSWORD = "data@pw"
+SENTINEL_PASSWORD = "sentinel:pw"
 
 T = TypeVar("T")
 
@@ -71,6 +77,11 @@ def _port_free(port: int) -> bool:
     return True
 
 
+def pairwise(options: Sequence[str]) -> list[tuple[str, str]]:
+    """``["--a", "1", "--b", "2"]`` as ``[("--a", "1"), ("--b", "2")]``."""
+    return list(zip(options[::2], options[1::2], strict=True))
+
+
 def free_node_port() -> int:
     """A loopback port that is free, and whose cluster bus port (+10000) is free too."""
     for _ in range(200):
@@ -99,6 +110,59 @@ def poll(read: Callable[[], T], until: Callable[[T], bool], *, what: str, timeou
     raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """A throwaway CA and a server certificate for 127.0.0.1, made with ``openssl``."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+    @classmethod
+    def make(cls, directory: Path) -> TlsFiles:
+        """Write a CA and a certificate it signed (EC keys, one day) into ``directory``."""
+        directory.mkdir(parents=True, exist_ok=True)
+        files = cls(directory / "ca.crt", directory / "server.crt", directory / "server.key")
+        ca_key, request = directory / "ca.key", directory / "server.csr"
+        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        extensions = directory / "san.cnf"
+        extensions.write_text("subjectAltName=IP:127.0.0.1\n")
+        signed = ["-CAcreateserial", "-out", files.cert, "-days", "1", "-extfile", extensions]
+        for command in (
+            [
+                "req",
+                "-x509",
+                *ec,
+                "-keyout",
+                ca_key,
+                "-out",
+                files.ca,
+                "-days",
+                "1",
+                "-subj",
+                "/CN=ca",
+            ],
+            ["req", *ec, "-keyout", files.key, "-out", request, "-subj", "/CN=127.0.0.1"],
+            ["x509", "-req", "-in", request, "-CA", files.ca, "-CAkey", ca_key, *signed],
+        ):
+            subprocess.run(["openssl", *map(str, command)], check=True, capture_output=True)
+        return files
+
+    def listen_args(self, port: int) -> list[str]:
+        """redis-server options: TLS only on ``port``, for clients and replication."""
+        return [
+            *("--port", "0", "--tls-port", str(port)),
+            *("--tls-cert-file", str(self.cert), "--tls-key-file", str(self.key)),
+            *("--tls-ca-cert-file", str(self.ca), "--tls-auth-clients", "no"),
+            *("--tls-replication", "yes"),
+        ]
+
+    @property
+    def url_option(self) -> str:
+        """What a ``rediss+...`` URL adds so the client trusts the CA."""
+        return f"ssl_ca_certs={quote(str(self.ca), safe='')}"
+
+
 @dataclass
 class Server:
     """One redis-server (data node or sentinel) child process."""
@@ -107,6 +171,8 @@ class Server:
     port: int
     directory: Path
     args: list[str]
+    password: str | None = None
+    tls: TlsFiles | None = None
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -134,6 +200,9 @@ class Server:
         return redis.Redis(
             host="127.0.0.1",
             port=self.port,
+            password=self.password,
+            ssl=self.tls is not None,
+            ssl_ca_certs=str(self.tls.ca) if self.tls else None,
             decode_responses=True,
             socket_connect_timeout=1,
             socket_timeout=5,
@@ -199,12 +268,15 @@ def online_replicas(primary: Server) -> int:
     return sum(isinstance(slave, dict) and slave.get("state") == "online" for slave in slaves)
 
 
-def _data_args(port: int, directory: Path) -> list[str]:
+def _data_args(port: int, directory: Path, password: str, tls: TlsFiles | None) -> list[str]:
     return [
+        "--requirepass",
+        password,
+        "--masterauth",
+        password,
         "--bind",
         "127.0.0.1",
-        "--port",
-        str(port),
+        *(tls.listen_args(port) if tls else ["--port", str(port)]),
         "--dir",
         str(directory),
         "--save",
@@ -229,12 +301,17 @@ class LocalCluster:
     base_dir: Path
     primaries: int = 3
     replicas: int = 0
+    tls: TlsFiles | None = None
     nodes: list[Server] = field(default_factory=list)
 
     @property
     def url(self) -> str:
-        """The Leasehold URL of this cluster: every node as a seed."""
-        return "redis+cluster://" + ",".join(node.address for node in self.nodes)
+        """The Leasehold URL of this cluster: its password, every node as a seed."""
+        seeds = ",".join(node.address for node in self.nodes)
+        auth = quote(CLUSTER_PASSWORD, safe="")
+        if self.tls:
+            return f"rediss+cluster://:{auth}@{seeds}/?{self.tls.url_option}"
+        return f"redis+cluster://:{auth}@{seeds}"
 
     def start(self) -> LocalCluster:
         """Start every node, create the cluster, wait until it is ok everywhere."""
@@ -242,7 +319,8 @@ class LocalCluster:
             port = free_node_port()
             directory = self.base_dir / f"node-{port}"
             args = [
-                *_data_args(port, directory),
+                *_data_args(port, directory, CLUSTER_PASSWORD, self.tls),
+                *(["--tls-cluster", "yes"] if self.tls else []),
                 "--cluster-enabled",
                 "yes",
                 "--cluster-config-file",
@@ -250,12 +328,17 @@ class LocalCluster:
                 "--cluster-node-timeout",
                 str(NODE_TIMEOUT_MS),
             ]
-            self.nodes.append(Server(f"node{index}", port, directory, args).start())
+            node = Server(f"node{index}", port, directory, args, CLUSTER_PASSWORD, self.tls)
+            self.nodes.append(node.start())
         cli = find_redis_cli()
         assert cli is not None
         subprocess.run(
             [
                 str(cli),
+                "-a",
+                CLUSTER_PASSWORD,
+                "--no-auth-warning",
+                *(["--tls", "--cacert", str(self.tls.ca)] if self.tls else []),
                 "--cluster",
                 "create",
                 *(node.address for node in self.nodes),
@@ -416,31 +499,39 @@ class LocalSentinel:
     """One primary, one replica, three sentinels monitoring them as :data:`SERVICE`."""
 
     base_dir: Path
+    tls: TlsFiles | None = None
     data: list[Server] = field(default_factory=list)
     sentinels: list[Server] = field(default_factory=list)
 
     @property
     def url(self) -> str:
-        """The Leasehold URL: every sentinel, then the service name."""
+        """The Leasehold URL: the data password, every sentinel, the service, theirs."""
         hosts = ",".join(sentinel.address for sentinel in self.sentinels)
-        return f"redis+sentinel://{hosts}/{SERVICE}"
+        data, sentinels = quote(DATA_PASSWORD, safe=""), quote(SENTINEL_PASSWORD, safe="")
+        query = f"sentinel_password={sentinels}"
+        if self.tls:
+            return f"rediss+sentinel://:{data}@{hosts}/{SERVICE}?{query}&{self.tls.url_option}"
+        return f"redis+sentinel://:{data}@{hosts}/{SERVICE}?{query}"
 
     def start(self) -> LocalSentinel:
         """Primary, replica, sentinels; ready once every sentinel sees both data nodes."""
         primary_port = free_node_port()
         primary_dir = self.base_dir / f"data-{primary_port}"
+        primary_args = _data_args(primary_port, primary_dir, DATA_PASSWORD, self.tls)
         self.data.append(
-            Server("primary", primary_port, primary_dir, _data_args(primary_port, primary_dir))
+            Server("primary", primary_port, primary_dir, primary_args, DATA_PASSWORD, self.tls)
         )
         replica_port = free_node_port()
         replica_dir = self.base_dir / f"data-{replica_port}"
         replica_args = [
-            *_data_args(replica_port, replica_dir),
+            *_data_args(replica_port, replica_dir, DATA_PASSWORD, self.tls),
             "--replicaof",
             "127.0.0.1",
             str(primary_port),
         ]
-        self.data.append(Server("replica", replica_port, replica_dir, replica_args))
+        self.data.append(
+            Server("replica", replica_port, replica_dir, replica_args, DATA_PASSWORD, self.tls)
+        )
         for server in self.data:
             server.start()
         for index in range(3):
@@ -458,10 +549,13 @@ class LocalSentinel:
             "\n".join(
                 [
                     "bind 127.0.0.1",
-                    f"port {port}",
+                    *self._listen_lines(port),
                     f"dir {directory}",
                     f"logfile {directory / 'sentinel.log'}",
+                    f'requirepass "{SENTINEL_PASSWORD}"',
+                    f'sentinel sentinel-pass "{SENTINEL_PASSWORD}"',
                     f"sentinel monitor {SERVICE} 127.0.0.1 {primary_port} 2",
+                    f'sentinel auth-pass {SERVICE} "{DATA_PASSWORD}"',
                     f"sentinel down-after-milliseconds {SERVICE} {SENTINEL_DOWN_AFTER_MS}",
                     f"sentinel failover-timeout {SERVICE} 5000",
                     f"sentinel parallel-syncs {SERVICE} 1",
@@ -469,7 +563,15 @@ class LocalSentinel:
                 ]
             )
         )
-        return Server(f"sentinel{index}", port, directory, [str(config), "--sentinel"])
+        args = [str(config), "--sentinel"]
+        return Server(f"sentinel{index}", port, directory, args, SENTINEL_PASSWORD, self.tls)
+
+    def _listen_lines(self, port: int) -> list[str]:
+        """A sentinel's config lines for its port: plain, or TLS (to clients and nodes alike)."""
+        if not self.tls:
+            return [f"port {port}"]
+        options = self.tls.listen_args(port)
+        return [f"{name.removeprefix('--')} {value}" for name, value in pairwise(options)]
 
     def wait_healthy(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Every sentinel names the same live primary, which has a synced replica."""
@@ -591,3 +693,14 @@ def sentinel_group(tmp_path: Path) -> Iterator[LocalSentinel]:
         yield group.start()
     finally:
         group.stop()
+
+
+@pytest.fixture(scope="session")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
+    """A CA and a server certificate for 127.0.0.1, shared by the session's TLS tests."""
+    reason = missing_binaries()
+    if reason:
+        pytest.skip(reason)
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not found: TLS deployment tests skipped")
+    return TlsFiles.make(tmp_path_factory.mktemp("tls"))
