@@ -42,5 +42,12 @@ BENCH_ARGS ?=
 bench: install
 	$(BIN)/python -m bench.throughput $(BENCH_ARGS)
 
+## Chaos soak: faults against a real deployment for DURATION seconds, invariants checked
+## at the end; summary in bench/out/chaos/, exit 1 on any violation (see RELIABILITY.md).
+DURATION ?= 600
+SEED ?= 1
+soak: install
+	$(BIN)/python -m tests.chaos.soak --duration $(DURATION) --seed $(SEED)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .leasehold

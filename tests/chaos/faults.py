@@ -1,0 +1,241 @@
+"""The faults the harness injects, one at a time, on a seeded schedule.
+
+Each fault is what an operator would see in production, done with real
+signals and real sockets:
+
+* ``kill_worker``       ``kill -9`` of a worker holding runs; a replacement starts in
+                        its slot (the reconciler must orphan or retry its runs);
+* ``pause_worker``      SIGSTOP a worker holding runs past its lease, then SIGCONT:
+                        it wakes as a stale owner whose every write must be rejected;
+* ``drain_worker``      SIGTERM a worker holding runs: it finishes what it can within
+                        its drain timeout, releases the rest and exits; replaced;
+* ``restart_redis``     Redis stops (flushing its AOF) and starts again at once;
+* ``redis_outage``      Redis is down for longer than a lease, then comes back;
+* ``partition_worker``  the proxy between one worker and Redis blackholes for longer
+                        than a lease, then heals (late delivery, or resets);
+* ``kill_api``          ``kill -9`` of the API process most clients stream from,
+                        restarted on the same port.
+
+Each fault is recorded with its window (Redis clock-comparable wall time, ms) and
+target, so the checker can name stale owners and explain detection delays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from app.store.keys import QueueKeys
+from tests.chaos.cluster import Cluster, WorkerSlot
+
+QUEUE = "default"
+EXIT_WAIT_S = 30.0
+
+
+class FaultKind(StrEnum):
+    """Every kind of fault the harness injects."""
+
+    KILL_WORKER = "kill_worker"
+    PAUSE_WORKER = "pause_worker"
+    DRAIN_WORKER = "drain_worker"
+    RESTART_REDIS = "restart_redis"
+    REDIS_OUTAGE = "redis_outage"
+    PARTITION_WORKER = "partition_worker"
+    KILL_API = "kill_api"
+
+
+# faults after which the target's process lives on as a stale owner (its leases taken over)
+STALE_KINDS = frozenset({FaultKind.PAUSE_WORKER, FaultKind.PARTITION_WORKER})
+# faults during which no reconciler can reach Redis (detection waits for it to return)
+REDIS_DOWN_KINDS = frozenset({FaultKind.RESTART_REDIS, FaultKind.REDIS_OUTAGE})
+
+
+def now_ms() -> int:
+    """Wall-clock ms: the harness and Redis share this machine's clock."""
+    return int(time.time() * 1000)
+
+
+@dataclass
+class Fault:
+    """One injected fault: its kind, window and target."""
+
+    kind: FaultKind
+    started_ms: int
+    ended_ms: int = 0
+    target: str = ""
+    owner_id: str | None = None  # the worker it hit, when it hit one
+    pid: int | None = None
+    held_runs: int = 0  # leases the target held when hit
+    target_key: str = ""  # the slot it holds while under way (worker<i>, api<i>)
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class Injector:
+    """Applies faults to a :class:`Cluster`; every decision comes from ``rng``."""
+
+    def __init__(self, cluster: Cluster, redis_client: aioredis.Redis, rng: random.Random) -> None:
+        self.cluster = cluster
+        self.redis = redis_client
+        self.rng = rng
+        self.ttl_s = cluster.config.lease_ttl_s
+        self.faults: list[Fault] = []
+        self.stream_counts: Callable[[], dict[str, int]] = dict
+        self._held: set[str] = set()  # targets under a fault right now
+        self._actions: dict[FaultKind, Callable[[Fault], Awaitable[None]]] = {
+            FaultKind.KILL_WORKER: self._kill_worker,
+            FaultKind.PAUSE_WORKER: self._pause_worker,
+            FaultKind.DRAIN_WORKER: self._drain_worker,
+            FaultKind.RESTART_REDIS: self._restart_redis,
+            FaultKind.REDIS_OUTAGE: self._redis_outage,
+            FaultKind.PARTITION_WORKER: self._partition_worker,
+            FaultKind.KILL_API: self._kill_api,
+        }
+
+    async def run(
+        self, kinds: list[FaultKind], *, until: float, first: list[FaultKind], lanes: int = 1
+    ) -> None:
+        """Inject ``first`` in order, then random ``kinds``, with random gaps, until ``until``.
+
+        ``until`` is a ``time.monotonic()`` deadline; a fault in progress completes.
+        With several ``lanes``, faults overlap (never two on the same target, never
+        two on Redis at once).
+        """
+        queue = list(first)
+        await asyncio.gather(*(self._lane(kinds, until, queue) for _ in range(lanes)))
+
+    async def _lane(self, kinds: list[FaultKind], until: float, queue: list[FaultKind]) -> None:
+        while time.monotonic() < until:
+            await asyncio.sleep(self.rng.uniform(1.0, 3.0))
+            if time.monotonic() >= until:
+                return
+            kind = queue.pop(0) if queue else self.rng.choice(kinds)
+            if not self._free_target(kind):
+                queue.insert(0, kind)  # its target is under another fault: later
+                continue
+            await self.inject(kind)
+
+    def _free_target(self, kind: FaultKind) -> bool:
+        if kind in REDIS_DOWN_KINDS:
+            return "redis" not in self._held
+        if kind == FaultKind.KILL_API:
+            return any(f"api{api.index}" not in self._held for api in self.cluster.apis)
+        return any(f"worker{slot.index}" not in self._held for slot in self.cluster.workers)
+
+    async def inject(self, kind: FaultKind) -> Fault:
+        """Apply one fault and wait until it is over (the target restarted, healed...)."""
+        fault = Fault(kind, now_ms())
+        self.faults.append(fault)
+        if kind in REDIS_DOWN_KINDS:
+            self._held.add("redis")
+        try:
+            await self._actions[kind](fault)
+        finally:
+            self._held.discard("redis" if kind in REDIS_DOWN_KINDS else fault.target_key)
+        fault.ended_ms = now_ms()
+        return fault
+
+    async def _busy_slot(self, fault: Fault) -> WorkerSlot:
+        """The free worker slot whose worker holds the most leases; held until the fault ends."""
+        held = await self._leases_by_owner()
+        slots = [
+            slot
+            for slot in self.cluster.workers
+            if slot.current and slot.current.alive() and f"worker{slot.index}" not in self._held
+        ]
+        self.rng.shuffle(slots)
+        slot = max(slots, key=lambda slot: held.get(slot.current.owner_id or "", 0))
+        assert slot.current is not None
+        fault.target = slot.current.name
+        fault.target_key = f"worker{slot.index}"
+        fault.owner_id = slot.current.owner_id
+        fault.pid = slot.current.pid
+        fault.held_runs = held.get(slot.current.owner_id or "", 0)
+        self._held.add(fault.target_key)
+        return slot
+
+    async def _leases_by_owner(self) -> dict[str, int]:
+        keys = QueueKeys(self.cluster.prefix, QUEUE)
+        try:
+            ids = await self.redis.zrange(keys.leases, 0, -1)
+            pipe = self.redis.pipeline(transaction=False)
+            for run_id in ids:
+                pipe.hget(keys.run(run_id), "owner_id")
+            owners = await pipe.execute()
+        except (RedisError, OSError):
+            return {}
+        counts: dict[str, int] = {}
+        for owner in owners:
+            if owner:
+                counts[owner] = counts.get(owner, 0) + 1
+        return counts
+
+    async def _kill_worker(self, fault: Fault) -> None:
+        slot = await self._busy_slot(fault)
+        assert slot.current is not None
+        slot.current.signal(signal.SIGKILL)
+        await asyncio.to_thread(slot.current.popen.wait, EXIT_WAIT_S)
+        await asyncio.to_thread(self.cluster.start_worker, slot)
+
+    async def _pause_worker(self, fault: Fault) -> None:
+        slot = await self._busy_slot(fault)
+        assert slot.current is not None
+        paused_s = self.ttl_s * self.rng.uniform(2.0, 3.0)
+        fault.details["paused_s"] = round(paused_s, 2)
+        slot.current.signal(signal.SIGSTOP)
+        await asyncio.sleep(paused_s)
+        slot.current.signal(signal.SIGCONT)
+
+    async def _drain_worker(self, fault: Fault) -> None:
+        slot = await self._busy_slot(fault)
+        process = slot.current
+        assert process is not None
+        process.signal(signal.SIGTERM)
+        code = await asyncio.to_thread(process.popen.wait, EXIT_WAIT_S)
+        fault.details["exit_code"] = code
+        await asyncio.to_thread(self.cluster.start_worker, slot)
+
+    async def _restart_redis(self, fault: Fault) -> None:
+        fault.target = "redis"
+        await asyncio.to_thread(self.cluster.redis.stop)
+        await asyncio.to_thread(self.cluster.redis.start)
+
+    async def _redis_outage(self, fault: Fault) -> None:
+        fault.target = "redis"
+        down_s = self.ttl_s * self.rng.uniform(1.2, 2.0)
+        fault.details["down_s"] = round(down_s, 2)
+        await asyncio.to_thread(self.cluster.redis.stop)
+        await asyncio.sleep(down_s)
+        await asyncio.to_thread(self.cluster.redis.start)
+
+    async def _partition_worker(self, fault: Fault) -> None:
+        slot = await self._busy_slot(fault)
+        cut_s = self.ttl_s * self.rng.uniform(2.0, 3.0)
+        reset = self.rng.random() < 0.5
+        fault.details.update(partitioned_s=round(cut_s, 2), heal="reset" if reset else "late")
+        await asyncio.to_thread(slot.proxy.blackhole)
+        await asyncio.sleep(cut_s)
+        await asyncio.to_thread(slot.proxy.heal, reset=reset)
+
+    async def _kill_api(self, fault: Fault) -> None:
+        streams = self.stream_counts()
+        slots = [api for api in self.cluster.apis if f"api{api.index}" not in self._held]
+        self.rng.shuffle(slots)
+        slot = max(slots, key=lambda api: streams.get(api.url, 0))
+        assert slot.current is not None
+        fault.target, fault.target_key = slot.current.name, f"api{slot.index}"
+        self._held.add(fault.target_key)
+        fault.pid = slot.current.pid
+        fault.details["streams"] = streams.get(slot.url, 0)
+        slot.current.signal(signal.SIGKILL)
+        await asyncio.to_thread(slot.current.popen.wait, EXIT_WAIT_S)
+        await asyncio.sleep(self.rng.uniform(0.2, 1.0))
+        await asyncio.to_thread(self.cluster.start_api, slot)

@@ -1,0 +1,177 @@
+"""Handlers the chaos cluster's workers register (LEASEHOLD_HANDLERS=...,tests.chaos.handlers).
+
+Side effects are counted outside Leasehold, in files the harness owns: every
+real execution of an effect function appends one line to
+``$CHAOS_SIDE_DIR/<run id>.effects``. Files survive every fault the harness
+injects into Redis, and an append of one short line is atomic, so the count is
+the truth the checker compares Leasehold's promise ("a non-idempotent effect
+runs at most once per run") against.
+
+Every handler returns its owner and fence, so the checker can tell whose
+outcome the run record kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from app.executor import RunContext, handler
+
+SIDE_DIR_ENV = "CHAOS_SIDE_DIR"
+ESCALATION_SUBJECT = "pager"
+
+
+def effects_file(side_dir: Path, run_id: str) -> Path:
+    """Where the real executions of one run's effects are counted."""
+    return side_dir / f"{run_id}.effects"
+
+
+def read_executions(side_dir: Path, run_id: str) -> list[dict[str, str]]:
+    """Every recorded real execution of a run's effects, oldest first."""
+    path = effects_file(side_dir, run_id)
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        key, owner, fence, idempotent = line.split(" ")[:4]
+        rows.append({"key": key, "owner": owner, "fence": fence, "idempotent": idempotent})
+    return rows
+
+
+def ticks_file(side_dir: Path, run_id: str) -> Path:
+    """Where a run's handler notes each step it took: who, at which fence, when."""
+    return side_dir / f"{run_id}.ticks"
+
+
+def read_ticks(side_dir: Path, run_id: str) -> list[tuple[str, int, float]]:
+    """(owner, fence, epoch seconds) of every step a run's handlers took."""
+    path = ticks_file(side_dir, run_id)
+    if not path.exists():
+        return []
+    rows = (line.split(" ") for line in path.read_text().splitlines())
+    return [(owner, int(fence), float(at)) for owner, fence, at in rows]
+
+
+def _append(path: Path, line: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        os.write(fd, line.encode())  # one write of one short line: atomic with O_APPEND
+    finally:
+        os.close(fd)
+
+
+def _record_execution(ctx: RunContext, key: str, idempotent: bool) -> None:
+    side_dir = Path(os.environ[SIDE_DIR_ENV])
+    line = f"{key} {ctx.owner_id} {ctx.fence} {int(idempotent)} {time.time():.3f}\n"
+    _append(effects_file(side_dir, ctx.run_id), line)
+
+
+def _record_tick(ctx: RunContext) -> None:
+    side_dir = Path(os.environ[SIDE_DIR_ENV])
+    _append(ticks_file(side_dir, ctx.run_id), f"{ctx.owner_id} {ctx.fence} {time.time():.3f}\n")
+
+
+def _identity(ctx: RunContext) -> dict[str, Any]:
+    return {"owner": ctx.owner_id, "fence": ctx.fence, "attempt": ctx.attempt}
+
+
+class TickInput(BaseModel):
+    """How long to run, and how often to emit a progress event."""
+
+    seconds: float = Field(default=0.2, ge=0)
+    every_s: float = Field(default=0.25, gt=0)
+
+
+@handler("chaos.tick")
+async def tick(ctx: RunContext, params: TickInput) -> dict[str, Any]:
+    """Sleep ``seconds`` in steps, emitting a numbered progress event after each."""
+    started = time.monotonic()
+    step = 0
+    while (left := params.seconds - (time.monotonic() - started)) > 0:
+        await asyncio.sleep(min(params.every_s, left))
+        _record_tick(ctx)
+        step += 1
+        await ctx.progress(step=step)
+    return _identity(ctx)
+
+
+class OrderInput(BaseModel):
+    """An order: a non-idempotent charge, checkpoints, an idempotent notification.
+
+    ``charge_s`` is how long the charge's side effect takes (a fault may land inside
+    it); ``sync_charge`` runs it in a thread, which no cancellation can stop.
+    """
+
+    charge_s: float = Field(default=0.3, ge=0)
+    sync_charge: bool = False
+    steps: int = Field(default=3, ge=1)
+    step_s: float = Field(default=0.3, ge=0)
+
+
+@handler("chaos.order")
+async def order(ctx: RunContext, params: OrderInput) -> dict[str, Any]:
+    """Charge once, checkpoint after every step, notify (idempotently), return the receipt."""
+    state = ctx.state or {"step": 0}
+    if state["step"] == 0:
+        receipt = await ctx.effect("charge", _charge(ctx, params))
+        state = {"step": 1, "receipt": receipt}
+        await ctx.checkpoint(state)
+    for step in range(state["step"] + 1, params.steps + 1):
+        await asyncio.sleep(params.step_s)
+        _record_tick(ctx)
+        state = {**state, "step": step}
+        await ctx.checkpoint(state)
+    await ctx.effect("notify", _notify(ctx), idempotent=True)
+    return {**_identity(ctx), "receipt": state["receipt"]}
+
+
+def _charge(ctx: RunContext, params: OrderInput) -> Any:
+    async def charge(key: str) -> dict[str, Any]:
+        _record_execution(ctx, key, idempotent=False)
+        await asyncio.sleep(params.charge_s)
+        return {"key": key, "charged_at_fence": ctx.fence}
+
+    def charge_blocking(key: str) -> dict[str, Any]:
+        _record_execution(ctx, key, idempotent=False)
+        time.sleep(params.charge_s)
+        return {"key": key, "charged_at_fence": ctx.fence}
+
+    return charge_blocking if params.sync_charge else charge
+
+
+def _notify(ctx: RunContext) -> Any:
+    async def notify(key: str) -> str:
+        _record_execution(ctx, key, idempotent=True)
+        await asyncio.sleep(0.05)
+        return key
+
+    return notify
+
+
+class EscalateInput(BaseModel):
+    """The lease of the operation the watchdog escalates."""
+
+    lease_s: float = Field(default=0.3, gt=0)
+
+
+@handler("chaos.escalate")
+async def escalate(ctx: RunContext, params: EscalateInput) -> dict[str, Any]:
+    """Hang in a supervised operation until the watchdog escalates; finish once resumed."""
+    if ctx.resume_input is not None:
+        return {**_identity(ctx), "resumed_with": ctx.resume_input}
+    async with ctx.operation("tool_call", ESCALATION_SUBJECT, lease_s=params.lease_s):
+        await asyncio.Event().wait()
+    return _identity(ctx)
+
+
+def judge(evidence: dict[str, Any]) -> dict[str, str]:
+    """The chaos workers' watchdog evaluator: the pager operation always needs a person."""
+    if evidence.get("subject") == ESCALATION_SUBJECT:
+        return {"verdict": "ESCALATE", "reason": "the pager needs a person"}
+    return {"verdict": "RENEW", "reason": "not the pager"}

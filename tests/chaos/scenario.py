@@ -1,0 +1,204 @@
+"""One chaos run from start to verdict: deploy, load, attack, settle, check, report.
+
+1. Start the cluster (Redis with AOF, APIs, workers behind proxies).
+2. For ``duration_s``: create runs through the API (some followed, some
+   cancelled, parked ones decided by the "person"), and inject faults one after
+   another: first one of each kind in ``first_faults`` (shuffled by the seed),
+   then kinds drawn at random.
+3. Settle: every worker healthy again, poll Redis until every run is terminal or
+   parked (a run still running then is a violation, not a reason to wait longer).
+4. Check every invariant (:mod:`tests.chaos.checker`), wait, and check that no
+   terminal run changed meanwhile.
+5. Report (:mod:`tests.chaos.report`) and stop every process, whatever happened.
+
+Randomness comes from ``seed`` alone (separate streams for the workload and the
+faults). Timing on a loaded machine is not reproducible, so the same seed gives
+the same plan of runs and faults, not the same interleaving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis.asyncio as aioredis
+
+from app.store.connection import async_client
+from tests.chaos import checker, figures
+from tests.chaos.checker import Snapshot, Violation
+from tests.chaos.cluster import Cluster, ClusterConfig
+from tests.chaos.faults import STALE_KINDS, FaultKind, Injector, now_ms
+from tests.chaos.report import ChaosReport
+from tests.chaos.workload import Api, Workload
+
+SETTLE_POLL_S = 0.5
+FOLLOWERS_GRACE_S = 20.0
+
+
+@dataclass(frozen=True)
+class ChaosConfig:
+    """What to run, for how long, and with which faults."""
+
+    duration_s: float
+    seed: int
+    work_dir: Path
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    fault_kinds: tuple[FaultKind, ...] = tuple(FaultKind)
+    # injected first, once each, in a seeded order: the CI run needs every kind
+    first_faults: tuple[FaultKind, ...] = tuple(FaultKind)
+    rate_per_s: float = 2.5
+    # faults under way at once (on distinct targets; one on Redis at a time)
+    lanes: int = 1
+    settle_timeout_s: float = 120.0
+
+    @property
+    def recheck_after_s(self) -> float:
+        """Wait before re-reading terminal runs: long enough for a lease to expire and be seen."""
+        return 2 * self.cluster.lease_ttl_s + self.cluster.reconcile_interval_s
+
+
+async def run_chaos(config: ChaosConfig) -> ChaosReport:
+    """Deploy, attack, check; returns the report (violations included, never raised)."""
+    cluster = Cluster(config.cluster, work_dir=config.work_dir, prefix=f"ch{secrets.token_hex(3)}")
+    try:
+        await asyncio.to_thread(cluster.start)
+        redis_client = async_client(cluster.redis_url)
+        api = Api(cluster.api_urls, random.Random(f"{config.seed}-api"))
+        try:
+            chaos = ChaosRun(config, cluster, redis_client, api)
+            await chaos.attack()
+            return await chaos.verdict()
+        finally:
+            await api.aclose()
+            await redis_client.aclose()
+    finally:
+        await asyncio.to_thread(cluster.stop)
+
+
+class ChaosRun:
+    """One run's moving parts: the workload, the injector, and the clock they share."""
+
+    def __init__(
+        self, config: ChaosConfig, cluster: Cluster, redis_client: aioredis.Redis, api: Api
+    ) -> None:
+        self.config = config
+        self.cluster = cluster
+        self.redis = redis_client
+        self.started = time.monotonic()
+        self.started_ms = now_ms()
+        self.workload = Workload(
+            api,
+            random.Random(f"{config.seed}-workload"),
+            side_dir=cluster.side_dir,
+            ttl_s=config.cluster.lease_ttl_s,
+            rate_per_s=config.rate_per_s,
+        )
+        self.fault_rng = random.Random(f"{config.seed}-faults")
+        self.injector = Injector(cluster, redis_client, self.fault_rng)
+        self.injector.stream_counts = self.workload.streams_by_api
+
+    async def attack(self) -> None:
+        """Drive the workload and inject faults for ``duration_s``."""
+        first = list(self.config.first_faults)
+        self.fault_rng.shuffle(first)
+        deadline = self.started + self.config.duration_s
+        stop_person = asyncio.Event()
+        person = asyncio.create_task(self.workload.person(stop_person))
+        await asyncio.gather(
+            self.workload.create_until(deadline),
+            self.injector.run(
+                list(self.config.fault_kinds), until=deadline, first=first, lanes=self.config.lanes
+            ),
+        )
+        stop_person.set()
+        await person
+
+    async def verdict(self) -> ChaosReport:
+        """Settle, check every invariant, re-check terminal runs later, and report."""
+        settled = await self._settle()
+        await self.workload.finish_followers(FOLLOWERS_GRACE_S)
+        violations = self._check(settled)
+        await asyncio.sleep(self.config.recheck_after_s)
+        later = await checker.take_snapshot(self.redis, self.cluster.prefix)
+        violations += checker.check_stable(settled, later)
+        return self._report(settled, violations)
+
+    async def _settle(self) -> Snapshot:
+        """Poll until every run is settled (or the timeout); returns the last snapshot."""
+        deadline = time.monotonic() + self.config.settle_timeout_s
+        while True:
+            snapshot = await checker.take_snapshot(self.redis, self.cluster.prefix)
+            runs = self.workload.runs
+            created = all(t.run_id is not None or t.error is not None for t in runs)
+            if (created and not checker.check_settled(snapshot)) or time.monotonic() > deadline:
+                return snapshot
+            await asyncio.sleep(SETTLE_POLL_S)
+
+    def _check(self, snapshot: Snapshot) -> list[Violation]:
+        violations = checker.check_runs_known(snapshot, self.workload.runs)
+        violations += checker.check_settled(snapshot)
+        stale_owners = {
+            fault.owner_id
+            for fault in self.injector.faults
+            if fault.kind in STALE_KINDS and fault.owner_id
+        }
+        for run in snapshot.runs.values():
+            violations += checker.check_stream(run)
+            violations += checker.check_stale_writes(run, stale_owners)
+        effect_violations, _ = checker.check_effects(snapshot, self.cluster.side_dir)
+        violations += effect_violations
+        for follow in self.workload.follows:
+            violations += checker.check_follow(follow, snapshot.runs.get(follow.run_id))
+        return violations + _check_alive(self.cluster)
+
+    def _report(self, snapshot: Snapshot, violations: list[Violation]) -> ChaosReport:
+        cluster_config = self.config.cluster
+        faults = self.injector.faults
+        workers = self.cluster.worker_processes()
+        side_dir = self.cluster.side_dir
+        _, effect_counts = checker.check_effects(snapshot, side_dir)
+        return ChaosReport(
+            seed=self.config.seed,
+            duration_s=self.config.duration_s,
+            started_ms=self.started_ms,
+            elapsed_s=round(time.monotonic() - self.started, 1),
+            lanes=self.config.lanes,
+            cluster=cluster_config,
+            snapshot=snapshot,
+            faults=faults,
+            violations=violations,
+            detection={
+                **figures.detection_figures(
+                    figures.detections(snapshot),
+                    faults,
+                    ttl_s=cluster_config.lease_ttl_s,
+                    interval_s=cluster_config.reconcile_interval_s,
+                ),
+                "unexplained": figures.unexplained(
+                    figures.detections(snapshot), faults, ttl_s=cluster_config.lease_ttl_s
+                ),
+            },
+            takeovers=figures.takeovers(snapshot),
+            stale=figures.stale_figures(snapshot, faults, workers),
+            logs=figures.log_figures(workers),
+            past_lease=figures.past_lease(snapshot, faults, side_dir),
+            effects=dict(effect_counts),
+            workload=self.workload,
+            api_retries=self.workload.api.retries,
+        )
+
+
+def _check_alive(cluster: Cluster) -> list[Violation]:
+    """Only the harness ends processes: one that died on its own is a crash."""
+    found = []
+    for slot in [*cluster.workers, *cluster.apis]:
+        process = slot.current
+        if process is not None and not process.alive():
+            tail = process.log()[-2000:]
+            detail = f"exit {process.popen.returncode}: {tail}"
+            found.append(Violation("process_died", process.name, detail))
+    return found
