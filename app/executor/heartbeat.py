@@ -106,7 +106,12 @@ class Heartbeat(threading.Thread):
         return min(next_beat, oldest + self._jeopardy_after_s)
 
     def beat(self) -> None:
-        """One round: measure loop lag, renew every queue's leases, advertise."""
+        """One round: measure loop lag, renew every queue's leases, advertise.
+
+        A failed renewal is followed at once by the jeopardy check, and the round
+        then skips the advertisement, so no second blocking call stands between a
+        silent Redis and the jeopardy deadline.
+        """
         self.loop_lag_ms = self._measure_lag()
         failed = False
         for queue, leases in self._table.snapshot().items():
@@ -116,17 +121,26 @@ class Heartbeat(threading.Thread):
             except UNAVAILABLE as exc:
                 RENEWAL_FAILURES.inc()
                 log.warning("lease renewal failed on queue %s: %s", queue, exc)
-                failed = True
+                failed = self._failing = True
+                # decide now: the next call may block for a whole socket timeout too
+                self._check_jeopardy()
                 continue
             RENEW_SECONDS.labels(queue).observe(time.monotonic() - sent_at)
             LEASE_RENEWALS.labels(queue).inc(len(leases))
             self._apply(answers, sent_at)
         self._failing = failed
+        if not failed:
+            # skipped while renewals fail: against a silent Redis it would block for another
+            # socket timeout and push the jeopardy check to the lease's expiry. Leases that
+            # cannot be renewed are dropped within a TTL, well inside the advertisement's life.
+            self._advertise_quietly()
+        self._loop.call_soon_threadsafe(self._callbacks.beat_done, self.loop_lag_ms)
+
+    def _advertise_quietly(self) -> None:
         try:
             self._advertise(self.loop_lag_ms)
         except UNAVAILABLE as exc:
             log.warning("worker advertisement failed: %s", exc)
-        self._loop.call_soon_threadsafe(self._callbacks.beat_done, self.loop_lag_ms)
 
     def _apply(self, answers: dict[str, ScriptCode], sent_at: float) -> None:
         renewed = [run_id for run_id, code in answers.items() if code != ScriptCode.LOST]

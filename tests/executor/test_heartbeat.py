@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.executor.heartbeat import Heartbeat, HeartbeatCallbacks
 from app.executor.table import LeaseTable
@@ -29,6 +31,22 @@ class ScriptedRenewer:
         return {lease.run_id: self.answer for lease in leases}
 
 
+class SilentRedis(ScriptedRenewer):
+    """A partitioned Redis: every call hangs for the socket timeout, then times out."""
+
+    def __init__(self, socket_timeout_s: float) -> None:
+        super().__init__()
+        self.socket_timeout_s = socket_timeout_s
+
+    def renew(self, queue: str, owner: str, leases: Sequence[HeldLease]) -> dict[str, ScriptCode]:
+        self.calls.append([lease.run_id for lease in leases])
+        return self.advertise(0.0)
+
+    def advertise(self, loop_lag_ms: float) -> Any:
+        time.sleep(self.socket_timeout_s)
+        raise RedisTimeoutError("Timeout reading from socket")
+
+
 async def run_heartbeat(
     renewer: ScriptedRenewer,
     table: LeaseTable,
@@ -37,6 +55,7 @@ async def run_heartbeat(
     jeopardy_after_s: float,
     until: asyncio.Future[tuple[str, str]],
     timeout_s: float = 5.0,
+    advertise: Callable[[float], Any] = lambda lag: None,
 ) -> tuple[str, str]:
     loop = asyncio.get_running_loop()
 
@@ -56,7 +75,7 @@ async def run_heartbeat(
         callbacks=HeartbeatCallbacks(lost, cancelled, lambda lag: None),
         interval_s=interval_s,
         jeopardy_after_s=jeopardy_after_s,
-        advertise=lambda lag: None,
+        advertise=advertise,
     )
     heartbeat.start()
     try:
@@ -80,6 +99,31 @@ async def test_a_run_whose_renewals_keep_failing_is_stopped_before_its_lease_run
     assert (run_id, reason) == ("default.R1", "jeopardy")
     assert 0.25 <= stopped_after < 0.3 + 0.25  # at the deadline, well before a 0.3 s TTL + slack
     assert len(table) == 0
+
+
+async def test_a_silent_redis_cannot_push_the_jeopardy_stop_to_the_lease_expiry() -> None:
+    # found by the chaos harness: against a blackholed Redis each call blocks for the
+    # socket timeout (the safety margin), and the advertisement after a failed renewal
+    # blocked for another one, so the check that should stop the run at TTL - margin came
+    # at the TTL itself, when a reconciler may already have handed the run to another worker
+    ttl_s, margin_s = 3.6, 0.6
+    silent = SilentRedis(socket_timeout_s=margin_s)
+    table = LeaseTable()
+    confirmed_at = time.monotonic()
+    table.add("default.R1", "default", 1, confirmed_at)
+    done = asyncio.get_running_loop().create_future()
+    run_id, reason = await run_heartbeat(
+        silent,
+        table,
+        interval_s=ttl_s / 3,
+        jeopardy_after_s=ttl_s - margin_s,
+        until=done,
+        timeout_s=10,
+        advertise=silent.advertise,
+    )
+    stopped_after = time.monotonic() - confirmed_at
+    assert (run_id, reason) == ("default.R1", "jeopardy")
+    assert ttl_s - margin_s <= stopped_after < ttl_s - margin_s / 2, stopped_after
 
 
 async def test_renewals_that_succeed_keep_the_run_out_of_jeopardy() -> None:
