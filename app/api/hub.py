@@ -1,7 +1,8 @@
 """Per-process fan-out of run events: N followers of one run cost one Redis reader.
 
-A :class:`RunFeed` owns a single blocking ``XREAD`` loop for one run and copies
-each event into every subscriber's bounded queue. A subscriber that falls more
+A :class:`RunFeed` owns a single reader for one run (a blocking ``XREAD`` to wait
+for news, the ``read_events`` script to read it) and copies each event into
+every subscriber's bounded queue. A subscriber that falls more
 than ``queue_max`` events behind is dropped (its queue is cleared and closed):
 it must never slow down the reader, the other subscribers or the writer. The
 client then reconnects with ``Last-Event-ID`` and loses nothing.
@@ -10,6 +11,16 @@ The feed's starting position is fixed *before* a subscriber replays history, so
 replay-then-tail has no gap: the subscriber's replay covers everything up to
 at least that position, and the feed delivers everything after it (duplicates
 are dropped by stream id).
+
+A feed that falls further behind than the stream's cap (``LEASEHOLD_EVENTS_MAXLEN``)
+would find events trimmed before it read them. It is told so by the read itself
+(``read_events``: the entries and how many went missing, in one atomic step) and
+sends a ``replay_unavailable`` event before the rest, as a replay does: never a
+silent gap.
+
+Each event is encoded once, as a :class:`~app.api.frames.Frame`, and the same
+bytes go to every subscriber; a subscriber takes what has queued up in one
+:meth:`Subscription.get_batch`, so a burst goes out in one write, not one each.
 """
 
 from __future__ import annotations
@@ -21,12 +32,14 @@ from typing import Generic, TypeVar
 
 from redis.exceptions import RedisError
 
-from app.models import TERMINAL_EVENT_TYPES, RunEvent
+from app.api.frames import Frame, frame, gap
 from app.store.runs import RunStore
 
 log = logging.getLogger(__name__)
 
+RETRY_DELAY_S = 0.05
 RETRY_DELAY_MAX_S = 2.0
+READ_COUNT = 1000  # entries per read of a feed
 
 T = TypeVar("T")
 
@@ -59,6 +72,23 @@ class Subscription(Generic[T]):
         """The next event, or None once the subscription is closed."""
         return await self.queue.get()
 
+    async def get_batch(self, limit: int) -> list[T]:
+        """Wait for one event, then take whatever else is queued, up to ``limit``, in order.
+
+        An empty list means the subscription is closed (it was dropped).
+        """
+        if self.dropped and self.queue.empty():
+            return []
+        item = await self.queue.get()
+        batch: list[T] = []
+        while item is not None:
+            batch.append(item)
+            if len(batch) >= limit or self.queue.empty():
+                return batch
+            item = self.queue.get_nowait()
+        self.dropped = True  # the close marker: this batch goes out, the next call is []
+        return batch
+
 
 def fan_out(subscribers: set[Subscription[T]], item: T) -> None:
     """Offer ``item`` to every subscriber, dropping those too far behind to take it."""
@@ -80,8 +110,10 @@ class RunFeed:
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
-        self.subscribers: set[Subscription[RunEvent]] = set()
+        self.subscribers: set[Subscription[Frame]] = set()
         self.position: str | None = None
+        self.added = 0  # the stream's entries-added count when `position` was written
+        self.caught_up = False  # the last read came back short: wait before the next
         self.ready = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
 
@@ -105,19 +137,19 @@ class EventHub:
         feed = self._feeds.get(run_id)
         return len(feed.subscribers) if feed else 0
 
-    async def subscribe(self, run_id: str) -> Subscription[RunEvent]:
+    async def subscribe(self, run_id: str) -> Subscription[Frame]:
         """Follow a run; returns once the feed's start position is fixed."""
         feed = self._feeds.get(run_id)
         if feed is None:
             feed = RunFeed(run_id)
             self._feeds[run_id] = feed
             feed.task = asyncio.create_task(self._read(feed), name=f"feed:{run_id}")
-        subscription: Subscription[RunEvent] = Subscription(self._queue_max)
+        subscription: Subscription[Frame] = Subscription(self._queue_max)
         feed.subscribers.add(subscription)
         await feed.ready.wait()
         return subscription
 
-    def unsubscribe(self, run_id: str, subscription: Subscription[RunEvent]) -> None:
+    def unsubscribe(self, run_id: str, subscription: Subscription[Frame]) -> None:
         """Stop following; the last follower's departure stops the reader."""
         feed = self._feeds.get(run_id)
         if feed is None:
@@ -135,16 +167,11 @@ class EventHub:
         await stop_readers(tasks)
 
     async def _read(self, feed: RunFeed) -> None:
-        delay = 0.05
+        delay = RETRY_DELAY_S
         while True:
             try:
-                if feed.position is None:
-                    _, newest = await self._store.stream_bounds(feed.run_id)
-                    feed.position = newest or "0-0"
-                    feed.ready.set()
-                events = await self._store.wait_events(
-                    feed.run_id, after=feed.position, block_ms=self._block_ms
-                )
+                if await self._step(feed):
+                    return  # nothing follows a terminal event
             except (RedisError, OSError) as exc:
                 log.warning(
                     "event feed read failed, retrying: %s", exc, extra={"run_id": feed.run_id}
@@ -152,9 +179,33 @@ class EventHub:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_DELAY_MAX_S)
                 continue
-            delay = 0.05
-            for event in events:
-                feed.position = event.id
-                fan_out(feed.subscribers, event)
-            if any(event.type in TERMINAL_EVENT_TYPES for event in events):
-                return  # nothing follows a terminal event
+            delay = RETRY_DELAY_S
+
+    async def _step(self, feed: RunFeed) -> bool:
+        """One read, after waiting for news when the feed had caught up; True once terminal."""
+        if feed.position is None:
+            feed.position, feed.added = await self._store.feed_start(feed.run_id)
+            feed.ready.set()
+        if feed.caught_up and not await self._store.wait_for_events(
+            feed.run_id, after=feed.position, block_ms=self._block_ms
+        ):
+            return False
+        read = await self._store.read_new_events(
+            feed.run_id, after=feed.position, added=feed.added, count=READ_COUNT
+        )
+        feed.caught_up = len(read.events) < READ_COUNT
+        if read.missing and read.events:
+            log.warning(
+                "event feed fell behind the stream's cap: %s events trimmed unread",
+                read.missing if read.missing > 0 else "some",
+                extra={"run_id": feed.run_id},
+            )
+            fan_out(feed.subscribers, gap(feed.position, read.events[0]))
+        feed.added += max(read.missing, 0) + len(read.events)
+        for event in read.events:
+            feed.position = event.id
+            encoded = frame(event)
+            fan_out(feed.subscribers, encoded)
+            if encoded.terminal:
+                return True
+        return False

@@ -7,6 +7,10 @@
   ``replay_unavailable`` event says so before the rest: never a silent gap.
 * The stream closes after the terminal event, so a client that reconnects at
   any time learns the outcome and then stops.
+
+Messages are yielded as bytes (sse-starlette passes bytes through): live events
+arrive pre-encoded from the hub (:mod:`app.api.frames`), and whatever has queued
+up for a follower (a replay chunk, a token burst) goes out as one write.
 """
 
 from __future__ import annotations
@@ -15,8 +19,9 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 from fastapi import HTTPException
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import EventSourceResponse
 
+from app.api.frames import Frame, encode
 from app.api.hub import EventHub
 from app.api.state import ApiState
 from app.metrics import SSE_EVENTS_SENT, SSE_SUBSCRIBERS
@@ -24,15 +29,46 @@ from app.models import EVENT_ID, TERMINAL_EVENT_TYPES, Run, RunEvent, event_id_o
 from app.store.runs import RunStore
 
 REPLAY_CHUNK = 500
+# live frames one write may carry: a follower behind by a burst catches up in few sends
+LIVE_BATCH = 1000
 MAX_STREAM_ID_PART = 2**64 - 1
 
 
-def to_sse(event: RunEvent, *, retry_ms: int | None = None) -> ServerSentEvent:
-    """One run event as an SSE message."""
-    SSE_EVENTS_SENT.inc()
-    return ServerSentEvent(
-        data=event.model_dump_json(), event=event.type, id=event.id or None, retry=retry_ms
-    )
+class Cursor:
+    """What one follower has been sent: its last stream id, the pending retry hint, the end."""
+
+    def __init__(self, after: str | None, retry_ms: int) -> None:
+        self.last_id = after
+        self.order = event_id_order(after) if after else None
+        self.hint: int | None = retry_ms  # the first message carries it
+        self.ended = False
+
+    def message(self, event: RunEvent, encoded: bytes | None = None) -> bytes:
+        """The event's SSE message (``encoded`` if given and no hint is due); moves past it."""
+        if encoded is None or self.hint is not None:
+            encoded = encode(event, retry_ms=self.hint)
+        self.hint = None
+        if event.id:
+            self.last_id, self.order = event.id, event_id_order(event.id)
+        self.ended = event.type in TERMINAL_EVENT_TYPES
+        return encoded
+
+    def take(self, frames: list[Frame]) -> list[bytes]:
+        """Messages for the frames this follower has not been sent, up to the terminal one."""
+        messages = []
+        for item in frames:
+            if self.order is not None and item.order <= self.order:
+                continue  # already sent during the replay
+            messages.append(self.message(item.event, item.message))
+            if self.ended:
+                break
+        return messages
+
+
+def send(messages: list[bytes]) -> bytes:
+    """Messages joined into one write, counted as sent."""
+    SSE_EVENTS_SENT.inc(len(messages))
+    return b"".join(messages)
 
 
 async def replay_gap(store: RunStore, run_id: str, after: str | None) -> RunEvent | None:
@@ -54,7 +90,7 @@ async def replay_gap(store: RunStore, run_id: str, after: str | None) -> RunEven
 
 async def run_events(
     store: RunStore, hub: EventHub, run_id: str, *, after: str | None, retry_ms: int
-) -> AsyncIterator[ServerSentEvent]:
+) -> AsyncIterator[bytes]:
     """Every event of a run after ``after``, live, ending with the terminal event.
 
     Ends early (without a terminal event) only when this follower fell too far
@@ -62,32 +98,34 @@ async def run_events(
     """
     subscription = await hub.subscribe(run_id)
     SSE_SUBSCRIBERS.inc()
-    hint: int | None = retry_ms
-    cursor = after
+    cursor = Cursor(after, retry_ms)
     try:
         gap = await replay_gap(store, run_id, after)
         if gap is not None:
-            yield to_sse(gap, retry_ms=hint)
-            hint = None
-        while True:
-            batch = await store.read_events(run_id, after=cursor, count=REPLAY_CHUNK)
-            for event in batch:
-                yield to_sse(event, retry_ms=hint)
-                hint, cursor = None, event.id
-                if event.type in TERMINAL_EVENT_TYPES:
-                    return
-            if len(batch) < REPLAY_CHUNK:
-                break
-        while (live := await subscription.get()) is not None:
-            if cursor is not None and event_id_order(live.id) <= event_id_order(cursor):
-                continue  # already sent during the replay
-            yield to_sse(live, retry_ms=hint)
-            hint, cursor = None, live.id
-            if live.type in TERMINAL_EVENT_TYPES:
-                return
+            yield send([cursor.message(gap)])
+        async for chunk in replay(store, run_id, cursor):
+            yield chunk
+        while not cursor.ended and (frames := await subscription.get_batch(LIVE_BATCH)):
+            if messages := cursor.take(frames):
+                yield send(messages)
     finally:
         SSE_SUBSCRIBERS.dec()
         hub.unsubscribe(run_id, subscription)
+
+
+async def replay(store: RunStore, run_id: str, cursor: Cursor) -> AsyncIterator[bytes]:
+    """The stored events after the cursor, one write per chunk read, up to the terminal one."""
+    while not cursor.ended:
+        batch = await store.read_events(run_id, after=cursor.last_id, count=REPLAY_CHUNK)
+        messages = []
+        for event in batch:
+            messages.append(cursor.message(event))
+            if cursor.ended:
+                break
+        if messages:
+            yield send(messages)
+        if len(batch) < REPLAY_CHUNK:
+            return
 
 
 def resume_point(header: str | None, query: str | None) -> str | None:
@@ -116,7 +154,7 @@ def is_stream_id(value: str) -> bool:
 def event_stream_response(
     state: ApiState,
     run: Run,
-    stream: AsyncIterator[ServerSentEvent],
+    stream: AsyncIterator[bytes],
     *,
     status_code: int = 200,
     headers: dict[str, str] | None = None,

@@ -12,6 +12,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from redis.exceptions import ResponseError
+
 from app.errors import IdempotencyConflict, InvalidTransition, RunNotFound
 from app.models import ResolveRequest, Run, RunEvent, RunPage, RunStatus
 from app.settings import Settings
@@ -69,6 +71,16 @@ class QueueDepth:
     delayed: int
     leased: int
     oldest_queued_age_s: float
+
+
+@dataclass(frozen=True)
+class FeedRead:
+    """One read of a run's stream by a live feed (:meth:`RunStore.read_new_events`)."""
+
+    events: list[RunEvent]
+    # entries written after the feed's position and trimmed before it read them;
+    # -1 when some may have been but Redis (before 7.0) does not count them
+    missing: int
 
 
 class InvalidCursor(ValueError):
@@ -250,22 +262,49 @@ class RunStore:
         )
         return [event_from_entry(run_id, entry_id, fields) for entry_id, fields in entries]
 
-    async def wait_events(
-        self, run_id: str, *, after: str, block_ms: int, count: int = 1000
-    ) -> list[RunEvent]:
-        """Events after stream id ``after``, blocking up to ``block_ms`` for the first one.
+    async def feed_start(self, run_id: str) -> tuple[str, int]:
+        """Where a live feed starts: the stream's newest id and its entries-added count.
+
+        Both come from one ``XINFO STREAM``, so they describe the same moment; a run
+        without a stream yet starts at ``("0-0", 0)``. Redis before 7.0 does not count
+        entries added (0 then: see :meth:`read_new_events`).
+        """
+        key = self.keys(_queue(run_id)).events(run_id)
+        try:
+            info = await self.client.xinfo_stream(key)
+        except ResponseError as exc:
+            if "no such key" not in str(exc):
+                raise
+            return "0-0", 0
+        return str(info["last-generated-id"]), int(info.get("entries-added") or 0)
+
+    async def read_new_events(
+        self, run_id: str, *, after: str, added: int, count: int = 1000
+    ) -> FeedRead:
+        """Up to ``count`` events after ``after``, and how many were trimmed unread before them.
+
+        ``added`` is the stream's entries-added count when ``after`` was written
+        (from :meth:`feed_start`, then advanced by what each read returned and missed).
+        Never blocks: wait with :meth:`wait_for_events`.
+        """
+        key = self.keys(_queue(run_id)).events(run_id)
+        _code, missing, entries = await self.scripts.call(
+            self.client, "read_events", [key], [after, added, count]
+        )
+        events = [
+            event_from_entry(run_id, entry_id, dict(zip(fields[::2], fields[1::2], strict=True)))
+            for entry_id, fields in entries
+        ]
+        return FeedRead(events, int(missing))
+
+    async def wait_for_events(self, run_id: str, *, after: str, block_ms: int) -> bool:
+        """Block up to ``block_ms`` until the stream has an entry after ``after``; whether it has.
 
         Holds a connection for the whole wait: call it from a client whose pool is
         sized for blocking readers (the API's event hub has its own).
         """
         key = self.keys(_queue(run_id)).events(run_id)
-        reply = cast(
-            list[tuple[str, list[tuple[str, dict[str, str]]]]] | None,
-            await self.client.xread({key: after}, count=count, block=block_ms),
-        )
-        if not reply:
-            return []
-        return [event_from_entry(run_id, entry_id, fields) for entry_id, fields in reply[0][1]]
+        return bool(await self.client.xread({key: after}, count=1, block=block_ms))
 
     async def stream_bounds(self, run_id: str) -> tuple[RunEvent | None, str | None]:
         """The oldest retained event of a run's stream and the id of its newest one."""

@@ -11,7 +11,6 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Requ
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from redis.exceptions import RedisError
-from sse_starlette import ServerSentEvent
 
 from app.api.limits import parse_json_body
 from app.api.problems import PROBLEM_JSON
@@ -160,8 +159,8 @@ async def create_run(
 
 
 async def cancel_if_abandoned(
-    state: ApiState, run_id: str, stream: AsyncIterator[ServerSentEvent]
-) -> AsyncIterator[ServerSentEvent]:
+    state: ApiState, run_id: str, stream: AsyncIterator[bytes]
+) -> AsyncIterator[bytes]:
     """Pass the stream through; if the client leaves before the end, cancel the run.
 
     The cancel runs as a detached task: the disconnect cancels this generator, and

@@ -1,0 +1,65 @@
+"""Run events in their SSE wire form, encoded once per event however many follow it.
+
+A run followed by a thousand clients in one process would otherwise serialize
+each live event a thousand times (JSON, then the SSE framing). The event feed
+(:mod:`app.api.hub`) turns each event into a :class:`Frame` once, and every
+follower writes the same bytes.
+
+Messages use sse-starlette's own encoder and separator (``\\r\\n``), so a
+pre-encoded message is byte for byte what the library would send.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sse_starlette import ServerSentEvent
+
+from app.models import TERMINAL_EVENT_TYPES, RunEvent, event_id_order
+
+
+def encode(event: RunEvent, *, retry_ms: int | None = None) -> bytes:
+    """One run event as an SSE message: ``id`` (omitted when empty), ``event``, ``data``."""
+    return ServerSentEvent(
+        data=event.model_dump_json(), event=event.type, id=event.id or None, retry=retry_ms
+    ).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """A live event with what every follower needs: its position, its message, whether it ends."""
+
+    event: RunEvent
+    order: tuple[int, int]  # the stream id as a sortable pair
+    message: bytes  # the SSE message, without a retry: field
+    terminal: bool
+
+
+def frame(event: RunEvent) -> Frame:
+    """Encode a stored event (it has a stream id) for fan-out."""
+    return Frame(
+        event=event,
+        order=event_id_order(event.id),
+        message=encode(event),
+        terminal=event.type in TERMINAL_EVENT_TYPES,
+    )
+
+
+def gap(after: str, first: RunEvent) -> Frame:
+    """A ``replay_unavailable`` frame: events after ``after`` were trimmed before ``first``.
+
+    It takes ``first``'s place in the order: a follower that already has ``first``
+    (its own replay reached it) missed nothing and skips it; any other gets it
+    right before ``first``. Like every synthetic event it has no id, so it does not
+    move a client's Last-Event-ID.
+    """
+    event = RunEvent(
+        id="",
+        run_id=first.run_id,
+        type="replay_unavailable",
+        ts=datetime.now(tz=UTC),
+        fence=first.fence,
+        data={"requested_after": after, "oldest_available": first.id},
+    )
+    return Frame(event=event, order=event_id_order(first.id), message=encode(event), terminal=False)

@@ -1,0 +1,73 @@
+"""The per-process event hub: batched inboxes, and a feed that fell behind the stream's cap."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from app.api.frames import Frame
+from app.api.hub import EventHub, Subscription
+from app.store.runs import RunStore
+from tests.support.streams import append, new_run
+
+
+async def test_a_batch_takes_what_queued_up_in_order_up_to_the_limit() -> None:
+    inbox: Subscription[int] = Subscription(maxsize=10)
+    for item in range(5):
+        inbox.offer(item)
+    assert await inbox.get_batch(3) == [0, 1, 2]
+    assert await inbox.get_batch(3) == [3, 4]
+
+
+async def test_a_dropped_inbox_gives_an_empty_batch() -> None:
+    inbox: Subscription[int] = Subscription(maxsize=2)
+    assert inbox.offer(0) and inbox.offer(1)
+    assert not inbox.offer(2)  # too far behind: cleared and closed
+    assert await inbox.get_batch(10) == []
+    assert await inbox.get_batch(10) == []
+
+
+async def frames_until(inbox: Subscription[Frame], count: int) -> list[Frame]:
+    frames: list[Frame] = []
+    while len(frames) < count:
+        frames += await asyncio.wait_for(inbox.get_batch(100), timeout=10)
+    return frames
+
+
+@pytest.fixture
+async def hub(run_store: RunStore) -> AsyncIterator[EventHub]:
+    hub = EventHub(run_store, block_ms=100, queue_max=100)
+    yield hub
+    await hub.close()
+
+
+async def test_a_feed_behind_the_streams_cap_announces_the_gap_before_the_rest(
+    hub: EventHub, run_store: RunStore, redis_client: aioredis.Redis
+) -> None:
+    run_id, key = await new_run(run_store)
+    inbox = await hub.subscribe(run_id)
+    position, _ = await run_store.feed_start(run_id)
+    await append(redis_client, key, range(30), maxlen=10)
+    frames = await frames_until(inbox, 11)
+    notice = frames[0].event
+    assert notice.type == "replay_unavailable"
+    assert notice.id == ""
+    assert notice.data == {"requested_after": position, "oldest_available": frames[1].event.id}
+    assert [frame.event.data["i"] for frame in frames[1:]] == list(range(20, 30))
+
+
+async def test_every_follower_gets_the_same_frames_encoded_once(
+    hub: EventHub, run_store: RunStore, redis_client: aioredis.Redis
+) -> None:
+    run_id, key = await new_run(run_store)
+    inboxes = [await hub.subscribe(run_id) for _ in range(3)]
+    await append(redis_client, key, range(5))
+    seen = [await frames_until(inbox, 5) for inbox in inboxes]
+    assert [frame.event.data["i"] for frame in seen[0]] == list(range(5))
+    assert all(
+        first is other for frames in seen[1:] for first, other in zip(seen[0], frames, strict=True)
+    )
+    assert seen[0][0].message.startswith(f"id: {seen[0][0].event.id}\r\nevent: token\r\n".encode())
