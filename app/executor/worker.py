@@ -108,8 +108,11 @@ class Worker:
         gc.freeze()
         lease_store = LeaseStore.for_settings(client, scripts, self.settings)
         run_store = RunStore.for_settings(client, scripts, self.settings)
+        # no single call of the heartbeat may outlast the safety margin: not a read, not a
+        # connect (a partition that drops SYNs), not a retry
+        bound_s = max(0.05, self.settings.effective_safety_margin_s)
         heartbeat_client = sync_client(
-            url, socket_timeout_s=max(0.05, self.settings.effective_safety_margin_s), retries=0
+            url, socket_timeout_s=bound_s, connect_timeout_s=bound_s, retries=0
         )
         heartbeat = self._heartbeat(
             LeaseRenewer(
