@@ -1,8 +1,8 @@
 """Per-process fan-out of run events: N followers of one run cost one Redis reader.
 
-A :class:`RunFeed` owns a single reader for one run (a blocking ``XREAD`` to wait
-for news, the ``read_events`` script to read it) and copies each event into
-every subscriber's bounded queue. A subscriber that falls more
+A :class:`RunFeed` owns a single reader for one run (the ``read_events`` script,
+pipelined behind a blocking ``XREAD`` when it waits for news) and copies each
+event into every subscriber's bounded queue. A subscriber that falls more
 than ``queue_max`` events behind is dropped (its queue is cleared and closed):
 it must never slow down the reader, the other subscribers or the writer. The
 client then reconnects with ``Last-Event-ID`` and loses nothing.
@@ -186,13 +186,18 @@ class EventHub:
         if feed.position is None:
             feed.position, feed.added = await self._store.feed_start(feed.run_id)
             feed.ready.set()
-        if feed.caught_up and not await self._store.wait_for_events(
-            feed.run_id, after=feed.position, block_ms=self._block_ms
-        ):
-            return False
-        read = await self._store.read_new_events(
-            feed.run_id, after=feed.position, added=feed.added, count=READ_COUNT
-        )
+        if feed.caught_up:
+            read = await self._store.wait_and_read(
+                feed.run_id,
+                after=feed.position,
+                added=feed.added,
+                block_ms=self._block_ms,
+                count=READ_COUNT,
+            )
+        else:
+            read = await self._store.read_new_events(
+                feed.run_id, after=feed.position, added=feed.added, count=READ_COUNT
+            )
         feed.caught_up = len(read.events) < READ_COUNT
         if read.missing and read.events:
             log.warning(

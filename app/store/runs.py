@@ -12,7 +12,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 
 from app.errors import IdempotencyConflict, InvalidTransition, RunNotFound
 from app.models import ResolveRequest, Run, RunEvent, RunPage, RunStatus
@@ -285,26 +285,34 @@ class RunStore:
 
         ``added`` is the stream's entries-added count when ``after`` was written
         (from :meth:`feed_start`, then advanced by what each read returned and missed).
-        Never blocks: wait with :meth:`wait_for_events`.
+        Never blocks: :meth:`wait_and_read` waits for news first.
         """
         key = self.keys(_queue(run_id)).events(run_id)
-        _code, missing, entries = await self.scripts.call(
-            self.client, "read_events", [key], [after, added, count]
-        )
-        events = [
-            event_from_entry(run_id, entry_id, dict(zip(fields[::2], fields[1::2], strict=True)))
-            for entry_id, fields in entries
-        ]
-        return FeedRead(events, int(missing))
+        reply = await self.scripts.call(self.client, "read_events", [key], [after, added, count])
+        return _feed_read(run_id, reply)
 
-    async def wait_for_events(self, run_id: str, *, after: str, block_ms: int) -> bool:
-        """Block up to ``block_ms`` until the stream has an entry after ``after``; whether it has.
+    async def wait_and_read(
+        self, run_id: str, *, after: str, added: int, block_ms: int, count: int = 1000
+    ) -> FeedRead:
+        """:meth:`read_new_events`, once the stream has news or ``block_ms`` have passed.
 
-        Holds a connection for the whole wait: call it from a client whose pool is
-        sized for blocking readers (the API's event hub has its own).
+        One round trip: the script is pipelined behind a blocking ``XREAD`` on the same
+        connection, and Redis runs it the moment the XREAD returns. Holds the
+        connection for the whole wait: call it from a client whose pool is sized for
+        blocking readers (the API's event hub has its own).
         """
         key = self.keys(_queue(run_id)).events(run_id)
-        return bool(await self.client.xread({key: after}, count=1, block=block_ms))
+        pipe = self.client.pipeline(transaction=False)
+        pipe.xread({key: after}, count=1, block=block_ms)
+        pipe.execute_command(*self.scripts.command("read_events", [key], [after, added, count]))
+        woke, reply = await pipe.execute(raise_on_error=False)
+        if isinstance(woke, Exception):
+            raise woke
+        if isinstance(reply, NoScriptError):  # a restarted Redis: EVAL caches it again
+            return await self.read_new_events(run_id, after=after, added=added, count=count)
+        if isinstance(reply, Exception):
+            raise reply
+        return _feed_read(run_id, reply)
 
     async def stream_bounds(self, run_id: str) -> tuple[RunEvent | None, str | None]:
         """The oldest retained event of a run's stream and the id of its newest one."""
@@ -464,6 +472,16 @@ class RunStore:
         if code == ScriptCode.INVALID:
             raise InvalidTransition(run_id, status, "resolve")
         return await self.get(run_id)
+
+
+def _feed_read(run_id: str, reply: list[Any]) -> FeedRead:
+    """The reply of ``read_events``: code, missing count, entries with flat field lists."""
+    _code, missing, entries = reply
+    events = [
+        event_from_entry(run_id, entry_id, dict(zip(fields[::2], fields[1::2], strict=True)))
+        for entry_id, fields in entries
+    ]
+    return FeedRead(events, int(missing))
 
 
 def _queue(run_id: str) -> str:

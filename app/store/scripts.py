@@ -163,6 +163,13 @@ class Scripts:
             raise ValueError(f"{call.name} takes {script.numkeys} keys, got {len(call.keys)}")
         return script
 
+    def command(self, name: str, keys: Sequence[str], args: Sequence[ScriptArg]) -> list[ScriptArg]:
+        """The EVALSHA command of a call, to queue in a pipeline behind other commands.
+
+        The caller handles a NOSCRIPT reply, e.g. by making the same call with :meth:`call`.
+        """
+        return self._command(ScriptCall(name, keys, args))
+
     def _command(self, call: ScriptCall, *, by_source: bool = False) -> list[ScriptArg]:
         """The EVALSHA command of a call, or the EVAL one that also caches the script."""
         script = self._resolve(call)

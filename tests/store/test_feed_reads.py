@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import redis.asyncio as aioredis
 
 from app.store.runs import RunStore
@@ -51,11 +53,29 @@ async def test_a_feed_on_a_run_without_a_stream_starts_at_the_beginning(
     assert await run_store.feed_start("default.01HZZZZZZZZZZZZZZZZZZZZZZZ") == ("0-0", 0)
 
 
-async def test_waiting_for_events_returns_whether_any_came(
+async def test_waiting_reads_what_came_or_nothing_after_the_timeout(
     run_store: RunStore, redis_client: aioredis.Redis
 ) -> None:
     run_id, key = await new_run(run_store)
-    position, _ = await run_store.feed_start(run_id)
-    assert not await run_store.wait_for_events(run_id, after=position, block_ms=10)
-    await append(redis_client, key, range(1))
-    assert await run_store.wait_for_events(run_id, after=position, block_ms=10)
+    position, added = await run_store.feed_start(run_id)
+    idle = await run_store.wait_and_read(run_id, after=position, added=added, block_ms=10)
+    assert idle.events == [] and idle.missing == 0
+    waiting = asyncio.create_task(
+        run_store.wait_and_read(run_id, after=position, added=added, block_ms=5000)
+    )
+    await asyncio.sleep(0.1)
+    await append(redis_client, key, range(30), maxlen=10)
+    read = await asyncio.wait_for(waiting, timeout=5)
+    assert read.missing == 20
+    assert [event.data["i"] for event in read.events] == list(range(20, 30))
+
+
+async def test_waiting_survives_a_flushed_script_cache(
+    run_store: RunStore, redis_client: aioredis.Redis
+) -> None:
+    run_id, key = await new_run(run_store)
+    position, added = await run_store.feed_start(run_id)
+    await append(redis_client, key, range(3))
+    await redis_client.script_flush()
+    read = await run_store.wait_and_read(run_id, after=position, added=added, block_ms=10)
+    assert [event.data["i"] for event in read.events] == [0, 1, 2]
