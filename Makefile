@@ -37,10 +37,13 @@ format: install
 	$(BIN)/ruff check --fix app tests bench
 
 ## Benchmarks; results go to bench/out and are summarised in BENCHMARKS.md.
-## BENCH_ARGS, e.g. "--n 5000 --reps 1 --skip heartbeat" (see python -m bench.throughput -h).
+## BENCH_ARGS, e.g. "--n 5000 --reps 1 --skip heartbeat" (see python -m bench.throughput -h);
+## SSE_BENCH_ARGS for the event-stream benchmark, e.g. "--reps 1 --followers 1 100".
 BENCH_ARGS ?=
+SSE_BENCH_ARGS ?=
 bench: install
 	$(BIN)/python -m bench.throughput $(BENCH_ARGS)
+	$(BIN)/python -m bench.sse $(SSE_BENCH_ARGS)
 
 ## Chaos soak: faults against a real deployment for DURATION seconds, invariants checked
 ## at the end; summary in bench/out/chaos/, exit 1 on any violation (see RELIABILITY.md).

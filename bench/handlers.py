@@ -6,21 +6,32 @@ right before the create call: the same enqueue→start method as the peer
 harness (``/work/shared/bench-peers/common.py:mark_latency``). The start time
 is taken as the handler's first statement; writing it to Redis afterwards does
 not count against the latency.
+
+``bench.ticks`` and ``bench.tokens`` feed the event-stream benchmark
+(:mod:`bench.sse`). Both wait until the benchmark sets their go key (every
+follower attached), so no event is emitted before the followers listen:
+``bench.ticks`` then emits at a steady rate, each event carrying its wall-clock
+emit time (delivery latency = receive time - ``t``, one machine's clock);
+``bench.tokens`` emits as fast as it can and returns how long its emit loop took.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 import redis.asyncio as aioredis
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from app.errors import RunFailure
 from app.executor import RunContext, handler
 from app.settings import load_settings
 from app.store.connection import async_client
 
 LATENCY_KEY = "bench:lat"  # outside every queue's namespace, like the peers' bench:lat
+GO_KEY = "bench:sse:go:{run_id}"  # set by bench.sse once the run's followers are attached
+GO_POLL_S = 0.005
 
 _client: aioredis.Redis | None = None
 
@@ -45,3 +56,59 @@ async def latency(ctx: RunContext, params: LatencyInput) -> dict[str, Any]:
     started_at = time.time()
     await _redis().rpush(LATENCY_KEY, f"{params.enqueued_at} {started_at}")
     return {}
+
+
+class TicksInput(BaseModel):
+    """How many events to emit, at what steady rate, and how long to wait for the go."""
+
+    count: int = Field(default=200, ge=1)
+    rate_per_s: float = Field(default=20.0, gt=0)
+    go_timeout_s: float = Field(default=300.0, gt=0)
+
+
+class TokensInput(BaseModel):
+    """How many token events to emit back to back."""
+
+    count: int = Field(default=100_000, ge=1)
+    go_timeout_s: float = Field(default=300.0, gt=0)
+
+
+async def wait_for_go(run_id: str, timeout_s: float) -> None:
+    """Return once the benchmark set this run's go key; a RunFailure after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    key = GO_KEY.format(run_id=run_id)
+    while not await _redis().exists(key):
+        if time.monotonic() > deadline:
+            raise RunFailure("no go from the benchmark", code="bench_no_go", retryable=False)
+        await asyncio.sleep(GO_POLL_S)
+
+
+@handler("bench.ticks")
+async def ticks(ctx: RunContext, params: TicksInput) -> dict[str, Any]:
+    """Emit ``tick`` events ``{"seq", "t"}`` on a fixed schedule (``t``: epoch seconds).
+
+    The schedule is absolute (event i is due at start + i / rate), so a late
+    wake-up does not shift every later event.
+    """
+    await wait_for_go(ctx.run_id, params.go_timeout_s)
+    start = time.monotonic()
+    for seq in range(params.count):
+        await asyncio.sleep(max(0.0, start + seq / params.rate_per_s - time.monotonic()))
+        await ctx.emit("tick", {"seq": seq, "t": time.time()})
+    return {"emitted": params.count}
+
+
+@handler("bench.tokens")
+async def tokens(ctx: RunContext, params: TokensInput) -> dict[str, Any]:
+    """Emit ``token`` events ``{"i", "text"}`` as fast as ``ctx.emit`` takes them.
+
+    Returns the emit loop's wall-clock bounds (epoch seconds); the events are
+    flushed after it, before the terminal write.
+    """
+    await wait_for_go(ctx.run_id, params.go_timeout_s)
+    first_emit_at = time.time()
+    loop_start = time.perf_counter()
+    for i in range(params.count):
+        await ctx.emit("token", {"i": i, "text": " tok"})
+    loop_s = time.perf_counter() - loop_start
+    return {"emit_loop_s": loop_s, "first_emit_at": first_emit_at, "last_emit_at": time.time()}

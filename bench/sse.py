@@ -1,0 +1,463 @@
+"""``python -m bench.sse``: how fast run events reach SSE followers, and how many a run can push.
+
+Everything runs on this machine: the benchmark's own redis-server (no
+persistence), ONE ``leasehold api`` process and ONE ``leasehold worker``, and
+follower processes (:mod:`bench.followers`) on loopback.
+
+* **latency**: a ``bench.ticks`` run waits until the API's
+  ``leasehold_sse_subscribers`` gauge shows every follower attached, then emits
+  20 events/s for 10 s, each carrying its wall-clock emit time; N followers
+  (1, 100, 1,000 by default) record ``receive - emit`` per event on the same
+  clock. Reported over every (follower, event) pair: p50, p99, max, and whether
+  every follower got every event in order and the terminal event. The emit→append
+  part (the XADD's stream id, Redis's clock, ms resolution) is shown beside it.
+  Followers are split over client processes (``--per-process``) so that the
+  client's parsing is not what is measured; their CPU is reported.
+* **tokens**: a ``bench.tokens`` run emits N token events back to back to one
+  follower: events/s of the handler's emit loop, events/s written to Redis (first
+  emit to the terminal event's append), events/s the follower received (first to
+  last token), and the end-to-end time (first emit to last token received). The
+  stream cap is raised to N (``--events-maxlen``) so that what is measured is
+  full delivery: at the default cap a follower more than 10,000 events behind the
+  writer gets a ``replay_unavailable`` notice in place of the trimmed events.
+* **cost**: CPU seconds of the API, the worker and the client processes over each
+  measurement (from ``/proc``), i.e. what one delivered message costs each side.
+
+The load average is recorded before every repetition: the machine is shared.
+Results are printed and appended as one JSON line (``"benchmark": "sse"``) to
+``bench/out/results.jsonl``.
+
+    .venv/bin/python -m bench.sse                       # everything, ~4 min
+    .venv/bin/python -m bench.sse --followers 1000 --reps 1 --skip tokens
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from app.embedded import EmbeddedRedis, free_port
+from app.settings import Settings
+from app.store.connection import async_client
+from app.store.runs import RunStore
+from app.store.scripts import Scripts
+from bench import harness
+from bench.handlers import GO_KEY
+from bench.harness import Bench, log, percentile
+
+ATTACH_TIMEOUT_S = 180.0
+HEALTH_TIMEOUT_S = 30.0
+FINISH_GRACE_S = 180.0
+POLL_S = 0.05
+QUIET_WAIT_S = 120.0
+WORKER_CONCURRENCY = 4
+SUBSCRIBERS_GAUGE = "leasehold_sse_subscribers "
+CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Stack:
+    """The processes under test and a client to drive them."""
+
+    bench: Bench
+    base: str
+    http: httpx.AsyncClient
+    api_pid: int
+    worker_pid: int
+    out_dir: Path
+    client: str  # bench.followers --client
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds a running process has used (from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_PER_S
+
+
+def cpu_snapshot(stack: Stack) -> dict[str, float]:
+    """CPU seconds of the API and the worker so far."""
+    return {"api": process_cpu_s(stack.api_pid), "worker": process_cpu_s(stack.worker_pid)}
+
+
+async def wait_healthy(base: str) -> None:
+    """Poll ``/healthz`` until the API answers 200; RuntimeError after a timeout."""
+    deadline = time.monotonic() + HEALTH_TIMEOUT_S
+    async with httpx.AsyncClient(base_url=base, timeout=1) as http:
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if (await http.get("/healthz")).status_code == 200:
+                    return
+            await asyncio.sleep(0.1)
+    raise RuntimeError(f"the API at {base} did not become healthy")
+
+
+@contextlib.asynccontextmanager
+async def stack(
+    bench: Bench, out_dir: Path, *, client: str, events_maxlen: int
+) -> AsyncIterator[Stack]:
+    """One API process and one worker on the benchmark's Redis, stopped on exit."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = bench.env(LEASEHOLD_EVENTS_MAXLEN=str(events_maxlen))
+    worker_args = ["worker", "--concurrency", str(WORKER_CONCURRENCY)]
+    with (
+        harness.running("api-sse", ["api", "--port", str(port)], env) as api,
+        harness.running("worker-sse", worker_args, env) as worker,
+    ):
+        await wait_healthy(base)
+        async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+            yield Stack(bench, base, http, api.pid, worker.pid, out_dir, client)
+
+
+async def subscribers(http: httpx.AsyncClient) -> int:
+    """The API's ``leasehold_sse_subscribers`` gauge."""
+    text = (await http.get("/metrics")).text
+    for line in text.splitlines():
+        if line.startswith(SUBSCRIBERS_GAUGE):
+            return int(float(line.removeprefix(SUBSCRIBERS_GAUGE)))
+    return 0
+
+
+@contextlib.contextmanager
+def followers(
+    stack: Stack, run_id: str, count: int, per_process: int
+) -> Iterator[list[tuple[subprocess.Popen[bytes], Path]]]:
+    """Client processes holding ``count`` followers of ``run_id``; stopped on exit."""
+    procs = []
+    env = {**os.environ, "PYTHONPATH": str(harness.REPO_ROOT)}
+    try:
+        for index in range(math.ceil(count / per_process)):
+            share = min(per_process, count - index * per_process)
+            out = stack.out_dir / f"{run_id}-{index}.json"
+            args = ["--url", stack.base, "--run", run_id, "--count", str(share), "--out", str(out)]
+            args += ["--client", stack.client]
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "bench.followers", *args], cwd=harness.REPO_ROOT, env=env
+            )
+            procs.append((proc, out))
+        yield procs
+    finally:
+        for proc, _ in procs:
+            harness.stop(proc, grace_s=2.0)
+
+
+async def wait_attached(
+    stack: Stack, count: int, procs: list[tuple[subprocess.Popen[bytes], Path]]
+) -> float:
+    """Wait until the API counts ``count`` followers; returns how long attaching took."""
+    t0 = time.perf_counter()
+    while (attached := await subscribers(stack.http)) < count:
+        if time.perf_counter() - t0 > ATTACH_TIMEOUT_S:
+            raise RuntimeError(f"only {attached} of {count} followers attached")
+        if any(proc.poll() is not None for proc, _ in procs):
+            raise RuntimeError("a follower process exited before every follower attached")
+        await asyncio.sleep(POLL_S)
+    return time.perf_counter() - t0
+
+
+async def collect(
+    procs: list[tuple[subprocess.Popen[bytes], Path]], timeout_s: float
+) -> dict[str, Any]:
+    """Wait for every client process and merge their findings."""
+    deadline = time.monotonic() + timeout_s
+    while any(proc.poll() is None for proc, _ in procs):
+        if time.monotonic() > deadline:
+            raise RuntimeError("followers did not finish in time")
+        await asyncio.sleep(POLL_S)
+    merged: dict[str, Any] = {"followers": [], "client_cpu_s": [], "client_wall_s": []}
+    for _, out in procs:
+        found = json.loads(out.read_text())
+        merged["followers"] += found["followers"]
+        merged["client_cpu_s"].append(round(found["cpu_s"], 2))
+        merged["client_wall_s"].append(round(found["wall_s"], 2))
+    return merged
+
+
+async def create(stack: Stack, handler: str, params: dict[str, Any]) -> str:
+    """Create a run over HTTP; its id."""
+    response = await stack.http.post("/runs", json={"handler": handler, "input": params})
+    response.raise_for_status()
+    run_id: str = response.json()["id"]
+    return run_id
+
+
+async def go(stack: Stack, run_id: str) -> None:
+    """Tell the run's handler that its followers are attached."""
+    await stack.bench.client.set(GO_KEY.format(run_id=run_id), 1, ex=3600)
+
+
+def ms(seconds: float) -> float:
+    """Seconds to milliseconds, rounded for the table."""
+    return round(seconds * 1000, 2)
+
+
+def distribution(values_s: list[float]) -> dict[str, float]:
+    """p50, p99 and max of ``values_s``, in ms."""
+    return {
+        "p50_ms": ms(percentile(values_s, 50)),
+        "p99_ms": ms(percentile(values_s, 99)),
+        "max_ms": ms(max(values_s, default=float("nan"))),
+    }
+
+
+async def append_delays(stack: Stack, run_id: str) -> list[float]:
+    """Emit→append per tick: the XADD's stream-id time (Redis clock, ms) minus ``t``."""
+    events = await stack.bench.store.read_events(run_id, count=100_000)
+    return [
+        int(event.id.split("-")[0]) / 1000 - event.data["t"]
+        for event in events
+        if event.type == "tick"
+    ]
+
+
+def completeness(found: dict[str, Any], expected: int) -> dict[str, Any]:
+    """How many followers got all ``expected`` events, in order, then the terminal one."""
+    seen = found["followers"]
+    complete = sum(
+        1
+        for f in seen
+        if f["received"] == expected and f["in_order"] and f["terminal"] == "succeeded"
+    )
+    return {
+        "followers_complete": complete,
+        "events_received": sum(f["received"] for f in seen),
+        "events_expected": expected * len(seen),
+        "silent_gaps": sum(1 for f in seen if not f["in_order"]),  # out of order or unannounced
+        "gap_notices": sum(f["gaps"] for f in seen),
+        "errors": sorted({f["error"] for f in seen if f["error"]}),
+    }
+
+
+async def latency_rep(
+    stack: Stack, *, count: int, per_process: int, rate_per_s: float, seconds: float
+) -> dict[str, Any]:
+    """One repetition: ``count`` followers of one ``bench.ticks`` run."""
+    load = harness.load_average()
+    ticks = round(rate_per_s * seconds)
+    run_id = await create(stack, "bench.ticks", {"count": ticks, "rate_per_s": rate_per_s})
+    with followers(stack, run_id, count, per_process) as procs:
+        attach_s = await wait_attached(stack, count, procs)
+        before = cpu_snapshot(stack)
+        await go(stack, run_id)
+        found = await collect(procs, seconds + FINISH_GRACE_S)
+        after = cpu_snapshot(stack)
+    latencies = [value for f in found["followers"] for value in f["latencies_s"]]
+    rep = {
+        "followers": count,
+        "client_processes": len(procs),
+        "load_before": load,
+        "ticks": ticks,
+        "rate_per_s": rate_per_s,
+        "attach_s": round(attach_s, 2),
+        **distribution(latencies),
+        "emit_to_append": distribution(await append_delays(stack, run_id)),
+        **completeness(found, ticks),
+        "api_cpu_s": round(after["api"] - before["api"], 2),
+        "worker_cpu_s": round(after["worker"] - before["worker"], 2),
+        "client_cpu_s": found["client_cpu_s"],
+        "client_wall_s": found["client_wall_s"],
+    }
+    messages = count * ticks
+    rep["api_cpu_us_per_message"] = round(rep["api_cpu_s"] / messages * 1e6, 1)
+    rep["client_cpu_us_per_message"] = round(sum(found["client_cpu_s"]) / messages * 1e6, 1)
+    log(
+        f"latency, {count} followers: p50 {rep['p50_ms']} ms, p99 {rep['p99_ms']} ms, "
+        f"max {rep['max_ms']} ms; complete {rep['followers_complete']}/{count} "
+        f"(load {load[0]:.2f})"
+    )
+    return rep
+
+
+async def run_output(stack: Stack, run_id: str) -> dict[str, Any]:
+    """The finished run's record (status and output) from the API."""
+    response = await stack.http.get(f"/runs/{run_id}")
+    response.raise_for_status()
+    run: dict[str, Any] = response.json()
+    return run
+
+
+async def terminal_append_at(stack: Stack, run_id: str) -> float:
+    """When the run's last event (the terminal one) was appended: its stream id, epoch s."""
+    _, newest = await stack.bench.store.stream_bounds(run_id)
+    assert newest is not None, "a finished run has events"
+    return int(newest.split("-")[0]) / 1000
+
+
+async def tokens_rep(stack: Stack, *, count: int) -> dict[str, Any]:
+    """One repetition: one follower of a ``bench.tokens`` run of ``count`` events."""
+    load = harness.load_average()
+    run_id = await create(stack, "bench.tokens", {"count": count})
+    with followers(stack, run_id, 1, 1) as procs:
+        await wait_attached(stack, 1, procs)
+        before = cpu_snapshot(stack)
+        await go(stack, run_id)
+        found = await collect(procs, FINISH_GRACE_S)
+        after = cpu_snapshot(stack)
+    run = await run_output(stack, run_id)
+    output = run["output"] or {}
+    seen = found["followers"][0]
+    first_emit, last_seen = output.get("first_emit_at"), seen["last_at"]
+    appended = await terminal_append_at(stack, run_id)
+    rep = {
+        "tokens": count,
+        "load_before": load,
+        "status": run["status"],
+        "emit_loop_s": round(output.get("emit_loop_s", float("nan")), 3),
+        "emitted_per_s": round(count / output["emit_loop_s"]) if output else None,
+        "written_per_s": round(count / (appended - first_emit)) if first_emit else None,
+        "received_per_s": _rate(count, seen["first_at"], last_seen),
+        "end_to_end_s": round(last_seen - first_emit, 3) if first_emit and last_seen else None,
+        **completeness(found, count),
+        "api_cpu_s": round(after["api"] - before["api"], 2),
+        "worker_cpu_s": round(after["worker"] - before["worker"], 2),
+        "client_cpu_s": found["client_cpu_s"],
+    }
+    log(
+        f"tokens: emitted {rep['emitted_per_s']}/s, written {rep['written_per_s']}/s, "
+        f"received {rep['received_per_s']}/s, end to end {rep['end_to_end_s']} s; "
+        f"complete {rep['followers_complete']}/1 (load {load[0]:.2f})"
+    )
+    return rep
+
+
+def _rate(count: int, first: float | None, last: float | None) -> float | None:
+    if first is None or last is None or last <= first:
+        return None
+    return round((count - 1) / (last - first))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options; the defaults are what BENCHMARKS.md reports."""
+    parser = argparse.ArgumentParser(prog="python -m bench.sse", description=__doc__)
+    parser.add_argument("--followers", type=int, nargs="+", default=[1, 100, 1000])
+    parser.add_argument("--per-process", type=int, default=250, help="followers per client")
+    parser.add_argument("--client", choices=["protocol", "httpx"], default="protocol")
+    parser.add_argument("--rate", type=float, default=20.0, help="tick events per second")
+    parser.add_argument("--seconds", type=float, default=10.0, help="how long ticks are emitted")
+    parser.add_argument("--tokens", type=int, default=100_000)
+    parser.add_argument(
+        "--events-maxlen",
+        type=int,
+        default=0,
+        help="the stream cap; default: the tokens run fits (a follower behind the cap "
+        "gets a replay_unavailable notice instead of the trimmed events)",
+    )
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument(
+        "--quiet-load",
+        type=float,
+        default=0.0,
+        help="before each measurement, wait (up to 2 min) for the 1-minute load average "
+        "to drop to this; 0: do not wait",
+    )
+    parser.add_argument("--skip", nargs="*", default=[], choices=["latency", "tokens"])
+    parser.add_argument("--label", default="", help="free text stored with the results")
+    return parser.parse_args(argv)
+
+
+async def quiet(max_load: float) -> None:
+    """Wait until the 1-minute load average is at most ``max_load`` (0: don't), 2 min at most.
+
+    The machine is shared: a measurement taken while someone else's tests run says
+    more about them than about us. Each result keeps the load it started at.
+    """
+    deadline = time.monotonic() + QUIET_WAIT_S
+    while max_load and harness.load_average()[0] > max_load:
+        if time.monotonic() > deadline:
+            log(f"load still {harness.load_average()[0]:.2f} > {max_load}: measuring anyway")
+            return
+        await asyncio.sleep(5)
+
+
+async def run_all(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
+    """Every measurement asked for: latency per follower count, then tokens."""
+    result: dict[str, Any] = {"latency": [], "tokens": []}
+    for rep in range(args.reps):
+        if "latency" not in args.skip:
+            for count in args.followers:
+                await quiet(args.quiet_load)
+                log(f"rep {rep + 1}/{args.reps}: latency with {count} followers")
+                result["latency"].append(
+                    await latency_rep(
+                        stack,
+                        count=count,
+                        per_process=args.per_process,
+                        rate_per_s=args.rate,
+                        seconds=args.seconds,
+                    )
+                )
+        if "tokens" not in args.skip:
+            await quiet(args.quiet_load)
+            log(f"rep {rep + 1}/{args.reps}: {args.tokens} tokens")
+            result["tokens"].append(await tokens_rep(stack, count=args.tokens))
+    return result
+
+
+def print_report(result: dict[str, Any]) -> None:
+    """The result as two small tables on stdout."""
+    print("followers  load  p50 ms  p99 ms  max ms  complete   api µs/msg  client µs/msg")
+    for rep in result["latency"]:
+        print(
+            f"{rep['followers']:>9}  {rep['load_before'][0]:4.2f}  {rep['p50_ms']:6.2f}  "
+            f"{rep['p99_ms']:6.2f}  {rep['max_ms']:6.1f}  "
+            f"{rep['followers_complete']:>4}/{rep['followers']:<4}  "
+            f"{rep['api_cpu_us_per_message']:10.1f}  {rep['client_cpu_us_per_message']:12.1f}"
+        )
+    print("tokens  load  emitted/s  written/s  received/s  end-to-end s  complete")
+    for rep in result["tokens"]:
+        print(
+            f"{rep['tokens']:>6}  {rep['load_before'][0]:4.2f}  {rep['emitted_per_s']!s:>9}  "
+            f"{rep['written_per_s']!s:>9}  {rep['received_per_s']!s:>10}  "
+            f"{rep['end_to_end_s']!s:>12}  {rep['followers_complete']}/1"
+        )
+
+
+async def main(argv: list[str] | None = None) -> None:
+    """Start a private redis-server, the API and a worker; measure; print; record."""
+    args = parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="leasehold-bench-sse-") as data_dir:
+        server = EmbeddedRedis(data_dir=Path(data_dir), appendonly=False).start()
+        client = async_client(server.url)
+        try:
+            settings = Settings(redis_url=server.url)  # the defaults a user gets
+            store = RunStore.for_settings(client, Scripts(), settings)
+            bench = Bench(server.url, client, store)
+            info = await client.info("server")
+            result = {
+                "benchmark": "sse",
+                "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "label": args.label,
+                "client": args.client,
+                "machine": {**harness.machine(), "redis": info["redis_version"]},
+                "load_at_start": harness.load_average(),
+            }
+            maxlen = args.events_maxlen or max(settings.events_maxlen, args.tokens)
+            result["events_maxlen"] = maxlen
+            async with stack(
+                bench, Path(data_dir), client=args.client, events_maxlen=maxlen
+            ) as running:
+                result |= await run_all(running, args)
+        finally:
+            await client.aclose()
+            server.stop()
+    path = harness.record(result)
+    print_report(result)
+    log(f"results appended to {path}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
