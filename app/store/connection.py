@@ -20,7 +20,12 @@ takes whatever redis-py's ``from_url`` accepts. Anything else is an
 
 Clients decode responses to ``str``. Sockets have a connect timeout, and
 keep-alive on, but no read timeout: blocking reads (XREAD BLOCK) must be allowed
-to wait longer than any fixed socket timeout would.
+to wait longer than any fixed socket timeout would. In cluster mode a node must
+still show it is alive within the connect timeout: the handshake of a new
+connection (AUTH, CLIENT SETINFO) and the health-check PING of an idle one are
+bounded by it, so a node that accepts TCP but never answers (stopped, frozen,
+``docker pause``) counts as unreachable and the slot map is read from another
+node, instead of the client waiting on it forever.
 
 A command that fails on a connection error is retried a few times with a short
 backoff, so a Redis restart or a failover costs callers a reconnect, not an
@@ -35,7 +40,10 @@ policy.
 
 from __future__ import annotations
 
+import asyncio
 import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 from urllib.parse import parse_qs, unquote
@@ -225,6 +233,50 @@ def _sentinel_kwargs(target: RedisTarget) -> dict[str, Any]:
     return options
 
 
+class _AsyncClusterConnection(aioredis.Connection):
+    """A cluster node connection that gives up on a node which accepts TCP but never answers.
+
+    The kernel completes the TCP handshake for a listening Redis even while the
+    process is stopped, so the connect timeout alone does not notice a frozen
+    node. Without a read timeout (see the module docstring), the first reply
+    would then be awaited forever: building the slot map tries one seed at a
+    time, in random order, and a client that picks the frozen one first never
+    starts. Here the handshake of a new connection and the health-check PING of
+    an idle one must answer within the connect timeout, or the attempt fails with
+    redis-py's TimeoutError (a RedisError), which discovery treats as "try the
+    next node" and callers as "back off and retry". Replies to commands are left
+    unbounded.
+    """
+
+    async def on_connect_check_health(self, check_health: bool = True) -> None:
+        async with _answered_within(self, "the connection handshake"):
+            await super().on_connect_check_health(check_health)
+
+    async def check_health(self) -> None:
+        async with _answered_within(self, "the health check"):
+            await super().check_health()  # type: ignore[no-untyped-call]
+
+
+class _AsyncClusterSSLConnection(_AsyncClusterConnection, aioredis.SSLConnection):
+    """TLS twin of :class:`_AsyncClusterConnection`."""
+
+
+@asynccontextmanager
+async def _answered_within(connection: _AsyncClusterConnection, what: str) -> AsyncIterator[None]:
+    """Raise redis-py's TimeoutError when the block outlasts the connection's connect timeout.
+
+    The read cut short disconnects (redis-py closes a connection whose read was
+    interrupted), so the next use starts a fresh connection.
+    """
+    bound_s = connection.socket_connect_timeout or CONNECT_TIMEOUT_S
+    try:
+        async with asyncio.timeout(bound_s):
+            yield
+    except TimeoutError as exc:  # the builtin one, raised by asyncio.timeout
+        where = f"{connection.host}:{connection.port}"
+        raise RedisTimeoutError(f"{where} did not answer {what} within {bound_s}s") from exc
+
+
 class _AsyncCluster(aioredis.RedisCluster):
     """redis-py's async cluster client, with its topology failures raised as ConnectionError.
 
@@ -234,7 +286,21 @@ class _AsyncCluster(aioredis.RedisCluster):
     OSError as "Redis is unavailable: back off and retry", so a failover must look
     like one, not like a bug that ends a courier or a listener. Other
     RedisClusterExceptions (a cross-slot call: a bug) are left as they are.
+
+    Every node connects with :class:`_AsyncClusterConnection`. redis-py's
+    constructor takes no connection class, so it is swapped in where nodes get
+    theirs: on the seed nodes, and in the connection options the slot map
+    builder hands to every node it discovers later.
     """
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        tls = issubclass(self.connection_kwargs["connection_class"], aioredis.SSLConnection)
+        bounded = _AsyncClusterSSLConnection if tls else _AsyncClusterConnection
+        for options in (self.connection_kwargs, self.nodes_manager.connection_kwargs):
+            options["connection_class"] = bounded  # for every node discovered from now on
+        for node in self.nodes_manager.startup_nodes.values():
+            node.connection_class = bounded
 
     async def initialize(
         self,

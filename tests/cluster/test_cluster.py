@@ -8,7 +8,9 @@ on one.
 from __future__ import annotations
 
 import asyncio
+import select
 import signal
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,7 +19,8 @@ import pytest
 
 from app.client import AsyncClient
 from app.models import RunStatus
-from app.store.connection import sync_client
+from app.store import connection
+from app.store.connection import async_client, sync_client
 from app.store.health import check_readiness
 from app.store.runs import NewRun
 from app.store.scripts import ReplicaAcks, Scripts
@@ -199,3 +202,31 @@ def test_the_heartbeat_client_renews_on_the_node_of_each_queue(
         assert pipe.execute() == [True, 1]
     finally:
         client.close()
+
+
+async def test_a_seed_that_accepts_but_never_answers_does_not_keep_a_client_from_starting(
+    redis_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stopped node (SIGSTOP, a paused container) still completes TCP handshakes.
+
+    redis-py reads the slot map from one seed at a time, in random order: a new
+    client that tries the silent one first must give it up after the connect
+    timeout and ask the next, not wait for its reply forever.
+    """
+    monkeypatch.setattr(connection, "CONNECT_TIMEOUT_S", 0.3)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)  # accepts (the kernel does), never answers
+        host, port = silent.getsockname()
+        url = redis_cluster.url.replace("@", f"@{host}:{port},", 1)
+        asked_silent = False
+        for _ in range(30):  # until discovery happens to try the silent seed first
+            client = async_client(url)
+            try:
+                await asyncio.wait_for(Scripts().load_all(client), 5)
+            finally:
+                await client.aclose()
+            asked_silent = bool(select.select([silent], [], [], 0)[0])
+            if asked_silent:
+                break
+        assert asked_silent, "discovery never tried the silent seed"

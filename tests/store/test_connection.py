@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import socket
+import time
+from collections.abc import Iterator
+
 import pytest
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.errors import ConfigurationError
 from app.settings import load_settings
+from app.store import connection
 from app.store.connection import (
     InvalidRedisUrl,
     async_client,
@@ -95,3 +103,79 @@ async def test_every_mode_builds_its_client_without_connecting() -> None:
     blocking = sync_client("redis+sentinel://127.0.0.1:1/mymaster", socket_timeout_s=0.1)
     assert mode_of(blocking) == "sentinel"
     blocking.close()
+
+
+@pytest.fixture
+def connect_timeout_s(monkeypatch: pytest.MonkeyPatch) -> float:
+    """A short connect timeout for the clients this test builds."""
+    monkeypatch.setattr(connection, "CONNECT_TIMEOUT_S", 0.3)
+    return 0.3
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port that accepts TCP but never answers: what a stopped (SIGSTOP) Redis looks like."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)  # the kernel completes handshakes; nothing ever reads
+        yield listener.getsockname()[1]
+
+
+async def test_a_cluster_seed_that_accepts_but_never_answers_is_given_up_in_time(
+    connect_timeout_s: float, silent_port: int
+) -> None:
+    client = async_client(f"redis+cluster://:pw@127.0.0.1:{silent_port}")
+    started = time.monotonic()
+    try:
+        with pytest.raises(RedisConnectionError, match="did not answer the connection handshake"):
+            await asyncio.wait_for(client.initialize(), 10)  # before the bound: forever
+        assert time.monotonic() - started < connect_timeout_s + 2
+    finally:
+        await client.aclose()
+
+
+async def _answer_ok_until(
+    silent: asyncio.Event, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    """A Redis stand-in: reads RESP commands, answers each until ``silent`` is set.
+
+    ``+PONG`` to PING, ``+OK`` to anything else (HELLO's reply is not read without AUTH).
+    """
+    while header := await reader.readline():
+        words = []
+        for _ in range(int(header[1:])):
+            length = int((await reader.readline())[1:])
+            words.append((await reader.readexactly(length + 2))[:-2])
+        if not silent.is_set():
+            writer.write(b"+PONG\r\n" if words[0].upper() == b"PING" else b"+OK\r\n")
+            await writer.drain()
+    writer.close()
+
+
+async def test_an_idle_cluster_connection_to_a_node_gone_silent_fails_its_health_check(
+    connect_timeout_s: float,
+) -> None:
+    silent = asyncio.Event()
+    server = await asyncio.start_server(
+        lambda reader, writer: _answer_ok_until(silent, reader, writer), "127.0.0.1", 0
+    )
+    port = server.sockets[0].getsockname()[1]
+    client = async_client(f"redis+cluster://127.0.0.1:{port}")  # no AUTH: HELLO's reply unread
+    # a seed node's own connection: the kind a slot map refresh reuses to ask CLUSTER SLOTS
+    node = next(iter(client.nodes_manager.startup_nodes.values()))
+    conn = node.acquire_connection()
+    try:
+        await conn.connect()  # HELLO and CLIENT SETINFO answered
+        silent.set()
+        conn.next_health_check = -1  # idle long enough to be PINGed before its next command
+        started = time.monotonic()
+        with pytest.raises(RedisTimeoutError, match="did not answer the health check"):
+            await asyncio.wait_for(conn.send_command("CLUSTER", "SLOTS"), 10)
+        assert time.monotonic() - started < connect_timeout_s + 2
+        assert not conn.is_connected  # the next use starts afresh
+    finally:
+        await conn.disconnect()
+        node.release(conn)
+        await client.aclose()
+        server.close()
+        await server.wait_closed()
