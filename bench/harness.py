@@ -17,14 +17,17 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
 
+from app.embedded import EmbeddedRedis
+from app.store.connection import async_client
 from app.store.keys import QueueKeys
 from app.store.runs import RunStore
 
@@ -172,6 +175,42 @@ def machine() -> dict[str, Any]:
         "cpu_model": cpu_model,
         "python": platform.python_version(),
         "platform": platform.platform(),
+    }
+
+
+@dataclass
+class PrivateRedis:
+    """A benchmark's own throwaway redis-server: its URL, a client, a scratch directory."""
+
+    url: str
+    client: aioredis.Redis
+    data_dir: Path
+
+
+@contextlib.asynccontextmanager
+async def private_redis(name: str) -> AsyncIterator[PrivateRedis]:
+    """A redis-server without persistence, started for one benchmark and stopped after it.
+
+    Never the machine's shared Redis: other people's keys and load would be measured too.
+    """
+    with tempfile.TemporaryDirectory(prefix=f"leasehold-{name}-") as data_dir:
+        server = EmbeddedRedis(data_dir=Path(data_dir), appendonly=False).start()
+        client = async_client(server.url)
+        try:
+            yield PrivateRedis(server.url, client, Path(data_dir))
+        finally:
+            await client.aclose()
+            server.stop()
+
+
+async def header(client: aioredis.Redis, label: str) -> dict[str, Any]:
+    """What every result line starts with: when, the label, the machine and its load."""
+    info = await client.info("server")
+    return {
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "label": label,
+        "machine": {**machine(), "redis": info["redis_version"]},
+        "load_at_start": load_average(),
     }
 
 

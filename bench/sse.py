@@ -41,7 +41,6 @@ import math
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -50,9 +49,8 @@ from typing import Any
 
 import httpx
 
-from app.embedded import EmbeddedRedis, free_port
+from app.embedded import free_port
 from app.settings import Settings
-from app.store.connection import async_client
 from app.store.runs import RunStore
 from app.store.scripts import Scripts
 from bench import harness
@@ -429,31 +427,17 @@ def print_report(result: dict[str, Any]) -> None:
 async def main(argv: list[str] | None = None) -> None:
     """Start a private redis-server, the API and a worker; measure; print; record."""
     args = parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="leasehold-bench-sse-") as data_dir:
-        server = EmbeddedRedis(data_dir=Path(data_dir), appendonly=False).start()
-        client = async_client(server.url)
-        try:
-            settings = Settings(redis_url=server.url)  # the defaults a user gets
-            store = RunStore.for_settings(client, Scripts(), settings)
-            bench = Bench(server.url, client, store)
-            info = await client.info("server")
-            result = {
-                "benchmark": "sse",
-                "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                "label": args.label,
-                "client": args.client,
-                "machine": {**harness.machine(), "redis": info["redis_version"]},
-                "load_at_start": harness.load_average(),
-            }
-            maxlen = args.events_maxlen or max(settings.events_maxlen, args.tokens)
-            result["events_maxlen"] = maxlen
-            async with stack(
-                bench, Path(data_dir), client=args.client, events_maxlen=maxlen
-            ) as running:
-                result |= await run_all(running, args)
-        finally:
-            await client.aclose()
-            server.stop()
+    async with harness.private_redis("bench-sse") as redis_server:
+        settings = Settings(redis_url=redis_server.url)  # the defaults a user gets
+        store = RunStore.for_settings(redis_server.client, Scripts(), settings)
+        bench = Bench(redis_server.url, redis_server.client, store)
+        maxlen = args.events_maxlen or max(settings.events_maxlen, args.tokens)
+        result = {"benchmark": "sse", **await harness.header(redis_server.client, args.label)}
+        result |= {"client": args.client, "events_maxlen": maxlen}
+        async with stack(
+            bench, redis_server.data_dir, client=args.client, events_maxlen=maxlen
+        ) as running:
+            result |= await run_all(running, args)
     path = harness.record(result)
     print_report(result)
     log(f"results appended to {path}")

@@ -30,17 +30,14 @@ import argparse
 import asyncio
 import contextlib
 import subprocess
-import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-from app.embedded import EmbeddedRedis, free_port
+from app.embedded import free_port
 from app.settings import Settings
-from app.store.connection import async_client
 from app.store.runs import NewRun, RunStore
 from app.store.scripts import Scripts
 from bench import harness
@@ -271,30 +268,12 @@ async def run_all(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
 async def main(argv: list[str] | None = None) -> None:
     """Start a private redis-server, measure, print the table, append the JSON line."""
     args = parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="leasehold-bench-") as data_dir:
-        server = EmbeddedRedis(data_dir=Path(data_dir), appendonly=False).start()
-        client = async_client(server.url)
-        try:
-            info = await client.info("server")
-            settings = Settings(redis_url=server.url)  # the defaults a user gets
-            store = RunStore(
-                client,
-                scripts=Scripts(),
-                prefix=settings.prefix,
-                retention_ms=settings.run_retention_ms,
-                events_maxlen=settings.events_maxlen,
-            )
-            bench = Bench(server.url, client, store)
-            result = {
-                "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                "label": args.label,
-                "machine": {**harness.machine(), "redis": info["redis_version"]},
-                "load_at_start": harness.load_average(),
-                **await run_all(bench, args),
-            }
-        finally:
-            await client.aclose()
-            server.stop()
+    async with harness.private_redis("bench") as redis_server:
+        settings = Settings(redis_url=redis_server.url)  # the defaults a user gets
+        store = RunStore.for_settings(redis_server.client, Scripts(), settings)
+        bench = Bench(redis_server.url, redis_server.client, store)
+        result = await harness.header(redis_server.client, args.label)
+        result |= await run_all(bench, args)
     path = harness.record(result)
     print_report(result)
     log(f"results appended to {path}")
