@@ -1,7 +1,8 @@
 """``python -m bench.sse``: how fast run events reach SSE followers, and how many a run can push.
 
 Everything runs on this machine: the benchmark's own redis-server (no
-persistence), ONE ``leasehold api`` process and ONE ``leasehold worker``, and
+persistence), ONE ``leasehold api`` process (``--api-processes N``: N independent
+replicas, client processes spread over them) and ONE ``leasehold worker``, and
 follower processes (:mod:`bench.followers`) on loopback.
 
 * **latency**: a ``bench.ticks`` run waits until the API's
@@ -72,9 +73,9 @@ class Stack:
     """The processes under test and a client to drive them."""
 
     bench: Bench
-    base: str
-    http: httpx.AsyncClient
-    api_pid: int
+    bases: list[str]  # one per API process; followers are spread over them
+    http: httpx.AsyncClient  # on the first API
+    api_pids: list[int]
     worker_pid: int
     out_dir: Path
     client: str  # bench.followers --client
@@ -87,8 +88,9 @@ def process_cpu_s(pid: int) -> float:
 
 
 def cpu_snapshot(stack: Stack) -> dict[str, float]:
-    """CPU seconds of the API and the worker so far."""
-    return {"api": process_cpu_s(stack.api_pid), "worker": process_cpu_s(stack.worker_pid)}
+    """CPU seconds of the API processes (together) and the worker so far."""
+    api = sum(process_cpu_s(pid) for pid in stack.api_pids)
+    return {"api": api, "worker": process_cpu_s(stack.worker_pid)}
 
 
 async def wait_healthy(base: str) -> None:
@@ -105,25 +107,37 @@ async def wait_healthy(base: str) -> None:
 
 @contextlib.asynccontextmanager
 async def stack(
-    bench: Bench, out_dir: Path, *, client: str, events_maxlen: int
+    bench: Bench, out_dir: Path, *, client: str, events_maxlen: int, api_processes: int
 ) -> AsyncIterator[Stack]:
-    """One API process and one worker on the benchmark's Redis, stopped on exit."""
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
+    """API processes (independent replicas, as behind a load balancer) and one worker."""
     env = bench.env(LEASEHOLD_EVENTS_MAXLEN=str(events_maxlen))
     worker_args = ["worker", "--concurrency", str(WORKER_CONCURRENCY)]
-    with (
-        harness.running("api-sse", ["api", "--port", str(port)], env) as api,
-        harness.running("worker-sse", worker_args, env) as worker,
-    ):
-        await wait_healthy(base)
-        async with httpx.AsyncClient(base_url=base, timeout=30) as http:
-            yield Stack(bench, base, http, api.pid, worker.pid, out_dir, client)
+    with contextlib.ExitStack() as processes:
+        ports = [free_port() for _ in range(api_processes)]
+        apis = [
+            processes.enter_context(
+                harness.running(f"api-sse-{index}", ["api", "--port", str(port)], env)
+            )
+            for index, port in enumerate(ports)
+        ]
+        worker = processes.enter_context(harness.running("worker-sse", worker_args, env))
+        bases = [f"http://127.0.0.1:{port}" for port in ports]
+        for base in bases:
+            await wait_healthy(base)
+        async with httpx.AsyncClient(base_url=bases[0], timeout=30) as http:
+            pids = [api.pid for api in apis]
+            yield Stack(bench, bases, http, pids, worker.pid, out_dir, client)
 
 
-async def subscribers(http: httpx.AsyncClient) -> int:
-    """The API's ``leasehold_sse_subscribers`` gauge."""
-    text = (await http.get("/metrics")).text
+async def subscribers(stack: Stack) -> int:
+    """Followers attached, over every API process (their ``leasehold_sse_subscribers``)."""
+    counts = [await api_subscribers(stack.http, base) for base in stack.bases]
+    return sum(counts)
+
+
+async def api_subscribers(http: httpx.AsyncClient, base: str) -> int:
+    """One API process's ``leasehold_sse_subscribers`` gauge."""
+    text = (await http.get(f"{base}/metrics")).text
     for line in text.splitlines():
         if line.startswith(SUBSCRIBERS_GAUGE):
             return int(float(line.removeprefix(SUBSCRIBERS_GAUGE)))
@@ -141,7 +155,8 @@ def followers(
         for index in range(math.ceil(count / per_process)):
             share = min(per_process, count - index * per_process)
             out = stack.out_dir / f"{run_id}-{index}.json"
-            args = ["--url", stack.base, "--run", run_id, "--count", str(share), "--out", str(out)]
+            base = stack.bases[index % len(stack.bases)]
+            args = ["--url", base, "--run", run_id, "--count", str(share), "--out", str(out)]
             args += ["--client", stack.client]
             proc = subprocess.Popen(
                 [sys.executable, "-m", "bench.followers", *args], cwd=harness.REPO_ROOT, env=env
@@ -158,7 +173,7 @@ async def wait_attached(
 ) -> float:
     """Wait until the API counts ``count`` followers; returns how long attaching took."""
     t0 = time.perf_counter()
-    while (attached := await subscribers(stack.http)) < count:
+    while (attached := await subscribers(stack)) < count:
         if time.perf_counter() - t0 > ATTACH_TIMEOUT_S:
             raise RuntimeError(f"only {attached} of {count} followers attached")
         if any(proc.poll() is not None for proc, _ in procs):
@@ -343,6 +358,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.sse", description=__doc__)
     parser.add_argument("--followers", type=int, nargs="+", default=[1, 100, 1000])
     parser.add_argument("--per-process", type=int, default=250, help="followers per client")
+    parser.add_argument(
+        "--api-processes",
+        type=int,
+        default=1,
+        help="API replicas; client processes are spread over them round-robin",
+    )
     parser.add_argument("--client", choices=["protocol", "httpx"], default="protocol")
     parser.add_argument("--rate", type=float, default=20.0, help="tick events per second")
     parser.add_argument("--seconds", type=float, default=10.0, help="how long ticks are emitted")
@@ -433,9 +454,17 @@ async def main(argv: list[str] | None = None) -> None:
         bench = Bench(redis_server.url, redis_server.client, store)
         maxlen = args.events_maxlen or max(settings.events_maxlen, args.tokens)
         result = {"benchmark": "sse", **await harness.header(redis_server.client, args.label)}
-        result |= {"client": args.client, "events_maxlen": maxlen}
+        result |= {
+            "client": args.client,
+            "events_maxlen": maxlen,
+            "api_processes": args.api_processes,
+        }
         async with stack(
-            bench, redis_server.data_dir, client=args.client, events_maxlen=maxlen
+            bench,
+            redis_server.data_dir,
+            client=args.client,
+            events_maxlen=maxlen,
+            api_processes=args.api_processes,
         ) as running:
             result |= await run_all(running, args)
     path = harness.record(result)
