@@ -9,7 +9,11 @@ finishes and claims dozens of runs.
 The terminal write lives here, not in the run's task, on purpose: cancelling a
 run (a client's cancel, a drain, a lost lease) can never cancel the write of its
 own outcome. A failed round trip is retried with backoff until Redis answers;
-Redis then says OK, RETRY or LOST for each outcome.
+Redis then says OK, RETRY or LOST for each outcome. A claim whose answer
+never came may still have run in Redis, so it is sent again with the same
+token and the same reserved slots: ``claim_runs`` answers a repeated token with
+the runs the first call took, and no run is left leased to a worker that does
+not know it holds it.
 
 Idle couriers sleep until :meth:`Courier.notify_ready` is called by the
 worker's :class:`~app.executor.listener.ChannelListener` (a script published on
@@ -28,7 +32,7 @@ from collections.abc import Callable
 from redis.exceptions import RedisError
 
 from app.executor.slots import Slots
-from app.store.leases import ClaimedRun, LeaseStore, Outcome
+from app.store.leases import ClaimedRun, LeaseStore, Outcome, new_claim_token
 from app.store.scripts import ScriptCode
 
 log = logging.getLogger(__name__)
@@ -71,6 +75,8 @@ class Courier:
         self._claiming = True
         self._maybe_ready = True  # ready may hold runs: claim when slots are free
         self._next_due_ms: int | None = None
+        # (token, reserved slots) of a claim sent without an answer coming back
+        self._unanswered: tuple[str, int] | None = None
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -128,16 +134,17 @@ class Courier:
         while True:
             batch = self._outcomes
             self._outcomes = []
-            wanted = self._slots.reserve(self._batch_max) if self._wants_claim() else 0
+            token, wanted = self._claim_to_send()
             if not batch and not wanted:
                 return
             sent_at = time.monotonic()
             try:
                 codes, claim = await self._store.finish_and_claim(
-                    self.queue, self._owner_id, [outcome for outcome, _ in batch], wanted
+                    self.queue, self._owner_id, [outcome for outcome, _ in batch], wanted, token
                 )
             except (RedisError, OSError) as exc:
-                self._slots.give_back(wanted)
+                # the claim may have run in Redis: its slots stay reserved for the resend
+                self._unanswered = (token, wanted) if wanted else None
                 self._outcomes[:0] = batch
                 log.warning(
                     "queue %s: round trip failed, retrying in %.2fs: %s", self.queue, delay, exc
@@ -146,6 +153,7 @@ class Courier:
                 delay = min(delay * 2, BACKOFF_MAX_S)
                 continue
             delay = BACKOFF_START_S
+            self._unanswered = None
             for (_, future), code in zip(batch, codes, strict=True):
                 if not future.done():
                     future.set_result(code)
@@ -157,6 +165,13 @@ class Courier:
             self._maybe_ready = len(claim.runs) == wanted and wanted > 0
             for run in claim.runs:
                 self._start_run(run, sent_at)
+
+    def _claim_to_send(self) -> tuple[str, int]:
+        """Token and slot count of this round trip's claim: an unanswered one again, or new."""
+        if self._unanswered is not None:
+            return self._unanswered
+        wanted = self._slots.reserve(self._batch_max) if self._wants_claim() else 0
+        return new_claim_token(), wanted
 
     def _wants_claim(self) -> bool:
         return self._claiming and self._maybe_ready and self._slots.free > 0

@@ -32,10 +32,9 @@ backoff, so a Redis restart or a failover costs callers a reconnect, not an
 error. In cluster mode redis-py also refreshes the slot map between attempts; in
 sentinel mode every new connection asks the sentinels for the current primary.
 This is safe for every script here: create is idempotent by run id, worker
-writes are fenced, renewals and reads are idempotent. The one imperfect case is
-a claim whose reply is lost after it ran: those runs stay leased to a worker
-that never started them, so their lease expires and the reconciler applies the
-policy.
+writes are fenced, renewals and reads are idempotent, and a claim carries a
+token (``claim_runs`` answers a repeated token with what it claimed the first
+time), so a claim whose reply was lost after it ran returns the same runs.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ script touches a single Redis Cluster slot::
     <prefix>:{<queue>}:idem:<key>      string  idempotency key -> "<run id> <fingerprint>"
     <prefix>:{<queue>}:effects:<id>    hash    memoized effects: "<name>:<ordinal>" -> record
     <prefix>:{<queue>}:activity        stream  every run's lifecycle events, capped (~1000)
+    <prefix>:{<queue>}:claim:<owner>:<token>  string  a claim's receipt (ids, fences), for one TTL
 
 Pub/sub channels of a queue (broadcast; not keys)::
 
@@ -73,6 +74,11 @@ class QueueKeys:
         every script that ends a run expires its effects with it.
         """
         return f"{self.tag}:effects:"
+
+    @property
+    def claim_receipt_prefix(self) -> str:
+        """Claim-receipt prefix: ``claim_runs`` remembers what a token claimed, for retries."""
+        return f"{self.tag}:claim:"
 
     @property
     def idem_prefix(self) -> str:

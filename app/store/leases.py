@@ -10,6 +10,7 @@ finish is pipelined with the claim of the next runs (BullMQ's moveToFinished).
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,6 +88,11 @@ class HeldLease:
     fence: int
 
 
+def new_claim_token() -> str:
+    """A claim's request token: random, so two claims never share a receipt by accident."""
+    return secrets.token_hex(8)
+
+
 def _json_or_none(raw: str) -> Any:
     return json.loads(raw) if raw else None
 
@@ -127,12 +133,19 @@ class LeaseStore:
         """Key names for one queue."""
         return QueueKeys(self.prefix, queue)
 
-    def _claim_call(self, queue: str, owner: str, count: int) -> ScriptCall:
+    def _claim_call(self, queue: str, owner: str, count: int, token: str) -> ScriptCall:
         keys = self.keys(queue)
         return ScriptCall(
             "claim_runs",
-            [keys.ready, keys.delayed, keys.leases, keys.run_prefix, keys.events_prefix],
-            [owner, count, self.lease_ttl_ms, self.events_maxlen, PROMOTE_MAX],
+            [
+                keys.ready,
+                keys.delayed,
+                keys.leases,
+                keys.run_prefix,
+                keys.events_prefix,
+                keys.claim_receipt_prefix,
+            ],
+            [owner, count, self.lease_ttl_ms, self.events_maxlen, PROMOTE_MAX, token],
         )
 
     def _finish_call(self, queue: str, owner: str, outcomes: Sequence[Outcome]) -> ScriptCall:
@@ -172,22 +185,35 @@ class LeaseStore:
         ]
         return Claim(runs, None if int(next_due) < 0 else int(next_due))
 
-    async def claim(self, queue: str, owner: str, count: int) -> Claim:
-        """Claim up to ``count`` ready runs (0 only promotes due retries)."""
-        raw = await self.scripts.call(self.client, *_unpack(self._claim_call(queue, owner, count)))
+    async def claim(self, queue: str, owner: str, count: int, token: str | None = None) -> Claim:
+        """Claim up to ``count`` ready runs (0 only promotes due retries).
+
+        ``token`` makes the claim idempotent for one lease TTL: calling again with
+        the same token (because the first answer was lost) returns what the first
+        call claimed instead of claiming more. None: a fresh token.
+        """
+        call = self._claim_call(queue, owner, count, token or new_claim_token())
+        raw = await self.scripts.call(self.client, *_unpack(call))
         return self._parse_claim(queue, raw)
 
     async def finish_and_claim(
-        self, queue: str, owner: str, outcomes: Sequence[Outcome], count: int
+        self,
+        queue: str,
+        owner: str,
+        outcomes: Sequence[Outcome],
+        count: int,
+        token: str | None = None,
     ) -> tuple[list[ScriptCode], Claim]:
         """Record outcomes and claim up to ``count`` more runs, in one round trip.
 
-        Returns one code per outcome (OK, RETRY or LOST), then the claim.
+        Returns one code per outcome (OK, RETRY or LOST), then the claim. ``token``
+        as for :meth:`claim`: a caller that retries after a failed round trip passes
+        the same one, so runs claimed by a call whose reply was lost come back.
         """
         calls = []
         if outcomes:
             calls.append(self._finish_call(queue, owner, outcomes))
-        calls.append(self._claim_call(queue, owner, count))
+        calls.append(self._claim_call(queue, owner, count, token or new_claim_token()))
         results = await self.scripts.pipeline(self.client, calls)
         codes = [ScriptCode(code) for code in results[0]] if outcomes else []
         return codes, self._parse_claim(queue, results[-1])

@@ -289,3 +289,33 @@ async def test_terminal_runs_expire_after_retention(
         until=lambda n: n == 0,
         what="the record to expire",
     )
+
+
+async def test_a_claim_repeated_with_its_token_returns_the_same_runs_and_claims_no_more(
+    run_store: RunStore, lease_store: LeaseStore
+) -> None:
+    first, second, third = [await create(run_store) for _ in range(3)]
+    claimed = await lease_store.claim("default", OWNER_A, 2, token="t-1")
+    again = await lease_store.claim("default", OWNER_A, 2, token="t-1")  # the reply was lost
+    assert [(run.id, run.fence) for run in again.runs] == [(first, 1), (second, 1)]
+    assert again.runs == claimed.runs
+    assert (await run_store.get(third)).status == RunStatus.QUEUED
+    assert await event_types(run_store, first) == ["created", "claimed"]  # claimed once
+    assert [run.id for run in (await lease_store.claim("default", OWNER_A, 2)).runs] == [third]
+
+
+async def test_a_repeated_claim_leaves_out_what_is_no_longer_held_under_its_fence(
+    run_store: RunStore, lease_store: LeaseStore
+) -> None:
+    released_id = await create(run_store)
+    kept_id = await create(run_store)
+    runs = (await lease_store.claim("default", OWNER_A, 2, token="t-1")).runs
+    released = next(run for run in runs if run.id == released_id)
+    await lease_store.release("default", OWNER_A, [HeldLease(released.id, released.fence)], "drain")
+    again = await lease_store.claim("default", OWNER_A, 2, token="t-1")
+    assert [run.id for run in again.runs] == [kept_id]
+    assert (await run_store.get(released_id)).status == RunStatus.QUEUED  # not re-claimed
+    # the same token from another owner is another claim
+    other = await lease_store.claim("default", OWNER_B, 2, token="t-1")
+    assert [run.id for run in other.runs] == [released_id]
+    assert other.runs[0].fence == released.fence + 2  # the release, then this claim

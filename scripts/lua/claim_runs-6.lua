@@ -5,11 +5,14 @@
 -- KEYS[3]  leases       zset    id -> lease expiry ms
 -- KEYS[4]  run_prefix   prefix  run keys are this prefix .. id (same hash tag)
 -- KEYS[5]  events_prefix  prefix  event streams are this prefix .. id
+-- KEYS[6]  receipt_prefix prefix  claim receipts are this prefix .. owner .. ':' .. token
 -- ARGV[1]  owner_id     string  the claiming worker
 -- ARGV[2]  count        integer how many runs at most (0: only promote due retries)
 -- ARGV[3]  lease_ttl_ms integer
 -- ARGV[4]  maxlen       integer approximate cap of each event stream
 -- ARGV[5]  promote_max  integer how many due retries to promote at most
+-- ARGV[6]  token        string  this claim's request token ('' for none); the same token
+--          again (a retry after a lost reply) answers what the first call claimed
 -- returns  {code, runs, next_due_ms}  codes: OK; runs is a list of
 --          {id, fence, handler, input, attempt, max_attempts, state, resume_input,
 --          budget};
@@ -19,12 +22,47 @@
 --          step: there is no moment when it is neither queued nor leased. Run keys
 --          are derived from KEYS[4]/KEYS[5] because a claim cannot know in advance
 --          which ids it will pop; every derived key carries the queue's hash tag.
+--          A claim is idempotent per (owner, token) for one lease TTL: its receipt
+--          (ids and fences) is kept that long, and a repeat returns those runs that
+--          are still running under that owner and fence, claiming nothing new. A
+--          reply lost on the way back therefore never leaves runs leased to a
+--          worker that does not know it holds them.
 --- @include lib
 
 local owner = ARGV[1]
 local want = tonumber(ARGV[2])
 local ttl = tonumber(ARGV[3])
+local token = ARGV[6]
 local now = now_ms()
+local receipt = KEYS[6] .. owner .. ':' .. token
+
+local function next_due_ms()
+  local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  if #first > 0 then
+    return tonumber(first[2])
+  end
+  return -1
+end
+
+local function row(id, fence, cur)
+  return {id, fence, cur[2], cur[3], tonumber(cur[4]), tonumber(cur[5]), cur[6] or '',
+    cur[7] or '', cur[8] or ''}
+end
+
+if token ~= '' then
+  local prior = redis.call('GET', receipt)
+  if prior then
+    local replayed = {}
+    for _, held in ipairs(cjson.decode(prior)) do
+      local cur = redis.call('HMGET', KEYS[4] .. held[1], 'status', 'handler', 'input',
+        'attempt', 'max_attempts', 'state', 'resume_input', 'budget', 'owner_id', 'fence')
+      if cur[1] == 'running' and cur[9] == owner and tonumber(cur[10]) == held[2] then
+        replayed[#replayed + 1] = row(held[1], held[2], cur)
+      end
+    end
+    return {'OK', replayed, next_due_ms()}
+  end
+end
 
 local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[5]))
 for _, id in ipairs(due) do
@@ -54,15 +92,16 @@ while #claimed < want do
       redis.call('ZADD', KEYS[3], expires, id)
       emit(run_key, KEYS[5] .. id, 'claimed', fence, now,
         cjson.encode({owner_id = owner, attempt = tonumber(cur[4])}), ARGV[4])
-      claimed[#claimed + 1] = {id, fence, cur[2], cur[3], tonumber(cur[4]),
-        tonumber(cur[5]), cur[6] or '', cur[7] or '', cur[8] or ''}
+      claimed[#claimed + 1] = row(id, fence, cur)
     end
   end
 end
 
-local next_due = -1
-local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-if #first > 0 then
-  next_due = tonumber(first[2])
+if token ~= '' and #claimed > 0 then
+  local held = {}
+  for i, run in ipairs(claimed) do
+    held[i] = {run[1], run[2]}
+  end
+  redis.call('SET', receipt, cjson.encode(held), 'PX', ttl)
 end
-return {'OK', claimed, next_due}
+return {'OK', claimed, next_due_ms()}
