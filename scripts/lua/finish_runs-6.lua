@@ -17,8 +17,9 @@
 --          output and error are json or ''; retry_delay_ms >= 0 asks for a retry
 --          when attempts remain, -1 for none
 -- returns  a list with one code per group, in order: OK (terminal or parked state
---          written), RETRY (requeued for another attempt), LOST (fenced out: nothing
---          written)
+--          written, or this owner's same terminal outcome already written: a resend
+--          after a lost reply), RETRY (requeued for another attempt), LOST (fenced
+--          out: nothing written)
 -- events   succeeded | failed | cancelled (terminal), requeued, or waiting_human
 -- invariant: the terminal state and the terminal event are written together and
 --          only by the current holder; a run is retried only while
@@ -64,9 +65,19 @@ local function terminate(id, fence, outcome, output, err)
   finalize(k, id, outcome, fence, now, fields, cjson.encode(data), retention, maxlen)
 end
 
+-- This owner already wrote this terminal outcome under this fence: the same
+-- write sent again because its reply was lost. Answer what the first one did.
+local function already_settled(run_key, fence, outcome)
+  local cur = redis.call('HMGET', run_key, 'status', 'owner_id', 'fence')
+  return cur[1] == outcome and cur[2] == owner and cur[3] == fence
+end
+
 local function settle(id, fence, outcome, output, err, delay)
   local run_key = KEYS[4] .. id
   if not holds(run_key, owner, fence) then
+    if already_settled(run_key, fence, outcome) then
+      return 'OK'
+    end
     return 'LOST'
   end
   if outcome == 'waiting_human' then

@@ -74,6 +74,27 @@ async def test_finish_with_current_fence_writes_output_and_terminal_event(
     assert (await event_types(run_store, run_id))[-1] == "succeeded"
 
 
+async def test_a_finish_sent_again_after_a_lost_reply_is_answered_ok_and_written_once(
+    run_store: RunStore, lease_store: LeaseStore
+) -> None:
+    run_id = await create(run_store)
+    run = (await lease_store.claim("default", OWNER_A, 1)).runs[0]
+    outcome = Outcome(run_id, run.fence, "succeeded", output_json='{"ok":true}')
+    first, _ = await lease_store.finish_and_claim("default", OWNER_A, [outcome], 0)
+    again, _ = await lease_store.finish_and_claim("default", OWNER_A, [outcome], 0)
+    assert first == again == [ScriptCode.OK]
+    assert await event_types(run_store, run_id) == ["created", "claimed", "succeeded"]
+    # another outcome, or another owner, under that fence is not the same write
+    failed = Outcome(run_id, run.fence, "failed", error_json='{"code":"x","message":"x"}')
+    assert (await lease_store.finish_and_claim("default", OWNER_A, [failed], 0))[0] == [
+        ScriptCode.LOST
+    ]
+    assert (await lease_store.finish_and_claim("default", OWNER_B, [outcome], 0))[0] == [
+        ScriptCode.LOST
+    ]
+    assert (await run_store.get(run_id)).output == {"ok": True}
+
+
 async def test_renew_with_stale_fence_returns_lost(
     redis_url: str, scripts: Scripts, run_store: RunStore, lease_store: LeaseStore
 ) -> None:
