@@ -14,12 +14,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import httpx
 import typer
 
-from app.client import ApiError, Client
 from app.errors import ConfigurationError, LeaseholdError
 from app.executor.registry import HandlerRegistry, load_handler_modules
 from app.logs import configure_logging
@@ -27,6 +25,9 @@ from app.models import Run, RunStatus
 from app.probes import ProbeResult
 from app.render import EventPrinter
 from app.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from app.client import ApiError, Client
 
 app = typer.Typer(
     help="Leasehold: durable runs on Redis with fenced leases.",
@@ -72,6 +73,12 @@ def handlers_or_exit(settings: Settings) -> HandlerRegistry:
 @contextmanager
 def _api(api_url: str | None) -> Iterator[Client]:
     """A client for the API; an error answer or an unreachable API is one line and exit 1."""
+    # imported here, not at the top: httpx (with its own CLI's rich and pygments) costs a
+    # worker ~0.13 s of start-up, and `leasehold worker` never talks to the API
+    import httpx
+
+    from app.client import ApiError, Client
+
     settings = settings_or_exit()
     url = api_url or settings.client_api_url
     try:

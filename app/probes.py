@@ -22,7 +22,6 @@ import asyncio
 import socket
 from dataclasses import dataclass
 
-import httpx
 from redis.exceptions import RedisError
 
 from app.settings import Settings
@@ -47,6 +46,8 @@ def probe_api(settings: Settings, path: str) -> ProbeResult:
     key = settings.api_key or (settings.api_keys[0] if settings.api_keys else None)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     url = f"{settings.client_api_url}{path}"
+    import httpx  # here: a worker imports this module, and only API probes need httpx
+
     try:
         response = httpx.get(url, headers=headers, timeout=PROBE_TIMEOUT_S)
     except httpx.HTTPError as exc:

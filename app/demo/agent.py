@@ -15,17 +15,19 @@ the operation lease, never cut by a transport timeout that nobody chose.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from pydantic import BaseModel, Field
 
 from app.executor import RunContext, handler
 from app.settings import load_settings
 from app.supervision.operation import Operation
 
+if TYPE_CHECKING:
+    import httpx
+
 # connect and write are bounded; reading a stream is not (the lease watches it)
-MODEL_TIMEOUT = httpx.Timeout(connect=5.0, read=None, write=5.0, pool=5.0)
+MODEL_CONNECT_TIMEOUT_S = 5.0
 
 
 class ModelScript(BaseModel):
@@ -67,7 +69,12 @@ async def agent(ctx: RunContext, params: AgentInput) -> dict[str, Any]:
     url = params.model_url or f"{settings.client_api_url}/demo/model"
     headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
     transcript: list[str] = []
-    async with httpx.AsyncClient(timeout=MODEL_TIMEOUT, headers=headers) as http:
+    # imported here: every worker loads the demo handlers, few run this one
+    import httpx
+
+    bounded = MODEL_CONNECT_TIMEOUT_S
+    timeout = httpx.Timeout(connect=bounded, read=None, write=bounded, pool=bounded)
+    async with httpx.AsyncClient(timeout=timeout, headers=headers) as http:
         for _ in range(params.steps):
             await ctx.step()
             for note in ctx.take_nudges():

@@ -19,8 +19,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-import httpx
-
 from app.supervision.verdicts import Decision, Evidence, Verdict
 
 log = logging.getLogger(__name__)
@@ -66,6 +64,8 @@ class HttpJudge:
 
     async def judge(self, evidence: Evidence) -> Any:
         """One POST; the caller's timeout bounds it, so httpx's own is generous."""
+        import httpx  # here: every worker imports this module, few configure an HTTP judge
+
         async with httpx.AsyncClient(timeout=httpx.Timeout(None, connect=5.0)) as client:
             response = await client.post(self._url, json=evidence.as_dict())
             response.raise_for_status()
