@@ -27,10 +27,9 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from redis.exceptions import RedisError
 from sse_starlette import ServerSentEvent
 
-from app.api.hub import Subscription, fan_out, stop_readers
+from app.api.hub import Feed, FeedRegistry, Subscription, fan_out, read_until_done
 from app.api.streaming import is_stream_id
 from app.models import ActivityEntry, event_id_order
 from app.store.activity import ActivityStore
@@ -38,7 +37,6 @@ from app.store.activity import ActivityStore
 log = logging.getLogger(__name__)
 
 REPLAY_CHUNK = 500
-RETRY_DELAY_MAX_S = 2.0
 MAX_QUEUES = 100
 # following every queue, how often the set of queues is re-read (one SMEMBERS)
 QUEUE_RESCAN_S = 2.0
@@ -77,15 +75,13 @@ def decode_cursor(text: str) -> Cursor:
     return cursor
 
 
-@dataclass
-class QueueFeed:
+class QueueFeed(Feed[ActivityEntry]):
     """One blocking reader of one queue's activity stream, shared in the process."""
 
-    queue: str
-    subscribers: set[Subscription[ActivityEntry]] = field(default_factory=set)
-    position: str | None = None
-    ready: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task[None] | None = None
+    def __init__(self, queue: str) -> None:
+        super().__init__(queue)
+        self.queue = queue
+        self.position: str | None = None
 
 
 class ActivityHub:
@@ -95,7 +91,7 @@ class ActivityHub:
         self._store = store
         self._block_ms = block_ms
         self._queue_max = queue_max
-        self._feeds: dict[str, QueueFeed] = {}
+        self._feeds = FeedRegistry(QueueFeed, self._read)
 
     @property
     def readers(self) -> int:
@@ -112,12 +108,7 @@ class ActivityHub:
         Everything after the returned position reaches the inbox, so a replay up
         to it followed by the inbox has no gap.
         """
-        feed = self._feeds.get(queue)
-        if feed is None:
-            feed = QueueFeed(queue)
-            self._feeds[queue] = feed
-            feed.task = asyncio.create_task(self._read(feed), name=f"activity:{queue}")
-        feed.subscribers.add(subscription)
+        feed = self._feeds.join(queue, subscription)
         await feed.ready.wait()
         assert feed.position is not None
         return feed.position
@@ -125,40 +116,27 @@ class ActivityHub:
     def unfollow(self, subscription: Subscription[ActivityEntry], queues: list[str]) -> None:
         """Stop delivering these queues; a feed's last follower stops its reader."""
         for queue in queues:
-            feed = self._feeds.get(queue)
-            if feed is None:
-                continue
-            feed.subscribers.discard(subscription)
-            if not feed.subscribers:
-                del self._feeds[queue]
-                if feed.task is not None:
-                    feed.task.cancel()
+            self._feeds.leave(queue, subscription)
 
     async def close(self) -> None:
         """Stop every reader (API shutdown)."""
-        tasks = [feed.task for feed in self._feeds.values() if feed.task is not None]
-        self._feeds.clear()
-        await stop_readers(tasks)
+        await self._feeds.close()
 
     async def _read(self, feed: QueueFeed) -> None:
-        delay = 0.05
-        while True:
-            try:
-                if feed.position is None:
-                    feed.position = await self._store.newest(feed.queue)
-                    feed.ready.set()
-                entries = await self._store.wait(
-                    feed.queue, after=feed.position, block_ms=self._block_ms
-                )
-            except (RedisError, OSError) as exc:
-                log.warning("activity feed of %s failed, retrying: %s", feed.queue, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_DELAY_MAX_S)
-                continue
-            delay = 0.05
-            for entry in entries:
-                feed.position = entry.id
-                fan_out(feed.subscribers, entry)
+        await read_until_done(
+            lambda: self._step(feed), "activity feed", log_extra={"queue": feed.queue}
+        )
+
+    async def _step(self, feed: QueueFeed) -> bool:
+        """One blocking read of the queue's new entries, fanned out; never done."""
+        if feed.position is None:
+            feed.position = await self._store.newest(feed.queue)
+            feed.ready.set()
+        entries = await self._store.wait(feed.queue, after=feed.position, block_ms=self._block_ms)
+        for entry in entries:
+            feed.position = entry.id
+            fan_out(feed.subscribers, entry)
+        return False
 
 
 @dataclass

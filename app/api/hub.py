@@ -28,7 +28,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Generic, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Generic, TypeVar
 
 from redis.exceptions import RedisError
 
@@ -42,6 +43,7 @@ RETRY_DELAY_MAX_S = 2.0
 READ_COUNT = 1000  # entries per read of a feed
 
 T = TypeVar("T")
+F = TypeVar("F", bound="Feed[Any]")
 
 
 class Subscription(Generic[T]):
@@ -97,25 +99,98 @@ def fan_out(subscribers: set[Subscription[T]], item: T) -> None:
             subscribers.discard(subscription)
 
 
-async def stop_readers(tasks: list[asyncio.Task[None]]) -> None:
-    """Cancel feed readers and wait until they are gone (API shutdown)."""
-    for task in tasks:
-        task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await asyncio.gather(*tasks, return_exceptions=True)
+class Feed(Generic[T]):
+    """One reader task for one key (a run, a queue), shared by every subscriber in the process."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.subscribers: set[Subscription[T]] = set()
+        self.ready = asyncio.Event()  # set once the reader has fixed its start position
+        self.task: asyncio.Task[None] | None = None
 
 
-class RunFeed:
+class FeedRegistry(Generic[F]):
+    """A process's feeds by key: a reader starts with its first subscriber, stops with its last.
+
+    Shared by the run event hub and the activity hub, which differ only in what
+    a feed reads.
+    """
+
+    def __init__(
+        self, new_feed: Callable[[str], F], reader: Callable[[F], Coroutine[Any, Any, None]]
+    ) -> None:
+        self._new_feed = new_feed
+        self._reader = reader
+        self._feeds: dict[str, F] = {}
+
+    def __len__(self) -> int:
+        return len(self._feeds)
+
+    def get(self, key: str) -> F | None:
+        """The feed of ``key``, if anyone follows it."""
+        return self._feeds.get(key)
+
+    def join(self, key: str, subscription: Subscription[Any]) -> F:
+        """Add a subscriber to ``key``'s feed, starting the feed and its reader if needed."""
+        feed = self._feeds.get(key)
+        if feed is None:
+            feed = self._new_feed(key)
+            self._feeds[key] = feed
+            feed.task = asyncio.create_task(self._reader(feed), name=f"feed:{key}")
+        feed.subscribers.add(subscription)
+        return feed
+
+    def leave(self, key: str, subscription: Subscription[Any]) -> None:
+        """Remove a subscriber; the last one's departure stops the reader."""
+        feed = self._feeds.get(key)
+        if feed is None:
+            return
+        feed.subscribers.discard(subscription)
+        if not feed.subscribers:
+            del self._feeds[key]
+            if feed.task is not None:
+                feed.task.cancel()
+
+    async def close(self) -> None:
+        """Stop every reader and wait until they are gone (API shutdown)."""
+        tasks = [feed.task for feed in self._feeds.values() if feed.task is not None]
+        self._feeds.clear()
+        for task in tasks:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def read_until_done(
+    step: Callable[[], Awaitable[bool]], what: str, log_extra: dict[str, str]
+) -> None:
+    """Call ``step`` until it returns True; a Redis error backs off and tries again.
+
+    A feed's reader must outlive a Redis restart or a failover: its followers are
+    waiting, and they resume from the feed's position once Redis answers.
+    """
+    delay = RETRY_DELAY_S
+    while True:
+        try:
+            if await step():
+                return
+        except (RedisError, OSError) as exc:
+            log.warning("%s: read failed, retrying in %.2fs: %s", what, delay, exc, extra=log_extra)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_DELAY_MAX_S)
+            continue
+        delay = RETRY_DELAY_S
+
+
+class RunFeed(Feed[Frame]):
     """One blocking reader for one run's stream, shared by every follower in the process."""
 
     def __init__(self, run_id: str) -> None:
+        super().__init__(run_id)
         self.run_id = run_id
-        self.subscribers: set[Subscription[Frame]] = set()
         self.position: str | None = None
         self.added = 0  # the stream's entries-added count when `position` was written
         self.caught_up = False  # the last read came back short: wait before the next
-        self.ready = asyncio.Event()
-        self.task: asyncio.Task[None] | None = None
 
 
 class EventHub:
@@ -125,7 +200,7 @@ class EventHub:
         self._store = store
         self._block_ms = block_ms
         self._queue_max = queue_max
-        self._feeds: dict[str, RunFeed] = {}
+        self._feeds = FeedRegistry(RunFeed, self._read)
 
     @property
     def readers(self) -> int:
@@ -139,47 +214,23 @@ class EventHub:
 
     async def subscribe(self, run_id: str) -> Subscription[Frame]:
         """Follow a run; returns once the feed's start position is fixed."""
-        feed = self._feeds.get(run_id)
-        if feed is None:
-            feed = RunFeed(run_id)
-            self._feeds[run_id] = feed
-            feed.task = asyncio.create_task(self._read(feed), name=f"feed:{run_id}")
         subscription: Subscription[Frame] = Subscription(self._queue_max)
-        feed.subscribers.add(subscription)
-        await feed.ready.wait()
+        await self._feeds.join(run_id, subscription).ready.wait()
         return subscription
 
     def unsubscribe(self, run_id: str, subscription: Subscription[Frame]) -> None:
         """Stop following; the last follower's departure stops the reader."""
-        feed = self._feeds.get(run_id)
-        if feed is None:
-            return
-        feed.subscribers.discard(subscription)
-        if not feed.subscribers:
-            del self._feeds[run_id]
-            if feed.task is not None:
-                feed.task.cancel()
+        self._feeds.leave(run_id, subscription)
 
     async def close(self) -> None:
         """Stop every reader (API shutdown)."""
-        tasks = [feed.task for feed in self._feeds.values() if feed.task is not None]
-        self._feeds.clear()
-        await stop_readers(tasks)
+        await self._feeds.close()
 
     async def _read(self, feed: RunFeed) -> None:
-        delay = RETRY_DELAY_S
-        while True:
-            try:
-                if await self._step(feed):
-                    return  # nothing follows a terminal event
-            except (RedisError, OSError) as exc:
-                log.warning(
-                    "event feed read failed, retrying: %s", exc, extra={"run_id": feed.run_id}
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_DELAY_MAX_S)
-                continue
-            delay = RETRY_DELAY_S
+        # True after the terminal event: nothing follows it
+        await read_until_done(
+            lambda: self._step(feed), "event feed", log_extra={"run_id": feed.run_id}
+        )
 
     async def _step(self, feed: RunFeed) -> bool:
         """One read, after waiting for news when the feed had caught up; True once terminal."""
