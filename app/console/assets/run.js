@@ -116,12 +116,15 @@ export function renderRun(root, runId) {
   const problem = h("p", { class: "problem", role: "alert", hidden: true });
   const details = h("div", { class: "details" });
   const connection = h("p", { class: "connection", role: "status" });
-  const list = h("ol", { class: "timeline", role: "log", "aria-label": "Events" });
+  // the live region wraps the list: a role on the <ol> itself would take away its list
+  // semantics, and its items would no longer be read as items of a list
+  const list = h("ol", { class: "timeline" });
   root.replaceChildren(
     h("p", {}, h("a", { href: "#/runs" }, "← All runs")), title, outcome, waitBanner, parked,
     actions, problem, details,
     h("section", { "aria-labelledby": "events-title" },
-      h("h2", { id: "events-title" }, "Events"), connection, list));
+      h("h2", { id: "events-title" }, "Events"), connection,
+      h("div", { role: "log", "aria-label": "Events" }, list)));
 
   const banners = new WaitBanners(waitBanner);
   const timeline = new Timeline(list);
