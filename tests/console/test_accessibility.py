@@ -14,7 +14,7 @@ from typing import Any
 from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import BrowserContext, Page, expect
 
-from tests.console.test_console import KEY, create, open_page
+from tests.console.test_console import KEY, create, create_hung_tool_run, open_page
 from tests.support.processes import Processes
 
 # the WCAG 2.0/2.1 A and AA rule sets: what "accessible" is measured against
@@ -42,16 +42,7 @@ def test_every_view_passes_the_wcag_a_and_aa_rules_of_axe(
         LEASEHOLD_WATCHDOG_FREE_RENEWALS="0",
     )
     finished = create(url, "demo.echo", {"message": "hello"})
-    waiting = create(
-        url,
-        "demo.agent",
-        {
-            "model_url": f"{url}/demo/model",
-            "model": {"first_token_s": 0, "gap_s": 0.02, "tokens": 12},
-            "tools": [{"name": "crm.search", "hang": True}],
-            "tool_lease_s": 1.0,
-        },
-    )
+    waiting = create_hung_tool_run(url, tool_lease_s=1.0)
 
     runs = open_page(context, f"{url}/#/runs")
     expect(runs.locator(f'tr[data-run-id="{finished}"]')).to_have_attribute(

@@ -29,6 +29,20 @@ def create(url: str, handler: str, payload: dict[str, Any], **headers: str) -> s
     return run_id
 
 
+def create_hung_tool_run(url: str, *, tool_lease_s: float) -> str:
+    """A ``demo.agent`` run whose model streams a few tokens and whose tool then hangs."""
+    return create(
+        url,
+        "demo.agent",
+        {
+            "model_url": f"{url}/demo/model",
+            "model": {"first_token_s": 0, "gap_s": 0.02, "tokens": 12},
+            "tools": [{"name": "crm.search", "hang": True}],
+            "tool_lease_s": tool_lease_s,
+        },
+    )
+
+
 def open_page(context: BrowserContext, url: str) -> Page:
     page = context.new_page()
     page.goto(url)
@@ -61,16 +75,7 @@ def test_a_hung_tool_raises_the_wait_banner_then_the_verdict_clears_it(
         LEASEHOLD_WATCHDOG_FREE_RENEWALS="0",
         LEASEHOLD_WATCHDOG_MAX_RENEWALS="2",
     )
-    run_id = create(
-        url,
-        "demo.agent",
-        {
-            "model_url": f"{url}/demo/model",
-            "model": {"first_token_s": 0, "gap_s": 0.02, "tokens": 12},
-            "tools": [{"name": "crm.search", "hang": True}],
-            "tool_lease_s": 1.5,
-        },
-    )
+    run_id = create_hung_tool_run(url, tool_lease_s=1.5)
     page = open_page(context, f"{url}/#/runs/{run_id}")
     banner = page.locator(".wait-banner")
     expect(banner).to_contain_text("Waiting on tool_call crm.search")
@@ -117,6 +122,10 @@ def test_a_killed_worker_shows_orphaned_with_its_story_in_both_views(
     expect(run.locator(".story")).to_contain_text(story)
     expect(run.locator(".story")).to_contain_text("orphaned by the reconciler")
     runs.screenshot(path=artifacts / "runs-view.png", full_page=True)
+    # what the page shows is what the API says
+    stored = httpx.get(f"{url}/runs/{run_id}", timeout=30).json()
+    assert stored["status"] == "orphaned"
+    assert stored["error"]["message"] == "orphaned: executor lease expired"
 
 
 def test_cancel_and_resume_from_the_ui_with_readable_refusals(

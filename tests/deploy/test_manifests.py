@@ -26,6 +26,7 @@ import yaml
 from app import cli
 from app.api.app import create_app
 from app.embedded import find_redis_server
+from app.errors import ConfigurationError
 from app.executor.worker import SETTLE_AFTER_DRAIN_S
 from app.settings import ENV_PREFIX, Settings, load_settings
 from tests.support.processes import REPO_ROOT
@@ -99,17 +100,22 @@ def check_probe_command(argv: list[str]) -> None:
         assert (path or "/readyz") in route_paths(), f"{argv}: no such route"
 
 
-def check_env(env: dict[str, Any], where: str) -> None:
-    """Every LEASEHOLD_* name is a setting, and the values together are valid settings."""
+def env_problems(env: dict[str, Any], where: str) -> list[str]:
+    """What is wrong with a file's LEASEHOLD_* variables: unknown names, invalid values."""
     names = {name for name in env if name.startswith(ENV_PREFIX)}
     unknown = names - SETTING_NAMES
-    assert not unknown, f"{where}: not settings: {sorted(unknown)}"
+    if unknown:
+        return [f"{where}: not settings: {sorted(unknown)}"]
     values = {
         name.removeprefix(ENV_PREFIX).lower(): _literal(str(value))
         for name, value in env.items()
         if name in names
     }
-    load_settings(**values)
+    try:
+        load_settings(**values)
+    except ConfigurationError as exc:
+        return [f"{where}: {exc}"]
+    return []
 
 
 def _literal(value: str) -> str:
@@ -127,10 +133,12 @@ def duration_s(value: str | int | float) -> float:
     return sum(float(number) * units[unit] for number, unit in parts)
 
 
-def must_outlast_drain(grace_s: float, env: dict[str, Any], where: str) -> None:
+def grace_problems(grace_s: float, env: dict[str, Any], where: str) -> list[str]:
+    """A stop grace period that would kill a worker before its drain and release end."""
     drain_s = float(env.get("LEASEHOLD_DRAIN_TIMEOUT_S", Settings().drain_timeout_s))
-    needed = drain_s + SETTLE_AFTER_DRAIN_S
-    assert grace_s > needed, f"{where}: grace {grace_s}s <= drain {drain_s}s + release"
+    if grace_s > drain_s + SETTLE_AFTER_DRAIN_S:
+        return []
+    return [f"{where}: grace {grace_s}s <= drain {drain_s}s + release"]
 
 
 def redis_directives(path: Path) -> dict[str, str]:
@@ -194,14 +202,22 @@ def test_compose_healthchecks_exist_and_probe_real_commands_and_routes(
 
 
 def test_compose_env_names_are_settings_with_valid_values(compose: dict[str, Any]) -> None:
-    for name, service in leasehold_services(compose):
-        check_env(service["environment"], f"compose service {name}")
+    problems = [
+        problem
+        for name, service in leasehold_services(compose)
+        for problem in env_problems(service["environment"], f"compose service {name}")
+    ]
+    assert problems == []
 
 
 def test_compose_grace_periods_outlast_the_drain(compose: dict[str, Any]) -> None:
-    for name, service in compose["services"].items():
-        env = compose["services"]["worker"]["environment"]
-        must_outlast_drain(duration_s(service["stop_grace_period"]), env, f"compose {name}")
+    env = compose["services"]["worker"]["environment"]
+    problems = [
+        problem
+        for name, service in compose["services"].items()
+        for problem in grace_problems(duration_s(service["stop_grace_period"]), env, name)
+    ]
+    assert problems == []
 
 
 def test_compose_api_port_is_the_port_the_api_listens_on(compose: dict[str, Any]) -> None:
@@ -268,7 +284,7 @@ def test_the_final_image_installs_no_build_tools() -> None:
 
 
 def test_dockerfile_env_names_are_settings() -> None:
-    check_env(dockerfile_env(), "deploy/Dockerfile")
+    assert env_problems(dockerfile_env(), "deploy/Dockerfile") == []
 
 
 def test_the_wheel_ships_the_lua_scripts_the_image_runs() -> None:
@@ -386,9 +402,11 @@ def test_k8s_grace_periods_outlast_the_drain(
     objects: dict[tuple[str, str], dict[str, Any]],
 ) -> None:
     env = config_env(objects)
+    problems = []
     for name in ("leasehold-api", "leasehold-worker"):
         pod = objects[("Deployment", name)]["spec"]["template"]["spec"]
-        must_outlast_drain(float(pod["terminationGracePeriodSeconds"]), env, name)
+        problems += grace_problems(float(pod["terminationGracePeriodSeconds"]), env, name)
+    assert problems == []
 
 
 def test_k8s_pdb_selects_the_worker_pods(objects: dict[tuple[str, str], dict[str, Any]]) -> None:
@@ -405,7 +423,7 @@ def test_k8s_env_names_are_settings_and_references_resolve(
     objects: dict[tuple[str, str], dict[str, Any]],
 ) -> None:
     secret = objects[("Secret", "leasehold-secrets")]["stringData"]
-    check_env(config_env(objects), "ConfigMap leasehold-config")
+    assert env_problems(config_env(objects), "ConfigMap leasehold-config") == []
     assert set(secret) <= SETTING_NAMES
     for name in ("leasehold-api", "leasehold-worker"):
         spec = container(objects[("Deployment", name)])
