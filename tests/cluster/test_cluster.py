@@ -25,8 +25,8 @@ from app.store.health import check_readiness
 from app.store.runs import NewRun
 from app.store.scripts import ReplicaAcks, Scripts
 from tests.support.clusters import LocalCluster
-from tests.support.failover import Deployment, deployment, kinds, owner_pid, submit, wait_status
-from tests.support.polling import eventually
+from tests.support.failover import Deployment, deployment, kinds, submit
+from tests.support.polling import eventually, owner_pid, wait_status
 
 pytestmark = pytest.mark.cluster
 

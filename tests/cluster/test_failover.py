@@ -31,8 +31,8 @@ from tests.support.failover import (
     submit,
     submit_retried,
     wait_some_running,
-    wait_status,
 )
+from tests.support.polling import wait_status
 from tests.support.processes import Proc
 
 pytestmark = pytest.mark.cluster

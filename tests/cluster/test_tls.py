@@ -15,7 +15,8 @@ import pytest
 from app.models import RunStatus
 from app.store.health import check_readiness
 from tests.support.clusters import LocalCluster, LocalSentinel, TlsFiles
-from tests.support.failover import deployment, submit, wait_status
+from tests.support.failover import deployment, submit
+from tests.support.polling import wait_status
 
 pytestmark = pytest.mark.cluster
 

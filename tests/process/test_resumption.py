@@ -13,12 +13,12 @@ from typing import Any
 import httpx
 import redis.asyncio as aioredis
 
-from app.models import Run, RunEvent, RunStatus
+from app.models import RunEvent, RunStatus
 from app.store.progress import ProgressStore
 from app.store.runs import NewRun, RunStore
 from app.store.scripts import Scripts
 from tests.support.effect_handlers import calls_key, steps_key
-from tests.support.polling import eventually
+from tests.support.polling import eventually, wait_status
 from tests.support.processes import Proc, Processes
 
 SQUARES = [1, 4, 9, 16, 25]
@@ -33,14 +33,6 @@ async def submit_charge(run_store: RunStore, **input: Any) -> str:
     """A ``test.charge`` run the reconciler retries when its owner's lease expires."""
     return await submit(
         run_store, "test.charge", input=input, on_lease_expired="retry", max_attempts=3
-    )
-
-
-async def wait_status(run_store: RunStore, run_id: str, *statuses: RunStatus) -> Run:
-    return await eventually(
-        lambda: run_store.get(run_id),
-        until=lambda run: run.status in statuses,
-        what=f"{run_id} to be {statuses}",
     )
 
 

@@ -16,7 +16,7 @@ from app.store.connection import async_client
 from app.store.runs import NewRun, RunStore
 from app.store.scripts import Scripts
 from tests.support.handlers import executions_key
-from tests.support.polling import eventually
+from tests.support.polling import eventually, owner_pid, wait_status
 from tests.support.processes import Proc, Processes, base_env
 
 TTL_S = 1.0
@@ -28,22 +28,6 @@ async def submit(run_store: RunStore, handler: str = "test.record", **input: obj
 
 async def submit_with(run_store: RunStore, new: NewRun) -> str:
     return (await run_store.create(new)).run.id
-
-
-async def wait_status(
-    run_store: RunStore, run_id: str, *statuses: RunStatus, timeout_s: float = 30.0
-) -> Run:
-    return await eventually(
-        lambda: run_store.get(run_id),
-        until=lambda run: run.status in statuses,
-        timeout_s=timeout_s,
-        what=f"{run_id} to be {statuses}",
-    )
-
-
-def owner_pid(run: Run) -> int:
-    assert run.owner_id is not None
-    return int(run.owner_id.rsplit("-", 2)[1])
 
 
 def proc_owning(run: Run, procs: list[Proc]) -> Proc:

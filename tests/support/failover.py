@@ -61,24 +61,6 @@ async def submit(store: RunStore, queue: str, handler: str = "demo.echo", **para
     return (await store.create(new)).run.id
 
 
-async def wait_status(
-    store: RunStore, run_id: str, *statuses: RunStatus, timeout_s: float = 30.0
-) -> Run:
-    """Poll the run until it is in one of ``statuses``."""
-    return await eventually(
-        lambda: store.get(run_id),
-        until=lambda run: run.status in statuses,
-        timeout_s=timeout_s,
-        what=f"{run_id} to be {[status.value for status in statuses]}",
-    )
-
-
-def owner_pid(run: Run) -> int:
-    """The pid in an owner id ``w-<host>-<pid>-<random>``."""
-    assert run.owner_id is not None
-    return int(run.owner_id.rsplit("-", 2)[1])
-
-
 async def kinds(store: RunStore, run_id: str) -> list[str]:
     """The run's event types, oldest first."""
     return [event.type for event in await store.read_events(run_id)]

@@ -7,6 +7,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from app.models import Run, RunStatus
+from app.store.runs import RunStore
+
 T = TypeVar("T")
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -29,3 +32,21 @@ async def eventually(
             return last
         await asyncio.sleep(interval_s)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last value: {last!r}")
+
+
+async def wait_status(
+    store: RunStore, run_id: str, *statuses: RunStatus, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> Run:
+    """Poll the run until it is in one of ``statuses``."""
+    return await eventually(
+        lambda: store.get(run_id),
+        until=lambda run: run.status in statuses,
+        timeout_s=timeout_s,
+        what=f"{run_id} to be {[status.value for status in statuses]}",
+    )
+
+
+def owner_pid(run: Run) -> int:
+    """The pid in an owner id ``w-<host>-<pid>-<random>``."""
+    assert run.owner_id is not None
+    return int(run.owner_id.rsplit("-", 2)[1])
