@@ -80,8 +80,12 @@ class QueueFeed(Feed[ActivityEntry]):
 
     def __init__(self, queue: str) -> None:
         super().__init__(queue)
-        self.queue = queue
         self.position: str | None = None
+
+    @property
+    def queue(self) -> str:
+        """The queue this feed reads (its key)."""
+        return self.key
 
 
 class ActivityHub:

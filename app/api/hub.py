@@ -187,10 +187,14 @@ class RunFeed(Feed[Frame]):
 
     def __init__(self, run_id: str) -> None:
         super().__init__(run_id)
-        self.run_id = run_id
         self.position: str | None = None
         self.added = 0  # the stream's entries-added count when `position` was written
         self.caught_up = False  # the last read came back short: wait before the next
+
+    @property
+    def run_id(self) -> str:
+        """The run this feed reads (its key)."""
+        return self.key
 
 
 class EventHub:
