@@ -232,6 +232,9 @@ class Worker:
     def _install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
+            # Windows event loops have no add_signal_handler (NotImplementedError), and a
+            # loop outside the main thread cannot take one (RuntimeError): there the
+            # default handlers stay, and a stop skips the drain
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.request_stop)
 
