@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from app.errors import ConfigurationError, LeaseholdError
-from app.executor.registry import HandlerRegistry, load_handler_modules
+from app.handlers import HandlerRegistry, load_handler_modules
 from app.logs import configure_logging
 from app.models import Run, RunStatus
 from app.probes import ProbeResult

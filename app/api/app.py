@@ -24,7 +24,7 @@ from app.api.openapi import complete_openapi
 from app.api.problems import install_problem_handlers
 from app.api.routes import activity, console, decisions, events, metrics, runs, system
 from app.api.state import ApiState
-from app.executor.registry import HandlerRegistry, load_handler_modules
+from app.handlers import HandlerRegistry, load_handler_modules
 from app.settings import Settings
 from app.store.activity import ActivityStore
 from app.store.connection import async_client

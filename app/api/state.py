@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from fastapi import Request
 
 from app.api.hub import EventHub
-from app.executor.registry import HandlerRegistry
+from app.handlers import HandlerRegistry
 from app.settings import Settings
 from app.store.connection import AsyncRedis
 from app.store.runs import RunStore

@@ -5,6 +5,6 @@ not part of the handler-facing surface.
 """
 
 from app.executor.context import RunContext
-from app.executor.registry import handler
+from app.handlers import handler
 
 __all__ = ["RunContext", "handler"]

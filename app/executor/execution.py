@@ -37,7 +37,7 @@ from app.executor.context import RunContext
 from app.executor.courier import Courier
 from app.executor.effects import EffectLedger
 from app.executor.events import EventSink
-from app.executor.registry import HandlerSpec
+from app.handlers import HandlerSpec
 from app.metrics import BUDGET_FAILURES, RUNS_FINISHED
 from app.store.codec import dumps
 from app.store.leases import ClaimedRun, HeldLease, LeaseStore, Outcome

@@ -44,9 +44,9 @@ from app.executor.execution import (
 )
 from app.executor.heartbeat import Heartbeat, HeartbeatCallbacks
 from app.executor.listener import ChannelListener
-from app.executor.registry import HandlerRegistry
 from app.executor.slots import Slots
 from app.executor.table import LeaseTable
+from app.handlers import HandlerRegistry
 from app.metrics import LEASES_LOST, LOOP_LAG, RUNS_CLAIMED
 from app.models import WorkerInfo
 from app.reconciler import Reconciler
