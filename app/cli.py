@@ -115,13 +115,13 @@ def up(
     port: Annotated[int | None, typer.Option(help="API port.")] = None,
 ) -> None:
     """Start everything: Redis (embedded unless LEASEHOLD_REDIS_URL is set), the API, workers."""
-    from app.supervisor import Supervisor
+    from app.stack import Stack
 
     settings = settings_or_exit(api_port=port)
     handlers_or_exit(settings)  # fail here, before anything starts, not in every child
     configure_logging(settings.log_level, settings.log_format)
     try:
-        Supervisor(settings, workers=workers).run()
+        Stack(settings, workers=workers).run()
     except LeaseholdError as exc:
         raise _fail(str(exc)) from None
 

@@ -44,11 +44,11 @@ API_START_TIMEOUT_S = 60.0
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-class SupervisorError(LeaseholdError):
+class StackError(LeaseholdError):
     """``leasehold up`` cannot start, or the API it started has died."""
 
 
-class Supervisor:
+class Stack:
     """Owns the child processes of ``leasehold up``."""
 
     def __init__(self, settings: Settings, *, workers: int) -> None:
@@ -65,7 +65,7 @@ class Supervisor:
     def run(self) -> None:
         """Start everything, wait for a stop signal, then stop everything.
 
-        Raises :class:`SupervisorError` (after stopping whatever was started) when
+        Raises :class:`StackError` (after stopping whatever was started) when
         the API port is taken, Redis cannot start, or the API exits.
         """
         self._check_api_port()
@@ -106,7 +106,7 @@ class Supervisor:
         """Refuse to start when the API could not listen: say so before starting anything."""
         host, port = self.settings.api_host, self.settings.api_port
         if port == 0:
-            raise SupervisorError("`leasehold up` needs a fixed API port: pass --port N")
+            raise StackError("`leasehold up` needs a fixed API port: pass --port N")
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         with socket.socket(family, socket.SOCK_STREAM) as sock:
             # uvicorn sets SO_REUSEADDR too, so connections in TIME_WAIT do not count
@@ -114,7 +114,7 @@ class Supervisor:
             try:
                 sock.bind((host, port))
             except OSError as exc:
-                raise SupervisorError(
+                raise StackError(
                     f"cannot listen on {host}:{port} ({exc.strerror}): is another API "
                     "running? Stop it, or pass --port N (or set LEASEHOLD_API_PORT)"
                 ) from None
@@ -137,7 +137,7 @@ class Supervisor:
             finally:
                 client.close()
         if answering:
-            raise SupervisorError(
+            raise StackError(
                 f"`leasehold up` already runs from this directory (its Redis is at {url}); "
                 f"stop it first, or run from another directory or LEASEHOLD_STATE_DIR"
             )
@@ -153,7 +153,7 @@ class Supervisor:
             embedded.start()
         except LeaseholdError as exc:
             embedded.stop()
-            raise SupervisorError(f"{exc} (its log: {embedded.log_file})") from None
+            raise StackError(f"{exc} (its log: {embedded.log_file})") from None
         self.settings.embedded_redis_url_file.write_text(embedded.url + "\n")
         log.info("embedded redis on %s (AOF in %s)", embedded.url, embedded.data_dir)
         return embedded
@@ -181,13 +181,13 @@ class Supervisor:
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
-                raise SupervisorError(f"the API did not answer {url} in {API_START_TIMEOUT_S}s")
+                raise StackError(f"the API did not answer {url} in {API_START_TIMEOUT_S}s")
             time.sleep(POLL_S)
 
     def _check_api_alive(self) -> None:
         api = self.children["api"]
         if api.poll() is not None:
-            raise SupervisorError(
+            raise StackError(
                 f"the API (pid {api.pid}) exited with status {api.returncode} (its error is "
                 "above); stopped everything"
             )
