@@ -24,8 +24,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from pydantic import BaseModel, Field
 
-from app.errors import RunFailure
-from app.executor import RunContext, handler
+from app.executor import RunContext, RunFailure, handler
 from app.settings import load_settings
 from app.store.connection import async_client
 

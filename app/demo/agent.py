@@ -19,9 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from app.executor import RunContext, handler
+from app.executor import Operation, RunContext, handler
 from app.settings import load_settings
-from app.supervision.operation import Operation
 
 if TYPE_CHECKING:
     import httpx

@@ -14,8 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.errors import RunFailure
-from app.executor import RunContext, handler
+from app.executor import RunContext, RunFailure, handler
 
 
 class EchoInput(BaseModel):

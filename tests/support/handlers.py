@@ -11,8 +11,7 @@ import os
 
 from pydantic import BaseModel, Field
 
-from app.errors import EventTooLarge
-from app.executor import RunContext, handler
+from app.executor import EventTooLarge, RunContext, handler
 from app.store.connection import async_client
 
 
