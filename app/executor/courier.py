@@ -9,7 +9,7 @@ finishes and claims dozens of runs.
 The terminal write lives here, not in the run's task, on purpose: cancelling a
 run (a client's cancel, a drain, a lost lease) can never cancel the write of its
 own outcome. A failed round trip is retried with backoff until Redis answers;
-Redis then says OK, RETRY or LOST for each outcome. A claim whose answer
+Redis then says OK, RETRY, CANCEL or LOST for each outcome. A claim whose answer
 never came may still have run in Redis, so it is sent again with the same
 token and the same reserved slots: ``claim_runs`` answers a repeated token with
 the runs the first call took, and no run is left leased to a worker that does
@@ -110,7 +110,7 @@ class Courier:
         return len(self._outcomes)
 
     async def finish(self, outcome: Outcome) -> ScriptCode:
-        """Record a run's outcome; returns OK, RETRY or LOST once Redis has answered.
+        """Record a run's outcome; returns OK, RETRY, CANCEL or LOST once Redis has answered.
 
         Cancelling the caller does not cancel the write: it is sent by the courier.
         """

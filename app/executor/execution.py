@@ -233,7 +233,10 @@ class RunExecution:
             return
         outcome = self._outcome(result)
         code = await self._deps.courier_for(self.claimed.queue).finish(outcome)
-        status = outcome.status if code == ScriptCode.OK else code.value.lower()
+        # CANCEL: the client's cancel came first, so a retry or escalation ended cancelled
+        status = {ScriptCode.OK: outcome.status, ScriptCode.CANCEL: "cancelled"}.get(
+            code, code.value.lower()
+        )
         RUNS_FINISHED.labels(self.claimed.queue, self.claimed.handler, status).inc()
         if code == ScriptCode.LOST:
             log.warning(
@@ -243,7 +246,7 @@ class RunExecution:
             # DEBUG: at thousands of runs a second, a line per run costs more than the run
             log.debug(
                 "run %s",
-                "requeued for retry" if code == ScriptCode.RETRY else outcome.status,
+                "requeued for retry" if code == ScriptCode.RETRY else status,
                 extra=self._log_extra(),
             )
 

@@ -15,15 +15,21 @@
 --          outcome is succeeded | failed | cancelled, or waiting_human (the watchdog
 --          escalated: output then holds the escalation {reason, evidence});
 --          output and error are json or ''; retry_delay_ms >= 0 asks for a retry
---          when attempts remain, -1 for none
+--          when attempts remain, -1 for none. A run a client is cancelling (status
+--          cancelling: the cancel was answered 202) is never requeued nor parked:
+--          a retry or an escalation of it ends it cancelled instead (the failure or
+--          the escalation rides in the event), while succeeded and a final failed
+--          stay, being what it actually reached
 -- returns  a list with one code per group, in order: OK (terminal or parked state
 --          written, or this owner's same terminal outcome already written: a resend
---          after a lost reply), RETRY (requeued for another attempt), LOST (fenced
---          out: nothing written)
+--          after a lost reply), RETRY (requeued for another attempt), CANCEL (a
+--          retry or escalation of a cancelling run: it ended cancelled instead), LOST
+--          (fenced out: nothing written)
 -- events   succeeded | failed | cancelled (terminal), requeued, or waiting_human
 -- invariant: the terminal state and the terminal event are written together and
 --          only by the current holder; a run is retried only while
---          attempt < max_attempts; a parked run's lease is released with fence+1.
+--          attempt < max_attempts and never once cancelling; a parked run's lease is
+--          released with fence+1; an acknowledged cancel is never lost.
 --- @include lib
 
 local k = {leases = KEYS[1], run_prefix = KEYS[4], events_prefix = KEYS[5],
@@ -65,20 +71,50 @@ local function terminate(id, fence, outcome, output, err)
   finalize(k, id, outcome, fence, now, fields, cjson.encode(data), retention, maxlen)
 end
 
+-- A retry or an escalation of a cancelling run: the client's cancel wins, and what
+-- the handler reached instead is kept in the terminal event's data.
+local function supersedes_cancel(outcome, delay)
+  return outcome == 'waiting_human' or (outcome == 'failed' and delay >= 0)
+end
+
 -- This owner already wrote this terminal outcome under this fence: the same
--- write sent again because its reply was lost. Answer what the first one did.
-local function already_settled(run_key, fence, outcome)
+-- write sent again because its reply was lost. Answer what the first one did
+-- (a retry or escalation that a cancel turned into cancelled included: the
+-- reconciler's cancel moves the fence, this script's keeps it).
+local function already_settled(run_key, fence, outcome, delay)
   local cur = redis.call('HMGET', run_key, 'status', 'owner_id', 'fence')
-  return cur[1] == outcome and cur[2] == owner and cur[3] == fence
+  if cur[2] ~= owner or cur[3] ~= fence then
+    return nil
+  end
+  if cur[1] == outcome then
+    return 'OK'
+  end
+  if cur[1] == 'cancelled' and supersedes_cancel(outcome, delay) then
+    return 'CANCEL'
+  end
+  return nil
+end
+
+local function cancel_instead(id, fence, outcome, output, err)
+  local data = {reason = 'requested', superseded = outcome}
+  if err ~= '' then
+    data.error = cjson.decode(err)
+  end
+  if outcome == 'waiting_human' then
+    data.escalation = cjson.decode(output)
+  end
+  finalize(k, id, 'cancelled', fence, now, {}, cjson.encode(data), retention, maxlen)
 end
 
 local function settle(id, fence, outcome, output, err, delay)
   local run_key = KEYS[4] .. id
   if not holds(run_key, owner, fence) then
-    if already_settled(run_key, fence, outcome) then
-      return 'OK'
-    end
-    return 'LOST'
+    return already_settled(run_key, fence, outcome, delay) or 'LOST'
+  end
+  if supersedes_cancel(outcome, delay)
+      and redis.call('HGET', run_key, 'status') == 'cancelling' then
+    cancel_instead(id, fence, outcome, output, err)
+    return 'CANCEL'
   end
   if outcome == 'waiting_human' then
     park(k, id, 'waiting_human', now, {'escalation', output}, output, maxlen)

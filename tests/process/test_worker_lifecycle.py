@@ -283,3 +283,26 @@ async def test_a_worker_cut_off_from_redis_stops_its_run_without_writing(
         procs.reap()
         await client.aclose()
         server.stop()
+
+
+async def test_a_handler_failing_retryably_as_the_cancel_arrives_still_ends_cancelled(
+    processes: Processes, run_store: RunStore
+) -> None:
+    processes.worker()
+    run_id = await submit_with(
+        run_store, NewRun(handler="test.fails_on_cancel", input={}, max_attempts=5)
+    )
+    await wait_status(run_store, run_id, RunStatus.RUNNING)
+    assert await run_store.cancel(run_id) == RunStatus.CANCELLING
+    ended = await wait_status(run_store, run_id, RunStatus.CANCELLED, RunStatus.QUEUED)
+    assert ended.status == RunStatus.CANCELLED
+    assert ended.attempt == 1
+    events = await run_store.read_events(run_id)
+    assert [event.type for event in events] == [
+        "created",
+        "claimed",
+        "cancel_requested",
+        "cancelled",
+    ]
+    assert events[-1].data["superseded"] == "failed"
+    assert events[-1].data["error"]["code"] == "flaky"

@@ -340,3 +340,82 @@ async def test_a_repeated_claim_leaves_out_what_is_no_longer_held_under_its_fenc
     other = await lease_store.claim("default", OWNER_B, 2, token="t-1")
     assert [run.id for run in other.runs] == [released_id]
     assert other.runs[0].fence == released.fence + 2  # the release, then this claim
+
+
+async def _cancelling_run(run_store: RunStore, lease_store: LeaseStore) -> tuple[str, int]:
+    """A run held by OWNER_A whose client's cancel was answered ``cancelling``."""
+    run_id = await create(run_store, max_attempts=3)
+    run = (await lease_store.claim("default", OWNER_A, 1)).runs[0]
+    assert await run_store.cancel(run_id) == RunStatus.CANCELLING
+    return run_id, run.fence
+
+
+async def _settled_once_as_cancelled(
+    run_store: RunStore, lease_store: LeaseStore, run_id: str
+) -> dict[str, object]:
+    """The run ended cancelled, with one terminal event and no lease left; its data."""
+    stored = await run_store.get(run_id)
+    assert stored.status == RunStatus.CANCELLED
+    assert stored.owner_id == OWNER_A and stored.lease_expires_at is None
+    assert stored.attempt == 1
+    events = await run_store.read_events(run_id)
+    assert [event.type for event in events] == [
+        "created",
+        "claimed",
+        "cancel_requested",
+        "cancelled",
+    ]
+    assert await lease_store.client.zscore(lease_store.keys("default").leases, run_id) is None
+    assert await lease_store.client.llen(lease_store.keys("default").ready) == 0
+    assert await lease_store.client.zcard(lease_store.keys("default").delayed) == 0
+    return events[-1].data
+
+
+async def test_a_retryable_failure_of_a_cancelling_run_ends_it_cancelled_not_queued(
+    run_store: RunStore, lease_store: LeaseStore
+) -> None:
+    run_id, fence = await _cancelling_run(run_store, lease_store)
+    failed = Outcome(
+        run_id,
+        fence,
+        "failed",
+        error_json='{"code":"flaky","message":"x","retryable":true}',
+        retry_delay_ms=0,
+    )
+    codes, _ = await lease_store.finish_and_claim("default", OWNER_A, [failed], 0)
+    assert codes == [ScriptCode.CANCEL]
+    data = await _settled_once_as_cancelled(run_store, lease_store, run_id)
+    assert data["superseded"] == "failed"
+    assert data["error"] == {"code": "flaky", "message": "x", "retryable": True}
+    # the same write sent again after a lost reply is answered the same, written once
+    again, _ = await lease_store.finish_and_claim("default", OWNER_A, [failed], 0)
+    assert again == [ScriptCode.CANCEL]
+    await _settled_once_as_cancelled(run_store, lease_store, run_id)
+
+
+async def test_an_escalation_of_a_cancelling_run_ends_it_cancelled_not_parked(
+    run_store: RunStore, lease_store: LeaseStore
+) -> None:
+    run_id, fence = await _cancelling_run(run_store, lease_store)
+    escalation = json.dumps({"reason": "stuck", "evidence": {"silent_s": 9}})
+    outcome = Outcome(run_id, fence, "waiting_human", output_json=escalation)
+    codes, _ = await lease_store.finish_and_claim("default", OWNER_A, [outcome], 0)
+    assert codes == [ScriptCode.CANCEL]
+    data = await _settled_once_as_cancelled(run_store, lease_store, run_id)
+    assert data["superseded"] == "waiting_human"
+    assert data["escalation"] == {"reason": "stuck", "evidence": {"silent_s": 9}}
+
+
+async def test_a_cancelling_run_that_reached_success_or_a_final_failure_keeps_it(
+    run_store: RunStore, lease_store: LeaseStore
+) -> None:
+    succeeded_id, fence = await _cancelling_run(run_store, lease_store)
+    done = Outcome(succeeded_id, fence, "succeeded", output_json='{"ok":true}')
+    assert (await lease_store.finish_and_claim("default", OWNER_A, [done], 0))[0] == [ScriptCode.OK]
+    assert (await run_store.get(succeeded_id)).status == RunStatus.SUCCEEDED
+    failed_id, fence = await _cancelling_run(run_store, lease_store)
+    final = Outcome(failed_id, fence, "failed", error_json='{"code":"x","message":"x"}')
+    assert (await lease_store.finish_and_claim("default", OWNER_A, [final], 0))[0] == [
+        ScriptCode.OK
+    ]
+    assert (await run_store.get(failed_id)).status == RunStatus.FAILED

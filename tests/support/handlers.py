@@ -11,7 +11,7 @@ import os
 
 from pydantic import BaseModel, Field
 
-from app.executor import EventTooLarge, RunContext, handler
+from app.executor import EventTooLarge, RunContext, RunFailure, handler
 from app.store.connection import async_client
 
 
@@ -81,3 +81,17 @@ async def escalating(ctx: RunContext, params: RecordInput) -> dict[str, object]:
     async with ctx.operation("tool_call", "pager", lease_s=0.2):
         await asyncio.Event().wait()
     return {"resumed_with": None}
+
+
+@handler("test.fails_on_cancel")
+async def fails_on_cancel(ctx: RunContext, params: RecordInput) -> dict[str, object]:
+    """Wait; when the cancel arrives, fail with a retryable error instead of stopping.
+
+    The race a cancel must survive: the handler's failure reaches ``finish_runs``
+    while the run is ``cancelling``, with attempts left.
+    """
+    try:
+        await asyncio.Event().wait()
+    except asyncio.CancelledError:
+        raise RunFailure("flaky dependency", code="flaky", retryable=True) from None
+    return {}
