@@ -13,14 +13,27 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.settings import QUEUE_NAME_PATTERN
-
+QUEUE_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 IDEMPOTENCY_KEY_PATTERN = r"^[A-Za-z0-9_.:\-]{1,128}$"
 HANDLER_NAME_PATTERN = r"^[A-Za-z0-9_.\-]{1,128}$"
 RUN_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}\.[0-9A-HJKMNP-TV-Z]{26}$"
 RUN_ID = re.compile(RUN_ID_PATTERN)
 EVENT_ID_PATTERN = r"^\d{1,20}-\d{1,20}$"
 EVENT_ID = re.compile(EVENT_ID_PATTERN)
+MAX_STREAM_ID_PART = 2**64 - 1
+
+
+def is_stream_id(value: str) -> bool:
+    """Whether Redis accepts ``value`` as a stream id: ``<ms>-<seq>``, ASCII digits, 64-bit each.
+
+    Checked in full (Python's ``$`` allows a trailing newline, ``\\d`` any Unicode
+    digit): an id Redis rejects would fail the stream after its 200 was sent.
+    """
+    return (
+        value.isascii()
+        and EVENT_ID.fullmatch(value) is not None
+        and all(int(part) <= MAX_STREAM_ID_PART for part in value.split("-"))
+    )
 
 
 def event_id_order(event_id: str) -> tuple[int, int]:

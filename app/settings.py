@@ -17,10 +17,10 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.errors import ConfigurationError
-from app.store.connection import parse_redis_url
+from app.models import QUEUE_NAME_PATTERN
+from app.redis_url import parse_redis_url
 
 ENV_PREFIX = "LEASEHOLD_"
-QUEUE_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 _QUEUE_NAME = re.compile(QUEUE_NAME_PATTERN)
 # what an HTTP client can send in an Authorization header without escaping
 API_KEY_PATTERN = r"^[A-Za-z0-9._~+/=-]{16,256}$"

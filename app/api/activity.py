@@ -30,8 +30,7 @@ from dataclasses import dataclass, field
 from sse_starlette import ServerSentEvent
 
 from app.api.hub import Feed, FeedRegistry, Subscription, fan_out, read_until_done
-from app.api.streaming import is_stream_id
-from app.models import ActivityEntry, event_id_order
+from app.models import ActivityEntry, event_id_order, is_stream_id
 from app.store.activity import ActivityStore
 
 log = logging.getLogger(__name__)

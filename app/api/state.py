@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from fastapi import Request
 
+from app.api.activity import ActivityHub
 from app.api.hub import EventHub
 from app.handlers import HandlerRegistry
 from app.settings import Settings
 from app.store.connection import AsyncRedis
 from app.store.runs import RunStore
 from app.store.scripts import Scripts
-
-if TYPE_CHECKING:
-    # app.api.activity imports app.api.streaming, which imports this module
-    from app.api.activity import ActivityHub
 
 
 @dataclass

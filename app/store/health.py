@@ -19,7 +19,8 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from app.models import RedisTopology
-from app.store.connection import AsyncRedis, Mode, mode_of
+from app.redis_url import Mode
+from app.store.connection import AsyncRedis, mode_of
 from app.store.scripts import Scripts
 from app.store.topology import describe
 

@@ -21,6 +21,7 @@ from app.metrics import RUNS_CREATED
 from app.models import (
     HANDLER_NAME_PATTERN,
     IDEMPOTENCY_KEY_PATTERN,
+    QUEUE_NAME_PATTERN,
     RUN_ID_PATTERN,
     CreateRunRequest,
     Problem,
@@ -30,7 +31,6 @@ from app.models import (
     RunStatus,
     StatusChange,
 )
-from app.settings import QUEUE_NAME_PATTERN
 from app.store.codec import dumps
 from app.store.runs import NewRun
 
