@@ -30,8 +30,14 @@ RECONCILER_SCANS = Counter(
 )
 RECONCILER_ACTIONS = Counter(
     "leasehold_reconciler_actions_total",
-    "Expired leases acted on: orphaned, requeued, cancelled, reconciliation_required.",
+    "Expired leases acted on: orphaned, requeued, cancelled, reconciliation_required; "
+    "and expired: runs nobody claimed within their queued time-to-live.",
     ["queue", "action"],
+)
+RUNS_DELETED = Counter(
+    "leasehold_runs_deleted_total",
+    "Finished runs deleted through the API: delete (DELETE /runs/{id}) or purge.",
+    ["queue", "via"],
 )
 LEASE_RENEWALS = Counter(
     "leasehold_lease_renewals_total", "Leases renewed by the heartbeat.", ["queue"]

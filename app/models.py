@@ -54,6 +54,7 @@ class RunStatus(StrEnum):
     CANCELLED = "cancelled"
     ORPHANED = "orphaned"
     RECONCILIATION_REQUIRED = "reconciliation_required"
+    EXPIRED = "expired"
 
     @property
     def is_terminal(self) -> bool:
@@ -72,7 +73,13 @@ class RunStatus(StrEnum):
 
 
 TERMINAL_STATUSES = frozenset(
-    {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.ORPHANED}
+    {
+        RunStatus.SUCCEEDED,
+        RunStatus.FAILED,
+        RunStatus.CANCELLED,
+        RunStatus.ORPHANED,
+        RunStatus.EXPIRED,
+    }
 )
 PARKED_STATUSES = frozenset({RunStatus.WAITING_HUMAN, RunStatus.RECONCILIATION_REQUIRED})
 TERMINAL_EVENT_TYPES = frozenset(status.value for status in TERMINAL_STATUSES)
@@ -113,6 +120,9 @@ class Run(BaseModel):
     idempotency_key: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     last_event_id: str | None = None
+    retention_s: float | None = Field(
+        default=None, description="This run's own retention, when its request set one"
+    )
 
 
 class RunEvent(BaseModel):
@@ -183,6 +193,22 @@ class CreateRunRequest(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     budget: RunBudget | None = None
     cancel_on_disconnect: bool = False
+    retention_s: float | None = Field(
+        default=None,
+        gt=0,
+        strict=True,  # a number, not "3600" or true
+        allow_inf_nan=False,
+        description="How long to keep the run once it ends, whatever its status "
+        "(default: the per-status LEASEHOLD_RETENTION_*_S); at most LEASEHOLD_RETENTION_MAX_S",
+    )
+    queued_ttl_s: float | None = Field(
+        default=None,
+        gt=0,
+        strict=True,
+        allow_inf_nan=False,
+        description="How long the run may wait unclaimed before it ends `expired` "
+        "(default LEASEHOLD_QUEUED_TTL_S); at most LEASEHOLD_QUEUED_TTL_MAX_S",
+    )
 
 
 class ResumeRequest(BaseModel):

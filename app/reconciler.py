@@ -11,6 +11,12 @@ the Redis clock and acts atomically, so any number of reconcilers may run:
 * otherwise → ``orphaned``, error ``orphaned: executor lease expired`` with the
   evidence (owner, fence, last renewal, expiry, detection time) in its details.
 
+The same pass ends the runs nobody claimed within their queued time-to-live
+(``LEASEHOLD_QUEUED_TTL_S``, or the run's ``queued_ttl_s``) as ``expired``, in
+batches of ``RECONCILE_BATCH`` (``expire_queued``): a queue no worker serves
+does not keep runs for ever. The reconciler also runs standalone, so this holds
+for queues that have no worker at all.
+
 An expired lease is never by itself an error: in the retry case the run simply
 continues elsewhere. (DESIGN §6 names the first retry event ``orphaned``; it is
 ``lease_expired`` here so that ``orphaned`` is only ever the terminal event a
@@ -24,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Awaitable, Callable
 
 from redis.exceptions import RedisError
 
@@ -65,21 +72,29 @@ class Reconciler:
         queues = sorted(set(self._queues) | set(await self._run_store.queues()))
         done: list[ReconcileAction] = []
         for queue in queues:
-            while True:
-                actions = await self._lease_store.reconcile(queue)
-                done.extend(actions)
-                for action in actions:
-                    RECONCILER_ACTIONS.labels(queue, action.action).inc()
-                    log.warning(
-                        "reconciled expired lease: %s",
-                        action.action,
-                        extra={"run_id": action.run_id, "fence": action.fence},
-                    )
-                if len(actions) < RECONCILE_BATCH:
-                    break
+            done.extend(await self._drain(queue, self._lease_store.reconcile))
+            done.extend(await self._drain(queue, self._lease_store.expire_queued))
         RECONCILER_SCANS.inc()
         self.actions_total += len(done)
         return done
+
+    async def _drain(
+        self, queue: str, step: Callable[[str], Awaitable[list[ReconcileAction]]]
+    ) -> list[ReconcileAction]:
+        """Call one batch step on a queue until it returns a short batch."""
+        done: list[ReconcileAction] = []
+        while True:
+            actions = await step(queue)
+            done.extend(actions)
+            for action in actions:
+                RECONCILER_ACTIONS.labels(queue, action.action).inc()
+                log.warning(
+                    "reconciled: %s",
+                    action.action,
+                    extra={"run_id": action.run_id, "fence": action.fence},
+                )
+            if len(actions) < RECONCILE_BATCH:
+                return done
 
 
 async def run_standalone(settings: Settings) -> None:

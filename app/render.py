@@ -94,6 +94,10 @@ DESCRIBE: dict[str, Callable[[dict[str, Any]], str]] = {
     "failed": lambda d: f"failed: {_error_text(d)}",
     "orphaned": lambda d: f"orphaned: {_error_text(d)}",
     "cancelled": lambda d: f"cancelled ({d.get('reason', 'requested')})",
+    "expired": lambda d: (
+        f"expired: nobody claimed it within its queued time-to-live "
+        f"(queued {int(d.get('queued_for_ms') or 0) / 1000:g} s)"
+    ),
 }
 
 

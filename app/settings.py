@@ -108,10 +108,45 @@ class Settings(BaseSettings):
         ge=0,
         description="On SIGTERM, how long running runs may finish before being released",
     )
-    run_retention_s: float = Field(
+    retention_succeeded_s: float = Field(
+        default=24 * 3600.0,
+        gt=0,
+        description="How long a succeeded run (record, events, effects, idempotency key) is kept",
+    )
+    retention_failed_s: float = Field(
+        default=30 * 24 * 3600.0, gt=0, description="How long a failed run is kept"
+    )
+    retention_cancelled_s: float = Field(
+        default=7 * 24 * 3600.0, gt=0, description="How long a cancelled run is kept"
+    )
+    retention_orphaned_s: float = Field(
+        default=30 * 24 * 3600.0, gt=0, description="How long an orphaned run is kept"
+    )
+    retention_expired_s: float = Field(
         default=7 * 24 * 3600.0,
         gt=0,
-        description="How long a finished run and its events are kept in Redis",
+        description="How long a run that expired unclaimed (queued_ttl_s) is kept",
+    )
+    retention_max_s: float = Field(
+        default=365 * 24 * 3600.0,
+        gt=0,
+        description="Longest retention_s a create request may ask for (else 422)",
+    )
+    queued_ttl_s: float = Field(
+        default=7 * 24 * 3600.0,
+        gt=0,
+        description="How long a run may wait unclaimed before it ends `expired`",
+    )
+    queued_ttl_max_s: float = Field(
+        default=30 * 24 * 3600.0,
+        gt=0,
+        description="Longest queued_ttl_s a create request may ask for (else 422)",
+    )
+    purge_batch_max: int = Field(
+        default=1000,
+        ge=1,
+        le=10_000,
+        description="Most runs one POST /runs/purge deletes (its `limit` may not exceed it)",
     )
     max_input_bytes: int = Field(
         default=1_048_576, ge=64, description="Largest run input POST /runs accepts (else 413)"
@@ -335,9 +370,21 @@ class Settings(BaseSettings):
         return max(1, round(self.replica_ack_timeout_s * 1000))
 
     @property
-    def run_retention_ms(self) -> int:
-        """Retention in the unit the Lua scripts use."""
-        return max(1, round(self.run_retention_s * 1000))
+    def retention_ms(self) -> dict[str, int]:
+        """How long a finished run is kept, per terminal status, in the unit Lua uses."""
+        seconds = {
+            "succeeded": self.retention_succeeded_s,
+            "failed": self.retention_failed_s,
+            "cancelled": self.retention_cancelled_s,
+            "orphaned": self.retention_orphaned_s,
+            "expired": self.retention_expired_s,
+        }
+        return {status: max(1, round(value * 1000)) for status, value in seconds.items()}
+
+    @property
+    def queued_ttl_ms(self) -> int:
+        """The queued time-to-live in the unit Lua uses."""
+        return max(1, round(self.queued_ttl_s * 1000))
 
     @property
     def embedded_redis_url_file(self) -> Path:

@@ -41,6 +41,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from app.embedded import EmbeddedRedis
+from app.settings import Settings
 from app.store.connection import AsyncRedis, async_client
 from app.store.keys import QueueKeys
 from app.store.runs import NewRun, RunStore
@@ -68,9 +69,7 @@ class Target:
 def store_on(client: AsyncRedis, acks: int = 0) -> RunStore:
     """A RunStore with the defaults, optionally waiting for replica acknowledgements."""
     scripts = Scripts(replica_acks=ReplicaAcks(acks, int(ACK_TIMEOUT_S * 1000)))
-    return RunStore(
-        client, scripts=scripts, prefix=PREFIX, retention_ms=3_600_000, events_maxlen=10_000
-    )
+    return RunStore.for_settings(client, scripts, Settings(prefix=PREFIX))
 
 
 async def unfinished(client: AsyncRedis, queues: list[str]) -> int:

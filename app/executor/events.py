@@ -54,6 +54,7 @@ RESERVED_EVENT_TYPES = frozenset(
         "failed",
         "cancelled",
         "orphaned",
+        "expired",
     }
 )
 HIGH_WATER = 10_000

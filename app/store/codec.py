@@ -75,6 +75,7 @@ def run_from_hash(fields: dict[str, str]) -> Run:
         idempotency_key=fields.get("idempotency_key") or None,
         metadata=_loads(fields.get("metadata")) or {},
         last_event_id=fields.get("last_event_id") or None,
+        retention_s=int(fields["retention_ms"]) / 1000 if fields.get("retention_ms") else None,
     )
 
 

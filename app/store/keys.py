@@ -9,6 +9,7 @@ script touches a single Redis Cluster slot::
     <prefix>:{<queue>}:delayed         zset    id -> epoch ms when it may run (retry backoff)
     <prefix>:{<queue>}:leases          zset    id -> lease expiry, epoch ms (Redis clock)
     <prefix>:{<queue>}:runs            zset    id -> created_at ms, for listing
+    <prefix>:{<queue>}:unclaimed       zset    id -> epoch ms when it expires if still unclaimed
     <prefix>:{<queue>}:idem:<key>      string  idempotency key -> "<run id> <fingerprint>"
     <prefix>:{<queue>}:effects:<id>    hash    memoized effects: "<name>:<ordinal>" -> record
     <prefix>:{<queue>}:activity        stream  every run's lifecycle events, capped (~1000)
@@ -114,6 +115,15 @@ class QueueKeys:
     def runs(self) -> str:
         """Zset of every run id on the queue by creation time."""
         return f"{self.tag}:runs"
+
+    @property
+    def unclaimed(self) -> str:
+        """Zset of never-claimed runs by the time they expire (``queued_ttl_s``).
+
+        Entries of runs claimed or ended since are dropped lazily by ``expire_queued``,
+        so claims stay untouched by it.
+        """
+        return f"{self.tag}:unclaimed"
 
     @property
     def activity(self) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 from app.settings import Settings
 from app.store.connection import AsyncRedis, SyncRedis
 from app.store.keys import QueueKeys
+from app.store.retention import Retention
 from app.store.scripts import ScriptArg, ScriptCall, ScriptCode, Scripts
 
 RECONCILE_BATCH = 500
@@ -76,7 +77,7 @@ class ReconcileAction:
     """What a reconciler did to one expired lease."""
 
     run_id: str
-    action: str  # orphaned | requeued | cancelled | reconciliation_required
+    action: str  # orphaned | requeued | cancelled | reconciliation_required | expired
     fence: int
 
 
@@ -107,14 +108,14 @@ class LeaseStore:
         scripts: Scripts,
         prefix: str,
         lease_ttl_ms: int,
-        retention_ms: int,
+        retention: Retention,
         events_maxlen: int,
     ) -> None:
         self.client = client
         self.scripts = scripts
         self.prefix = prefix
         self.lease_ttl_ms = lease_ttl_ms
-        self.retention_ms = retention_ms
+        self.retention = retention
         self.events_maxlen = events_maxlen
 
     @classmethod
@@ -125,7 +126,7 @@ class LeaseStore:
             scripts=scripts,
             prefix=settings.prefix,
             lease_ttl_ms=settings.lease_ttl_ms,
-            retention_ms=settings.run_retention_ms,
+            retention=Retention.for_settings(settings),
             events_maxlen=settings.events_maxlen,
         )
 
@@ -150,7 +151,12 @@ class LeaseStore:
 
     def _finish_call(self, queue: str, owner: str, outcomes: Sequence[Outcome]) -> ScriptCall:
         keys = self.keys(queue)
-        args: list[ScriptArg] = [owner, self.retention_ms, self.events_maxlen, keys.wake_channel]
+        args: list[ScriptArg] = [
+            owner,
+            self.retention.script_arg(),
+            self.events_maxlen,
+            keys.wake_channel,
+        ]
         for outcome in outcomes:
             args.extend(outcome.script_args())
         return ScriptCall(
@@ -238,7 +244,7 @@ class LeaseStore:
         keys = self.keys(queue)
         args: list[ScriptArg] = [
             owner,
-            self.retention_ms,
+            self.retention.script_arg(),
             self.events_maxlen,
             reason,
             keys.wake_channel,
@@ -267,7 +273,31 @@ class LeaseStore:
                 keys.idem_prefix,
                 keys.effects_prefix,
             ],
-            [limit, self.retention_ms, self.events_maxlen, keys.wake_channel],
+            [limit, self.retention.script_arg(), self.events_maxlen, keys.wake_channel],
+        )
+        return [ReconcileAction(row[0], row[1], int(row[2])) for row in rows]
+
+    async def expire_queued(
+        self, queue: str, limit: int = RECONCILE_BATCH
+    ) -> list[ReconcileAction]:
+        """End up to ``limit`` runs of a queue that nobody claimed within their queued TTL.
+
+        Each becomes ``expired`` with one terminal event; a queue no worker serves
+        holds no run for longer than its ``queued_ttl_s``.
+        """
+        keys = self.keys(queue)
+        _code, rows = await self.scripts.call(
+            self.client,
+            "expire_queued",
+            [
+                keys.unclaimed,
+                keys.ready,
+                keys.leases,
+                keys.run_prefix,
+                keys.events_prefix,
+                keys.idem_prefix,
+            ],
+            [limit, self.retention.script_arg(), self.events_maxlen],
         )
         return [ReconcileAction(row[0], row[1], int(row[2])) for row in rows]
 

@@ -20,6 +20,7 @@ from app.settings import Settings
 from app.store.codec import dumps, event_from_entry, ms_to_datetime, new_run_id, run_from_hash
 from app.store.connection import AsyncRedis
 from app.store.keys import GlobalKeys, QueueKeys, queue_of
+from app.store.retention import Retention
 from app.store.scripts import ScriptCode, Scripts
 
 LIST_SCAN_CHUNK = 200
@@ -38,21 +39,24 @@ class NewRun:
     idempotency_key: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     budget: dict[str, Any] | None = None
+    retention_ms: int | None = None  # None: the per-status retention of the store
+    queued_ttl_ms: int | None = None  # None: the store's default
 
     def fingerprint(self) -> str:
         """Hash of everything that defines the run, to tell a replay from a conflict."""
-        body = dumps(
-            [
-                self.handler,
-                self.input,
-                self.queue,
-                self.max_attempts,
-                self.on_lease_expired,
-                self.metadata,
-                self.budget,
-            ]
-        )
-        return hashlib.sha256(body.encode()).hexdigest()
+        parts = [
+            self.handler,
+            self.input,
+            self.queue,
+            self.max_attempts,
+            self.on_lease_expired,
+            self.metadata,
+            self.budget,
+        ]
+        if self.retention_ms is not None or self.queued_ttl_ms is not None:
+            # only then: runs created before these existed keep their fingerprint
+            parts.extend((self.retention_ms, self.queued_ttl_ms))
+        return hashlib.sha256(dumps(parts).encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -120,13 +124,15 @@ class RunStore:
         *,
         scripts: Scripts,
         prefix: str,
-        retention_ms: int,
+        retention: Retention,
+        queued_ttl_ms: int,
         events_maxlen: int,
     ) -> None:
         self.client = client
         self.scripts = scripts
         self.prefix = prefix
-        self.retention_ms = retention_ms
+        self.retention = retention
+        self.queued_ttl_ms = queued_ttl_ms
         self.events_maxlen = events_maxlen
         self.global_keys = GlobalKeys(prefix)
         self._known_queues: set[str] = set()
@@ -138,7 +144,8 @@ class RunStore:
             client,
             scripts=scripts,
             prefix=settings.prefix,
-            retention_ms=settings.run_retention_ms,
+            retention=Retention.for_settings(settings),
+            queued_ttl_ms=settings.queued_ttl_ms,
             events_maxlen=settings.events_maxlen,
         )
 
@@ -163,6 +170,7 @@ class RunStore:
                 keys.ready,
                 keys.runs,
                 keys.idem(new.idempotency_key or ""),
+                keys.unclaimed,
             ],
             [
                 run_id,
@@ -177,6 +185,8 @@ class RunStore:
                 self.events_maxlen,
                 keys.wake_channel,
                 dumps(new.budget) if new.budget else "",
+                "" if new.retention_ms is None else new.retention_ms,
+                new.queued_ttl_ms or self.queued_ttl_ms,
             ],
         )
         if code == ScriptCode.CONFLICT:
@@ -196,6 +206,7 @@ class RunStore:
             created_at=created_at,
             idempotency_key=new.idempotency_key,
             metadata=new.metadata,
+            retention_s=None if new.retention_ms is None else new.retention_ms / 1000,
         )
         return Created(run, replayed=False)
 
@@ -224,7 +235,7 @@ class RunStore:
             self.client,
             "cancel_run",
             [keys.run(run_id), keys.events(run_id), keys.leases, keys.delayed, keys.idem_prefix],
-            [run_id, self.retention_ms, self.events_maxlen, keys.cancel_channel],
+            [run_id, self.retention.script_arg(), self.events_maxlen, keys.cancel_channel],
         )
         if code == ScriptCode.NOT_FOUND:
             raise RunNotFound(run_id)
@@ -462,7 +473,7 @@ class RunStore:
                 decision.effect_outcome or "",
                 dumps(decision.effect_result) if decision.effect_outcome == "applied" else "",
                 decision.note or "",
-                self.retention_ms,
+                self.retention.script_arg(),
                 self.events_maxlen,
                 keys.wake_channel,
             ],

@@ -7,7 +7,7 @@
 -- KEYS[4]  delayed      zset    id -> epoch ms it may run (retry backoff)
 -- KEYS[5]  idem_prefix  prefix  idempotency keys are this prefix .. key
 -- ARGV[1]  run_id       string
--- ARGV[2]  retention_ms integer
+-- ARGV[2]  retention    string  per-status retention spec (store/retention.py)
 -- ARGV[3]  maxlen       integer
 -- ARGV[4]  channel      string  pub/sub channel that pushes the request to owners
 -- returns  {code, status}  codes: OK (status is the run's status afterwards:
@@ -49,5 +49,5 @@ local events_prefix = string.sub(KEYS[2], 1, #KEYS[2] - #run_id)
 local k = {leases = KEYS[3], run_prefix = run_prefix, events_prefix = events_prefix,
   idem_prefix = KEYS[5]}
 finalize(k, run_id, 'cancelled', cur[2], now, {},
-  cjson.encode({reason = 'requested', previous_status = status}), tonumber(ARGV[2]), ARGV[3])
+  cjson.encode({reason = 'requested', previous_status = status}), ARGV[2], ARGV[3])
 return {'OK', 'cancelled'}

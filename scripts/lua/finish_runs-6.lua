@@ -8,7 +8,7 @@
 -- KEYS[5]  events_prefix  prefix  event streams are this prefix .. id
 -- KEYS[6]  idem_prefix  prefix  idempotency keys are this prefix .. key
 -- ARGV[1]  owner_id     string
--- ARGV[2]  retention_ms integer how long a finished run is kept
+-- ARGV[2]  retention    string  per-status retention spec (store/retention.py)
 -- ARGV[3]  maxlen       integer approximate cap of each event stream
 -- ARGV[4]  wake_channel string  pub/sub channel idle workers of the queue listen on
 -- ARGV[5..] id, fence, outcome, output, error, retry_delay_ms  groups of six:
@@ -35,7 +35,7 @@
 local k = {leases = KEYS[1], run_prefix = KEYS[4], events_prefix = KEYS[5],
   idem_prefix = KEYS[6]}
 local owner = ARGV[1]
-local retention = tonumber(ARGV[2])
+local retention = ARGV[2]
 local maxlen = ARGV[3]
 local now = now_ms()
 local answers = {}

@@ -7,7 +7,7 @@
 -- KEYS[5]  idem_prefix  prefix  idempotency keys are this prefix .. key
 -- KEYS[6]  effects_prefix  prefix  effects hashes are this prefix .. id
 -- ARGV[1]  limit        integer how many expired leases to handle at most
--- ARGV[2]  retention_ms integer
+-- ARGV[2]  retention    string  per-status retention spec (store/retention.py)
 -- ARGV[3]  maxlen       integer
 -- ARGV[4]  wake_channel string  pub/sub channel idle workers of the queue listen on
 -- returns  {code, actions}  codes: OK; actions is a list of {id, action, fence},
@@ -25,7 +25,7 @@
 
 local k = {leases = KEYS[1], run_prefix = KEYS[3], events_prefix = KEYS[4],
   idem_prefix = KEYS[5]}
-local retention = tonumber(ARGV[2])
+local retention = ARGV[2]
 local maxlen = ARGV[3]
 local now = now_ms()
 local actions = {}

@@ -7,7 +7,7 @@
 -- KEYS[4]  events_prefix  prefix  event streams are this prefix .. id
 -- KEYS[5]  idem_prefix  prefix  idempotency keys are this prefix .. key
 -- ARGV[1]  owner_id     string
--- ARGV[2]  retention_ms integer
+-- ARGV[2]  retention    string  per-status retention spec (store/retention.py)
 -- ARGV[3]  maxlen       integer
 -- ARGV[4]  reason       string  why the runs are released (e.g. drain)
 -- ARGV[5]  wake_channel string  pub/sub channel idle workers of the queue listen on
@@ -34,7 +34,7 @@ for i = 6, #ARGV, 2 do
     local new_fence = redis.call('HINCRBY', run_key, 'fence', 1)
     if status == 'cancelling' then
       finalize(k, id, 'cancelled', new_fence, now, {},
-        cjson.encode({reason = 'requested', released_by = owner}), tonumber(ARGV[2]), ARGV[3])
+        cjson.encode({reason = 'requested', released_by = owner}), ARGV[2], ARGV[3])
     else
       redis.call('HSET', run_key, 'status', 'queued')
       redis.call('HDEL', run_key, 'owner_id', 'lease_expires_at')

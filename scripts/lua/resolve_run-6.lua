@@ -13,7 +13,7 @@
 --          the effects whose outcome was unknown ('' leaves their records as they are)
 -- ARGV[5]  effect_result  json  the result to record when applied ('' records null)
 -- ARGV[6]  note         string  why, in the person's words ('' for none)
--- ARGV[7]  retention_ms integer
+-- ARGV[7]  retention    string  per-status retention spec (store/retention.py)
 -- ARGV[8]  maxlen       integer
 -- ARGV[9]  wake_channel string  pub/sub channel idle workers of the queue listen on
 -- returns  {code, status}  codes: OK (status is the run's status afterwards: queued,
@@ -84,12 +84,12 @@ emit(KEYS[1], KEYS[2], 'resolved', fence, now, cjson.encode(decision), ARGV[8])
 if action == 'succeed' then
   local output = ARGV[3] ~= '' and ARGV[3] or 'null'
   finalize(k, run_id, 'succeeded', fence, now, {'output', output}, '{}',
-    tonumber(ARGV[7]), ARGV[8])
+    ARGV[7], ARGV[8])
   return {'OK', 'succeeded'}
 end
 local previous = cur[3] and cjson.decode(cur[3]) or cjson.null
 local err = {code = 'resolved_as_failed', message = 'a person resolved the run as failed',
   retryable = false, details = {decision = decision, previous_error = previous}}
 finalize(k, run_id, 'failed', fence, now, {'error', cjson.encode(err)},
-  cjson.encode({error = err}), tonumber(ARGV[7]), ARGV[8])
+  cjson.encode({error = err}), ARGV[7], ARGV[8])
 return {'OK', 'failed'}

@@ -53,7 +53,7 @@ async def test_runs_claimed_by_a_round_trip_whose_reply_was_lost_still_start_her
         scripts=lease_store.scripts,
         prefix=lease_store.prefix,
         lease_ttl_ms=lease_store.lease_ttl_ms,
-        retention_ms=lease_store.retention_ms,
+        retention=lease_store.retention,
         events_maxlen=lease_store.events_maxlen,
     )
     store.losses = 2

@@ -12,6 +12,7 @@ import redis.asyncio as aioredis
 
 from app.embedded import EmbeddedRedis
 from app.models import Run, RunStatus
+from app.settings import Settings
 from app.store.connection import async_client
 from app.store.runs import NewRun, RunStore
 from app.store.scripts import Scripts
@@ -222,9 +223,7 @@ async def test_worker_survives_a_redis_restart_and_finishes_the_run(
     procs = Processes(base_env(server.url, prefix, lease_ttl_s=3.0), tmp_path)
     client = async_client(server.url)
     try:
-        store = RunStore(
-            client, scripts=Scripts(), prefix=prefix, retention_ms=600_000, events_maxlen=1000
-        )
+        store = RunStore.for_settings(client, Scripts(), Settings(prefix=prefix))
         procs.worker()
         run_id = await submit(store, seconds=2.0)
         await wait_status(store, run_id, RunStatus.RUNNING)
@@ -262,9 +261,7 @@ async def test_a_worker_cut_off_from_redis_stops_its_run_without_writing(
     procs = Processes(base_env(server.url, prefix, lease_ttl_s=1.0), tmp_path)
     client = async_client(server.url)
     try:
-        store = RunStore(
-            client, scripts=Scripts(), prefix=prefix, retention_ms=600_000, events_maxlen=1000
-        )
+        store = RunStore.for_settings(client, Scripts(), Settings(prefix=prefix))
         worker = procs.worker()
         run_id = await submit(store, seconds=60)
         await wait_status(store, run_id, RunStatus.RUNNING)

@@ -10,6 +10,7 @@ import redis.asyncio as aioredis
 from app.models import RunStatus
 from app.store.connection import sync_client
 from app.store.leases import HeldLease, LeaseRenewer, LeaseStore, Outcome
+from app.store.retention import Retention
 from app.store.runs import NewRun, RunStore
 from app.store.scripts import ScriptCode, Scripts
 from tests.support.polling import eventually
@@ -292,11 +293,16 @@ async def test_terminal_runs_expire_after_retention(
         scripts=scripts,
         prefix=prefix,
         lease_ttl_ms=1000,
-        retention_ms=200,
+        retention=Retention.uniform(200),
         events_maxlen=100,
     )
     store = RunStore(
-        redis_client, scripts=scripts, prefix=prefix, retention_ms=200, events_maxlen=100
+        redis_client,
+        scripts=scripts,
+        prefix=prefix,
+        retention=Retention.uniform(200),
+        queued_ttl_ms=60_000,
+        events_maxlen=100,
     )
     run_id = await create(store, idempotency_key="once")
     run = (await short.claim("default", OWNER_A, 1)).runs[0]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.models import PARKED_STATUSES, TERMINAL_EVENT_TYPES, Run, RunStatus
+from app.settings import Settings
 from app.store.connection import AsyncRedis, async_client
 from app.store.runs import NewRun, RunStore
 from app.store.scripts import Scripts
@@ -44,9 +45,7 @@ async def deployment(
 ) -> AsyncIterator[Deployment]:
     """A store and a process launcher on ``url``; every child is reaped at the end."""
     client = async_client(url)
-    store = RunStore(
-        client, scripts=Scripts(), prefix=prefix, retention_ms=3_600_000, events_maxlen=10_000
-    )
+    store = RunStore.for_settings(client, Scripts(), Settings(prefix=prefix))
     processes = Processes({**base_env(url, prefix, lease_ttl_s=lease_ttl_s), **env}, log_dir)
     try:
         yield Deployment(url, client, store, processes)

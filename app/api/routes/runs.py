@@ -86,6 +86,8 @@ def _new_run(body: CreateRunRequest, state: ApiState, idempotency_key: str | Non
     spec = state.registry.get(body.handler)
     spec.parse_input(body.input)
     settings = state.settings
+    retention_ms = _bounded_ms(body.retention_s, "retention_s", settings.retention_max_s)
+    queued_ttl_ms = _bounded_ms(body.queued_ttl_s, "queued_ttl_s", settings.queued_ttl_max_s)
     return NewRun(
         handler=body.handler,
         input=body.input,
@@ -95,7 +97,23 @@ def _new_run(body: CreateRunRequest, state: ApiState, idempotency_key: str | Non
         idempotency_key=idempotency_key or body.idempotency_key,
         metadata=body.metadata,
         budget=body.budget.model_dump(exclude_none=True) if body.budget else None,
+        retention_ms=retention_ms,
+        queued_ttl_ms=queued_ttl_ms,
     )
+
+
+def _bounded_ms(seconds: float | None, name: str, max_s: float) -> int | None:
+    """A per-run duration in ms, refused (422) past its setting's bound.
+
+    One caller must not pin its runs in Redis for ever: the bound is a setting.
+    """
+    if seconds is None:
+        return None
+    if seconds > max_s:
+        raise HTTPException(
+            422, f"{name} is {seconds:g} s; the most this deployment allows is {max_s:g} s"
+        )
+    return max(1, round(seconds * 1000))
 
 
 CREATE_RESPONSES: dict[int | str, dict[str, Any]] = {

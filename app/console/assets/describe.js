@@ -2,7 +2,7 @@
 // lost lease ("worker w-3 stopped renewing at 12:01:07; lease expired; orphaned by
 // the reconciler"). The same wording as the CLI's app/render.py where they overlap.
 
-export const TERMINAL = new Set(["succeeded", "failed", "cancelled", "orphaned"]);
+export const TERMINAL = new Set(["succeeded", "failed", "cancelled", "orphaned", "expired"]);
 export const PARKED = new Set(["waiting_human", "reconciliation_required"]);
 // events a handler writes; everything else is a lifecycle transition
 export const HANDLER_EVENTS = new Set(["token", "progress", "wait", "verdict", "note"]);
@@ -101,6 +101,8 @@ const DESCRIBE = {
   failed: (d) => `failed: ${errorText(d)}`,
   orphaned: (d) => `orphaned: ${errorText(d)}`,
   cancelled: (d) => `cancelled (${d.reason || "requested"})`,
+  expired: (d) => `expired: nobody claimed it within its queued time-to-live` +
+    (d.queued_for_ms != null ? ` (queued ${d.queued_for_ms / 1000} s)` : ""),
 };
 
 /** One readable line for an event (token events are rendered as flowing text instead). */

@@ -11,7 +11,7 @@ import { badge, connectionText, h, serverNow } from "./dom.js";
 
 const STATUSES = [
   "queued", "running", "cancelling", "waiting_human", "reconciliation_required",
-  "succeeded", "failed", "cancelled", "orphaned",
+  "succeeded", "failed", "cancelled", "orphaned", "expired",
 ];
 const PAGE = 50;
 const MAX_ROWS = 200;

@@ -85,13 +85,28 @@ local function effects_key_of(run_prefix, run_id)
   return string.sub(run_prefix, 1, -5) .. 'effects:' .. run_id
 end
 
+-- How long a run that ended in `status` is kept, in ms: its own `retention_ms` (set
+-- at create from the request's retention_s) or the value the retention spec names
+-- for the status. The spec is one ARGV, "succeeded=<ms> failed=<ms> ...", as
+-- store/retention.py encodes it for every terminal status: reading it is a
+-- string.match, which cannot fail, so callers may use it after their first write.
+local function retention_for(run_key, status, spec)
+  local own = tonumber(redis.call('HGET', run_key, 'retention_ms'))
+  if own then
+    return own
+  end
+  return tonumber(string.match(spec, status .. '=(%d+)'))
+end
+
 -- Write a terminal state and its terminal event in one step, drop the lease, and
--- start the retention clock on the record, its events, its effects and its
--- idempotency key.
+-- start the retention clock (retention_for: per run, else per status) on the record,
+-- its events, its effects and its idempotency key, so a key lives exactly as long
+-- as its run.
 -- fields: extra HSET field/value pairs (output, error, ...).
-local function finalize(k, run_id, status, fence, now, fields, data, retention_ms, maxlen)
+local function finalize(k, run_id, status, fence, now, fields, data, retention, maxlen)
   local run_key = k.run_prefix .. run_id
   local events_key = k.events_prefix .. run_id
+  local retention_ms = retention_for(run_key, status, retention)
   redis.call('HSET', run_key, 'status', status, 'finished_at', now)
   if #fields > 0 then
     redis.call('HSET', run_key, unpack(fields))

@@ -5,6 +5,7 @@
 -- KEYS[3]  ready        list    runnable ids (FIFO)
 -- KEYS[4]  runs         zset    every run of the queue by created_at ms
 -- KEYS[5]  idem         string  the idempotency key's record (unused when ARGV[8] is '')
+-- KEYS[6]  unclaimed    zset    id -> epoch ms when the run expires if nobody claimed it
 -- ARGV[1]  run_id       string
 -- ARGV[2]  queue        string
 -- ARGV[3]  handler      string
@@ -17,6 +18,8 @@
 -- ARGV[10] maxlen       integer approximate cap of the event stream
 -- ARGV[11] wake_channel string  pub/sub channel idle workers of the queue listen on
 -- ARGV[12] budget       json    run-level budgets (max_steps, max_duration_s), '' for none
+-- ARGV[13] retention_ms integer the run's own retention once it ends, '' for the per-status one
+-- ARGV[14] queued_ttl_ms integer how long it may wait unclaimed before it ends `expired`
 -- returns  {code, run_id, created_at_ms}  codes: OK (created), REPLAYED (same key and
 --          same body, or this run id exists already: the earlier run's id),
 --          CONFLICT (same key, other body: the earlier run's id)
@@ -26,6 +29,11 @@
 --- @include lib
 
 local run_id = ARGV[1]
+-- checked before any write: a bad number must not leave a half-made run
+local queued_ttl_ms = tonumber(ARGV[14])
+if not queued_ttl_ms or (ARGV[13] ~= '' and not tonumber(ARGV[13])) then
+  return redis.error_reply('create_run: retention_ms and queued_ttl_ms must be numbers')
+end
 -- a create retried after a lost reply must not enqueue the run twice
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return {'REPLAYED', run_id, 0}
@@ -49,10 +57,12 @@ redis.call('HSET', KEYS[1],
   'id', run_id, 'queue', ARGV[2], 'handler', ARGV[3], 'status', 'queued',
   'input', ARGV[4], 'attempt', 1, 'max_attempts', ARGV[5],
   'on_lease_expired', ARGV[6], 'fence', 0, 'created_at', now,
-  'metadata', ARGV[7], 'idempotency_key', idem_key, 'budget', ARGV[12])
+  'metadata', ARGV[7], 'idempotency_key', idem_key, 'budget', ARGV[12],
+  'retention_ms', ARGV[13])
 emit(KEYS[1], KEYS[2], 'created', 0, now,
   cjson.encode({handler = ARGV[3], queue = ARGV[2], max_attempts = tonumber(ARGV[5])}),
   ARGV[10])
 redis.call('ZADD', KEYS[4], now, run_id)
+redis.call('ZADD', KEYS[6], now + queued_ttl_ms, run_id)
 make_ready(KEYS[3], ARGV[11], run_id, false)
 return {'OK', run_id, now}

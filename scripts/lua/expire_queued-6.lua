@@ -1,0 +1,44 @@
+-- expire_queued: end the runs nobody claimed within their queued time-to-live.
+--
+-- KEYS[1]  unclaimed    zset    id -> epoch ms when the run expires if still unclaimed
+-- KEYS[2]  ready        list    runnable ids (FIFO)
+-- KEYS[3]  leases       zset    id -> lease expiry ms (finalize drops the id from it)
+-- KEYS[4]  run_prefix   prefix  run keys are this prefix .. id (same hash tag)
+--          (a run's effects hash is derived from it too, and expires with the run)
+-- KEYS[5]  events_prefix  prefix  event streams are this prefix .. id
+-- KEYS[6]  idem_prefix  prefix  idempotency keys are this prefix .. key
+-- ARGV[1]  limit        integer how many due entries to look at, at most
+-- ARGV[2]  retention    string  per-status retention spec (store/retention.py)
+-- ARGV[3]  maxlen       integer approximate cap of each event stream
+-- returns  {code, actions}  codes: OK; actions is a list of {id, 'expired', fence}
+-- events   expired (terminal), data {reason = 'queued_ttl', queued_for_ms}
+-- invariant: only a run that is still `queued` and was never claimed (fence 0) when
+--          its time-to-live has passed by the Redis clock *now* is expired, with one
+--          terminal event, and leaves the ready list in the same step; any other
+--          entry due (claimed, cancelled, deleted since) is only dropped from the
+--          index. Claims never touch the index. Idempotent: a second pass finds
+--          nothing left to do.
+--- @include lib
+
+local k = {leases = KEYS[3], run_prefix = KEYS[4], events_prefix = KEYS[5],
+  idem_prefix = KEYS[6]}
+local now = now_ms()
+local actions = {}
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
+for _, id in ipairs(due) do
+  local run_key = KEYS[4] .. id
+  local cur = redis.call('HMGET', run_key, 'status', 'fence', 'created_at')
+  redis.call('ZREM', KEYS[1], id)
+  if cur[1] == 'queued' and cur[2] == '0' then
+    -- the oldest runs sit at the head of the list: LREM finds them first
+    redis.call('LREM', KEYS[2], 1, id)
+    local queued_for = now - tonumber(cur[3])
+    local err = cjson.encode({code = 'queued_ttl_expired',
+      message = 'expired: not claimed within its queued time-to-live', retryable = false,
+      details = {queued_for_ms = queued_for}})
+    finalize(k, id, 'expired', 0, now, {'error', err},
+      cjson.encode({reason = 'queued_ttl', queued_for_ms = queued_for}), ARGV[2], ARGV[3])
+    actions[#actions + 1] = {id, 'expired', 0}
+  end
+end
+return {'OK', actions}
