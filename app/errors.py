@@ -9,6 +9,8 @@
     │   ├── InvalidTransition         e.g. cancel of a succeeded run
     │   ├── IdempotencyConflict       same key, different body
     │   ├── LeaseLost                 fenced out: another owner holds the run now
+    │   ├── QueueNotDeclared          a run on a queue nobody declared
+    │   ├── QueueLimitReached         PUT /queues past LEASEHOLD_MAX_QUEUES
     │   └── EffectOutcomeUnknown      an effect started and was never recorded: the run
     │                                 is parked in reconciliation_required
     ├── HandlerError                  registry problems
@@ -79,6 +81,36 @@ class IdempotencyConflict(StoreError):
         )
         self.key = key
         self.run_id = run_id
+
+
+class QueueNotDeclared(StoreError):
+    """No configuration and no ``PUT /queues/{name}`` declared this queue."""
+
+    # a 422 names the declared queues, but never more than this many of them
+    NAMED_AT_MOST = 20
+
+    def __init__(self, queue: str, declared: list[str]) -> None:
+        shown = ", ".join(declared[: self.NAMED_AT_MOST])
+        if len(declared) > self.NAMED_AT_MOST:
+            shown += f" and {len(declared) - self.NAMED_AT_MOST} more"
+        super().__init__(
+            f"queue {queue!r} is not declared; declared: {shown or 'none'} "
+            "(declare it in LEASEHOLD_QUEUES or with PUT /queues/{name})"
+        )
+        self.queue = queue
+        self.declared = declared
+
+
+class QueueLimitReached(StoreError):
+    """Declaring one more queue would pass ``LEASEHOLD_MAX_QUEUES``."""
+
+    def __init__(self, queue: str, max_queues: int) -> None:
+        super().__init__(
+            f"cannot declare queue {queue!r}: {max_queues} queues are declared, "
+            "the most LEASEHOLD_MAX_QUEUES allows"
+        )
+        self.queue = queue
+        self.max_queues = max_queues
 
 
 class LeaseLost(StoreError):

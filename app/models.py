@@ -270,6 +270,32 @@ class RunPage(BaseModel):
     next_cursor: str | None = None
 
 
+class QueueInfo(BaseModel):
+    """One declared queue as GET /queues reports it, read from Redis at one moment."""
+
+    name: str
+    configured: bool = Field(
+        description="named in this API's LEASEHOLD_QUEUES (else declared by a worker's "
+        "configuration or by PUT /queues/{name})"
+    )
+    ready: int = Field(description="ids waiting to be claimed (may count runs cancelled queued)")
+    running: int = Field(description="runs whose lease is held (running or cancelling)")
+    delayed: int = Field(description="runs waiting for their retry time")
+    parked: int = Field(description="waiting_human and reconciliation_required runs")
+    oldest_queued_age_s: float = Field(description="age of the run at the head of the line")
+    memory_bytes: int = Field(
+        description="estimate: the queue's index keys plus a sample of its newest runs "
+        "(record and events) scaled to the number of runs it lists"
+    )
+
+
+class QueuePage(BaseModel):
+    """Answer of GET /queues: every declared queue, by name."""
+
+    items: list[QueueInfo]
+    max_queues: int = Field(description="LEASEHOLD_MAX_QUEUES: most PUT /queues may declare")
+
+
 class StatusChange(BaseModel):
     """Answer of POST /runs/{id}/cancel, /resume, /resolve: the run's status afterwards."""
 

@@ -74,7 +74,15 @@ class Settings(BaseSettings):
     queues: CommaList = Field(
         default_factory=lambda: ["default"],
         min_length=1,
-        description="Queues a worker claims from (comma-separated)",
+        description="Queues a worker claims from, and queues this process declares: runs "
+        "may be created only on declared queues (comma-separated)",
+    )
+    max_queues: int = Field(
+        default=100,
+        ge=1,
+        le=10_000,
+        description="Most queues PUT /queues/{name} may declare (else 409); listing and "
+        "/metrics cost one read per declared queue",
     )
     lease_ttl_s: float = Field(
         default=30.0,
@@ -280,6 +288,13 @@ class Settings(BaseSettings):
         le=1000,
         description="Deepest nesting of arrays/objects a run's input or metadata may have "
         "(else 422)",
+    )
+    list_max_bytes: int = Field(
+        default=4_194_304,
+        ge=1024,
+        le=268_435_456,
+        description="Byte budget of one GET /runs page: it stops early (with next_cursor) "
+        "once its items reach this size, so a list never costs more memory than this",
     )
     api_url: str | None = Field(
         default=None,

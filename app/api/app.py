@@ -22,12 +22,22 @@ from app.api.hub import EventHub
 from app.api.limits import BodySizeLimit
 from app.api.openapi import complete_openapi
 from app.api.problems import install_problem_handlers
-from app.api.routes import activity, console, decisions, events, metrics, runs, system
+from app.api.routes import (
+    activity,
+    console,
+    decisions,
+    events,
+    metrics,
+    queues,
+    runs,
+    system,
+)
 from app.api.state import ApiState
 from app.handlers import HandlerRegistry, load_handler_modules
 from app.settings import Settings
 from app.store.activity import ActivityStore
 from app.store.connection import async_client
+from app.store.queues import QueueStore
 from app.store.runs import RunStore
 from app.store.scripts import Scripts
 
@@ -59,8 +69,15 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
             block_ms=settings.sse_block_ms,
             queue_max=settings.sse_queue_max,
         )
+        queues = QueueStore(
+            client,
+            scripts=scripts,
+            prefix=settings.prefix,
+            configured=settings.queues,
+            max_queues=settings.max_queues,
+        )
         app.state.leasehold = ApiState(
-            settings, client, scripts, store, handlers, hub, activity=activity_hub
+            settings, client, scripts, store, handlers, hub, activity=activity_hub, queues=queues
         )
         try:
             yield
@@ -83,6 +100,7 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
     app.include_router(system.router)
     app.include_router(metrics.router)
     app.include_router(activity.router)
+    app.include_router(queues.router)
     console.install(app)
     if "app.demo" in settings.handlers:
         # the demo's fake streaming model, for demo.agent; only with the demo handlers

@@ -21,6 +21,8 @@ from app.errors import (
     IdempotencyConflict,
     InvalidInput,
     InvalidTransition,
+    QueueLimitReached,
+    QueueNotDeclared,
     RunNotFound,
     UnknownHandler,
 )
@@ -84,8 +86,21 @@ async def store_unavailable(request: Request, exc: Exception) -> ProblemResponse
     )
 
 
+def _install_queue_problems(app: FastAPI) -> None:
+    """A run on an undeclared queue is the caller's mistake (422); a full set is 409."""
+
+    @app.exception_handler(QueueNotDeclared)
+    async def undeclared_queue(request: Request, exc: QueueNotDeclared) -> ProblemResponse:
+        return problem(422, "Queue is not declared", str(exc), kind="queue-not-declared")
+
+    @app.exception_handler(QueueLimitReached)
+    async def queue_limit(request: Request, exc: QueueLimitReached) -> ProblemResponse:
+        return problem(409, "Too many queues are declared", str(exc), kind="queue-limit-reached")
+
+
 def install_problem_handlers(app: FastAPI) -> None:
     """Map every exception the API can raise to its problem response."""
+    _install_queue_problems(app)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> ProblemResponse:

@@ -12,6 +12,7 @@ from app.api.hub import EventHub
 from app.handlers import HandlerRegistry
 from app.settings import Settings
 from app.store.connection import AsyncRedis
+from app.store.queues import QueueStore
 from app.store.runs import RunStore
 from app.store.scripts import Scripts
 
@@ -28,6 +29,8 @@ class ApiState:
     hub: EventHub
     # followers of the queues' activity streams (the console's live runs view)
     activity: ActivityHub
+    # the declared queues: runs may be created only on these
+    queues: QueueStore
     # detached work (e.g. cancel-on-disconnect) that no request may cancel
     background: set[asyncio.Task[object]] = field(default_factory=set)
 

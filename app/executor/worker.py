@@ -54,6 +54,7 @@ from app.settings import Settings
 from app.store import workers
 from app.store.connection import AsyncRedis, async_client, sync_client
 from app.store.leases import ClaimedRun, LeaseRenewer, LeaseStore
+from app.store.queues import QueueStore
 from app.store.runs import RunStore
 from app.store.scripts import Scripts
 from app.supervision.config import Supervision
@@ -102,7 +103,14 @@ class Worker:
         url = self.settings.resolved_redis_url()
         client = async_client(url)
         scripts = Scripts.for_settings(self.settings)
-        await _connect(client, scripts)
+        queues = QueueStore(
+            client,
+            scripts=scripts,
+            prefix=self.settings.prefix,
+            configured=self.settings.queues,
+            max_queues=self.settings.max_queues,
+        )
+        await _connect(client, scripts, queues)
         # start-up objects (modules, handler models, settings) live as long as the
         # process: freeze them, so each GC pass scans only short-lived run objects
         gc.freeze()
@@ -348,12 +356,13 @@ class Worker:
             log.warning("could not withdraw the worker advertisement: %s", exc)
 
 
-async def _connect(client: AsyncRedis, scripts: Scripts) -> None:
-    """Wait for Redis (it may be starting next to us) and load the scripts."""
+async def _connect(client: AsyncRedis, scripts: Scripts, queues: QueueStore) -> None:
+    """Wait for Redis (it may be starting next to us), load the scripts, declare our queues."""
     delay = 0.1
     while True:
         try:
             await scripts.load_all(client)
+            await queues.announce_configured()
             return
         except (RedisError, OSError) as exc:
             log.warning("waiting for redis: %s", exc)

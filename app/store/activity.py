@@ -18,7 +18,8 @@ from typing import cast
 from app.models import ActivityEntry, RunStatus, event_id_order
 from app.store.codec import ms_to_datetime
 from app.store.connection import AsyncRedis
-from app.store.keys import GlobalKeys, QueueKeys
+from app.store.keys import QueueKeys
+from app.store.queues import declared_queues
 
 # keep in step with ACTIVITY_MAXLEN in scripts/lua/includes/lib.lua
 ACTIVITY_MAXLEN = 1000
@@ -53,8 +54,8 @@ class ActivityStore:
         return QueueKeys(self.prefix, queue).activity
 
     async def queues(self) -> list[str]:
-        """Every queue a run was ever created on."""
-        return sorted(cast(set[str], await self.client.smembers(GlobalKeys(self.prefix).queues)))
+        """Every declared queue (:func:`app.store.queues.declared_queues`)."""
+        return await declared_queues(self.client, self.prefix)
 
     async def read(self, queue: str, *, after: str, count: int) -> list[ActivityEntry]:
         """Up to ``count`` entries strictly after stream id ``after``, oldest first."""

@@ -10,6 +10,8 @@ script touches a single Redis Cluster slot::
     <prefix>:{<queue>}:leases          zset    id -> lease expiry, epoch ms (Redis clock)
     <prefix>:{<queue>}:runs            zset    id -> created_at ms, for listing
     <prefix>:{<queue>}:unclaimed       zset    id -> epoch ms when it expires if still unclaimed
+    <prefix>:{<queue>}:parked          zset    id -> parked_at ms: waiting_human and
+                                               reconciliation_required runs (for counts)
     <prefix>:{<queue>}:idem:<key>      string  idempotency key -> "<run id> <fingerprint>"
     <prefix>:{<queue>}:effects:<id>    hash    memoized effects: "<name>:<ordinal>" -> record
     <prefix>:{<queue>}:activity        stream  every run's lifecycle events, capped (~1000)
@@ -20,9 +22,11 @@ Pub/sub channels of a queue (broadcast; not keys)::
     <prefix>:{<queue>}:wake            "ready": runnable work appeared (create, retry, release)
     <prefix>:{<queue>}:cancel          "<run id> <fence>": a client asked to cancel a held run
 
-Cross-queue keys (plain commands only, never in a script)::
+Cross-queue keys (plain commands, and one script that touches nothing else)::
 
-    <prefix>:queues                    set     every queue a run was ever created on
+    <prefix>:queues                    set     every declared queue: LEASEHOLD_QUEUES of
+                                               each API and worker, and PUT /queues/{name}
+                                               (declare_queue); never grown by a run
     <prefix>:workers                   zset    worker id -> last heartbeat ms
     <prefix>:worker:<id>               string  the worker's advertisement (JSON, with TTL)
 
@@ -126,6 +130,15 @@ class QueueKeys:
         return f"{self.tag}:unclaimed"
 
     @property
+    def parked(self) -> str:
+        """Zset of the queue's parked runs by parked time, so counting them costs O(1).
+
+        Scripts derive it from the run prefix (``parked_of`` in lib.lua): it must stay
+        ``<tag>:parked`` beside ``<tag>:run:<id>``.
+        """
+        return f"{self.tag}:parked"
+
+    @property
     def activity(self) -> str:
         """Capped stream of every run's lifecycle events, for live views of the queue.
 
@@ -159,7 +172,7 @@ class GlobalKeys:
 
     @property
     def queues(self) -> str:
-        """Set of every queue name in use."""
+        """Set of every declared queue name (see app/store/queues.py)."""
         return f"{self.prefix}:queues"
 
     @property

@@ -20,6 +20,7 @@ from app.settings import Settings
 from app.store.codec import dumps, event_from_entry, ms_to_datetime, new_run_id, run_from_hash
 from app.store.connection import AsyncRedis
 from app.store.keys import GlobalKeys, QueueKeys, queue_of
+from app.store.queues import declared_queues
 from app.store.retention import Retention
 from app.store.scripts import ScriptCode, Scripts
 
@@ -65,16 +66,6 @@ class Created:
 
     run: Run
     replayed: bool
-
-
-@dataclass(frozen=True)
-class QueueDepth:
-    """A queue's backlog at one moment (Redis clock for the age)."""
-
-    ready: int
-    delayed: int
-    leased: int
-    oldest_queued_age_s: float
 
 
 @dataclass(frozen=True)
@@ -135,7 +126,6 @@ class RunStore:
         self.queued_ttl_ms = queued_ttl_ms
         self.events_maxlen = events_maxlen
         self.global_keys = GlobalKeys(prefix)
-        self._known_queues: set[str] = set()
 
     @classmethod
     def for_settings(cls, client: AsyncRedis, scripts: Scripts, settings: Settings) -> RunStore:
@@ -157,10 +147,11 @@ class RunStore:
         """Create a queued run, or return the run an idempotency key already names.
 
         Raises :class:`IdempotencyConflict` when the key was used with another body.
+        The queue must be declared (the API checks it with ``QueueStore.require``):
+        creating a run never declares one.
         """
         keys = self.keys(new.queue)
         run_id = new_run_id(new.queue)
-        await self._remember_queue(new.queue)
         code, found_id, created_ms = await self.scripts.call(
             self.client,
             "create_run",
@@ -209,11 +200,6 @@ class RunStore:
             retention_s=None if new.retention_ms is None else new.retention_ms / 1000,
         )
         return Created(run, replayed=False)
-
-    async def _remember_queue(self, queue: str) -> None:
-        if queue not in self._known_queues:
-            await self.client.sadd(self.global_keys.queues, queue)
-            self._known_queues.add(queue)
 
     async def get(self, run_id: str) -> Run:
         """The run with this id; raises :class:`RunNotFound` (also for malformed ids)."""
@@ -335,36 +321,9 @@ class RunStore:
         first = event_from_entry(run_id, oldest[0][0], oldest[0][1]) if oldest else None
         return first, newest[0][0] if newest else None
 
-    async def depth(self, queue: str) -> QueueDepth:
-        """How many runs of a queue are ready, delayed and leased, and the head's age.
-
-        The ready list may still hold ids of runs cancelled while queued (claims skip
-        them lazily), so ``ready`` can over-count by those.
-        """
-        keys = self.keys(queue)
-        pipe = self.client.pipeline(transaction=False)
-        pipe.llen(keys.ready)
-        pipe.zcard(keys.delayed)
-        pipe.zcard(keys.leases)
-        pipe.lindex(keys.ready, 0)
-        ready, delayed, leased, head = await pipe.execute()
-        oldest_age_s = 0.0
-        if head:
-            created = await self.client.hget(keys.run(head), "created_at")
-            if created:
-                # not in the pipeline: TIME has no key, and a cluster pipeline refuses it
-                seconds, micros = await self.client.time()
-                oldest_age_s = max(0.0, seconds + micros / 1e6 - int(created) / 1000)
-        return QueueDepth(
-            ready=int(ready),
-            delayed=int(delayed),
-            leased=int(leased),
-            oldest_queued_age_s=oldest_age_s,
-        )
-
     async def queues(self) -> list[str]:
-        """Every queue a run was ever created on."""
-        return sorted(cast(set[str], await self.client.smembers(self.global_keys.queues)))
+        """Every declared queue (:func:`app.store.queues.declared_queues`)."""
+        return await declared_queues(self.client, self.prefix)
 
     async def list_runs(
         self,

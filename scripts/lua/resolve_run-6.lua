@@ -74,6 +74,7 @@ if action == 'retry' then
   local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
   redis.call('HSET', KEYS[1], 'status', 'queued', 'resolved_at', now)
   redis.call('HDEL', KEYS[1], 'error', 'parked_at')
+  redis.call('ZREM', parked_of(k.run_prefix), run_id)
   emit(KEYS[1], KEYS[2], 'resolved', fence, now, cjson.encode(decision), ARGV[8])
   make_ready(KEYS[5], ARGV[9], run_id, true)
   return {'OK', 'queued'}

@@ -24,6 +24,7 @@ end
 local now = now_ms()
 local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
 redis.call('HSET', KEYS[1], 'status', 'queued', 'resume_input', ARGV[2], 'resumed_at', now)
+redis.call('ZREM', parked_of(string.sub(KEYS[1], 1, #KEYS[1] - #ARGV[1])), ARGV[1])
 emit(KEYS[1], KEYS[2], 'resumed', fence, now,
   cjson.encode({input = cjson.decode(ARGV[2])}), ARGV[3])
 make_ready(KEYS[3], ARGV[4], ARGV[1], true)

@@ -64,6 +64,7 @@ async def test_a_new_follower_gets_ready_first_and_resumes_from_any_message(
         assert created["id"].startswith("default@")
         # missed while disconnected: a cancel of the first run and a run on a new queue
         await http.post(f"/runs/{first}/cancel")
+        assert (await http.put("/queues/mail")).status_code == 201
         third = await create(http, queue="mail")
         resumed = await messages(http, count=2, headers={"Last-Event-ID": created["id"]})
     seen = [(json.loads(m["data"])["run_id"], json.loads(m["data"])["type"]) for m in resumed]
@@ -80,6 +81,7 @@ async def test_a_queue_filter_follows_only_that_queue(processes: Processes) -> N
         stream = parse(response.aiter_lines())
         assert (await anext(stream))["event"] == "ready"
         await create(http, queue="default")
+        assert (await http.put("/queues/mail")).status_code == 201
         mail = await create(http, queue="mail")
         entry = json.loads((await anext(stream))["data"])
     assert (entry["queue"], entry["run_id"]) == ("mail", mail)

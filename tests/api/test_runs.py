@@ -156,6 +156,7 @@ async def test_list_filters_and_pages_with_a_cursor(api: httpx.AsyncClient) -> N
     sleeper = (
         await api.post("/runs", json={"handler": "demo.sleep", "input": {"seconds": 1}})
     ).json()["id"]
+    assert (await api.put("/queues/mail")).status_code == 201
     other = (await api.post("/runs", json={**ECHO, "queue": "mail"})).json()["id"]
     seen: list[str] = []
     cursor = None

@@ -23,9 +23,8 @@ METRICS_DOC: dict[int | str, dict[str, Any]] = {
 @router.get("/metrics", response_class=Response, responses=METRICS_DOC)
 async def metrics(state: State) -> Response:
     """Counters and gauges of this process; queue depth is read from Redis now."""
-    queues = sorted(set(state.settings.queues) | set(await state.store.queues()))
-    for queue in queues:
-        depth = await state.store.depth(queue)
+    for queue in await state.queues.declared():
+        depth = await state.queues.depth(queue)
         QUEUE_DEPTH.labels(queue, "ready").set(depth.ready)
         QUEUE_DEPTH.labels(queue, "delayed").set(depth.delayed)
         QUEUE_DEPTH.labels(queue, "leased").set(depth.leased)

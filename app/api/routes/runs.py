@@ -151,7 +151,9 @@ async def create_run(
     ``Accept: text/event-stream`` the response streams the run's events; the run
     does not depend on that connection unless ``cancel_on_disconnect`` is true.
     """
-    created = await state.store.create(_new_run(body, state, idempotency_key))
+    new = _new_run(body, state, idempotency_key)
+    await state.queues.require(new.queue)  # 422 naming the declared ones; never declares
+    created = await state.store.create(new)
     headers = {"Location": f"/runs/{created.run.id}"}
     if created.replayed:
         headers["Idempotency-Replayed"] = "true"

@@ -60,12 +60,20 @@ local function make_ready(ready_key, wake_channel, run_id, at_front)
   redis.call('PUBLISH', wake_channel, 'ready')
 end
 
+-- A queue's parked index (zset id -> parked_at ms, for GET /queues) sits beside its
+-- run records: store/keys.py builds `<tag>:parked` and `<tag>:run:<id>` from the same
+-- tag. Every script that parks, resumes or ends a run derives it from its run prefix.
+local function parked_of(run_prefix)
+  return string.sub(run_prefix, 1, -5) .. 'parked'
+end
+
 -- Park a held run for a person (waiting_human, reconciliation_required): the lease is
 -- released with fence+1, so its owner can write nothing more, and the event named
 -- after the status is written with the change. Parked runs do not expire.
 -- fields: extra HSET field/value pairs (evidence, error, ...).
 local function park(k, run_id, status, now, fields, data, maxlen)
   local run_key = k.run_prefix .. run_id
+  redis.call('ZADD', parked_of(k.run_prefix), now, run_id)
   local fence = redis.call('HINCRBY', run_key, 'fence', 1)
   redis.call('HSET', run_key, 'status', status, 'parked_at', now)
   if #fields > 0 then
@@ -113,6 +121,7 @@ local function finalize(k, run_id, status, fence, now, fields, data, retention, 
   end
   redis.call('HDEL', run_key, 'lease_expires_at')
   redis.call('ZREM', k.leases, run_id)
+  redis.call('ZREM', parked_of(k.run_prefix), run_id)
   emit(run_key, events_key, status, fence, now, data, maxlen)
   redis.call('PEXPIRE', run_key, retention_ms)
   redis.call('PEXPIRE', events_key, retention_ms)

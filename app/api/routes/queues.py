@@ -1,0 +1,54 @@
+"""/queues: which queues runs may be created on, and what each one holds."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Path, Response
+
+from app.api.routes.runs import State, problems
+from app.errors import QueueNotDeclared
+from app.models import QueueInfo, QueuePage
+from app.settings import QUEUE_NAME_PATTERN
+
+router = APIRouter(tags=["queues"])
+
+QueueName = Annotated[str, Path(pattern=QUEUE_NAME_PATTERN, description="the queue's name")]
+
+
+@router.get("/queues", response_model=QueuePage)
+async def list_queues(state: State) -> QueuePage:
+    """Every declared queue with its depth, running, delayed and parked runs, and memory.
+
+    Costs a few reads per declared queue (at most ``LEASEHOLD_MAX_QUEUES`` besides
+    the configured ones), whatever the queues hold.
+    """
+    return QueuePage(items=await state.queues.infos(), max_queues=state.settings.max_queues)
+
+
+@router.get("/queues/{name}", response_model=QueueInfo, responses=problems(404, 422))
+async def get_queue(name: QueueName, state: State) -> QueueInfo:
+    """One declared queue; a name nobody declared → 404."""
+    try:
+        return await state.queues.info(name)
+    except QueueNotDeclared as exc:
+        raise HTTPException(404, str(exc)) from None
+
+
+@router.put(
+    "/queues/{name}",
+    response_model=QueueInfo,
+    status_code=201,
+    responses={200: {"model": QueueInfo, "description": "declared already"}, **problems(409, 422)},
+)
+async def declare_queue(name: QueueName, state: State, response: Response) -> QueueInfo:
+    """Declare a queue so runs may be created on it (an operator's action). Idempotent.
+
+    201 when it is new, 200 when it was declared already; past
+    ``LEASEHOLD_MAX_QUEUES`` declared queues → 409 and nothing changes. Workers
+    claim from it once started with it in their ``LEASEHOLD_QUEUES``.
+    """
+    created = await state.queues.declare(name)
+    response.status_code = 201 if created else 200
+    response.headers["Location"] = f"/queues/{name}"
+    return await state.queues.info(name)

@@ -1,0 +1,173 @@
+"""Declared queues: runs only on them, PUT /queues bounded, GET /queues counts what they hold."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+
+from app.api.app import create_app
+from app.settings import Settings
+from app.store.keys import GlobalKeys
+from app.store.leases import LeaseStore, Outcome
+from app.store.runs import NewRun, RunStore
+
+ECHO = {"handler": "demo.echo", "input": {"message": "hi"}}
+
+
+@pytest.fixture
+async def small_api(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """An API that may declare at most 3 queues besides its configured ones."""
+    app = create_app(settings.model_copy(update={"queues": ["default", "mail"], "max_queues": 3}))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+            yield client
+
+
+async def declared(redis_client: aioredis.Redis, prefix: str) -> set[str]:
+    return set(await redis_client.smembers(GlobalKeys(prefix).queues))
+
+
+async def test_a_run_on_an_undeclared_queue_is_422_naming_the_declared_ones(
+    api: httpx.AsyncClient, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    response = await api.post("/runs", json={**ECHO, "queue": "invented"})
+    assert response.status_code == 422
+    assert response.headers["content-type"].startswith("application/problem+json")
+    problem = response.json()
+    assert problem["type"].endswith("queue-not-declared")
+    assert "'invented'" in problem["detail"] and "declared: default" in problem["detail"]
+    assert await redis_client.keys(f"{prefix}:{{invented}}*") == []
+
+
+async def test_1500_attempts_to_invent_queues_leave_the_declared_set_unchanged(
+    api: httpx.AsyncClient, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    assert (await api.post("/runs", json=ECHO)).status_code == 201
+    before = await declared(redis_client, prefix)
+    assert before == {"default"}
+    statuses = set()
+    for batch in range(15):
+        responses = await asyncio.gather(
+            *(api.post("/runs", json={**ECHO, "queue": f"q{batch}-{i}"}) for i in range(100))
+        )
+        statuses.update(response.status_code for response in responses)
+    assert statuses == {422}
+    assert await declared(redis_client, prefix) == before
+    listed = (await api.get("/runs", params={"queue": "q3-7"})).json()
+    assert listed["items"] == []
+    assert (await api.get("/queues")).json()["items"][0]["name"] == "default"
+    assert await declared(redis_client, prefix) == before
+
+
+async def test_put_declares_a_queue_once_and_runs_may_then_be_created_on_it(
+    api: httpx.AsyncClient, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    first = await api.put("/queues/mail")
+    assert first.status_code == 201
+    assert first.headers["location"] == "/queues/mail"
+    assert first.json()["name"] == "mail" and first.json()["configured"] is False
+    assert (await api.put("/queues/mail")).status_code == 200
+    assert await declared(redis_client, prefix) == {"default", "mail"}
+    created = await api.post("/runs", json={**ECHO, "queue": "mail"})
+    assert created.status_code == 201
+    names = [item["name"] for item in (await api.get("/queues")).json()["items"]]
+    assert names == ["default", "mail"]
+
+
+@pytest.mark.parametrize(
+    "name", ["has space", "a" * 65, "{tag}", "x:y", "%00", "ünï"], ids=lambda n: n[:8]
+)
+async def test_a_malformed_queue_name_is_422_and_declares_nothing(
+    api: httpx.AsyncClient, redis_client: aioredis.Redis, prefix: str, name: str
+) -> None:
+    response = await api.put(f"/queues/{name}")
+    assert response.status_code in (404, 422)
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert (await api.get(f"/queues/{name}")).status_code in (404, 422)
+    assert await declared(redis_client, prefix) <= {"default"}
+
+
+async def test_put_past_max_queues_is_409_and_changes_nothing(
+    small_api: httpx.AsyncClient, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    # default and mail are configured: configuration is never refused, and counts
+    assert (await small_api.put("/queues/third")).status_code == 201
+    responses = await asyncio.gather(*(small_api.put(f"/queues/extra{i}") for i in range(50)))
+    assert {response.status_code for response in responses} == {409}
+    problem = responses[0].json()
+    assert problem["type"].endswith("queue-limit-reached")
+    assert await declared(redis_client, prefix) == {"default", "mail", "third"}
+    # declaring a declared queue is still fine when the set is full
+    assert (await small_api.put("/queues/mail")).status_code == 200
+    assert (await small_api.get("/queues")).json()["max_queues"] == 3
+
+
+async def test_concurrent_declarations_never_pass_the_bound(
+    small_api: httpx.AsyncClient, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    responses = await asyncio.gather(*(small_api.put(f"/queues/race{i}") for i in range(40)))
+    assert sorted(response.status_code for response in responses).count(201) == 1
+    assert len(await declared(redis_client, prefix)) == 3
+
+
+async def test_an_undeclared_queue_is_404(api: httpx.AsyncClient) -> None:
+    response = await api.get("/queues/nobody")
+    assert response.status_code == 404
+    assert response.headers["content-type"].startswith("application/problem+json")
+
+
+async def test_get_queue_counts_ready_running_delayed_and_parked_runs(
+    api: httpx.AsyncClient, run_store: RunStore, lease_store: LeaseStore
+) -> None:
+    ids = [
+        (await api.post("/runs", json={**ECHO, "max_attempts": 3})).json()["id"] for _ in range(5)
+    ]
+    claimed = (await lease_store.claim("default", "w-a", 3)).runs
+    assert len(claimed) == 3
+    retried, parked, _running = claimed
+    await lease_store.finish_and_claim(
+        "default",
+        "w-a",
+        [
+            Outcome(
+                retried.id,
+                retried.fence,
+                "failed",
+                error_json='{"code":"x","message":"x","retryable":true}',
+                retry_delay_ms=60_000,
+            ),
+            Outcome(parked.id, parked.fence, "waiting_human", output_json='{"reason":"r"}'),
+        ],
+        0,
+    )
+    assert (await run_store.get(ids[0])).status == "queued"  # retried: waiting its turn
+    info = (await api.get("/queues/default")).json()
+    assert {key: info[key] for key in ("ready", "running", "delayed", "parked")} == {
+        "ready": 2,
+        "running": 1,
+        "delayed": 1,
+        "parked": 1,
+    }
+    assert info["configured"] is True
+    assert info["oldest_queued_age_s"] >= 0
+    assert info["memory_bytes"] > 0
+    # resuming takes it out of the parked count; cancelling a parked run does too
+    assert (await api.post(f"/runs/{parked.id}/resume", json={"input": 1})).status_code == 202
+    assert (await api.get("/queues/default")).json()["parked"] == 0
+
+
+async def test_metrics_and_listing_read_only_declared_queues(
+    api: httpx.AsyncClient, run_store: RunStore
+) -> None:
+    # a run written on a queue nobody declared (an older version could): not listed
+    await run_store.create(NewRun(handler="demo.echo", input={}, queue="ghost"))
+    assert (await api.post("/runs", json=ECHO)).status_code == 201
+    items = (await api.get("/runs")).json()["items"]
+    assert [item["queue"] for item in items] == ["default"]
+    metrics = (await api.get("/metrics")).text
+    assert 'queue="default"' in metrics and 'queue="ghost"' not in metrics
