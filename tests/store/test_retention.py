@@ -210,5 +210,5 @@ async def test_the_reconciler_expires_runs_in_batches_until_none_is_due(
     monkeypatch.setattr(stores.leases, "expire_queued", small_batches)
     done = await reconciler.scan()
     assert sorted(action.run_id for action in done if action.action == "expired") == sorted(ids)
-    page = await stores.runs.list_runs(status=RunStatus.EXPIRED, limit=50)
+    page = await stores.runs.list_runs(queue="default", status=RunStatus.EXPIRED, limit=50)
     assert sorted(run.id for run in page.items) == sorted(ids)

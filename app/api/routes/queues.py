@@ -8,8 +8,7 @@ from fastapi import APIRouter, HTTPException, Path, Response
 
 from app.api.routes.runs import State, problems
 from app.errors import QueueNotDeclared
-from app.models import QueueInfo, QueuePage
-from app.settings import QUEUE_NAME_PATTERN
+from app.models import QUEUE_NAME_PATTERN, QueueInfo, QueuePage
 
 router = APIRouter(tags=["queues"])
 
