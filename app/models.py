@@ -11,7 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 QUEUE_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 IDEMPOTENCY_KEY_PATTERN = r"^[A-Za-z0-9_.:\-]{1,128}$"
@@ -294,6 +294,45 @@ class QueuePage(BaseModel):
 
     items: list[QueueInfo]
     max_queues: int = Field(description="LEASEHOLD_MAX_QUEUES: most PUT /queues may declare")
+
+
+class PurgeRequest(BaseModel):
+    """Body of POST /runs/purge: which finished runs to delete, one bounded batch per call.
+
+    Only terminal runs are ever deleted; the filters narrow that further. ``limit``
+    bounds the runs one call looks at (at most ``LEASEHOLD_PURGE_BATCH_MAX``); pass
+    ``next_cursor`` back as ``cursor`` until ``done``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    queue: str | None = Field(default=None, pattern=QUEUE_NAME_PATTERN)
+    status: RunStatus | None = Field(default=None, description="A terminal status")
+    handler: str | None = Field(default=None, pattern=HANDLER_NAME_PATTERN)
+    finished_before: AwareDatetime | None = Field(
+        default=None, description="Only runs that finished before this time (RFC 3339, with zone)"
+    )
+    limit: int = Field(
+        default=100, ge=1, le=10_000, strict=True, description="Runs looked at in this call"
+    )
+    cursor: str | None = Field(default=None, max_length=256)
+
+    @field_validator("status")
+    @classmethod
+    def _terminal_only(cls, status: RunStatus | None) -> RunStatus | None:
+        if status is not None and not status.is_terminal:
+            terminal = ", ".join(sorted(s.value for s in TERMINAL_STATUSES))
+            raise ValueError(f"only finished runs can be purged: status must be one of {terminal}")
+        return status
+
+
+class PurgeResult(BaseModel):
+    """Answer of POST /runs/purge: what this call deleted, and where to go on."""
+
+    deleted: int = Field(description="Runs deleted by this call")
+    ids: list[str] = Field(description="Their ids")
+    next_cursor: str | None = Field(description="Pass back as `cursor` to go on; null when done")
+    done: bool = Field(description="Nothing older is left to look at")
 
 
 class StatusChange(BaseModel):

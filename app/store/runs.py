@@ -15,14 +15,22 @@ from typing import Any, cast
 from redis.exceptions import NoScriptError, ResponseError
 
 from app.errors import IdempotencyConflict, InvalidTransition, RunNotFound
-from app.models import ResolveRequest, Run, RunEvent, RunPage, RunStatus
+from app.models import (
+    PurgeRequest,
+    PurgeResult,
+    ResolveRequest,
+    Run,
+    RunEvent,
+    RunPage,
+    RunStatus,
+)
 from app.settings import Settings
 from app.store.codec import dumps, event_from_entry, ms_to_datetime, new_run_id, run_from_hash
 from app.store.connection import AsyncRedis
 from app.store.keys import GlobalKeys, QueueKeys, queue_of
 from app.store.queues import declared_queues
 from app.store.retention import Retention
-from app.store.scripts import ScriptCode, Scripts
+from app.store.scripts import ScriptCall, ScriptCode, Scripts
 
 LIST_SCAN_CHUNK = 200
 LIST_SCAN_BUDGET = 5000
@@ -228,6 +236,72 @@ class RunStore:
         if code == ScriptCode.INVALID:
             raise InvalidTransition(run_id, status, "cancel")
         return RunStatus(status)
+
+    async def delete(self, run_id: str) -> RunStatus:
+        """Delete a finished run and every key of it now; returns the status it had.
+
+        Raises :class:`RunNotFound` (also when already deleted or expired), or
+        :class:`InvalidTransition` when the run is not terminal: nothing is deleted.
+        """
+        call = self._delete_call(run_id)
+        code, status = await self.scripts.call(self.client, call.name, call.keys, call.args)
+        if code == ScriptCode.NOT_FOUND:
+            raise RunNotFound(run_id)
+        if code == ScriptCode.INVALID:
+            raise InvalidTransition(run_id, status, "delete")
+        return RunStatus(status)
+
+    def _delete_call(self, run_id: str) -> ScriptCall:
+        keys = self.keys(_queue(run_id))
+        return ScriptCall(
+            "delete_run",
+            [
+                keys.run(run_id),
+                keys.events(run_id),
+                keys.effects(run_id),
+                keys.runs,
+                keys.unclaimed,
+                keys.idem_prefix,
+            ],
+            [run_id],
+        )
+
+    async def purge(self, request: PurgeRequest) -> PurgeResult:
+        """Delete one bounded batch of the finished runs the request's filters match.
+
+        Looks at up to ``request.limit`` runs (newest first, as :meth:`list_runs`
+        filters them by queue, status and handler), keeps the terminal ones that
+        finished before ``finished_before``, and deletes them in one round trip.
+        ``delete_run`` re-checks each inside Redis, so a run that is not terminal
+        by then is never deleted; repeating a call deletes nothing twice. Raises
+        :class:`InvalidCursor` for a cursor this store did not produce.
+        """
+        page = await self.list_runs(
+            queue=request.queue,
+            status=request.status,
+            handler=request.handler,
+            limit=request.limit,
+            cursor=request.cursor,
+        )
+        before = request.finished_before
+        doomed = [
+            run.id
+            for run in page.items
+            if run.status.is_terminal
+            and (before is None or (run.finished_at is not None and run.finished_at < before))
+        ]
+        deleted: list[str] = []
+        if doomed:
+            replies = await self.scripts.pipeline(
+                self.client, [self._delete_call(run_id) for run_id in doomed]
+            )
+            deleted = [rid for rid, (code, _) in zip(doomed, replies, strict=True) if code == "OK"]
+        return PurgeResult(
+            deleted=len(deleted),
+            ids=deleted,
+            next_cursor=page.next_cursor,
+            done=page.next_cursor is None,
+        )
 
     async def resume(self, run_id: str, resume_input: Any) -> None:
         """Queue a ``waiting_human`` run again with a person's input (fence+1).

@@ -28,7 +28,7 @@ end
 if status == 'cancelling' or status == 'cancelled' then
   return {'OK', status}
 end
-if status == 'succeeded' or status == 'failed' or status == 'orphaned' then
+if TERMINAL[status] then
   return {'INVALID', status}
 end
 

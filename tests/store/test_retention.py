@@ -8,19 +8,20 @@ back here with ``PTTL``.
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass
 
 import pytest
 import redis.asyncio as aioredis
 
-from app.models import RunStatus
+from app.models import TERMINAL_STATUSES, RunStatus
 from app.reconciler import Reconciler
 from app.settings import Settings
 from app.store.keys import QueueKeys
 from app.store.leases import LeaseStore, Outcome
 from app.store.progress import EffectCall, EffectOutcome, ProgressStore
 from app.store.runs import NewRun, RunStore
-from app.store.scripts import Scripts
+from app.store.scripts import Scripts, lua_dir
 
 OWNER = "w-retention"
 # distinct per status, so a key carrying another status's value is caught
@@ -212,3 +213,12 @@ async def test_the_reconciler_expires_runs_in_batches_until_none_is_due(
     assert sorted(action.run_id for action in done if action.action == "expired") == sorted(ids)
     page = await stores.runs.list_runs(queue="default", status=RunStatus.EXPIRED, limit=50)
     assert sorted(run.id for run in page.items) == sorted(ids)
+
+
+def test_the_lua_terminal_set_is_the_models_one() -> None:
+    """delete_run and cancel_run judge "finished" by lib.lua's TERMINAL: it must not drift."""
+    lib = (lua_dir() / "includes" / "lib.lua").read_text()
+    match = re.search(r"^local TERMINAL = \{(?P<body>[^}]*)\}", lib, re.M)
+    assert match
+    names = set(re.findall(r"(\w+) = true", match["body"]))
+    assert names == {status.value for status in TERMINAL_STATUSES}

@@ -1,4 +1,4 @@
-"""/runs: create, read, list, cancel and resolve runs."""
+"""/runs: create, read, list, cancel, resolve, delete and purge runs."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from app.api.problems import PROBLEM_JSON
 from app.api.state import ApiState, api_state
 from app.api.streaming import event_stream_response, run_events
 from app.errors import InvalidTransition, RunNotFound
-from app.metrics import RUNS_CREATED
+from app.metrics import RUNS_CREATED, RUNS_DELETED
 from app.models import (
     HANDLER_NAME_PATTERN,
     IDEMPOTENCY_KEY_PATTERN,
@@ -25,6 +25,8 @@ from app.models import (
     RUN_ID_PATTERN,
     CreateRunRequest,
     Problem,
+    PurgeRequest,
+    PurgeResult,
     ResolveRequest,
     Run,
     RunPage,
@@ -32,6 +34,7 @@ from app.models import (
     StatusChange,
 )
 from app.store.codec import dumps
+from app.store.keys import queue_of
 from app.store.runs import NewRun
 
 log = logging.getLogger(__name__)
@@ -258,3 +261,38 @@ async def resolve_run(run_id: RunId, body: ResolveRequest, state: State) -> Run:
     ends it failed, ``succeed`` ends it succeeded with ``output``. Any other status → 409.
     """
     return await state.store.resolve(run_id, body)
+
+
+@router.delete("/runs/{run_id}", status_code=204, responses=problems(404, 409, 422))
+async def delete_run(run_id: RunId, state: State) -> Response:
+    """Delete a finished run now: its record, events, effects and idempotency key.
+
+    Only a terminal run (succeeded, failed, cancelled, orphaned, expired) can be
+    deleted; any other status → 409 and nothing changes. Unknown, already deleted
+    or expired → 404. Without a delete, a finished run goes when its retention ends.
+    """
+    await state.store.delete(run_id)
+    RUNS_DELETED.labels(queue_of(run_id) or "", "delete").inc()
+    return Response(status_code=204)
+
+
+@router.post("/runs/purge", response_model=PurgeResult, responses=problems(400, 422))
+async def purge_runs(body: PurgeRequest, state: State) -> PurgeResult:
+    """Delete the finished runs matching the filters, one bounded batch per call.
+
+    Filters: ``queue``, ``status`` (terminal only, else 422), ``handler``,
+    ``finished_before`` (RFC 3339 with a zone). A call looks at up to ``limit``
+    runs (at most ``LEASEHOLD_PURGE_BATCH_MAX``, else 422), newest first, deletes
+    the terminal ones that match and says which; pass ``next_cursor`` back as
+    ``cursor`` until ``done``. A run that is not terminal is never deleted, even
+    one a worker claims meanwhile, and repeating a call is safe.
+    """
+    batch_max = state.settings.purge_batch_max
+    if body.limit > batch_max:
+        raise HTTPException(
+            422, f"limit is {body.limit}; the most one purge call may look at is {batch_max}"
+        )
+    result = await state.store.purge(body)
+    for run_id in result.ids:
+        RUNS_DELETED.labels(queue_of(run_id) or "", "purge").inc()
+    return result

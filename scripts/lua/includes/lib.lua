@@ -41,6 +41,11 @@ local function emit(run_key, events_key, event_type, fence, ts, data, maxlen)
   return id
 end
 
+-- The terminal statuses, as app/models.py's TERMINAL_STATUSES (a test keeps them
+-- equal): nothing changes a run in one but its retention or a delete.
+local TERMINAL = {succeeded = true, failed = true, cancelled = true, orphaned = true,
+  expired = true}
+
 -- Does (owner, fence) still hold this run? The check every worker write makes.
 local function holds(run_key, owner, fence)
   local cur = redis.call('HMGET', run_key, 'status', 'owner_id', 'fence')

@@ -1,0 +1,43 @@
+-- delete_run: remove a finished run and every key of it, now, before its retention ends.
+--
+-- KEYS[1]  run          hash    the run's record
+-- KEYS[2]  events       stream  the run's events
+-- KEYS[3]  effects      hash    the run's memoized effects
+-- KEYS[4]  runs         zset    every run of the queue by created_at ms (the listing index)
+-- KEYS[5]  unclaimed    zset    id -> epoch ms when an unclaimed run expires
+-- KEYS[6]  idem_prefix  prefix  idempotency keys are this prefix .. key
+-- ARGV[1]  run_id       string
+-- returns  {code, status}  codes: OK (deleted; status is the one it had), NOT_FOUND,
+--          INVALID (the run is not terminal: status says what it is; nothing deleted)
+-- events   none: the run's stream is deleted with it (the queue's capped activity
+--          stream keeps its summary lines until they are trimmed)
+-- invariant: only a terminal run is deleted, checked in the same step as the
+--          deletion, so a run a worker holds or may still claim is never removed
+--          however a purge races it. The idempotency key goes only while it still
+--          names this run. Repeating it answers NOT_FOUND and changes nothing.
+--- @include lib
+
+local run_id = ARGV[1]
+local cur = redis.call('HMGET', KEYS[1], 'status', 'idempotency_key')
+local status = cur[1]
+if not status then
+  return {'NOT_FOUND', ''}
+end
+if not TERMINAL[status] then
+  return {'INVALID', status}
+end
+local idem_key = nil
+if cur[2] and cur[2] ~= '' then
+  local named = redis.call('GET', KEYS[6] .. cur[2])
+  if named and string.sub(named, 1, #run_id + 1) == run_id .. ' ' then
+    idem_key = KEYS[6] .. cur[2]
+  end
+end
+
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+if idem_key then
+  redis.call('DEL', idem_key)
+end
+redis.call('ZREM', KEYS[4], run_id)
+redis.call('ZREM', KEYS[5], run_id)
+return {'OK', status}
