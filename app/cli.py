@@ -35,7 +35,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-runs_app = typer.Typer(help="Inspect, cancel and resolve runs.", no_args_is_help=True)
+runs_app = typer.Typer(
+    help="Inspect, cancel, resolve, delete and purge runs.", no_args_is_help=True
+)
 app.add_typer(runs_app, name="runs")
 probe_app = typer.Typer(
     help="Health probes for containers: exit 0 when healthy, 1 when not.", no_args_is_help=True
@@ -306,6 +308,64 @@ def runs_cancel(run_id: str, as_json: JsonFlag = False, api_url: ApiUrl = None) 
     with _api(api_url) as client:
         result = client.cancel(run_id)
     typer.echo(result.model_dump_json() if as_json else f"{result.id}: {result.status.value}")
+
+
+@runs_app.command("delete")
+def runs_delete(
+    run_id: str,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
+    api_url: ApiUrl = None,
+) -> None:
+    """Delete a finished run now, with its events and idempotency key (409 if not finished)."""
+    if not yes:
+        typer.confirm(f"Delete {run_id} and its whole history?", abort=True)
+    with _api(api_url) as client:
+        client.delete(run_id)
+    typer.echo(f"{run_id}: deleted")
+
+
+@runs_app.command("purge")
+def runs_purge(
+    queue: Annotated[str | None, typer.Option(help="Only this queue.")] = None,
+    status: Annotated[RunStatus | None, typer.Option(help="Only this terminal status.")] = None,
+    handler: Annotated[str | None, typer.Option(help="Only this handler.")] = None,
+    finished_before: Annotated[
+        str | None,
+        typer.Option(
+            help="Only runs finished before this RFC 3339 time, e.g. 2026-11-01T00:00:00Z."
+        ),
+    ] = None,
+    batch: Annotated[int, typer.Option(help="Runs looked at per request.", min=1)] = 100,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
+    as_json: JsonFlag = False,
+    api_url: ApiUrl = None,
+) -> None:
+    """Delete every finished run the filters match, batch after batch, until none is left.
+
+    Only terminal runs are deleted, never one that is queued, running or parked.
+    """
+    filters = {
+        "queue": queue,
+        "status": status.value if status else None,
+        "handler": handler,
+        "finished_before": finished_before,
+    }
+    named = ", ".join(f"{k}={v}" for k, v in filters.items() if v) or "no filter"
+    if not yes:
+        typer.confirm(f"Delete every finished run matching {named}?", abort=True)
+    deleted = 0
+    cursor: str | None = None
+    with _api(api_url) as client:
+        while True:
+            result = client.purge(**filters, limit=batch, cursor=cursor)
+            deleted += result.deleted
+            if not as_json:
+                typer.echo(f"deleted {result.deleted} (total {deleted})")
+            if result.done:
+                break
+            cursor = result.next_cursor
+    if as_json:
+        typer.echo(json.dumps({"deleted": deleted}))
 
 
 @runs_app.command("resume")

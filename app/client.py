@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -20,6 +21,7 @@ from app.errors import LeaseholdError
 from app.models import (
     TERMINAL_EVENT_TYPES,
     HandlerInfo,
+    PurgeResult,
     Run,
     RunEvent,
     RunPage,
@@ -109,6 +111,13 @@ def _list_params(**filters: Any) -> dict[str, Any]:
     return {key: value for key, value in filters.items() if value is not None}
 
 
+def _purge_body(filters: dict[str, Any]) -> dict[str, Any]:
+    body = _list_params(**filters)
+    if isinstance(body.get("finished_before"), datetime):
+        body["finished_before"] = body["finished_before"].isoformat()
+    return body
+
+
 def _resolve_body(action: str, decision: dict[str, Any]) -> dict[str, Any]:
     return {"action": action, **_list_params(**decision)}
 
@@ -156,6 +165,18 @@ class Client:
         """POST /runs/{id}/cancel."""
         response = self.http.post(f"/runs/{run_id}/cancel")
         return StatusChange.model_validate(_check(response).json())
+
+    def delete(self, run_id: str) -> None:
+        """DELETE /runs/{id}: delete a finished run now (ApiError 409 if it is not)."""
+        _check(self.http.delete(f"/runs/{run_id}"))
+
+    def purge(self, **filters: Any) -> PurgeResult:
+        """POST /runs/purge, one batch: queue/status/handler/finished_before/limit/cursor.
+
+        Call again with ``cursor=result.next_cursor`` until ``result.done``.
+        """
+        response = self.http.post("/runs/purge", json=_purge_body(filters))
+        return PurgeResult.model_validate(_check(response).json())
 
     def resume(self, run_id: str, resume_input: Any = None) -> StatusChange:
         """POST /runs/{id}/resume: queue a waiting_human run again with a person's input."""
@@ -263,6 +284,15 @@ class AsyncClient:
         """POST /runs/{id}/cancel."""
         response = await self.http.post(f"/runs/{run_id}/cancel")
         return StatusChange.model_validate(_check(response).json())
+
+    async def delete(self, run_id: str) -> None:
+        """DELETE /runs/{id}: delete a finished run now (ApiError 409 if it is not)."""
+        _check(await self.http.delete(f"/runs/{run_id}"))
+
+    async def purge(self, **filters: Any) -> PurgeResult:
+        """POST /runs/purge, one batch; see :meth:`Client.purge`."""
+        response = await self.http.post("/runs/purge", json=_purge_body(filters))
+        return PurgeResult.model_validate(_check(response).json())
 
     async def resume(self, run_id: str, resume_input: Any = None) -> StatusChange:
         """POST /runs/{id}/resume."""

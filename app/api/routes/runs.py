@@ -292,6 +292,7 @@ async def purge_runs(body: PurgeRequest, state: State) -> PurgeResult:
         raise HTTPException(
             422, f"limit is {body.limit}; the most one purge call may look at is {batch_max}"
         )
+    await state.queues.announce_configured()  # a fresh API's own queues are searched too
     result = await state.store.purge(body)
     for run_id in result.ids:
         RUNS_DELETED.labels(queue_of(run_id) or "", "purge").inc()
