@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install up test lint typecheck format bench soak clean
+.PHONY: install up test lint typecheck format lock bench soak clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,14 @@ typecheck: install
 format: install
 	$(BIN)/ruff format app tests bench
 	$(BIN)/ruff check --fix app tests bench
+
+## deploy/requirements.lock: pyproject.toml's runtime dependencies pinned with sha256 hashes
+## (from PyPI) for the container image, which installs it with --require-hashes. Re-run
+## after changing dependencies or to take upgrades; tests/deploy checks it covers them.
+lock: install
+	$(BIN)/uv pip compile pyproject.toml --generate-hashes --upgrade \
+	  --python-version 3.11 --python-platform linux \
+	  --custom-compile-command "make lock" --output-file deploy/requirements.lock
 
 ## Benchmarks; results go to bench/out and are summarised in BENCHMARKS.md.
 ## BENCH_ARGS, e.g. "--n 5000 --reps 1 --skip heartbeat" (see python -m bench.throughput -h);

@@ -9,10 +9,11 @@ agree, and every graceful-stop period outlasts a worker's drain plus its release
 
 from __future__ import annotations
 
+import importlib
+import os
 import re
-import shutil
 import subprocess
-import time
+import sys
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,17 +26,24 @@ import yaml
 
 from app import cli
 from app.api.app import create_app
-from app.embedded import find_redis_server
 from app.errors import ConfigurationError
 from app.executor.worker import SETTLE_AFTER_DRAIN_S
 from app.settings import ENV_PREFIX, Settings, load_settings
+from tests.deploy.files import (
+    COMPOSE,
+    COMPOSE_PUBLIC,
+    DOCKERFILE,
+    K8S,
+    K8S_REDIS_CONF,
+    REDIS_CONF,
+    load_compose,
+    redis_directives,
+    redis_server,
+    rendered_objects,
+)
 from tests.support.processes import REPO_ROOT
 from tests.support.routes import served_paths
 
-COMPOSE = REPO_ROOT / "docker-compose.yml"
-DOCKERFILE = REPO_ROOT / "deploy" / "Dockerfile"
-REDIS_CONF = REPO_ROOT / "deploy" / "redis.conf"
-K8S = REPO_ROOT / "deploy" / "k8s"
 SETTING_NAMES = {f"{ENV_PREFIX}{name.upper()}" for name in Settings.model_fields}
 LEASEHOLD_SERVICES = ("api", "worker", "reconciler")
 REQUIRED_REDIS = {
@@ -43,6 +51,9 @@ REQUIRED_REDIS = {
     "appendfsync": "everysec",
     "maxmemory-policy": "noeviction",
 }
+DEMO_MODULE = "app.demo"
+# compose's `${VAR:?message}`: the variable must be set, compose stops otherwise
+REQUIRED_VARIABLE = re.compile(r"\$\{([A-Z0-9_]+):\?[^}]+\}")
 
 
 # --- helpers ------------------------------------------------------------------
@@ -109,7 +120,8 @@ def env_problems(env: dict[str, Any], where: str) -> list[str]:
     values = {
         name.removeprefix(ENV_PREFIX).lower(): _literal(str(value))
         for name, value in env.items()
-        if name in names
+        # a variable the user must set has no value to check here
+        if name in names and not REQUIRED_VARIABLE.fullmatch(str(value))
     }
     try:
         load_settings(**values)
@@ -141,13 +153,12 @@ def grace_problems(grace_s: float, env: dict[str, Any], where: str) -> list[str]
     return [f"{where}: grace {grace_s}s <= drain {drain_s}s + release"]
 
 
-def redis_directives(path: Path) -> dict[str, str]:
-    directives = {}
-    for line in path.read_text().splitlines():
-        if line.strip() and not line.lstrip().startswith("#"):
-            name, _, value = line.strip().partition(" ")
-            directives[name.lower()] = value.strip()
-    return directives
+def demo_problems(env: dict[str, Any], where: str) -> list[str]:
+    """A file that enables the demo handlers (they fetch URLs a client names: SSRF)."""
+    modules = [m.strip() for m in str(env.get("LEASEHOLD_HANDLERS", "")).split(",")]
+    if any(m == DEMO_MODULE or m.startswith(f"{DEMO_MODULE}.") for m in modules):
+        return [f"{where}: LEASEHOLD_HANDLERS enables {DEMO_MODULE}"]
+    return []
 
 
 # --- docker-compose.yml ---------------------------------------------------------
@@ -155,7 +166,7 @@ def redis_directives(path: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def compose() -> dict[str, Any]:
-    document: dict[str, Any] = load_yaml(COMPOSE)
+    document: dict[str, Any] = load_compose(COMPOSE)
     return document
 
 
@@ -453,47 +464,104 @@ def test_the_placeholder_api_key_is_refused_so_it_cannot_ship(
         load_settings(api_keys=placeholder)
 
 
-def test_k8s_redis_conf_matches_deploy_redis_conf() -> None:
-    directives = redis_directives(K8S / "redis.conf")
-    assert directives == redis_directives(REDIS_CONF)
+def test_k8s_redis_conf_matches_deploy_redis_conf_but_keeps_protected_mode() -> None:
+    """Same settings; only compose's password-less Redis turns protected mode off."""
+    directives = redis_directives(K8S_REDIS_CONF)
+    compose_directives = redis_directives(REDIS_CONF)
+    assert compose_directives.pop("protected-mode") == "no"
+    assert directives == compose_directives
     assert {key: directives.get(key) for key in REQUIRED_REDIS} == REQUIRED_REDIS
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
-def test_kustomize_renders_every_object() -> None:
-    rendered = subprocess.run(
-        ["kubectl", "kustomize", str(K8S)], capture_output=True, text=True, check=True, timeout=60
-    ).stdout
-    kinds = {(doc["kind"], doc["metadata"]["name"]) for doc in yaml.safe_load_all(rendered)}
-    assert ("Deployment", "leasehold-worker") in kinds
-    assert any(
-        kind == "ConfigMap" and name.startswith("leasehold-redis-config-") for kind, name in kinds
+# --- no manifest enables the demo handlers ------------------------------------------
+
+
+def test_no_manifest_enables_the_demo_handlers(compose: dict[str, Any]) -> None:
+    problems = demo_problems(dockerfile_env(), "deploy/Dockerfile")
+    for name, service in leasehold_services(compose):
+        problems += demo_problems(service["environment"], f"compose service {name}")
+    for obj in rendered_objects():
+        if obj["kind"] == "ConfigMap":
+            problems += demo_problems(obj["data"], f"ConfigMap {obj['metadata']['name']}")
+        for container in (
+            obj.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])
+        ):
+            env = {v["name"]: v.get("value", "") for v in container.get("env", [])}
+            problems += demo_problems(env, f"{obj['metadata']['name']}/{container['name']}")
+    assert problems == []
+
+
+def test_the_demo_check_catches_the_demo_among_other_modules() -> None:
+    assert demo_problems({"LEASEHOLD_HANDLERS": "mine.handlers, app.demo"}, "x") != []
+    assert demo_problems({"LEASEHOLD_HANDLERS": "app.demo.agent"}, "x") != []
+    assert demo_problems({"LEASEHOLD_HANDLERS": "app.demolition"}, "x") == []
+
+
+def test_compose_requires_the_users_handler_modules(compose: dict[str, Any]) -> None:
+    """Unset LEASEHOLD_HANDLERS stops `docker compose` with a message, never a demo."""
+    for name, service in leasehold_services(compose):
+        value = service["environment"]["LEASEHOLD_HANDLERS"]
+        match = REQUIRED_VARIABLE.fullmatch(value)
+        assert match and match.group(1) == "LEASEHOLD_HANDLERS", (name, value)
+
+
+def test_the_k8s_handler_placeholder_is_no_module_so_it_cannot_ship(
+    objects: dict[tuple[str, str], dict[str, Any]],
+) -> None:
+    """A worker given the placeholder exits 2 naming LEASEHOLD_HANDLERS (see test_cli)."""
+    modules = config_env(objects)["LEASEHOLD_HANDLERS"].split(",")
+    for module in modules:
+        with pytest.raises(ImportError):
+            importlib.import_module(module.strip())
+
+
+def test_the_placeholder_handlers_stop_a_real_worker_with_exit_2(
+    objects: dict[tuple[str, str], dict[str, Any]], redis_url: str
+) -> None:
+    """`leasehold worker` with the ConfigMap's handlers says what is wrong and exits 2."""
+    env = {
+        **os.environ,
+        "LEASEHOLD_REDIS_URL": redis_url,
+        "LEASEHOLD_HANDLERS": config_env(objects)["LEASEHOLD_HANDLERS"],
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", "worker"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO_ROOT,
     )
+    assert result.returncode == 2, result.stderr
+    assert "LEASEHOLD_HANDLERS" in result.stderr
+
+
+# --- compose publishes an unauthenticated API on loopback only -----------------------
+
+
+def test_compose_publishes_the_api_on_loopback_only(compose: dict[str, Any]) -> None:
+    assert compose["services"]["api"]["ports"] == ["127.0.0.1:8000:8000"]
+    for name, service in compose["services"].items():
+        if name != "api":
+            assert "ports" not in service, f"{name} publishes a port"
+
+
+def test_compose_public_override_publishes_only_with_keys(compose: dict[str, Any]) -> None:
+    override = load_compose(COMPOSE_PUBLIC)
+    assert set(override["services"]) == {"api"}
+    api = override["services"]["api"]
+    # `!override` replaces the loopback mapping instead of adding a second one
+    assert api["ports"] == {"!override": ["8000:8000"]}
+    match = REQUIRED_VARIABLE.fullmatch(api["environment"]["LEASEHOLD_API_KEYS"])
+    assert match and match.group(1) == "LEASEHOLD_API_KEYS"
+    base_keys = compose["services"]["api"]["environment"]["LEASEHOLD_API_KEYS"]
+    assert base_keys == "${LEASEHOLD_API_KEYS:-}"
 
 
 def test_redis_conf_is_accepted_by_redis_server(tmp_path: Path) -> None:
-    """The file really starts a Redis with the required settings (bound to loopback here)."""
-    server = find_redis_server()
-    assert server is not None
-    socket = tmp_path / "redis.sock"
-    # loopback only and no TCP port here; the file itself binds 0.0.0.0 for containers
-    overrides = ["--port", "0", "--bind", "127.0.0.1", "--unixsocket", str(socket)]
-    proc = subprocess.Popen(
-        [str(server), str(REDIS_CONF), *overrides],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    client = redis.Redis(unix_socket_path=str(socket), decode_responses=True)
-    try:
-        deadline = time.monotonic() + 30
-        while not socket.exists():
-            assert proc.poll() is None, "redis-server refused deploy/redis.conf"
-            assert time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.05)
+    """The file really starts a Redis with the required settings."""
+    with redis_server(REDIS_CONF, tmp_path=tmp_path) as socket:
+        client = redis.Redis(unix_socket_path=str(socket), decode_responses=True)
         config = {key: client.config_get(key)[key] for key in REQUIRED_REDIS}
-        assert config == REQUIRED_REDIS
-    finally:
         client.close()
-        proc.terminate()
-        proc.wait(timeout=10)
+    assert config == REQUIRED_REDIS
