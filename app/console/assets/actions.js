@@ -1,4 +1,4 @@
-// Cancel, resume and resolve: each asks for confirmation in a modal dialog, sends
+// Cancel, resume, resolve, delete and purge: each asks for confirmation in a modal dialog, sends
 // the call, and shows the API's problem+json answer readably inside the dialog
 // when it refuses (409 for a run that moved on, 422 for a bad body, ...).
 
@@ -133,4 +133,54 @@ export function resolveRun(run) {
       return api("POST", `/runs/${encodeURIComponent(run.id)}/resolve`, body);
     },
   });
+}
+
+export function deleteRun(run) {
+  return confirmDialog({
+    title: `Delete ${run.id}?`,
+    text: `The run ended ${run.status}. Its record, events, effects and idempotency key ` +
+      "are removed now instead of when its retention ends. This cannot be undone.",
+    okLabel: "Delete run",
+    send: () => api("DELETE", `/runs/${encodeURIComponent(run.id)}`),
+  });
+}
+
+/** The RFC 3339 time of a datetime-local value (the browser's zone), or "" for none. */
+function instant(value) {
+  return value ? new Date(value).toISOString() : "";
+}
+
+/**
+ * Purge the finished runs the filters match, batch after batch until the API says
+ * done; resolves to the number deleted, or null if the person backed out.
+ */
+export async function purgeRuns(filters, terminal) {
+  const before = h("input", { id: "purge-before", type: "datetime-local",
+    "aria-describedby": "purge-before-hint" });
+  const named = Object.entries(filters).filter(([, value]) => value)
+    .map(([name, value]) => `${name} ${value}`).join(", ");
+  let deleted = 0;
+  const done = await confirmDialog({
+    title: "Purge finished runs?",
+    text: `Deletes every finished run (${[...terminal].join(", ")}) ` +
+      `${named ? `matching ${named}` : "on every queue"}, with its events and ` +
+      "idempotency key. Queued, running and parked runs are never touched. " +
+      "This cannot be undone.",
+    okLabel: "Purge runs",
+    fields: [field("purge-before", "Finished before (optional)", before,
+      "Only runs that finished before this time, in your time zone.")],
+    send: async () => {
+      const body = {};
+      for (const [name, value] of Object.entries(filters)) if (value) body[name] = value;
+      if (before.value) body.finished_before = instant(before.value);
+      deleted = 0;
+      for (;;) {
+        const page = await api("POST", "/runs/purge", body);
+        deleted += page.deleted;
+        if (page.done) return null;
+        body.cursor = page.next_cursor;
+      }
+    },
+  });
+  return done ? deleted : null;
 }

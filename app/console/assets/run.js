@@ -5,7 +5,7 @@
 // watchdog's verdict, or the end of the run.
 
 import { api, follow } from "./api.js";
-import { cancelRun, resolveRun, resumeRun } from "./actions.js";
+import { cancelRun, deleteRun, resolveRun, resumeRun } from "./actions.js";
 import {
   clock, describe, duration, HANDLER_EVENTS, PARKED, story, TERMINAL,
 } from "./describe.js";
@@ -42,6 +42,11 @@ function actionButtons(run, after) {
   }
   if (run.status === "waiting_human") add("Resume…", resumeRun);
   if (run.status === "reconciliation_required") add("Resolve…", resolveRun);
+  if (TERMINAL.has(run.status)) {
+    buttons.push(h("button", { type: "button", onclick: async () => {
+      if (await deleteRun(run)) location.hash = "#/runs";
+    } }, "Delete…"));
+  }
   return buttons;
 }
 

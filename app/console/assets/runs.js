@@ -5,6 +5,7 @@
 // an entry older than the row it would update (or a fetched run older than an
 // entry already applied) is recognised and ignored: nothing goes backwards.
 
+import { purgeRuns } from "./actions.js";
 import { api, follow } from "./api.js";
 import { duration, reasonOf, TERMINAL } from "./describe.js";
 import { badge, connectionText, h, serverNow } from "./dom.js";
@@ -97,7 +98,17 @@ export function renderRuns(root, params) {
       "Fence", "Age", "Duration"].map((name) => h("th", { scope: "col" }, name)))),
     body));
   const formSlot = h("div");
-  root.replaceChildren(h("h1", {}, "Runs"), formSlot, status, problem, table);
+  const purged = h("p", { class: "connection", role: "status", "aria-live": "polite" });
+  // a purge deletes finished runs only: offered unless the filter names another status
+  const purge = !filters.status || TERMINAL.has(filters.status)
+    ? h("div", { class: "actions" }, h("button", { type: "button", onclick: async () => {
+      const deleted = await purgeRuns(filters, TERMINAL);
+      if (deleted === null) return;
+      purged.textContent = `Purged ${deleted} finished run${deleted === 1 ? "" : "s"}.`;
+      load();
+    } }, "Purge finished runs…"), purged)
+    : "";
+  root.replaceChildren(h("h1", {}, "Runs"), formSlot, purge, status, problem, table);
 
   const draw = () => {
     const ordered = [...rows.values()]
