@@ -157,7 +157,8 @@ class Client:
         return Run.model_validate(_check(self.http.get(f"/runs/{run_id}")).json())
 
     def list_runs(self, **filters: Any) -> RunPage:
-        """GET /runs with queue/status/handler/limit/cursor filters."""
+        """GET /runs with queue/status/handler/limit/cursor filters; summaries unless
+        ``include="input,output,metadata"`` (any of them) asks for the large fields."""
         response = self.http.get("/runs", params=_list_params(**filters))
         return RunPage.model_validate(_check(response).json())
 
@@ -276,7 +277,8 @@ class AsyncClient:
         return Run.model_validate(_check(await self.http.get(f"/runs/{run_id}")).json())
 
     async def list_runs(self, **filters: Any) -> RunPage:
-        """GET /runs with queue/status/handler/limit/cursor filters."""
+        """GET /runs with queue/status/handler/limit/cursor filters; summaries unless
+        ``include="input,output,metadata"`` (any of them) asks for the large fields."""
         response = await self.http.get("/runs", params=_list_params(**filters))
         return RunPage.model_validate(_check(response).json())
 

@@ -48,6 +48,34 @@ def _loads(value: str | None) -> Any:
     return json.loads(value)
 
 
+# run-record fields a listing reads for every run: everything but the large ones
+# (input, output, metadata; and the record's internals: checkpoint state, effects,
+# escalation, resume input), so listing costs what it returns
+SUMMARY_FIELDS = (
+    "id",
+    "queue",
+    "handler",
+    "status",
+    "error",
+    "attempt",
+    "max_attempts",
+    "on_lease_expired",
+    "owner_id",
+    "fence",
+    "lease_expires_at",
+    "lease_ttl_ms",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "cancel_requested_at",
+    "idempotency_key",
+    "last_event_id",
+    "retention_ms",
+)
+# the large fields a listing returns only when asked (GET /runs?include=...)
+LARGE_FIELDS = ("input", "output", "metadata")
+
+
 def run_from_hash(fields: dict[str, str]) -> Run:
     """Build a :class:`Run` from the run record's hash fields."""
     error = _loads(fields.get("error"))

@@ -18,7 +18,7 @@ the names it has seen declared.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -32,9 +32,16 @@ from app.store.scripts import ScriptCode, Scripts
 MEMORY_SAMPLE_RUNS = 3
 
 
-async def declared_queues(client: AsyncRedis, prefix: str) -> list[str]:
-    """Every declared queue, sorted: the one definition of "which queues exist"."""
-    return sorted(cast(set[str], await client.smembers(GlobalKeys(prefix).queues)))
+async def declared_queues(
+    client: AsyncRedis, prefix: str, configured: Iterable[str] = ()
+) -> list[str]:
+    """Every declared queue, sorted: the one definition of "which queues exist".
+
+    ``configured``: the caller's own LEASEHOLD_QUEUES, declared even before the
+    process has announced them (reading never writes).
+    """
+    stored = cast(set[str], await client.smembers(GlobalKeys(prefix).queues))
+    return sorted(stored | set(configured))
 
 
 @dataclass(frozen=True)
@@ -84,14 +91,12 @@ class QueueStore:
             self._announced = True
 
     async def declared(self) -> list[str]:
-        """Every declared queue, this process's configured ones included."""
-        await self.announce_configured()
-        return await declared_queues(self.client, self.prefix)
+        """Every declared queue, this process's configured ones included; writes nothing."""
+        return await declared_queues(self.client, self.prefix, self.configured)
 
     async def is_declared(self, queue: str) -> bool:
         """Whether runs may be created on ``queue``; one SISMEMBER until it is seen."""
-        await self.announce_configured()
-        if queue in self._seen:
+        if queue in self.configured or queue in self._seen:
             return True
         if await self.client.sismember(GlobalKeys(self.prefix).queues, queue):
             self._seen.add(queue)
@@ -99,9 +104,15 @@ class QueueStore:
         return False
 
     async def require(self, queue: str) -> None:
-        """Raise :class:`QueueNotDeclared` (naming the declared ones) unless it is declared."""
+        """Raise :class:`QueueNotDeclared` (naming the declared ones) unless it is declared.
+
+        A refused queue writes nothing; the first run on a configured queue announces
+        this process's configuration, so every other reader of the set sees it.
+        """
         if not await self.is_declared(queue):
             raise QueueNotDeclared(queue, await self.declared())
+        if queue in self.configured:
+            await self.announce_configured()
 
     async def declare(self, queue: str) -> bool:
         """Declare ``queue``; True when it is new, False when it was declared already.

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -25,7 +26,15 @@ from app.models import (
     RunStatus,
 )
 from app.settings import Settings
-from app.store.codec import dumps, event_from_entry, ms_to_datetime, new_run_id, run_from_hash
+from app.store.codec import (
+    LARGE_FIELDS,
+    SUMMARY_FIELDS,
+    dumps,
+    event_from_entry,
+    ms_to_datetime,
+    new_run_id,
+    run_from_hash,
+)
 from app.store.connection import AsyncRedis
 from app.store.keys import GlobalKeys, QueueKeys, queue_of
 from app.store.queues import declared_queues
@@ -34,6 +43,10 @@ from app.store.scripts import ScriptCall, ScriptCode, Scripts
 
 LIST_SCAN_CHUNK = 200
 LIST_SCAN_BUDGET = 5000
+# runs whose large fields (input, output, metadata) one round trip of a listing reads
+LIST_LOAD_CHUNK = 8
+# JSON keys, quotes and dates a listed run adds to its stored bytes, roughly
+LIST_ITEM_OVERHEAD_BYTES = 512
 
 
 @dataclass(frozen=True)
@@ -407,31 +420,89 @@ class RunStore:
         handler: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        include: frozenset[str] = frozenset(),
+        max_bytes: int | None = None,
+        among: Sequence[str] | None = None,
     ) -> RunPage:
-        """Runs newest first, filtered, one page at a time.
+        """Runs newest first, filtered, one page at a time, as summaries.
+
+        Items carry no ``input``, ``output`` or ``metadata`` unless ``include`` names
+        them (a subset of ``LARGE_FIELDS``): summaries are read with HMGET of
+        ``SUMMARY_FIELDS`` only, and the large fields are read afterwards, for the
+        runs that passed the filters, ``LIST_LOAD_CHUNK`` at a time. A page ends
+        early once its items reach ``max_bytes`` (stored bytes; a first item that is
+        larger alone is still returned, so a page always moves on).
 
         The cursor is a position in (created_at, id) order, so it stays valid while
-        runs are created. A page may hold fewer than ``limit`` items when filters skip
-        many runs; ``next_cursor`` is None only when nothing older remains.
-        Raises :class:`InvalidCursor` for a cursor this store did not produce.
+        runs are created. Without ``queue`` it lists the queues ``among`` names (by
+        default every declared queue). A page may hold fewer than ``limit`` items when filters skip
+        many runs or the byte budget ends it; ``next_cursor`` is None only when
+        nothing older remains. Raises :class:`InvalidCursor` for a cursor this store
+        did not produce.
         """
         after = _Position.decode(cursor) if cursor else None
-        queues = [queue] if queue else await self.queues()
-        items: list[Run] = []
+        queues = [queue] if queue else list(among) if among is not None else await self.queues()
+        page = _Page(limit=limit, max_bytes=max_bytes)
         scanned = 0
-        while len(items) < limit and scanned < LIST_SCAN_BUDGET:
+        while scanned < LIST_SCAN_BUDGET:
             batch = await self._next_positions(queues, after)
             if not batch:
-                return RunPage(items=items, next_cursor=None)
-            runs = await self._load_listed(batch)
-            for position, run in zip(batch, runs, strict=True):
-                after = position
-                scanned += 1
-                if run and _matches(run, status, handler):
-                    items.append(run)
-                    if len(items) == limit:
-                        break
-        return RunPage(items=items, next_cursor=after.encode() if after else None)
+                return RunPage(items=page.items, next_cursor=None)
+            scanned += len(batch)
+            stop = await self._fill(page, batch, after, status, handler, include)
+            if stop is not None:
+                return RunPage(items=page.items, next_cursor=stop.encode())
+            after = batch[-1]
+        return RunPage(items=page.items, next_cursor=after.encode() if after else None)
+
+    async def _fill(
+        self,
+        page: _Page,
+        batch: list[_Position],
+        after: _Position | None,
+        status: RunStatus | None,
+        handler: str | None,
+        include: frozenset[str],
+    ) -> _Position | None:
+        """Add a batch's matching runs to ``page``; the position to resume after if it filled."""
+        matched: list[tuple[_Position, _Position | None, dict[str, str]]] = []
+        previous = after
+        for position, fields in zip(batch, await self._read(batch, SUMMARY_FIELDS), strict=True):
+            if fields is not None and _matches(run_from_hash(fields), status, handler):
+                matched.append((position, previous, fields))
+            previous = position
+        large = tuple(field for field in LARGE_FIELDS if field in include)
+        step = LIST_LOAD_CHUNK if large else max(1, len(matched))
+        for start in range(0, len(matched), step):
+            chunk = matched[start : start + step]
+            extras = await self._read([p for p, _, _ in chunk], large) if large else []
+            for index, (position, previous, fields) in enumerate(chunk):
+                record = {**fields, **(extras[index] or {})} if large else fields
+                if not page.add(run_from_hash(record), _stored_bytes(record)):
+                    assert previous is not None, "an empty page takes any first item"
+                    return previous
+                if page.full:
+                    return position
+        return None
+
+    async def _read(
+        self, batch: list[_Position], fields: tuple[str, ...]
+    ) -> list[dict[str, str] | None]:
+        """HMGET ``fields`` of each listed run in one round trip; None (and pruned) if gone."""
+        pipe = self.client.pipeline(transaction=False)
+        for position in batch:
+            pipe.hmget(self.keys(_queue(position.run_id)).run(position.run_id), ["id", *fields])
+        replies: list[list[str | None]] = await pipe.execute()
+        records: list[dict[str, str] | None] = []
+        for position, values in zip(batch, replies, strict=True):
+            if values[0] is None:
+                # the record expired after its retention: drop it from the listing index
+                await self.client.zrem(self.keys(_queue(position.run_id)).runs, position.run_id)
+                records.append(None)
+                continue
+            named = zip(fields, values[1:], strict=True)
+            records.append({name: value for name, value in named if value is not None})
+        return records
 
     async def _next_positions(self, queues: list[str], after: _Position | None) -> list[_Position]:
         """The next chunk of positions older than ``after``, merged across queues."""
@@ -465,22 +536,6 @@ class RunStore:
         if after:
             positions = [position for position in positions if position < after]
         return positions[:LIST_SCAN_CHUNK]
-
-    async def _load_listed(self, batch: list[_Position]) -> list[Run | None]:
-        """Read a batch of listed runs in one round trip; prune expired ones."""
-        pipe = self.client.pipeline(transaction=False)
-        for position in batch:
-            pipe.hgetall(self.keys(_queue(position.run_id)).run(position.run_id))
-        records: list[dict[str, str]] = await pipe.execute()
-        runs: list[Run | None] = []
-        for position, fields in zip(batch, records, strict=True):
-            if fields:
-                runs.append(run_from_hash(fields))
-                continue
-            # the record expired after its retention: drop it from the listing index
-            await self.client.zrem(self.keys(_queue(position.run_id)).runs, position.run_id)
-            runs.append(None)
-        return runs
 
     async def resolve(self, run_id: str, decision: ResolveRequest) -> Run:
         """Apply a person's decision to a ``reconciliation_required`` run; returns the run.
@@ -533,6 +588,33 @@ def _queue(run_id: str) -> str:
     if queue is None:
         raise RunNotFound(run_id)
     return queue
+
+
+def _stored_bytes(fields: dict[str, str]) -> int:
+    """What a listed run costs a response: its stored field values (JSON adds little)."""
+    return sum(len(value) for value in fields.values()) + LIST_ITEM_OVERHEAD_BYTES
+
+
+@dataclass
+class _Page:
+    """The items of one page so far, against its count limit and byte budget."""
+
+    limit: int
+    max_bytes: int | None
+    items: list[Run] = field(default_factory=list)
+    size: int = 0
+
+    @property
+    def full(self) -> bool:
+        return len(self.items) >= self.limit
+
+    def add(self, run: Run, size: int) -> bool:
+        """Take the run unless it would pass the byte budget (a first item always fits)."""
+        if self.items and self.max_bytes is not None and self.size + size > self.max_bytes:
+            return False
+        self.items.append(run)
+        self.size += size
+        return True
 
 
 def _matches(run: Run, status: RunStatus | None, handler: str | None) -> bool:

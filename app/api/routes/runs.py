@@ -33,7 +33,7 @@ from app.models import (
     RunStatus,
     StatusChange,
 )
-from app.store.codec import dumps
+from app.store.codec import LARGE_FIELDS, dumps
 from app.store.keys import queue_of
 from app.store.runs import NewRun
 
@@ -214,6 +214,17 @@ async def get_run(run_id: RunId, state: State) -> Run:
     return await state.store.get(run_id)
 
 
+def _included(include: str | None) -> frozenset[str]:
+    """The large fields ``?include=`` asks for; an unknown name is a 422."""
+    names = frozenset(name.strip() for name in (include or "").split(",") if name.strip())
+    unknown = sorted(names - set(LARGE_FIELDS))
+    if unknown:
+        raise HTTPException(
+            422, f"include names unknown fields {unknown}; it takes {', '.join(LARGE_FIELDS)}"
+        )
+    return names
+
+
 @router.get("/runs", response_model=RunPage, responses=problems(400, 422))
 async def list_runs(
     state: State,
@@ -222,10 +233,35 @@ async def list_runs(
     handler: Annotated[str | None, Query(pattern=HANDLER_NAME_PATTERN)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=256)] = None,
-) -> RunPage:
-    """Runs newest first; pass ``next_cursor`` back as ``cursor`` for the next page."""
-    return await state.store.list_runs(
-        queue=queue, status=status, handler=handler, limit=limit, cursor=cursor
+    include: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            description="comma-separated large fields to return too: input, output, metadata",
+        ),
+    ] = None,
+) -> Response:
+    """Runs newest first, as summaries; pass ``next_cursor`` back as ``cursor`` for more.
+
+    Items omit ``input``, ``output`` and ``metadata`` unless ``include`` names them.
+    A page stops early, with a ``next_cursor``, once it holds
+    ``LEASEHOLD_LIST_MAX_BYTES`` of runs, so a list costs what it returns.
+    """
+    included = _included(include)
+    page = await state.store.list_runs(
+        queue=queue,
+        status=status,
+        handler=handler,
+        limit=limit,
+        cursor=cursor,
+        include=included,
+        max_bytes=state.settings.list_max_bytes,
+        among=None if queue else await state.queues.declared(),
+    )
+    omitted = {name for name in LARGE_FIELDS if name not in included}
+    return Response(
+        page.model_dump_json(exclude={"items": {"__all__": omitted}}),
+        media_type="application/json",
     )
 
 
