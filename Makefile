@@ -26,15 +26,15 @@ test: install lint typecheck
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 lint: install
-	$(BIN)/ruff check app tests bench
-	$(BIN)/ruff format --check app tests bench
+	$(BIN)/ruff check app tests bench tools
+	$(BIN)/ruff format --check app tests bench tools
 
 typecheck: install
 	$(BIN)/mypy
 
 format: install
-	$(BIN)/ruff format app tests bench
-	$(BIN)/ruff check --fix app tests bench
+	$(BIN)/ruff format app tests bench tools
+	$(BIN)/ruff check --fix app tests bench tools
 
 ## deploy/requirements.lock: pyproject.toml's runtime dependencies pinned with sha256 hashes
 ## (from PyPI) for the container image, which installs it with --require-hashes. Re-run
@@ -58,7 +58,7 @@ bench: install
 DURATION ?= 600
 SEED ?= 1
 soak: install
-	$(BIN)/python -m tests.chaos.soak --duration $(DURATION) --seed $(SEED)
+	$(BIN)/python -m tools.chaos.soak --duration $(DURATION) --seed $(SEED)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .leasehold

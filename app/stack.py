@@ -23,16 +23,14 @@ import logging
 import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 from types import FrameType
 
-import httpx
 import redis
 
 from app.embedded import EmbeddedRedis
 from app.errors import LeaseholdError
+from app.processes import Child, ChildFailed, spawn, stop_all, wait_healthy
 from app.settings import Settings
 from app.store.connection import sync_client
 
@@ -54,7 +52,7 @@ class Stack:
     def __init__(self, settings: Settings, *, workers: int) -> None:
         self.settings = settings
         self.workers = workers
-        self.children: dict[str, subprocess.Popen[bytes]] = {}
+        self.children: dict[str, Child] = {}
         self._signals = 0
 
     @property
@@ -159,34 +157,32 @@ class Stack:
         return embedded
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str]) -> None:
-        command = [sys.executable, "-m", "app.cli", *args]
         # own process group: the terminal's Ctrl-C reaches only us (see the module docstring)
-        self.children[name] = subprocess.Popen(command, env=env, process_group=0)
+        self.children[name] = spawn(name, args, env=env, process_group=True)
         log.info("started %s (pid %d)", name, self.children[name].pid)
 
     def _wait_for_api(self) -> None:
         """Poll /healthz until the API answers; raises if it exits or never answers."""
-        url = f"{self._local_api_url()}/healthz"
-        deadline = time.monotonic() + API_START_TIMEOUT_S
-        while not self.stopping:
-            self._check_api_alive()
-            try:
-                if httpx.get(url, timeout=1).status_code == 200:
-                    log.info(
-                        "ready: API on %s, %d workers; Ctrl-C stops everything",
-                        self._local_api_url(),
-                        self.workers,
-                    )
-                    return
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise StackError(f"the API did not answer {url} in {API_START_TIMEOUT_S}s")
-            time.sleep(POLL_S)
+        url = self._local_api_url()
+        try:
+            ready = wait_healthy(
+                url,
+                self.children["api"],
+                timeout_s=API_START_TIMEOUT_S,
+                poll_s=POLL_S,
+                stopped=lambda: self.stopping,
+            )
+        except ChildFailed:
+            self._check_api_alive()  # it exited: say so, in our words
+            raise StackError(
+                f"the API did not answer {url}/healthz in {API_START_TIMEOUT_S}s"
+            ) from None
+        if ready:
+            log.info("ready: API on %s, %d workers; Ctrl-C stops everything", url, self.workers)
 
     def _check_api_alive(self) -> None:
         api = self.children["api"]
-        if api.poll() is not None:
+        if not api.alive():
             raise StackError(
                 f"the API (pid {api.pid}) exited with status {api.returncode} (its error is "
                 "above); stopped everything"
@@ -198,7 +194,7 @@ class Stack:
         while not self.stopping:
             self._check_api_alive()
             for name, child in self.children.items():
-                if child.poll() is not None and name not in reported:
+                if not child.alive() and name not in reported:
                     reported.add(name)
                     log.warning("%s (pid %d) exited with %s", name, child.pid, child.returncode)
             time.sleep(POLL_S)
@@ -215,17 +211,10 @@ class Stack:
 
     def _signal_children(self, sig: signal.Signals) -> None:
         for child in self.children.values():
-            if child.poll() is None:
-                child.send_signal(sig)
+            child.signal(sig)
 
     def _stop_children(self) -> None:
         """One SIGTERM each, then wait: workers drain; past drain + grace, SIGKILL."""
-        self._signal_children(signal.SIGTERM)
-        deadline = time.monotonic() + self.settings.drain_timeout_s + CHILD_STOP_GRACE_S
-        for name, child in self.children.items():
-            try:
-                child.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                log.warning("%s (pid %d) did not stop in time: killing it", name, child.pid)
-                child.kill()
-                child.wait()
+        grace_s = self.settings.drain_timeout_s + CHILD_STOP_GRACE_S
+        for child in stop_all(self.children.values(), grace_s):
+            log.warning("%s (pid %d) did not stop in time: killed it", child.name, child.pid)

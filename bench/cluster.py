@@ -50,7 +50,7 @@ from bench import harness
 from bench.harness import BENCH_HANDLERS, log
 from bench.report import _table
 from bench.throughput import DEADLINE_S, POLL_S, WORKER_CONCURRENCY
-from tests.support.clusters import LocalCluster
+from tools.clusters import LocalCluster
 
 PREFIX = "lh"
 ACK_TIMEOUT_S = 1.0

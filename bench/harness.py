@@ -1,8 +1,9 @@
 """Plumbing shared by the benchmarks: child processes, Redis counters, statistics.
 
 Every child (worker, API) is started with ``python -m app.cli`` from the repo
-root, logs to ``bench/out/logs`` and is stopped by its own pid (SIGTERM, then
-SIGKILL), the way the peer harness stops its workers. Redis counters come from
+root through :mod:`app.processes` (the one process harness), logs to
+``bench/out/logs`` and is stopped by its own pid (SIGTERM, then SIGKILL), the
+way the peer harness stops its workers. Redis counters come from
 ``INFO commandstats`` and ``INFO stats`` of the benchmark's own redis-server.
 """
 
@@ -15,9 +16,7 @@ import json
 import os
 import platform
 import resource
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,7 +27,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from app import processes
 from app.embedded import EmbeddedRedis
+from app.processes import Child, child_env
 from app.store.connection import async_client
 from app.store.keys import QueueKeys
 from app.store.runs import RunStore
@@ -56,37 +57,25 @@ def compile_bytecode() -> None:
         compileall.compile_dir(REPO_ROOT / package, quiet=1)
 
 
-def spawn(name: str, args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+def spawn(name: str, args: list[str], env: dict[str, str]) -> Child:
     """Start ``python -m app.cli <args>`` with ``env`` added; output goes to a log file."""
     compile_bytecode()
+    log_path = LOG_DIR / f"{name}.log"
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    full_env = {**os.environ, **env, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
-    with (LOG_DIR / f"{name}.log").open("ab") as log:
+    with log_path.open("ab") as log:
         log.write(f"\n=== {time.strftime('%H:%M:%S')} {' '.join(args)}\n".encode())
-        log.flush()
-        return subprocess.Popen(
-            [sys.executable, "-m", "app.cli", *args],
-            cwd=REPO_ROOT,
-            env=full_env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    full_env = child_env(env, {"PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"})
+    return processes.spawn(name, args, env=full_env, log_path=log_path, append=True, cwd=REPO_ROOT)
 
 
-def stop(proc: subprocess.Popen[bytes] | None, grace_s: float = STOP_GRACE_S) -> None:
+def stop(proc: Child | None, grace_s: float = STOP_GRACE_S) -> None:
     """SIGTERM the child we started, then SIGKILL it if it has not exited after ``grace_s``."""
-    if proc is None or proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=5)
+    if proc is not None:
+        proc.stop(grace_s)
 
 
 @contextlib.contextmanager
-def running(name: str, args: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+def running(name: str, args: list[str], env: dict[str, str]) -> Iterator[Child]:
     """A child process for the duration of a ``with`` block."""
     proc = spawn(name, args, env)
     try:

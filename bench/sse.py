@@ -40,8 +40,6 @@ import contextlib
 import json
 import math
 import os
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -50,7 +48,9 @@ from typing import Any
 
 import httpx
 
+from app import processes
 from app.embedded import free_port
+from app.processes import Child, child_env, wait_healthy
 from app.settings import Settings
 from app.store.runs import RunStore
 from app.store.scripts import Scripts
@@ -93,18 +93,6 @@ def cpu_snapshot(stack: Stack) -> dict[str, float]:
     return {"api": api, "worker": process_cpu_s(stack.worker_pid)}
 
 
-async def wait_healthy(base: str) -> None:
-    """Poll ``/healthz`` until the API answers 200; RuntimeError after a timeout."""
-    deadline = time.monotonic() + HEALTH_TIMEOUT_S
-    async with httpx.AsyncClient(base_url=base, timeout=1) as http:
-        while time.monotonic() < deadline:
-            with contextlib.suppress(httpx.HTTPError):
-                if (await http.get("/healthz")).status_code == 200:
-                    return
-            await asyncio.sleep(0.1)
-    raise RuntimeError(f"the API at {base} did not become healthy")
-
-
 @contextlib.asynccontextmanager
 async def stack(
     bench: Bench, out_dir: Path, *, client: str, events_maxlen: int, api_processes: int
@@ -122,8 +110,8 @@ async def stack(
         ]
         worker = processes.enter_context(harness.running("worker-sse", worker_args, env))
         bases = [f"http://127.0.0.1:{port}" for port in ports]
-        for base in bases:
-            await wait_healthy(base)
+        for base, api in zip(bases, apis, strict=True):
+            await asyncio.to_thread(wait_healthy, base, api, timeout_s=HEALTH_TIMEOUT_S)
         async with httpx.AsyncClient(base_url=bases[0], timeout=30) as http:
             pids = [api.pid for api in apis]
             yield Stack(bench, bases, http, pids, worker.pid, out_dir, client)
@@ -147,10 +135,10 @@ async def api_subscribers(http: httpx.AsyncClient, base: str) -> int:
 @contextlib.contextmanager
 def followers(
     stack: Stack, run_id: str, count: int, per_process: int
-) -> Iterator[list[tuple[subprocess.Popen[bytes], Path]]]:
+) -> Iterator[list[tuple[Child, Path]]]:
     """Client processes holding ``count`` followers of ``run_id``; stopped on exit."""
     procs = []
-    env = {**os.environ, "PYTHONPATH": str(harness.REPO_ROOT)}
+    env = child_env({"PYTHONPATH": str(harness.REPO_ROOT)})
     try:
         for index in range(math.ceil(count / per_process)):
             share = min(per_process, count - index * per_process)
@@ -158,8 +146,8 @@ def followers(
             base = stack.bases[index % len(stack.bases)]
             args = ["--url", base, "--run", run_id, "--count", str(share), "--out", str(out)]
             args += ["--client", stack.client]
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "bench.followers", *args], cwd=harness.REPO_ROOT, env=env
+            proc = processes.spawn(
+                f"followers-{index}", args, env=env, module="bench.followers", cwd=harness.REPO_ROOT
             )
             procs.append((proc, out))
         yield procs
@@ -168,26 +156,22 @@ def followers(
             harness.stop(proc, grace_s=2.0)
 
 
-async def wait_attached(
-    stack: Stack, count: int, procs: list[tuple[subprocess.Popen[bytes], Path]]
-) -> float:
+async def wait_attached(stack: Stack, count: int, procs: list[tuple[Child, Path]]) -> float:
     """Wait until the API counts ``count`` followers; returns how long attaching took."""
     t0 = time.perf_counter()
     while (attached := await subscribers(stack)) < count:
         if time.perf_counter() - t0 > ATTACH_TIMEOUT_S:
             raise RuntimeError(f"only {attached} of {count} followers attached")
-        if any(proc.poll() is not None for proc, _ in procs):
+        if any(not proc.alive() for proc, _ in procs):
             raise RuntimeError("a follower process exited before every follower attached")
         await asyncio.sleep(POLL_S)
     return time.perf_counter() - t0
 
 
-async def collect(
-    procs: list[tuple[subprocess.Popen[bytes], Path]], timeout_s: float
-) -> dict[str, Any]:
+async def collect(procs: list[tuple[Child, Path]], timeout_s: float) -> dict[str, Any]:
     """Wait for every client process and merge their findings."""
     deadline = time.monotonic() + timeout_s
-    while any(proc.poll() is None for proc, _ in procs):
+    while any(proc.alive() for proc, _ in procs):
         if time.monotonic() > deadline:
             raise RuntimeError("followers did not finish in time")
         await asyncio.sleep(POLL_S)

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
@@ -37,6 +36,7 @@ from typing import Any
 import httpx
 
 from app.embedded import free_port
+from app.processes import Child, wait_healthy
 from app.settings import Settings
 from app.store.runs import NewRun, RunStore
 from app.store.scripts import Scripts
@@ -81,9 +81,7 @@ def http_producer(api: httpx.AsyncClient) -> Producer:
     return produce
 
 
-async def wait_until_done(
-    bench: Bench, n: int, worker: subprocess.Popen[bytes], t0: float
-) -> dict[str, Any]:
+async def wait_until_done(bench: Bench, n: int, worker: Child, t0: float) -> dict[str, Any]:
     """Poll until no run is left; returns when the first and the last completion were seen."""
     first: tuple[float, int] | None = None
     polls = 0
@@ -96,7 +94,7 @@ async def wait_until_done(
             first = (now, done)
         if done >= n:
             break
-        if worker.poll() is not None:
+        if not worker.alive():
             raise RuntimeError(f"worker exited with {worker.returncode}")
         await asyncio.sleep(POLL_S)
     return {"t1": time.perf_counter(), "first": first, "done": done, "polls": polls}
@@ -191,20 +189,10 @@ def summarize(mode: str, n: int, reps: list[dict[str, Any]]) -> dict[str, Any]:
 def api_server(bench: Bench) -> Iterator[str]:
     """A real ``leasehold api`` subprocess on a free port; yields its base URL."""
     port = free_port()
-    with harness.running("api", ["api", "--port", str(port)], bench.env()):
+    with harness.running("api", ["api", "--port", str(port)], bench.env()) as api:
         base = f"http://127.0.0.1:{port}"
-        _wait_healthy(base)
+        wait_healthy(base, api)
         yield base
-
-
-def _wait_healthy(base: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                return
-        time.sleep(0.1)
-    raise RuntimeError(f"the API at {base} did not become healthy")
 
 
 async def throughput(bench: Bench, mode: str, sizes: list[int], reps: int) -> list[dict[str, Any]]:

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -27,9 +25,11 @@ from app.client import Client
 from app.embedded import EmbeddedRedis, free_port
 from app.errors import LeaseholdError
 from app.models import Run, RunStatus
+from app.processes import Child, child_env, spawn, stop_all
 from app.render import EventPrinter
 
 READY_TIMEOUT_S = 30.0
+CHILD_STOP_GRACE_S = 15.0
 POLL_S = 0.1
 
 
@@ -38,44 +38,36 @@ class WalkthroughFailed(LeaseholdError):
 
 
 @contextmanager
-def _stack(ttl_s: float) -> Iterator[tuple[str, dict[int, subprocess.Popen[bytes]]]]:
+def _stack(ttl_s: float) -> Iterator[tuple[str, dict[int, Child]]]:
     """Redis, an API and two workers on private ports; yields the API URL and workers."""
     with tempfile.TemporaryDirectory(prefix="leasehold-demo-") as tmp:
         redis = EmbeddedRedis(data_dir=Path(tmp), appendonly=False).start()
         port = free_port()
-        env = {
-            **os.environ,
-            "LEASEHOLD_REDIS_URL": redis.url,
-            "LEASEHOLD_LEASE_TTL_S": str(ttl_s),
-            "LEASEHOLD_API_PORT": str(port),
-            "LEASEHOLD_PREFIX": "demo",
-            "LEASEHOLD_LOG_LEVEL": "WARNING",
-        }
-        children: list[subprocess.Popen[bytes]] = []
+        env = child_env(
+            {
+                "LEASEHOLD_REDIS_URL": redis.url,
+                "LEASEHOLD_LEASE_TTL_S": str(ttl_s),
+                "LEASEHOLD_API_PORT": str(port),
+                "LEASEHOLD_PREFIX": "demo",
+                "LEASEHOLD_LOG_LEVEL": "WARNING",
+            }
+        )
+        children: list[Child] = []
 
-        def spawn(*args: str) -> subprocess.Popen[bytes]:
-            child = subprocess.Popen(
-                [sys.executable, "-m", "app.cli", *args],
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
+        def start(name: str, *args: str) -> Child:
+            child = spawn(name, list(args), env=env, log_path=Path(tmp) / f"{name}.log")
             children.append(child)
             return child
 
         try:
-            spawn("api", "--port", str(port))
-            workers = {child.pid: child for child in (spawn("worker"), spawn("worker"))}
+            start("api", "api", "--port", str(port))
+            workers = {
+                child.pid: child
+                for child in (start("worker-1", "worker"), start("worker-2", "worker"))
+            }
             yield f"http://127.0.0.1:{port}", workers
         finally:
-            for child in children:
-                if child.poll() is None:
-                    child.send_signal(signal.SIGTERM)
-            for child in children:
-                try:
-                    child.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    child.kill()
+            stop_all(children, CHILD_STOP_GRACE_S)
             redis.stop()
 
 
@@ -117,7 +109,7 @@ def kill_worker(*, retry: bool, ttl_s: float, out: TextIO) -> Run:
                 pid = int(owner.rsplit("-", 2)[1])
                 say(f"-> kill -9 {pid} (the owner, {owner})\n")
                 os.kill(pid, signal.SIGKILL)
-                workers.pop(pid).wait()
+                workers.pop(pid).wait(READY_TIMEOUT_S)
                 break
         for event in events:
             printer.show(event)

@@ -19,9 +19,10 @@ import redis.asyncio as aioredis
 
 from app.client import AsyncClient, Client
 from app.models import RunEvent, RunStatus
+from app.processes import wait_healthy
 from app.store.runs import NewRun, RunStore
 from tests.support.polling import eventually
-from tests.support.processes import Processes, wait_healthy
+from tests.support.processes import Processes
 
 
 async def stored_events(run_store: RunStore, run_id: str) -> list[RunEvent]:

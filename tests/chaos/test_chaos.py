@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.broken import write_unfenced_scripts
-from tests.chaos.cluster import ClusterConfig
-from tests.chaos.faults import FaultKind
-from tests.chaos.scenario import ChaosConfig, run_chaos
+from tools.chaos.broken import write_unfenced_scripts
+from tools.chaos.cluster import ClusterConfig
+from tools.chaos.faults import FaultKind
+from tools.chaos.scenario import ChaosConfig, run_chaos
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(600)]
 

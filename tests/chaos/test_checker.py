@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.chaos.checker import (
+from tools.chaos.checker import (
     Event,
     Snapshot,
     StoredRun,
@@ -16,7 +16,7 @@ from tests.chaos.checker import (
     check_stale_writes,
     check_stream,
 )
-from tests.chaos.workload import Follow
+from tools.chaos.workload import Follow
 
 pytestmark = pytest.mark.chaos
 

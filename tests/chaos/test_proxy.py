@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from tests.chaos.proxy import BlackholeProxy
+from tools.chaos.proxy import BlackholeProxy
 
 pytestmark = pytest.mark.chaos
 

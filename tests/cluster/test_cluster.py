@@ -24,9 +24,9 @@ from app.store.connection import async_client, sync_client
 from app.store.health import check_readiness
 from app.store.runs import NewRun
 from app.store.scripts import ReplicaAcks, Scripts
-from tests.support.clusters import LocalCluster
 from tests.support.failover import Deployment, deployment, kinds, submit
 from tests.support.polling import eventually, owner_pid, wait_status
+from tools.clusters import LocalCluster
 
 pytestmark = pytest.mark.cluster
 

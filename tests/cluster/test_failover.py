@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from app.models import RunStatus
-from tests.support.clusters import LocalCluster, LocalSentinel, Server, poll
+from app.processes import Child
 from tests.support.failover import (
     Deployment,
     assert_each_settled_exactly_once,
@@ -33,7 +33,7 @@ from tests.support.failover import (
     wait_some_running,
 )
 from tests.support.polling import wait_status
-from tests.support.processes import Proc
+from tools.clusters import LocalCluster, LocalSentinel, Server, poll
 
 pytestmark = pytest.mark.cluster
 
@@ -49,7 +49,7 @@ class Load:
     """Runs in flight on a deployment, and the workers executing them."""
 
     deployed: Deployment
-    workers: list[Proc]
+    workers: list[Child]
     ids: list[str]
 
     async def assert_recovered(self, queue: str) -> None:

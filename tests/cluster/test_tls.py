@@ -14,9 +14,9 @@ import pytest
 
 from app.models import RunStatus
 from app.store.health import check_readiness
-from tests.support.clusters import LocalCluster, LocalSentinel, TlsFiles
 from tests.support.failover import deployment, submit
 from tests.support.polling import wait_status
+from tools.clusters import LocalCluster, LocalSentinel, TlsFiles
 
 pytestmark = pytest.mark.cluster
 

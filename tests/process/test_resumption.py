@@ -14,12 +14,13 @@ import httpx
 import redis.asyncio as aioredis
 
 from app.models import RunEvent, RunStatus
+from app.processes import Child
 from app.store.progress import ProgressStore
 from app.store.runs import NewRun, RunStore
 from app.store.scripts import Scripts
 from tests.support.effect_handlers import calls_key, steps_key
 from tests.support.polling import eventually, wait_status
-from tests.support.processes import Proc, Processes
+from tests.support.processes import Processes
 
 SQUARES = [1, 4, 9, 16, 25]
 
@@ -67,7 +68,7 @@ async def wait_calls(redis_client: aioredis.Redis, key: str, count: int) -> list
     )
 
 
-async def wait_log(proc: Proc, *needles: str) -> str:
+async def wait_log(proc: Child, *needles: str) -> str:
     return await eventually(
         lambda: asyncio.sleep(0, proc.log()),
         until=lambda log: any(needle in log for needle in needles),

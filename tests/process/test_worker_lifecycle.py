@@ -12,13 +12,14 @@ import redis.asyncio as aioredis
 
 from app.embedded import EmbeddedRedis
 from app.models import Run, RunStatus
+from app.processes import Child
 from app.settings import Settings
 from app.store.connection import async_client
 from app.store.runs import NewRun, RunStore
 from app.store.scripts import Scripts
 from tests.support.handlers import executions_key
 from tests.support.polling import eventually, owner_pid, wait_status
-from tests.support.processes import Proc, Processes, base_env
+from tests.support.processes import Processes, base_env
 
 TTL_S = 1.0
 
@@ -31,7 +32,7 @@ async def submit_with(run_store: RunStore, new: NewRun) -> str:
     return (await run_store.create(new)).run.id
 
 
-def proc_owning(run: Run, procs: list[Proc]) -> Proc:
+def proc_owning(run: Run, procs: list[Child]) -> Child:
     pid = owner_pid(run)
     return next(proc for proc in procs if proc.pid == pid)
 

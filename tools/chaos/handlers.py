@@ -1,4 +1,4 @@
-"""Handlers the chaos cluster's workers register (LEASEHOLD_HANDLERS=...,tests.chaos.handlers).
+"""Handlers the chaos cluster's workers register (LEASEHOLD_HANDLERS=...,tools.chaos.handlers).
 
 Side effects are counted outside Leasehold, in files the harness owns: every
 real execution of an effect function appends one line to

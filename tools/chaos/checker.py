@@ -40,8 +40,8 @@ import redis.asyncio as aioredis
 
 from app.models import TERMINAL_EVENT_TYPES, TERMINAL_STATUSES, RunStatus
 from app.store.keys import GlobalKeys, QueueKeys
-from tests.chaos.handlers import read_executions
-from tests.chaos.workload import Follow, Tracked
+from tools.chaos.handlers import read_executions
+from tools.chaos.workload import Follow, Tracked
 
 PARKED = {RunStatus.WAITING_HUMAN.value, RunStatus.RECONCILIATION_REQUIRED.value}
 TERMINAL = {status.value for status in TERMINAL_STATUSES}

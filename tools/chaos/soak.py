@@ -15,15 +15,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.chaos.cluster import REPO_ROOT
-from tests.chaos.scenario import ChaosConfig, run_chaos
+from tools.chaos.cluster import REPO_ROOT
+from tools.chaos.scenario import ChaosConfig, run_chaos
 
 DEFAULT_OUT = REPO_ROOT / "bench" / "out" / "chaos"
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """The soak's command line."""
-    parser = argparse.ArgumentParser(prog="python -m tests.chaos.soak", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tools.chaos.soak", description=__doc__)
     parser.add_argument("--duration", type=float, default=600.0, help="seconds of faults")
     parser.add_argument("--seed", type=int, default=1, help="seeds the workload and faults")
     parser.add_argument("--rate", type=float, default=2.5, help="runs created per second")

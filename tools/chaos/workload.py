@@ -38,7 +38,7 @@ from httpx_sse import EventSource
 
 from app.client import ApiError, AsyncClient
 from app.models import TERMINAL_EVENT_TYPES, Run, RunEvent, RunStatus
-from tests.chaos.handlers import read_executions
+from tools.chaos.handlers import read_executions
 
 T = TypeVar("T")
 

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.chaos.checker import Snapshot, StoredRun, takeover_evidence
-from tests.chaos.cluster import Process
-from tests.chaos.faults import REDIS_DOWN_KINDS, STALE_KINDS, Fault, FaultKind
-from tests.chaos.handlers import read_ticks
+from tools.chaos.checker import Snapshot, StoredRun, takeover_evidence
+from tools.chaos.cluster import Process
+from tools.chaos.faults import REDIS_DOWN_KINDS, STALE_KINDS, Fault, FaultKind
+from tools.chaos.handlers import read_ticks
 
 JITTER = 0.2  # app.reconciler.JITTER: a scan period is interval * [0.8, 1.2]
 LOG_PATTERNS = {

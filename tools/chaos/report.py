@@ -16,10 +16,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.chaos.checker import Snapshot, Violation
-from tests.chaos.cluster import ClusterConfig
-from tests.chaos.faults import Fault
-from tests.chaos.workload import Workload
+from tools.chaos.checker import Snapshot, Violation
+from tools.chaos.cluster import ClusterConfig
+from tools.chaos.faults import Fault
+from tools.chaos.workload import Workload
 
 SHOWN_VIOLATIONS = 50
 

@@ -7,9 +7,9 @@
    then kinds drawn at random.
 3. Settle: every worker healthy again, poll Redis until every run is terminal or
    parked (a run still running then is a violation, not a reason to wait longer).
-4. Check every invariant (:mod:`tests.chaos.checker`), wait, and check that no
+4. Check every invariant (:mod:`tools.chaos.checker`), wait, and check that no
    terminal run changed meanwhile.
-5. Report (:mod:`tests.chaos.report`) and stop every process, whatever happened.
+5. Report (:mod:`tools.chaos.report`) and stop every process, whatever happened.
 
 Randomness comes from ``seed`` alone (separate streams for the workload and the
 faults). Timing on a loaded machine is not reproducible, so the same seed gives
@@ -28,12 +28,12 @@ from pathlib import Path
 import redis.asyncio as aioredis
 
 from app.store.connection import async_client
-from tests.chaos import checker, figures
-from tests.chaos.checker import Snapshot, Violation
-from tests.chaos.cluster import Cluster, ClusterConfig
-from tests.chaos.faults import STALE_KINDS, FaultKind, Injector, now_ms
-from tests.chaos.report import ChaosReport
-from tests.chaos.workload import Api, Workload
+from tools.chaos import checker, figures
+from tools.chaos.checker import Snapshot, Violation
+from tools.chaos.cluster import Cluster, ClusterConfig
+from tools.chaos.faults import STALE_KINDS, FaultKind, Injector, now_ms
+from tools.chaos.report import ChaosReport
+from tools.chaos.workload import Api, Workload
 
 SETTLE_POLL_S = 0.5
 FOLLOWERS_GRACE_S = 20.0

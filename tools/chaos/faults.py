@@ -35,7 +35,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from app.store.keys import QueueKeys
-from tests.chaos.cluster import Cluster, WorkerSlot
+from tools.chaos.cluster import Cluster, WorkerSlot
 
 QUEUE = "default"
 EXIT_WAIT_S = 30.0

@@ -4,7 +4,7 @@ Everything is a real process on loopback: one ``redis-server`` (AOF on, so a
 restart keeps every acknowledged write), ``apis`` API servers on fixed ports
 (a killed one is restarted on the same port, as a supervisor would) and
 ``workers`` worker slots. Each worker slot reaches Redis through its own
-:class:`~tests.chaos.proxy.BlackholeProxy`, so the harness can partition one
+:class:`~tools.chaos.proxy.BlackholeProxy`, so the harness can partition one
 worker from Redis while everything else keeps talking to it. A worker that dies
 or drains is replaced in its slot, behind the same proxy, with a new owner id.
 
@@ -14,21 +14,17 @@ the stale processes' logs to count the writes Redis rejected.
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.embedded import EmbeddedRedis, free_port
-from tests.chaos.proxy import BlackholeProxy
-from tests.support.processes import Proc, wait_healthy
+from app.processes import Child, child_env, spawn, wait_healthy
+from tools.chaos.proxy import BlackholeProxy
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CHAOS_HANDLERS = "app.demo,tests.chaos.handlers"
+CHAOS_HANDLERS = "app.demo,tools.chaos.handlers"
 LUA_DIR_ENV = "CHAOS_LUA_DIR"
 START_TIMEOUT_S = 60.0
 OWNER_LINE = re.compile(r"worker (\S+) serving queues")
@@ -54,7 +50,7 @@ class ClusterConfig:
 
 
 @dataclass
-class Process(Proc):
+class Process(Child):
     """A child process; a worker also knows the owner id it announced."""
 
     owner_id: str | None = None
@@ -95,7 +91,7 @@ class ApiSlot(Slot):
 
 
 class Cluster:
-    """Starts, attacks (through :mod:`tests.chaos.faults`) and stops the deployment."""
+    """Starts, attacks (through :mod:`tools.chaos.faults`) and stops the deployment."""
 
     def __init__(self, config: ClusterConfig, *, work_dir: Path, prefix: str) -> None:
         self.config = config
@@ -134,10 +130,7 @@ class Cluster:
     def stop(self) -> None:
         """Kill every child (waking paused ones first), the proxies, then Redis."""
         for process in self.all_processes():
-            if process.alive():
-                process.signal(signal.SIGCONT)
-                process.popen.kill()
-                process.popen.wait(timeout=10)
+            process.kill()
         for slot in self.workers:
             slot.proxy.stop()
         self.redis.stop()
@@ -155,7 +148,7 @@ class Cluster:
         env = {"LEASEHOLD_REDIS_URL": slot.proxy.url}
         module = "app.cli"
         if self.config.lua_dir is not None:
-            module = "tests.chaos.broken"
+            module = "tools.chaos.broken"
             env[LUA_DIR_ENV] = str(self.config.lua_dir)
         name = f"worker{slot.index}-{len(slot.history)}"
         process = slot.occupy(self._spawn(name, module, ["worker"], env))
@@ -171,20 +164,19 @@ class Cluster:
         return process
 
     def _spawn(self, name: str, module: str, args: list[str], extra: dict[str, str]) -> Process:
-        env = {**os.environ, **self._base_env(), **extra, "PYTHONPATH": str(REPO_ROOT)}
-        log_path = self.log_dir / f"{name}.log"
-        with log_path.open("wb") as out:
-            # own process group: a Ctrl-C of `make soak` reaches the harness only, and the
-            # harness alone decides which signal each child gets
-            popen = subprocess.Popen(
-                [sys.executable, "-m", module, *args],
-                env=env,
-                cwd=REPO_ROOT,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                process_group=0,
-            )
-        return Process(name, popen, log_path)
+        env = child_env(self._base_env(), extra, {"PYTHONPATH": str(REPO_ROOT)})
+        # own process group: a Ctrl-C of `make soak` reaches the harness only, and the
+        # harness alone decides which signal each child gets
+        child = spawn(
+            name,
+            args,
+            env=env,
+            log_path=self.log_dir / f"{name}.log",
+            module=module,
+            cwd=REPO_ROOT,
+            process_group=True,
+        )
+        return Process(child.name, child.popen, child.log_path)
 
     def _base_env(self) -> dict[str, str]:
         config = self.config
@@ -197,7 +189,7 @@ class Cluster:
             "LEASEHOLD_RETRY_BACKOFF_S": "0.2",
             "LEASEHOLD_RETRY_BACKOFF_MAX_S": "1",
             "LEASEHOLD_IDLE_WAKE_S": "1",
-            "LEASEHOLD_WATCHDOG_EVALUATOR": "tests.chaos.handlers:judge",
+            "LEASEHOLD_WATCHDOG_EVALUATOR": "tools.chaos.handlers:judge",
             "LEASEHOLD_WATCHDOG_FREE_RENEWALS": "0",
             "LEASEHOLD_LOG_LEVEL": "INFO",
             "CHAOS_SIDE_DIR": str(self.side_dir),

@@ -1,4 +1,4 @@
-"""A deliberately broken build, for the harness self-test only: ``python -m tests.chaos.broken``.
+"""A deliberately broken build, for the harness self-test only: ``python -m tools.chaos.broken``.
 
 It is ``leasehold`` (same CLI, same arguments) except that the Lua scripts come
 from ``$CHAOS_LUA_DIR`` instead of ``scripts/lua``. The self-test fills that
