@@ -1,6 +1,9 @@
 """HTTP clients for Leasehold's API (httpx), sync and async, used by the CLI and users.
 
-Errors come back as :class:`ApiError` carrying the problem+json body.
+Errors come back as :class:`ApiError` carrying the problem+json body. Each API
+method is one request spec (a :class:`_Call`: method, path, body or query, and
+the decoder of its answer) built by one function; :class:`Client` and
+:class:`AsyncClient` only send specs, so the two cannot drift apart.
 ``events(run_id)`` follows a run over SSE and resumes by itself with
 ``Last-Event-ID`` after a dropped connection or a 502/503/504 answer, so the
 caller sees every event exactly once, ending with the terminal one.
@@ -10,12 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import httpx
 from httpx_sse import ServerSentEvent, aconnect_sse, connect_sse
+from pydantic import BaseModel
 
 from app.errors import LeaseholdError
 from app.models import (
@@ -36,6 +41,9 @@ RECONNECT_DELAY_S = 0.2
 RECONNECT_DELAY_MAX_S = 5.0
 # answers that mean "not now" rather than "no": a follower waits and resumes
 TRANSIENT_STATUS = frozenset({502, 503, 504})
+
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 
 
 class ApiError(LeaseholdError):
@@ -101,25 +109,82 @@ class _Cursor:
         return event
 
 
-def _create_body(handler: str, input: Any, options: dict[str, Any]) -> dict[str, Any]:
-    body = {"handler": handler, "input": input if input is not None else {}}
-    body.update({key: value for key, value in options.items() if value is not None})
-    return body
+@dataclass(frozen=True)
+class _Call(Generic[T]):
+    """One API call, as both clients send it: the request, and how to read a 2xx answer."""
+
+    method: str
+    path: str
+    decode: Callable[[Any], T]
+    json: Any = None  # None: no body
+    params: dict[str, Any] | None = None
 
 
-def _list_params(**filters: Any) -> dict[str, Any]:
-    return {key: value for key, value in filters.items() if value is not None}
+def _present(fields: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in fields.items() if value is not None}
 
 
-def _purge_body(filters: dict[str, Any]) -> dict[str, Any]:
-    body = _list_params(**filters)
+def _models(model: type[M]) -> Callable[[Any], list[M]]:
+    return lambda items: [model.model_validate(item) for item in items]
+
+
+def _nothing(body: Any) -> None:
+    return None
+
+
+def _body(response: httpx.Response) -> Any:
+    """The JSON of a 2xx answer (``None`` when it has none, e.g. a 204); raises ApiError."""
+    _check(response)
+    return response.json() if response.content else None
+
+
+# One request spec per method; Client and AsyncClient only send them.
+
+
+def _create(handler: str, input: Any, options: dict[str, Any]) -> _Call[Run]:
+    body = {"handler": handler, "input": input if input is not None else {}, **_present(options)}
+    return _Call("POST", "/runs", Run.model_validate, json=body)
+
+
+def _get(run_id: str) -> _Call[Run]:
+    return _Call("GET", f"/runs/{run_id}", Run.model_validate)
+
+
+def _list_runs(filters: dict[str, Any]) -> _Call[RunPage]:
+    return _Call("GET", "/runs", RunPage.model_validate, params=_present(filters))
+
+
+def _cancel(run_id: str) -> _Call[StatusChange]:
+    return _Call("POST", f"/runs/{run_id}/cancel", StatusChange.model_validate)
+
+
+def _delete(run_id: str) -> _Call[None]:
+    return _Call("DELETE", f"/runs/{run_id}", _nothing)
+
+
+def _purge(filters: dict[str, Any]) -> _Call[PurgeResult]:
+    body = _present(filters)
     if isinstance(body.get("finished_before"), datetime):
         body["finished_before"] = body["finished_before"].isoformat()
-    return body
+    return _Call("POST", "/runs/purge", PurgeResult.model_validate, json=body)
 
 
-def _resolve_body(action: str, decision: dict[str, Any]) -> dict[str, Any]:
-    return {"action": action, **_list_params(**decision)}
+def _resume(run_id: str, resume_input: Any) -> _Call[StatusChange]:
+    path = f"/runs/{run_id}/resume"
+    return _Call("POST", path, StatusChange.model_validate, json={"input": resume_input})
+
+
+def _resolve(run_id: str, action: str, decision: dict[str, Any]) -> _Call[Run]:
+    body = {"action": action, **_present(decision)}
+    return _Call("POST", f"/runs/{run_id}/resolve", Run.model_validate, json=body)
+
+
+def _handlers() -> _Call[list[HandlerInfo]]:
+    return _Call("GET", "/handlers", _models(HandlerInfo))
+
+
+def _workers() -> _Call[list[WorkerInfo]]:
+    return _Call("GET", "/workers", _models(WorkerInfo))
 
 
 class Client:
@@ -147,42 +212,41 @@ class Client:
         """Close the connection pool."""
         self.http.close()
 
+    def _send(self, call: _Call[T]) -> T:
+        response = self.http.request(call.method, call.path, json=call.json, params=call.params)
+        return call.decode(_body(response))
+
     def create(self, handler: str, input: Any = None, **options: Any) -> Run:
         """POST /runs; options are the other CreateRunRequest fields."""
-        response = self.http.post("/runs", json=_create_body(handler, input, options))
-        return Run.model_validate(_check(response).json())
+        return self._send(_create(handler, input, options))
 
     def get(self, run_id: str) -> Run:
         """GET /runs/{id}."""
-        return Run.model_validate(_check(self.http.get(f"/runs/{run_id}")).json())
+        return self._send(_get(run_id))
 
     def list_runs(self, **filters: Any) -> RunPage:
         """GET /runs with queue/status/handler/limit/cursor filters; summaries unless
         ``include="input,output,metadata"`` (any of them) asks for the large fields."""
-        response = self.http.get("/runs", params=_list_params(**filters))
-        return RunPage.model_validate(_check(response).json())
+        return self._send(_list_runs(filters))
 
     def cancel(self, run_id: str) -> StatusChange:
         """POST /runs/{id}/cancel."""
-        response = self.http.post(f"/runs/{run_id}/cancel")
-        return StatusChange.model_validate(_check(response).json())
+        return self._send(_cancel(run_id))
 
     def delete(self, run_id: str) -> None:
         """DELETE /runs/{id}: delete a finished run now (ApiError 409 if it is not)."""
-        _check(self.http.delete(f"/runs/{run_id}"))
+        self._send(_delete(run_id))
 
     def purge(self, **filters: Any) -> PurgeResult:
         """POST /runs/purge, one batch: queue/status/handler/finished_before/limit/cursor.
 
         Call again with ``cursor=result.next_cursor`` until ``result.done``.
         """
-        response = self.http.post("/runs/purge", json=_purge_body(filters))
-        return PurgeResult.model_validate(_check(response).json())
+        return self._send(_purge(filters))
 
     def resume(self, run_id: str, resume_input: Any = None) -> StatusChange:
         """POST /runs/{id}/resume: queue a waiting_human run again with a person's input."""
-        response = self.http.post(f"/runs/{run_id}/resume", json={"input": resume_input})
-        return StatusChange.model_validate(_check(response).json())
+        return self._send(_resume(run_id, resume_input))
 
     def resolve(self, run_id: str, action: str, **decision: Any) -> Run:
         """POST /runs/{id}/resolve: retry | fail | succeed a reconciliation_required run.
@@ -190,8 +254,7 @@ class Client:
         ``decision`` holds the other ResolveRequest fields: output, effect_outcome,
         effect_result, note.
         """
-        response = self.http.post(f"/runs/{run_id}/resolve", json=_resolve_body(action, decision))
-        return Run.model_validate(_check(response).json())
+        return self._send(_resolve(run_id, action, decision))
 
     def events(
         self, run_id: str, *, last_event_id: str | None = None, reconnect: bool = True
@@ -231,15 +294,11 @@ class Client:
 
     def handlers(self) -> list[HandlerInfo]:
         """GET /handlers."""
-        return [
-            HandlerInfo.model_validate(item) for item in _check(self.http.get("/handlers")).json()
-        ]
+        return self._send(_handlers())
 
     def workers(self) -> list[WorkerInfo]:
         """GET /workers."""
-        return [
-            WorkerInfo.model_validate(item) for item in _check(self.http.get("/workers")).json()
-        ]
+        return self._send(_workers())
 
 
 class AsyncClient:
@@ -267,46 +326,52 @@ class AsyncClient:
         """Close the connection pool."""
         await self.http.aclose()
 
+    async def _send(self, call: _Call[T]) -> T:
+        response = await self.http.request(
+            call.method, call.path, json=call.json, params=call.params
+        )
+        return call.decode(_body(response))
+
     async def create(self, handler: str, input: Any = None, **options: Any) -> Run:
         """POST /runs; options are the other CreateRunRequest fields."""
-        response = await self.http.post("/runs", json=_create_body(handler, input, options))
-        return Run.model_validate(_check(response).json())
+        return await self._send(_create(handler, input, options))
 
     async def get(self, run_id: str) -> Run:
         """GET /runs/{id}."""
-        return Run.model_validate(_check(await self.http.get(f"/runs/{run_id}")).json())
+        return await self._send(_get(run_id))
 
     async def list_runs(self, **filters: Any) -> RunPage:
         """GET /runs with queue/status/handler/limit/cursor filters; summaries unless
         ``include="input,output,metadata"`` (any of them) asks for the large fields."""
-        response = await self.http.get("/runs", params=_list_params(**filters))
-        return RunPage.model_validate(_check(response).json())
+        return await self._send(_list_runs(filters))
 
     async def cancel(self, run_id: str) -> StatusChange:
         """POST /runs/{id}/cancel."""
-        response = await self.http.post(f"/runs/{run_id}/cancel")
-        return StatusChange.model_validate(_check(response).json())
+        return await self._send(_cancel(run_id))
 
     async def delete(self, run_id: str) -> None:
         """DELETE /runs/{id}: delete a finished run now (ApiError 409 if it is not)."""
-        _check(await self.http.delete(f"/runs/{run_id}"))
+        await self._send(_delete(run_id))
 
     async def purge(self, **filters: Any) -> PurgeResult:
         """POST /runs/purge, one batch; see :meth:`Client.purge`."""
-        response = await self.http.post("/runs/purge", json=_purge_body(filters))
-        return PurgeResult.model_validate(_check(response).json())
+        return await self._send(_purge(filters))
 
     async def resume(self, run_id: str, resume_input: Any = None) -> StatusChange:
         """POST /runs/{id}/resume."""
-        response = await self.http.post(f"/runs/{run_id}/resume", json={"input": resume_input})
-        return StatusChange.model_validate(_check(response).json())
+        return await self._send(_resume(run_id, resume_input))
 
     async def resolve(self, run_id: str, action: str, **decision: Any) -> Run:
         """POST /runs/{id}/resolve; see :meth:`Client.resolve`."""
-        response = await self.http.post(
-            f"/runs/{run_id}/resolve", json=_resolve_body(action, decision)
-        )
-        return Run.model_validate(_check(response).json())
+        return await self._send(_resolve(run_id, action, decision))
+
+    async def handlers(self) -> list[HandlerInfo]:
+        """GET /handlers."""
+        return await self._send(_handlers())
+
+    async def workers(self) -> list[WorkerInfo]:
+        """GET /workers."""
+        return await self._send(_workers())
 
     async def events(
         self, run_id: str, *, last_event_id: str | None = None, reconnect: bool = True

@@ -1,0 +1,122 @@
+"""Client and AsyncClient send the same requests and read the same answers.
+
+Both send one request spec per API method (``app/client.py``); this test drives
+every method of both against one recording transport and fails when they drift:
+a method one has and the other lacks, or a different method, path, query or
+body for the same call.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from app.client import AsyncClient, Client
+
+RUN_ID = "default.01M8NMVX0F2FBPYNB2A04QJM1Z"
+RUN = {
+    "id": RUN_ID,
+    "queue": "default",
+    "handler": "demo.echo",
+    "status": "queued",
+    "created_at": "2026-01-01T00:00:00Z",
+}
+WORKER = {
+    "id": "w-1-abc",
+    "host": "h",
+    "pid": 1,
+    "queues": ["default"],
+    "concurrency": 4,
+    "running": 0,
+    "loop_lag_ms": 0.0,
+    "started_at": "2026-01-01T00:00:00Z",
+    "last_heartbeat_at": "2026-01-01T00:00:01Z",
+}
+ANSWERS: dict[str, Any] = {
+    "/runs": RUN,
+    f"/runs/{RUN_ID}": RUN,
+    f"/runs/{RUN_ID}/cancel": {"id": RUN_ID, "status": "cancelled"},
+    f"/runs/{RUN_ID}/resume": {"id": RUN_ID, "status": "queued"},
+    f"/runs/{RUN_ID}/resolve": RUN,
+    "/handlers": [{"name": "demo.echo", "input_schema": {"type": "object"}}],
+    "/workers": [WORKER],
+    "/runs/purge": {"deleted": 1, "ids": [RUN_ID], "next_cursor": None, "done": True},
+}
+# (method, args, kwargs): every request-response method of the clients
+CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
+    ("create", ("demo.echo", {"a": 1}), {"queue": "default", "max_attempts": None}),
+    ("get", (RUN_ID,), {}),
+    ("list_runs", (), {"status": "queued", "limit": 5, "cursor": None}),
+    ("cancel", (RUN_ID,), {}),
+    ("delete", (RUN_ID,), {}),
+    (
+        "purge",
+        (),
+        {"status": "succeeded", "finished_before": datetime(2026, 1, 1, tzinfo=UTC)},
+    ),
+    ("resume", (RUN_ID, {"answer": "yes"}), {}),
+    ("resolve", (RUN_ID, "succeed"), {"output": {"ok": True}, "note": None}),
+    ("handlers", (), {}),
+    ("workers", (), {}),
+]
+
+
+class Recorder:
+    """Answers each path from ANSWERS (a list page for GET /runs) and records the request."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, str, Any]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content) if request.content else None
+        self.seen.append((request.method, request.url.path, str(request.url.params), body))
+        path = request.url.path
+        if request.method == "GET" and path == "/runs":
+            return httpx.Response(200, json={"items": [RUN], "next_cursor": None})
+        if request.method == "DELETE":
+            return httpx.Response(204)
+        return httpx.Response(200, json=ANSWERS[path])
+
+
+def public_methods(cls: type) -> set[str]:
+    return {
+        name
+        for name, member in vars(cls).items()
+        if not name.startswith("_") and inspect.isfunction(member)
+    }
+
+
+def test_both_clients_have_the_same_methods() -> None:
+    assert public_methods(Client) - {"close"} == public_methods(AsyncClient) - {"aclose"}
+    assert {name for name, _, _ in CALLS} | {"events"} == public_methods(Client) - {"close"}
+
+
+async def test_every_method_sends_the_same_request_and_reads_the_same_answer() -> None:
+    sync_api, async_api = Recorder(), Recorder()
+    with Client("http://api", transport=httpx.MockTransport(sync_api)) as client:
+        sync_results = [getattr(client, name)(*args, **kw) for name, args, kw in CALLS]
+    async with AsyncClient("http://api", transport=httpx.MockTransport(async_api)) as aclient:
+        async_results = [await getattr(aclient, name)(*args, **kw) for name, args, kw in CALLS]
+    assert sync_api.seen == async_api.seen
+    assert sync_results == async_results
+    # and what they send is what the API expects: unset options are left out
+    assert sync_api.seen[0] == (
+        "POST",
+        "/runs",
+        "",
+        {"handler": "demo.echo", "input": {"a": 1}, "queue": "default"},
+    )
+    assert sync_api.seen[2] == ("GET", "/runs", "status=queued&limit=5", None)
+    assert sync_api.seen[3] == ("POST", f"/runs/{RUN_ID}/cancel", "", None)
+    assert sync_api.seen[4] == ("DELETE", f"/runs/{RUN_ID}", "", None)
+    assert sync_results[4] is None
+    assert sync_api.seen[5][3] == {
+        "status": "succeeded",
+        "finished_before": "2026-01-01T00:00:00+00:00",
+    }
+    assert sync_api.seen[7][3] == {"action": "succeed", "output": {"ok": True}}
+    assert [worker.id for worker in sync_results[-1]] == ["w-1-abc"]
