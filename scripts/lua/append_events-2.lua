@@ -9,8 +9,13 @@
 -- returns  {code, last_event_id}  codes: OK, LOST (fenced out: nothing was written)
 -- events   whatever the handler emitted (progress, token, ...)
 -- invariant: only the current holder (owner and fence) can add to a run's stream.
+-- validate-then-write: the stream cap and the type/data pairs are checked, and the
+--          holder looked up, before the first XADD.
 --- @include lib
 
+check_argc(3)
+int_arg(ARGV[3], 'maxlen', 0)
+check_groups(4, 2)
 if not holds(KEYS[1], ARGV[1], ARGV[2]) then
   return {'LOST', ''}
 end

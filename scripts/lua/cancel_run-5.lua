@@ -17,9 +17,14 @@
 -- invariant: a run nobody holds is cancelled at once; a held run is only marked,
 --          and its owner (or, if the owner is dead, the reconciler) writes the
 --          terminal state. Repeating the request changes nothing.
+-- validate-then-write: retention and stream cap are checked, the record read and
+--          the event encoded before the first HSET.
 --- @include lib
 
-local run_id = ARGV[1]
+check_argc(4)
+local run_id = run_id_arg(ARGV[1], KEYS[1], KEYS[2])
+local retention = retention_arg(ARGV[2])
+int_arg(ARGV[3], 'maxlen', 0)
 local cur = redis.call('HMGET', KEYS[1], 'status', 'fence', 'owner_id')
 local status = cur[1]
 if not status then
@@ -33,21 +38,21 @@ if TERMINAL[status] then
 end
 
 local now = now_ms()
-redis.call('HSET', KEYS[1], 'cancel_requested_at', now)
 if status == 'running' then
-  redis.call('HSET', KEYS[1], 'status', 'cancelling')
-  emit(KEYS[1], KEYS[2], 'cancel_requested', cur[2], now,
-    cjson.encode({owner_id = cur[3]}), ARGV[3])
+  local data = cjson.encode({owner_id = cur[3]})
+  redis.call('HSET', KEYS[1], 'cancel_requested_at', now, 'status', 'cancelling')
+  emit(KEYS[1], KEYS[2], 'cancel_requested', cur[2], now, data, ARGV[3])
   redis.call('PUBLISH', ARGV[4], run_id .. ' ' .. cur[2])
   return {'OK', 'cancelling'}
 end
 
 -- queued, waiting_human, reconciliation_required: nobody holds it, end it now
-redis.call('ZREM', KEYS[4], run_id)
 local run_prefix = string.sub(KEYS[1], 1, #KEYS[1] - #run_id)
 local events_prefix = string.sub(KEYS[2], 1, #KEYS[2] - #run_id)
 local k = {leases = KEYS[3], run_prefix = run_prefix, events_prefix = events_prefix,
   idem_prefix = KEYS[5]}
-finalize(k, run_id, 'cancelled', cur[2], now, {},
-  cjson.encode({reason = 'requested', previous_status = status}), ARGV[2], ARGV[3])
+local data = cjson.encode({reason = 'requested', previous_status = status})
+redis.call('HSET', KEYS[1], 'cancel_requested_at', now)
+redis.call('ZREM', KEYS[4], run_id)
+finalize(k, run_id, 'cancelled', cur[2], now, {}, data, retention, ARGV[3])
 return {'OK', 'cancelled'}

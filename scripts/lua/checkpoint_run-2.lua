@@ -13,17 +13,24 @@
 -- invariant: only the current holder replaces the state, and the state and the effect
 --          ordinals it was taken at are written together, so an attempt resuming from
 --          it numbers its next effects exactly as the attempt that wrote it did.
+-- validate-then-write: the effect ordinals are decoded, the stream cap checked, the
+--          holder and checkpoint count read and the event encoded before the first HSET.
 --- @include lib
 
+check_argc(5)
+int_arg(ARGV[5], 'maxlen', 0)
+if ARGV[4] ~= '' then
+  json_arg(ARGV[4], 'effect_seq')
+end
 if not holds(KEYS[1], ARGV[1], ARGV[2]) then
   return {'LOST', 0}
 end
 local now = now_ms()
-local seq = redis.call('HINCRBY', KEYS[1], 'checkpoints', 1)
-redis.call('HSET', KEYS[1], 'state', ARGV[3], 'checkpointed_at', now)
+local seq = (tonumber(redis.call('HGET', KEYS[1], 'checkpoints')) or 0) + 1
+local data = cjson.encode({seq = seq, size_bytes = #ARGV[3]})
+redis.call('HSET', KEYS[1], 'checkpoints', seq, 'state', ARGV[3], 'checkpointed_at', now)
 if ARGV[4] ~= '' then
   redis.call('HSET', KEYS[1], 'effect_seq', ARGV[4])
 end
-emit(KEYS[1], KEYS[2], 'checkpoint', ARGV[2], now,
-  cjson.encode({seq = seq, size_bytes = #ARGV[3]}), ARGV[5])
+emit(KEYS[1], KEYS[2], 'checkpoint', ARGV[2], now, data, ARGV[5])
 return {'OK', seq}

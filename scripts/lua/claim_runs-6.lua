@@ -27,11 +27,17 @@
 --          are still running under that owner and fence, claiming nothing new. A
 --          reply lost on the way back therefore never leaves runs leased to a
 --          worker that does not know it holds them.
+-- validate-then-write: every number is checked and a receipt decoded before the
+--          first write; each popped run is read and its event encoded before its
+--          own writes (reads and encodes of strings and integers, which cannot fail).
 --- @include lib
 
+check_argc(6)
 local owner = ARGV[1]
-local want = tonumber(ARGV[2])
-local ttl = tonumber(ARGV[3])
+local want = int_arg(ARGV[2], 'count', 0)
+local ttl = int_arg(ARGV[3], 'lease_ttl_ms', 1)
+int_arg(ARGV[4], 'maxlen', 0)
+local promote_max = int_arg(ARGV[5], 'promote_max', 0)
 local token = ARGV[6]
 local now = now_ms()
 local receipt = KEYS[6] .. owner .. ':' .. token
@@ -64,7 +70,7 @@ if token ~= '' then
   end
 end
 
-local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[5]))
+local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, promote_max)
 for _, id in ipairs(due) do
   redis.call('RPUSH', KEYS[1], id)
 end
@@ -84,14 +90,14 @@ while #claimed < want do
       'max_attempts', 'state', 'resume_input', 'budget')
     -- anything not queued (cancelled while waiting, expired) is dropped lazily here
     if cur[1] == 'queued' then
+      local data = cjson.encode({owner_id = owner, attempt = tonumber(cur[4])})
       local fence = redis.call('HINCRBY', run_key, 'fence', 1)
       local expires = now + ttl
       redis.call('HSET', run_key, 'status', 'running', 'owner_id', owner,
         'lease_expires_at', expires, 'lease_ttl_ms', ttl, 'started_at', now,
         'last_renewed_at', now)
       redis.call('ZADD', KEYS[3], expires, id)
-      emit(run_key, KEYS[5] .. id, 'claimed', fence, now,
-        cjson.encode({owner_id = owner, attempt = tonumber(cur[4])}), ARGV[4])
+      emit(run_key, KEYS[5] .. id, 'claimed', fence, now, data, ARGV[4])
       claimed[#claimed + 1] = row(id, fence, cur)
     end
   end

@@ -26,14 +26,20 @@
 -- events   created
 -- invariant: one idempotency key names at most one run, one run id one record; a run is ready only once
 --          its record and its `created` event exist.
+-- validate-then-write: every argument is checked, the record and the idempotency key
+--          looked up and the event encoded before the first SET; input, metadata and
+--          budget are stored as the API encoded them (it refuses non-finite numbers).
 --- @include lib
 
-local run_id = ARGV[1]
--- checked before any write: a bad number must not leave a half-made run
-local queued_ttl_ms = tonumber(ARGV[14])
-if not queued_ttl_ms or (ARGV[13] ~= '' and not tonumber(ARGV[13])) then
-  return redis.error_reply('create_run: retention_ms and queued_ttl_ms must be numbers')
+check_argc(14)
+local run_id = run_id_arg(ARGV[1], KEYS[1], KEYS[2])
+local max_attempts = int_arg(ARGV[5], 'max_attempts', 1)
+enum_arg(ARGV[6], 'on_lease_expired', {'orphan', 'retry'})
+int_arg(ARGV[10], 'maxlen', 0)
+if ARGV[13] ~= '' then
+  int_arg(ARGV[13], 'retention_ms', 0)
 end
+local queued_ttl_ms = int_arg(ARGV[14], 'queued_ttl_ms', 1)
 -- a create retried after a lost reply must not enqueue the run twice
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return {'REPLAYED', run_id, 0}
@@ -49,19 +55,20 @@ if idem_key ~= '' then
     end
     return {'CONFLICT', prior_id, 0}
   end
-  redis.call('SET', KEYS[5], run_id .. ' ' .. ARGV[9])
 end
 
 local now = now_ms()
+local data = cjson.encode({handler = ARGV[3], queue = ARGV[2], max_attempts = max_attempts})
+if idem_key ~= '' then
+  redis.call('SET', KEYS[5], run_id .. ' ' .. ARGV[9])
+end
 redis.call('HSET', KEYS[1],
   'id', run_id, 'queue', ARGV[2], 'handler', ARGV[3], 'status', 'queued',
   'input', ARGV[4], 'attempt', 1, 'max_attempts', ARGV[5],
   'on_lease_expired', ARGV[6], 'fence', 0, 'created_at', now,
   'metadata', ARGV[7], 'idempotency_key', idem_key, 'budget', ARGV[12],
   'retention_ms', ARGV[13])
-emit(KEYS[1], KEYS[2], 'created', 0, now,
-  cjson.encode({handler = ARGV[3], queue = ARGV[2], max_attempts = tonumber(ARGV[5])}),
-  ARGV[10])
+emit(KEYS[1], KEYS[2], 'created', 0, now, data, ARGV[10])
 redis.call('ZADD', KEYS[4], now, run_id)
 redis.call('ZADD', KEYS[6], now + queued_ttl_ms, run_id)
 make_ready(KEYS[3], ARGV[11], run_id, false)

@@ -10,12 +10,20 @@
 -- events   none (queues have no event stream)
 -- invariant: a declaration never takes the set past max_queues, however many
 --          callers race; declaring a declared queue changes nothing.
+-- validate-then-write: the name and the bound are checked and the set read before
+--          its one write, the last command.
+--- @include lib
 
+check_argc(2)
+if ARGV[1] == '' then
+  bad_argument('name', ARGV[1])
+end
+local max_queues = int_arg(ARGV[2], 'max_queues', 0)
 if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then
   return {'REPLAYED', redis.call('SCARD', KEYS[1])}
 end
 local count = redis.call('SCARD', KEYS[1])
-if count >= tonumber(ARGV[2]) then
+if count >= max_queues then
   return {'CONFLICT', count}
 end
 redis.call('SADD', KEYS[1], ARGV[1])

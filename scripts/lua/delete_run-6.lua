@@ -15,9 +15,12 @@
 --          deletion, so a run a worker holds or may still claim is never removed
 --          however a purge races it. The idempotency key goes only while it still
 --          names this run. Repeating it answers NOT_FOUND and changes nothing.
+-- validate-then-write: the run id is checked against its keys, and the record and
+--          its idempotency key read, before the first DEL.
 --- @include lib
 
-local run_id = ARGV[1]
+check_argc(1)
+local run_id = run_id_arg(ARGV[1], KEYS[1], KEYS[2])
 local cur = redis.call('HMGET', KEYS[1], 'status', 'idempotency_key')
 local status = cur[1]
 if not status then

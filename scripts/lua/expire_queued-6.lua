@@ -18,27 +18,42 @@
 --          entry due (claimed, cancelled, deleted since) is only dropped from the
 --          index. Claims never touch the index. Idempotent: a second pass finds
 --          nothing left to do.
+-- validate-then-write: the numbers are checked, then every due run is read and its
+--          event encoded, all before the first write.
 --- @include lib
 
+check_argc(3)
 local k = {leases = KEYS[3], run_prefix = KEYS[4], events_prefix = KEYS[5],
   idem_prefix = KEYS[6]}
+local limit = int_arg(ARGV[1], 'limit', 0)
+local retention = retention_arg(ARGV[2])
+int_arg(ARGV[3], 'maxlen', 0)
 local now = now_ms()
-local actions = {}
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
+
+-- read every due entry first: the plans hold what gets written
+local plans = {}
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
 for _, id in ipairs(due) do
-  local run_key = KEYS[4] .. id
-  local cur = redis.call('HMGET', run_key, 'status', 'fence', 'created_at')
-  redis.call('ZREM', KEYS[1], id)
+  local cur = redis.call('HMGET', KEYS[4] .. id, 'status', 'fence', 'created_at')
+  local plan = {id = id}
   if cur[1] == 'queued' and cur[2] == '0' then
-    -- the oldest runs sit at the head of the list: LREM finds them first
-    redis.call('LREM', KEYS[2], 1, id)
-    local queued_for = now - tonumber(cur[3])
-    local err = cjson.encode({code = 'queued_ttl_expired',
+    local queued_for = now - (tonumber(cur[3]) or now)
+    plan.fields = {'error', cjson.encode({code = 'queued_ttl_expired',
       message = 'expired: not claimed within its queued time-to-live', retryable = false,
-      details = {queued_for_ms = queued_for}})
-    finalize(k, id, 'expired', 0, now, {'error', err},
-      cjson.encode({reason = 'queued_ttl', queued_for_ms = queued_for}), ARGV[2], ARGV[3])
-    actions[#actions + 1] = {id, 'expired', 0}
+      details = {queued_for_ms = queued_for}})}
+    plan.data = cjson.encode({reason = 'queued_ttl', queued_for_ms = queued_for})
+  end
+  plans[#plans + 1] = plan
+end
+
+local actions = {}
+for _, plan in ipairs(plans) do
+  redis.call('ZREM', KEYS[1], plan.id)
+  if plan.data then
+    -- the oldest runs sit at the head of the list: LREM finds them first
+    redis.call('LREM', KEYS[2], 1, plan.id)
+    finalize(k, plan.id, 'expired', 0, now, plan.fields, plan.data, retention, ARGV[3])
+    actions[#actions + 1] = {plan.id, 'expired', 0}
   end
 end
 return {'OK', actions}

@@ -30,45 +30,70 @@
 --          only by the current holder; a run is retried only while
 --          attempt < max_attempts and never once cancelling; a parked run's lease is
 --          released with fence+1; an acknowledged cancel is never lost.
+-- validate-then-write: every group's outcome, delay and json are decoded and checked
+--          before the first write; each run is then read and its event encoded
+--          before its own writes (a later group's run is read after an earlier
+--          group's writes, so the same run twice in one batch is answered as a resend).
 --- @include lib
 
+check_argc(4)
 local k = {leases = KEYS[1], run_prefix = KEYS[4], events_prefix = KEYS[5],
   idem_prefix = KEYS[6]}
 local owner = ARGV[1]
-local retention = ARGV[2]
+local retention = retention_arg(ARGV[2])
 local maxlen = ARGV[3]
+int_arg(maxlen, 'maxlen', 0)
+check_groups(5, 6)
+local OUTCOMES = {'succeeded', 'failed', 'cancelled', 'waiting_human'}
+
+-- every group's arguments, checked and decoded: nothing below can raise on them
+local groups = {}
+for i = 5, #ARGV, 6 do
+  local group = {id = run_id_arg(ARGV[i]), fence = ARGV[i + 1],
+    outcome = enum_arg(ARGV[i + 2], 'outcome', OUTCOMES), output = ARGV[i + 3],
+    err = ARGV[i + 4], delay = int_arg(ARGV[i + 5], 'retry_delay_ms', -1)}
+  if group.outcome == 'waiting_human' then
+    group.escalation = json_arg(group.output, 'escalation')
+  end
+  if group.err ~= '' then
+    group.error = json_arg(group.err, 'error')
+  end
+  groups[#groups + 1] = group
+end
+
 local now = now_ms()
 local answers = {}
 
-local function retry(id, fence, err, delay_ms)
+local function retry(group, attempt)
+  local id = group.id
   local run_key = KEYS[4] .. id
-  local attempt = redis.call('HINCRBY', run_key, 'attempt', 1)
-  local run_at = now + delay_ms
-  redis.call('HSET', run_key, 'status', 'queued', 'error', err)
+  local run_at = now + group.delay
+  local data = cjson.encode({reason = 'retry', attempt = attempt, run_at_ms = run_at,
+    error = group.error})
+  redis.call('HSET', run_key, 'attempt', attempt, 'status', 'queued', 'error', group.err)
   redis.call('HDEL', run_key, 'owner_id', 'lease_expires_at')
   redis.call('ZREM', KEYS[1], id)
-  emit(run_key, KEYS[5] .. id, 'requeued', fence, now,
-    cjson.encode({reason = 'retry', attempt = attempt, run_at_ms = run_at,
-      error = cjson.decode(err)}), maxlen)
-  if delay_ms > 0 then
+  emit(run_key, KEYS[5] .. id, 'requeued', group.fence, now, data, maxlen)
+  if group.delay > 0 then
     redis.call('ZADD', KEYS[3], run_at, id)
   else
     make_ready(KEYS[2], ARGV[4], id, false)
   end
 end
 
-local function terminate(id, fence, outcome, output, err)
+local function terminate(group)
   local fields = {}
   local data = {}
-  if output ~= '' then
-    fields = {'output', output}
+  if group.output ~= '' then
+    fields = {'output', group.output}
   end
-  if err ~= '' then
+  if group.err ~= '' then
     fields[#fields + 1] = 'error'
-    fields[#fields + 1] = err
-    data = {error = cjson.decode(err)}
+    fields[#fields + 1] = group.err
+    data = {error = group.error}
   end
-  finalize(k, id, outcome, fence, now, fields, cjson.encode(data), retention, maxlen)
+  finalize(k, group.id, group.outcome, group.fence, now, fields, cjson.encode(data),
+    retention, maxlen)
 end
 
 -- A retry or an escalation of a cancelling run: the client's cancel wins, and what
@@ -81,56 +106,51 @@ end
 -- write sent again because its reply was lost. Answer what the first one did
 -- (a retry or escalation that a cancel turned into cancelled included: the
 -- reconciler's cancel moves the fence, this script's keeps it).
-local function already_settled(run_key, fence, outcome, delay)
+local function already_settled(run_key, group)
   local cur = redis.call('HMGET', run_key, 'status', 'owner_id', 'fence')
-  if cur[2] ~= owner or cur[3] ~= fence then
+  if cur[2] ~= owner or cur[3] ~= group.fence then
     return nil
   end
-  if cur[1] == outcome then
+  if cur[1] == group.outcome then
     return 'OK'
   end
-  if cur[1] == 'cancelled' and supersedes_cancel(outcome, delay) then
+  if cur[1] == 'cancelled' and supersedes_cancel(group.outcome, group.delay) then
     return 'CANCEL'
   end
   return nil
 end
 
-local function cancel_instead(id, fence, outcome, output, err)
-  local data = {reason = 'requested', superseded = outcome}
-  if err ~= '' then
-    data.error = cjson.decode(err)
-  end
-  if outcome == 'waiting_human' then
-    data.escalation = cjson.decode(output)
-  end
-  finalize(k, id, 'cancelled', fence, now, {}, cjson.encode(data), retention, maxlen)
+local function cancel_instead(group)
+  local data = cjson.encode({reason = 'requested', superseded = group.outcome,
+    error = group.error, escalation = group.escalation})
+  finalize(k, group.id, 'cancelled', group.fence, now, {}, data, retention, maxlen)
 end
 
-local function settle(id, fence, outcome, output, err, delay)
-  local run_key = KEYS[4] .. id
-  if not holds(run_key, owner, fence) then
-    return already_settled(run_key, fence, outcome, delay) or 'LOST'
+local function settle(group)
+  local run_key = KEYS[4] .. group.id
+  if not holds(run_key, owner, group.fence) then
+    return already_settled(run_key, group) or 'LOST'
   end
-  if supersedes_cancel(outcome, delay)
+  if supersedes_cancel(group.outcome, group.delay)
       and redis.call('HGET', run_key, 'status') == 'cancelling' then
-    cancel_instead(id, fence, outcome, output, err)
+    cancel_instead(group)
     return 'CANCEL'
   end
-  if outcome == 'waiting_human' then
-    park(k, id, 'waiting_human', now, {'escalation', output}, output, maxlen)
+  if group.outcome == 'waiting_human' then
+    park(k, group.id, 'waiting_human', now, {'escalation', group.output}, group.output, maxlen)
     return 'OK'
   end
   local counts = redis.call('HMGET', run_key, 'attempt', 'max_attempts')
-  if outcome == 'failed' and delay >= 0 and tonumber(counts[1]) < tonumber(counts[2]) then
-    retry(id, fence, err, delay)
+  local attempt, max_attempts = tonumber(counts[1]) or 1, tonumber(counts[2]) or 1
+  if group.outcome == 'failed' and group.delay >= 0 and attempt < max_attempts then
+    retry(group, attempt + 1)
     return 'RETRY'
   end
-  terminate(id, fence, outcome, output, err)
+  terminate(group)
   return 'OK'
 end
 
-for i = 5, #ARGV, 6 do
-  answers[#answers + 1] = settle(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3],
-    ARGV[i + 4], tonumber(ARGV[i + 5]))
+for _, group in ipairs(groups) do
+  answers[#answers + 1] = settle(group)
 end
 return answers

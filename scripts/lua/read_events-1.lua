@@ -14,6 +14,7 @@
 --          skipping past the gap in silence. Trimming removes the oldest entries only, so
 --          when the oldest retained entry is newer than `after`, every retained entry came
 --          after it, and whatever else was written after it is gone.
+-- validate-then-write: it writes nothing, so an error can leave nothing half-made.
 
 local entries = redis.call('XRANGE', KEYS[1], '(' .. ARGV[1], '+', 'COUNT', ARGV[3])
 if #entries == 0 then

@@ -21,74 +21,90 @@
 --          person whatever on_lease_expired says: retrying could apply it twice.
 --          Idempotent: a second reconciler finds nothing left to do. Run and effects
 --          keys are derived from KEYS[3]/KEYS[6], like every batch script's.
+-- validate-then-write: the numbers are checked, then every expired run is read, its
+--          effects decoded and its events encoded, all before the first write.
 --- @include lib
 
+check_argc(4)
 local k = {leases = KEYS[1], run_prefix = KEYS[3], events_prefix = KEYS[4],
   idem_prefix = KEYS[5]}
-local retention = ARGV[2]
+local limit = int_arg(ARGV[1], 'limit', 0)
+local retention = retention_arg(ARGV[2])
 local maxlen = ARGV[3]
+int_arg(maxlen, 'maxlen', 0)
 local now = now_ms()
-local actions = {}
 
-local function requeue(id, run_key, events_key, evidence)
-  local fence = redis.call('HINCRBY', run_key, 'fence', 1)
-  local attempt = redis.call('HINCRBY', run_key, 'attempt', 1)
-  redis.call('HSET', run_key, 'status', 'queued')
-  redis.call('HDEL', run_key, 'owner_id', 'lease_expires_at')
-  redis.call('ZREM', KEYS[1], id)
-  emit(run_key, events_key, 'lease_expired', fence, now, cjson.encode(evidence), maxlen)
-  emit(run_key, events_key, 'requeued', fence, now,
-    cjson.encode({reason = 'lease_expired', attempt = attempt}), maxlen)
-  make_ready(KEYS[2], ARGV[4], id, false)
-  return fence
-end
-
-local function orphan(id, run_key, evidence)
-  local fence = redis.call('HINCRBY', run_key, 'fence', 1)
-  local err = cjson.encode({code = 'lease_expired',
-    message = 'orphaned: executor lease expired', retryable = false, details = evidence})
-  finalize(k, id, 'orphaned', fence, now, {'error', err},
-    cjson.encode({error = cjson.decode(err)}), retention, maxlen)
-  return fence
-end
-
-local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now,
-  'LIMIT', 0, tonumber(ARGV[1]))
+-- read and decide for every expired lease first: the plans hold what gets written
+local plans = {}
+local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now, 'LIMIT', 0, limit)
 for _, id in ipairs(expired) do
   local run_key = KEYS[3] .. id
   local cur = redis.call('HMGET', run_key, 'status', 'owner_id', 'fence',
     'lease_expires_at', 'last_renewed_at', 'on_lease_expired', 'attempt', 'max_attempts')
   local status, expires = cur[1], tonumber(cur[4])
+  local plan = {id = id, run_key = run_key}
   if status ~= 'running' and status ~= 'cancelling' then
-    redis.call('ZREM', KEYS[1], id)
+    plan.action = 'drop'
   elseif expires and expires >= now then
-    redis.call('ZADD', KEYS[1], expires, id)
+    plan.action = 'reindex'
+    plan.expires = expires
   else
     local evidence = {owner_id = cur[2], fence = tonumber(cur[3]),
       last_renewed_at_ms = tonumber(cur[5]), lease_expires_at_ms = expires,
       detected_at_ms = now}
     local unknown = unknown_effects(run_key, KEYS[6] .. id)
-    local action, fence
     if status == 'cancelling' then
-      action = 'cancelled'
-      fence = redis.call('HINCRBY', run_key, 'fence', 1)
+      plan.action = 'cancelled'
       if #unknown > 0 then
         evidence.unknown_effects = unknown
       end
-      finalize(k, id, 'cancelled', fence, now, {},
-        cjson.encode({reason = 'owner_lost', evidence = evidence}), retention, maxlen)
+      plan.data = cjson.encode({reason = 'owner_lost', evidence = evidence})
     elseif #unknown > 0 then
-      action = 'reconciliation_required'
+      plan.action = 'reconciliation_required'
       evidence.detected_by = 'reconciler'
-      fence = require_reconciliation(k, id, now, unknown, evidence, maxlen)
-    elseif cur[6] == 'retry' and tonumber(cur[7]) < tonumber(cur[8]) then
-      action = 'requeued'
-      fence = requeue(id, run_key, KEYS[4] .. id, evidence)
+      plan.fields, plan.data = reconciliation_fields(unknown, evidence)
+    elseif cur[6] == 'retry' and (tonumber(cur[7]) or 1) < (tonumber(cur[8]) or 1) then
+      plan.action = 'requeued'
+      plan.data = cjson.encode(evidence)
+      plan.attempt = tonumber(cur[7]) + 1
+      plan.requeued = cjson.encode({reason = 'lease_expired', attempt = plan.attempt})
     else
-      action = 'orphaned'
-      fence = orphan(id, run_key, evidence)
+      plan.action = 'orphaned'
+      local err = {code = 'lease_expired', message = 'orphaned: executor lease expired',
+        retryable = false, details = evidence}
+      plan.fields = {'error', cjson.encode(err)}
+      plan.data = cjson.encode({error = err})
     end
-    actions[#actions + 1] = {id, action, fence}
+  end
+  plans[#plans + 1] = plan
+end
+
+local actions = {}
+for _, plan in ipairs(plans) do
+  local id, run_key = plan.id, plan.run_key
+  if plan.action == 'drop' then
+    redis.call('ZREM', KEYS[1], id)
+  elseif plan.action == 'reindex' then
+    redis.call('ZADD', KEYS[1], plan.expires, id)
+  else
+    local fence
+    if plan.action == 'reconciliation_required' then
+      fence = require_reconciliation(k, id, now, plan.fields, plan.data, maxlen)
+    elseif plan.action == 'requeued' then
+      local events_key = KEYS[4] .. id
+      fence = redis.call('HINCRBY', run_key, 'fence', 1)
+      redis.call('HSET', run_key, 'attempt', plan.attempt, 'status', 'queued')
+      redis.call('HDEL', run_key, 'owner_id', 'lease_expires_at')
+      redis.call('ZREM', KEYS[1], id)
+      emit(run_key, events_key, 'lease_expired', fence, now, plan.data, maxlen)
+      emit(run_key, events_key, 'requeued', fence, now, plan.requeued, maxlen)
+      make_ready(KEYS[2], ARGV[4], id, false)
+    else
+      -- cancelled or orphaned: a terminal state with the fence moved on
+      fence = redis.call('HINCRBY', run_key, 'fence', 1)
+      finalize(k, id, plan.action, fence, now, plan.fields or {}, plan.data, retention, maxlen)
+    end
+    actions[#actions + 1] = {id, plan.action, fence}
   end
 end
 return {'OK', actions}

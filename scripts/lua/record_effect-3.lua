@@ -17,9 +17,15 @@
 -- invariant: only the current holder records an outcome, once, for a record it
 --          started; a stale owner that wakes after a takeover cannot replace the
 --          result the new owner recorded.
+-- validate-then-write: the arguments are checked, the holder and the record read and
+--          decoded, and the record, the open list and the event encoded before the
+--          first write.
 --- @include lib
 
+check_argc(6)
 local owner, fence, field = ARGV[1], ARGV[2], ARGV[3]
+enum_arg(ARGV[4], 'outcome', {'applied', 'not_applied'})
+int_arg(ARGV[6], 'maxlen', 0)
 if not holds(KEYS[1], owner, fence) then
   return {'LOST', ''}
 end
@@ -35,19 +41,25 @@ if record.status ~= 'started' then
 end
 local now = now_ms()
 local phase = 'recorded'
+local encoded
 if ARGV[4] == 'not_applied' then
   phase = 'not_applied'
-  redis.call('HDEL', KEYS[3], field)
 else
   record.status = 'done'
   record.result = ARGV[5]
   record.owner_id = owner
   record.fence = tonumber(fence)
   record.finished_at_ms = now
-  redis.call('HSET', KEYS[3], field, cjson.encode(record))
+  encoded = cjson.encode(record)
 end
-close_effect(KEYS[1], field)
-emit(KEYS[1], KEYS[2], 'effect', fence, now, cjson.encode({phase = phase,
-  name = record.name, key = record.key, ordinal = record.ordinal, starts = record.starts}),
-  ARGV[6])
+local kept = still_open(KEYS[1], field)
+local data = cjson.encode({phase = phase, name = record.name, key = record.key,
+  ordinal = record.ordinal, starts = record.starts})
+set_open_effects(KEYS[1], kept)
+if encoded then
+  redis.call('HSET', KEYS[3], field, encoded)
+else
+  redis.call('HDEL', KEYS[3], field)
+end
+emit(KEYS[1], KEYS[2], 'effect', fence, now, data, ARGV[6])
 return {'OK', ''}

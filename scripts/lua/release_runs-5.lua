@@ -17,11 +17,20 @@
 -- events   released, or cancelled
 -- invariant: a released run is queued again at the head of the line with fence+1,
 --          so another worker takes it at once and this owner can write nothing more.
+-- validate-then-write: the numbers and pairs are checked before the first write;
+--          each run is read and its event encoded before its own writes.
 --- @include lib
 
+check_argc(5)
 local k = {leases = KEYS[1], run_prefix = KEYS[3], events_prefix = KEYS[4],
   idem_prefix = KEYS[5]}
 local owner = ARGV[1]
+local retention = retention_arg(ARGV[2])
+int_arg(ARGV[3], 'maxlen', 0)
+check_groups(6, 2)
+for i = 6, #ARGV, 2 do
+  run_id_arg(ARGV[i])
+end
 local now = now_ms()
 local answers = {}
 for i = 6, #ARGV, 2 do
@@ -31,16 +40,17 @@ for i = 6, #ARGV, 2 do
     answers[#answers + 1] = 'LOST'
   else
     local status = redis.call('HGET', run_key, 'status')
-    local new_fence = redis.call('HINCRBY', run_key, 'fence', 1)
     if status == 'cancelling' then
-      finalize(k, id, 'cancelled', new_fence, now, {},
-        cjson.encode({reason = 'requested', released_by = owner}), ARGV[2], ARGV[3])
+      local data = cjson.encode({reason = 'requested', released_by = owner})
+      local new_fence = redis.call('HINCRBY', run_key, 'fence', 1)
+      finalize(k, id, 'cancelled', new_fence, now, {}, data, retention, ARGV[3])
     else
+      local data = cjson.encode({owner_id = owner, reason = ARGV[4]})
+      local new_fence = redis.call('HINCRBY', run_key, 'fence', 1)
       redis.call('HSET', run_key, 'status', 'queued')
       redis.call('HDEL', run_key, 'owner_id', 'lease_expires_at')
       redis.call('ZREM', KEYS[1], id)
-      emit(run_key, KEYS[4] .. id, 'released', new_fence, now,
-        cjson.encode({owner_id = owner, reason = ARGV[4]}), ARGV[3])
+      emit(run_key, KEYS[4] .. id, 'released', new_fence, now, data, ARGV[3])
       make_ready(KEYS[2], ARGV[5], id, true)
     end
     answers[#answers + 1] = 'OK'

@@ -11,10 +11,14 @@
 -- invariant: renewal compares owner, fence and status, never the expiry, so a late
 --          renewal before any reconciler acted keeps its run; a lease only moves
 --          forward in time (the new expiry is never earlier than the stored one).
+-- validate-then-write: the TTL and the pairs are checked before the first write;
+--          each run is read before its own writes.
 --- @include lib
 
+check_argc(2)
 local owner = ARGV[1]
-local ttl = tonumber(ARGV[2])
+local ttl = int_arg(ARGV[2], 'lease_ttl_ms', 1)
+check_groups(3, 2)
 local now = now_ms()
 local answers = {}
 for i = 3, #ARGV, 2 do

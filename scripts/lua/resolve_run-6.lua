@@ -24,9 +24,25 @@
 --          event written with its effect. applied marks the unknown effects done, so a
 --          retried run replays them; not_applied drops their records, so it runs them
 --          again. A retry is queued at the head of the line with fence+1.
+-- validate-then-write: the arguments are checked, the record, the previous error and
+--          the unknown effects read and decoded, and every record and event encoded
+--          before the first write.
 --- @include lib
 
+check_argc(9)
 local run_id, action, outcome = ARGV[1], ARGV[2], ARGV[4]
+run_id_arg(run_id, KEYS[1], KEYS[2])
+enum_arg(action, 'action', {'retry', 'fail', 'succeed'})
+enum_arg(outcome, 'effect_outcome', {'applied', 'not_applied', ''})
+local retention = retention_arg(ARGV[7])
+local maxlen = ARGV[8]
+int_arg(maxlen, 'maxlen', 0)
+if ARGV[3] ~= '' then
+  json_arg(ARGV[3], 'output')
+end
+if ARGV[5] ~= '' then
+  json_arg(ARGV[5], 'effect_result')
+end
 local cur = redis.call('HMGET', KEYS[1], 'status', 'fence', 'error')
 local status = cur[1]
 if not status then
@@ -37,8 +53,10 @@ if status ~= 'reconciliation_required' then
 end
 local now = now_ms()
 
--- settle every effect whose outcome was unknown, as the person found it
+-- what settling every effect whose outcome was unknown writes, as the person found it:
+-- field -> encoded record (applied) or false (not_applied: the record is dropped)
 local settled = {}
+local rewrites = {}
 if outcome ~= '' then
   for _, field in ipairs(open_effects(KEYS[1])) do
     local raw = redis.call('HGET', KEYS[3], field)
@@ -49,13 +67,12 @@ if outcome ~= '' then
         record.status = 'done'
         record.result = ARGV[5] ~= '' and ARGV[5] or 'null'
         record.resolved_at_ms = now
-        redis.call('HSET', KEYS[3], field, cjson.encode(record))
+        rewrites[#rewrites + 1] = {field, cjson.encode(record)}
       else
-        redis.call('HDEL', KEYS[3], field)
+        rewrites[#rewrites + 1] = {field, false}
       end
     end
   end
-  set_open_effects(KEYS[1], {})
 end
 
 local decision = {action = action}
@@ -66,31 +83,46 @@ if outcome ~= '' then
   decision.effect_outcome = outcome
   decision.effects = settled
 end
+local resolved = cjson.encode(decision)
 local k = {leases = KEYS[4], idem_prefix = KEYS[6],
   run_prefix = string.sub(KEYS[1], 1, #KEYS[1] - #run_id),
   events_prefix = string.sub(KEYS[2], 1, #KEYS[2] - #run_id)}
+local failed_fields, failed_data
+if action == 'fail' then
+  local previous = cur[3] and cjson.decode(cur[3]) or cjson.null
+  local err = {code = 'resolved_as_failed', message = 'a person resolved the run as failed',
+    retryable = false, details = {decision = decision, previous_error = previous}}
+  failed_fields, failed_data = {'error', cjson.encode(err)}, cjson.encode({error = err})
+end
+
+-- every check is done: write
+for _, rewrite in ipairs(rewrites) do
+  if rewrite[2] then
+    redis.call('HSET', KEYS[3], rewrite[1], rewrite[2])
+  else
+    redis.call('HDEL', KEYS[3], rewrite[1])
+  end
+end
+if outcome ~= '' then
+  set_open_effects(KEYS[1], {})
+end
 
 if action == 'retry' then
   local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
   redis.call('HSET', KEYS[1], 'status', 'queued', 'resolved_at', now)
   redis.call('HDEL', KEYS[1], 'error', 'parked_at')
   redis.call('ZREM', parked_of(k.run_prefix), run_id)
-  emit(KEYS[1], KEYS[2], 'resolved', fence, now, cjson.encode(decision), ARGV[8])
+  emit(KEYS[1], KEYS[2], 'resolved', fence, now, resolved, maxlen)
   make_ready(KEYS[5], ARGV[9], run_id, true)
   return {'OK', 'queued'}
 end
 
 local fence = cur[2]
-emit(KEYS[1], KEYS[2], 'resolved', fence, now, cjson.encode(decision), ARGV[8])
+emit(KEYS[1], KEYS[2], 'resolved', fence, now, resolved, maxlen)
 if action == 'succeed' then
   local output = ARGV[3] ~= '' and ARGV[3] or 'null'
-  finalize(k, run_id, 'succeeded', fence, now, {'output', output}, '{}',
-    ARGV[7], ARGV[8])
+  finalize(k, run_id, 'succeeded', fence, now, {'output', output}, '{}', retention, maxlen)
   return {'OK', 'succeeded'}
 end
-local previous = cur[3] and cjson.decode(cur[3]) or cjson.null
-local err = {code = 'resolved_as_failed', message = 'a person resolved the run as failed',
-  retryable = false, details = {decision = decision, previous_error = previous}}
-finalize(k, run_id, 'failed', fence, now, {'error', cjson.encode(err)},
-  cjson.encode({error = err}), ARGV[7], ARGV[8])
+finalize(k, run_id, 'failed', fence, now, failed_fields, failed_data, retention, maxlen)
 return {'OK', 'failed'}

@@ -12,8 +12,15 @@
 -- events   resumed
 -- invariant: only a waiting_human run can be resumed; it is queued again at the head
 --          of the line with fence+1 and keeps its attempt, checkpoint and effects.
+-- validate-then-write: the input is decoded and the event encoded (cjson refuses to
+--          encode NaN, Infinity or nesting past 1000 levels), the stream cap checked
+--          and the record read before the fence moves.
 --- @include lib
 
+check_argc(4)
+run_id_arg(ARGV[1], KEYS[1], KEYS[2])
+int_arg(ARGV[3], 'maxlen', 0)
+local data = cjson.encode({input = json_arg(ARGV[2], 'resume_input')})
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then
   return {'NOT_FOUND', ''}
@@ -25,7 +32,6 @@ local now = now_ms()
 local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
 redis.call('HSET', KEYS[1], 'status', 'queued', 'resume_input', ARGV[2], 'resumed_at', now)
 redis.call('ZREM', parked_of(string.sub(KEYS[1], 1, #KEYS[1] - #ARGV[1])), ARGV[1])
-emit(KEYS[1], KEYS[2], 'resumed', fence, now,
-  cjson.encode({input = cjson.decode(ARGV[2])}), ARGV[3])
+emit(KEYS[1], KEYS[2], 'resumed', fence, now, data, ARGV[3])
 make_ready(KEYS[3], ARGV[4], ARGV[1], true)
 return {'OK', 'queued'}

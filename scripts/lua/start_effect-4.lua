@@ -23,9 +23,17 @@
 --          record without an outcome parks the run for a person instead (fence+1, so
 --          this owner can write nothing more). The same owner and fence starting it
 --          again (a retry after a lost reply) gets OK and changes nothing.
+-- validate-then-write: the arguments are checked, the holder, the record and the open
+--          list read and decoded, and every record and event encoded before the first
+--          write.
 --- @include lib
 
+check_argc(9)
 local owner, fence, run_id, field = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+run_id_arg(run_id, KEYS[1], KEYS[2])
+local ordinal = int_arg(ARGV[7], 'ordinal', 0)
+enum_arg(ARGV[8], 'idempotent', {'0', '1'})
+int_arg(ARGV[9], 'maxlen', 0)
 if not holds(KEYS[1], owner, fence) then
   return {'LOST', ''}
 end
@@ -36,8 +44,9 @@ local record
 if raw then
   record = cjson.decode(raw)
   if record.status == 'done' then
-    emit(KEYS[1], KEYS[2], 'effect', fence, now, cjson.encode({phase = 'replayed',
-      name = record.name, key = record.key, ordinal = record.ordinal}), ARGV[9])
+    local data = cjson.encode({phase = 'replayed', name = record.name, key = record.key,
+      ordinal = record.ordinal})
+    emit(KEYS[1], KEYS[2], 'effect', fence, now, data, ARGV[9])
     return {'REPLAYED', record.result}
   end
   if record.owner_id == owner and record.fence == tonumber(fence) then
@@ -48,25 +57,30 @@ if raw then
     local k = {leases = KEYS[4],
       run_prefix = string.sub(KEYS[1], 1, #KEYS[1] - #run_id),
       events_prefix = string.sub(KEYS[2], 1, #KEYS[2] - #run_id)}
-    require_reconciliation(k, run_id, now, {record},
-      {detected_by = 'executor', owner_id = owner, fence = tonumber(fence), detected_at_ms = now},
-      ARGV[9])
+    local fields, data = reconciliation_fields({record},
+      {detected_by = 'executor', owner_id = owner, fence = tonumber(fence), detected_at_ms = now})
+    require_reconciliation(k, run_id, now, fields, data, ARGV[9])
     return {'UNKNOWN', raw}
   end
-  record.starts = record.starts + 1
-else
-  record = {key = ARGV[5], name = ARGV[6], ordinal = tonumber(ARGV[7]), status = 'started',
+  record.starts = (tonumber(record.starts) or 0) + 1
+end
+local open
+if not raw then
+  record = {key = ARGV[5], name = ARGV[6], ordinal = ordinal, status = 'started',
     starts = 1, first_started_at_ms = now}
-  local open = open_effects(KEYS[1])
+  open = open_effects(KEYS[1])
   open[#open + 1] = field
-  set_open_effects(KEYS[1], open)
 end
 record.idempotent = idempotent
 record.owner_id = owner
 record.fence = tonumber(fence)
 record.started_at_ms = now
-redis.call('HSET', KEYS[3], field, cjson.encode(record))
-emit(KEYS[1], KEYS[2], 'effect', fence, now, cjson.encode({phase = 'started',
-  name = record.name, key = record.key, ordinal = record.ordinal, starts = record.starts,
-  idempotent = idempotent}), ARGV[9])
+local encoded = cjson.encode(record)
+local data = cjson.encode({phase = 'started', name = record.name, key = record.key,
+  ordinal = record.ordinal, starts = record.starts, idempotent = idempotent})
+if open then
+  set_open_effects(KEYS[1], open)
+end
+redis.call('HSET', KEYS[3], field, encoded)
+emit(KEYS[1], KEYS[2], 'effect', fence, now, data, ARGV[9])
 return {'OK', tostring(record.starts)}

@@ -60,6 +60,15 @@ def test_header_states_events_and_invariant(path: Path) -> None:
     assert "-- invariant" in text
 
 
+@pytest.mark.parametrize("path", SCRIPT_FILES, ids=lambda p: p.name)
+def test_header_states_how_it_validates_before_it_writes(path: Path) -> None:
+    """Redis never rolls a script back: each header says how every check precedes a write."""
+    text = "\n".join(header(path))
+    assert re.search(r"^-- validate-then-write: \S", text, re.M), (
+        f"{path.name}: no '-- validate-then-write:' line in the header"
+    )
+
+
 def test_no_script_takes_a_time_from_its_caller() -> None:
     """Lease decisions use the Redis clock: no ARGV is a point in time."""
     for path in SCRIPT_FILES:

@@ -1,6 +1,82 @@
 -- lib: helpers shared by the transition scripts. A script pulls them in with the
 -- line `--- @include lib`; store/scripts.py splices this file in at load time.
 
+-- Validate, then write. Redis never rolls a script back: an error raised after a
+-- write leaves whatever was written so far. So every script decodes, encodes,
+-- looks up and checks everything it needs before its first write, and these
+-- helpers raise (an error reply, nothing written yet) on an argument that would
+-- make a later command fail.
+local function bad_argument(what, value)
+  error(redis.error_reply('ERR leasehold: bad argument ' .. what .. ': '
+    .. string.sub(tostring(value), 1, 80)))
+end
+
+-- An integer argument as Redis commands take it (XADD MAXLEN, PEXPIRE, ZADD):
+-- decimal digits only, no exponent, sign or fraction, at most 15 digits (exact
+-- in a Lua number). min: the smallest value allowed.
+local function int_arg(value, what, min)
+  if type(value) ~= 'string' or not string.match(value, '^%-?%d+$') or #value > 16 then
+    bad_argument(what, value)
+  end
+  local n = tonumber(value)
+  if min and n < min then
+    bad_argument(what, value)
+  end
+  return n
+end
+
+-- One of a few allowed strings.
+local function enum_arg(value, what, allowed)
+  for _, candidate in ipairs(allowed) do
+    if value == candidate then
+      return value
+    end
+  end
+  bad_argument(what, value)
+end
+
+-- Decode a JSON argument, and prove it can be encoded again: cjson decodes NaN,
+-- Infinity and 1e400 but refuses to encode them, and refuses nesting deeper than
+-- 1000 levels, so a value that passes here cannot make a later encode fail.
+local function json_arg(raw, what)
+  local decoded, value = pcall(cjson.decode, raw)
+  if not decoded or not pcall(cjson.encode, value) then
+    bad_argument(what, raw)
+  end
+  return value
+end
+
+-- A run id as keys are built from it: no ':' (store/keys.py relies on it), and,
+-- when given, the run and events keys end with it, so a derived key (the queue's
+-- activity stream, the effects hash) is the run's own.
+local function run_id_arg(run_id, run_key, events_key)
+  if type(run_id) ~= 'string' or not string.match(run_id, '^[^:]+$') then
+    bad_argument('run_id', run_id)
+  end
+  local run_end, events_end = ':run:' .. run_id, ':events:' .. run_id
+  if (run_key and string.sub(run_key, -#run_end) ~= run_end)
+      or (events_key and string.sub(events_key, -#events_end) ~= events_end) then
+    bad_argument('run_id (not the one its keys name)', run_id)
+  end
+  return run_id
+end
+
+-- At least n ARGV values: a missing one would reach a command as nil (an error)
+-- after the writes before it.
+local function check_argc(n)
+  if #ARGV < n then
+    bad_argument('count of ARGV (at least ' .. n .. ')', #ARGV)
+  end
+end
+
+-- ARGV from index `first` on, in groups of `size`: refuse a ragged tail, which
+-- would hand a nil to a command after the groups before it were written.
+local function check_groups(first, size)
+  if (#ARGV - first + 1) % size ~= 0 then
+    bad_argument('groups of ' .. size .. ' from ARGV[' .. first .. ']', #ARGV - first + 1)
+  end
+end
+
 -- The one clock every lease decision uses: the Redis server's, in epoch ms.
 local function now_ms()
   local t = redis.call('TIME')
@@ -45,6 +121,22 @@ end
 -- equal): nothing changes a run in one but its retention or a delete.
 local TERMINAL = {succeeded = true, failed = true, cancelled = true, orphaned = true,
   expired = true}
+
+-- A retention spec argument, "succeeded=<ms> failed=<ms> ..." (store/retention.py): it
+-- must name every terminal status, or retention_for would hand PEXPIRE a nil after
+-- the terminal state was written.
+local function retention_arg(spec)
+  if type(spec) ~= 'string' then
+    bad_argument('retention', spec)
+  end
+  for status in pairs(TERMINAL) do
+    local ms = string.match(spec, status .. '=(%d+)')
+    if not ms or #ms > 15 then
+      bad_argument('retention (no ' .. status .. '=<ms>)', spec)
+    end
+  end
+  return spec
+end
 
 -- Does (owner, fence) still hold this run? The check every worker write makes.
 local function holds(run_key, owner, fence)
@@ -156,16 +248,16 @@ local function set_open_effects(run_key, fields)
   end
 end
 
--- An effect's outcome became known (recorded, or declared not applied): drop it from
--- the open list.
-local function close_effect(run_key, field)
+-- An effect's outcome became known (recorded, or declared not applied): the open
+-- list without it, for set_open_effects to write once the script's checks are done.
+local function still_open(run_key, field)
   local kept = {}
   for _, open in ipairs(open_effects(run_key)) do
     if open ~= field then
       kept[#kept + 1] = open
     end
   end
-  set_open_effects(run_key, kept)
+  return kept
 end
 
 -- Records of the open effects that are not idempotent: their outcome is unknown and
@@ -189,15 +281,20 @@ end
 
 -- Park a run in reconciliation_required because effects started and their outcome is
 -- unknown: the error names them (name, key, owner, fence, start time) with how it was
--- found, and a person resolves the run. Returns the new fence.
-local function require_reconciliation(k, run_id, now, records, evidence, maxlen)
+-- found, and a person resolves the run. reconciliation_fields encodes what park
+-- writes, so a script can do it before its first write; require_reconciliation
+-- parks the run and returns the new fence.
+local function reconciliation_fields(records, evidence)
   local first = records[1]
   evidence.effect = first
   evidence.effects = records
   local err = {code = 'effect_outcome_unknown',
-    message = 'effect ' .. first.name .. ' (key ' .. first.key .. ') started but its '
-      .. 'outcome was never recorded: a person must resolve the run',
+    message = 'effect ' .. tostring(first.name) .. ' (key ' .. tostring(first.key)
+      .. ') started but its outcome was never recorded: a person must resolve the run',
     retryable = false, details = evidence}
-  return park(k, run_id, 'reconciliation_required', now, {'error', cjson.encode(err)},
-    cjson.encode({error = err}), maxlen)
+  return {'error', cjson.encode(err)}, cjson.encode({error = err})
+end
+
+local function require_reconciliation(k, run_id, now, fields, data, maxlen)
+  return park(k, run_id, 'reconciliation_required', now, fields, data, maxlen)
 end

@@ -1,0 +1,404 @@
+"""Every script, fed its worst arguments, either succeeds or errors having written nothing.
+
+Redis never rolls a script back, so a script that raises after its first write
+leaves a half-made state forever (the bug this guards against: ``resume_run`` moved
+the fence and set ``queued`` before cjson refused to encode ``1e400``). For each
+script a realistic state is built on the real Redis, the exact call the store
+would make is captured (not run), and each of its ARGV values in turn is replaced
+by a hostile one: invalid or non-finite JSON, JSON nested past cjson's limit,
+huge and garbage numbers, empty strings, a missing tail. A call that errors must
+leave every key under the test's prefix exactly as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
+
+from app.settings import Settings
+from app.store.keys import QueueKeys
+from app.store.leases import HeldLease, LeaseRenewer, LeaseStore, Outcome
+from app.store.progress import EffectCall, EffectOutcome, ProgressStore
+from app.store.queues import QueueStore
+from app.store.runs import NewRun, RunStore
+from app.store.scripts import ScriptArg, ScriptCall, Scripts
+from tests.support.reconciliation import park_on_unknown_effect
+
+QUEUE = "default"
+OWNER = "w-1"
+DEEP = "[" * 1001 + "]" * 1001
+WORST: list[ScriptArg] = [
+    "",
+    "x",
+    "{",
+    "1e400",
+    "[1e400]",
+    "NaN",
+    "Infinity",
+    '{"a": -Infinity}',
+    DEEP,
+    "-1",
+    "1.5",
+    "0x10",
+    "99999999999999999999999",
+    "null",
+]
+
+
+class Captured(Exception):
+    """Raised instead of running a script: carries the call the store was about to make."""
+
+    def __init__(self, call: ScriptCall) -> None:
+        super().__init__(call.name)
+        self.call = call
+
+
+class CapturingScripts(Scripts):
+    """Scripts that record the first call a store makes and run nothing."""
+
+    async def call(
+        self, client: Any, name: str, keys: Sequence[str], args: Sequence[ScriptArg]
+    ) -> Any:
+        raise Captured(ScriptCall(name, list(keys), list(args)))
+
+    async def pipeline(self, client: Any, calls: Sequence[ScriptCall]) -> list[Any]:
+        raise Captured(calls[0])
+
+    def call_sync(
+        self, client: Any, name: str, keys: Sequence[str], args: Sequence[ScriptArg]
+    ) -> Any:
+        raise Captured(ScriptCall(name, list(keys), list(args)))
+
+
+async def capture(action: Awaitable[Any]) -> ScriptCall:
+    """The script call ``action`` makes first, without running it."""
+    with pytest.raises(Captured) as caught:
+        await action
+    return caught.value.call
+
+
+async def snapshot(client: aioredis.Redis, prefix: str) -> dict[str, Any]:
+    """Every key under the prefix with its type, whether it expires, and its content."""
+    state: dict[str, Any] = {}
+    async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+        ttl = await client.pttl(key)
+        kind = await client.type(key)
+        content: Any
+        if ttl == -2 or kind == "none":  # its TTL ran out between the scan and this read
+            continue
+        if kind == "hash":
+            content = await client.hgetall(key)
+        elif kind == "string":
+            content = await client.get(key)
+        elif kind == "list":
+            content = await client.lrange(key, 0, -1)
+        elif kind == "zset":
+            content = await client.zrange(key, 0, -1, withscores=True)
+        elif kind == "set":
+            content = sorted(await client.smembers(key))
+        elif kind == "stream":
+            content = await client.xrange(key)
+        else:
+            content = await client.dump(key)
+        state[key] = (kind, ttl != -1, content)
+    return state
+
+
+def changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """Keys that differ; a key with a TTL that ran out meanwhile (a claim receipt) is no change."""
+    expired = {
+        key
+        for key, (_, expires, _) in before.items()
+        if expires and (key not in after or after[key][2] is None)
+    }
+    return {
+        key: (before.get(key), after.get(key))
+        for key in (before.keys() | after.keys()) - expired
+        if before.get(key) != after.get(key)
+    }
+
+
+class World:
+    """The stores on one prefix, and the same stores capturing instead of calling."""
+
+    def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
+        real, fake = Scripts(), CapturingScripts()
+        self.client = client
+        self.settings = settings
+        self.keys = QueueKeys(settings.prefix, QUEUE)
+        self.runs = RunStore.for_settings(client, real, settings)
+        self.leases = LeaseStore.for_settings(client, real, settings)
+        self.progress = ProgressStore(
+            client, scripts=real, prefix=settings.prefix, events_maxlen=settings.events_maxlen
+        )
+        self.c_runs = RunStore.for_settings(client, fake, settings)
+        self.c_leases = LeaseStore.for_settings(client, fake, settings)
+        self.c_progress = ProgressStore(
+            client, scripts=fake, prefix=settings.prefix, events_maxlen=settings.events_maxlen
+        )
+        self.c_renewer = LeaseRenewer(
+            None,  # type: ignore[arg-type]  # never used: the call is captured first
+            scripts=fake,
+            prefix=settings.prefix,
+            lease_ttl_ms=settings.lease_ttl_ms,
+        )
+
+    async def queued(self, **extra: Any) -> str:
+        created = await self.runs.create(NewRun(handler="demo.echo", input={"n": 1}, **extra))
+        return created.run.id
+
+    async def held(self, count: int = 1) -> list[tuple[str, int]]:
+        """Runs running under OWNER: (id, fence)."""
+        for _ in range(count):
+            await self.queued(max_attempts=3, on_lease_expired="retry")
+        claim = await self.leases.claim(QUEUE, OWNER, count)
+        return [(run.id, run.fence) for run in claim.runs]
+
+    async def waiting_human(self) -> str:
+        ((run_id, fence),) = await self.held()
+        escalation = Outcome(run_id, fence, "waiting_human", output_json='{"reason":"stuck"}')
+        await self.leases.finish_and_claim(QUEUE, OWNER, [escalation], 0)
+        return run_id
+
+
+Setup = Callable[[World], Awaitable[ScriptCall]]
+
+
+async def _create(w: World) -> ScriptCall:
+    await w.queued(idempotency_key="k-0")
+    new = NewRun(
+        handler="demo.echo", input={"a": [1, 2]}, idempotency_key="k-1", budget={"max_steps": 3}
+    )
+    return await capture(w.c_runs.create(new))
+
+
+async def _claim(w: World) -> ScriptCall:
+    await w.queued()
+    ((run_id, fence),) = await w.held()
+    failed = Outcome(run_id, fence, "failed", error_json='{"code":"x"}', retry_delay_ms=1)
+    await w.leases.finish_and_claim(QUEUE, OWNER, [failed], 0)
+    return await capture(w.c_leases.claim(QUEUE, OWNER, 2, token="t-1"))
+
+
+async def _finish(w: World) -> ScriptCall:
+    held = await w.held(3)
+    outcomes = [
+        Outcome(held[0][0], held[0][1], "succeeded", output_json='{"ok":true}'),
+        Outcome(held[1][0], held[1][1], "failed", error_json='{"code":"e"}', retry_delay_ms=0),
+        Outcome(held[2][0], held[2][1], "waiting_human", output_json='{"reason":"r"}'),
+    ]
+    return await capture(w.c_leases.finish_and_claim(QUEUE, OWNER, outcomes, 0))
+
+
+async def _release(w: World) -> ScriptCall:
+    held = await w.held(2)
+    await w.runs.cancel(held[0][0])
+    leases = [HeldLease(run_id, fence) for run_id, fence in held]
+    return await capture(w.c_leases.release(QUEUE, OWNER, leases, "drain"))
+
+
+async def _renew(w: World) -> ScriptCall:
+    leases = [HeldLease(run_id, fence) for run_id, fence in await w.held(2)]
+    with pytest.raises(Captured) as caught:
+        w.c_renewer.renew(QUEUE, OWNER, leases)
+    return caught.value.call
+
+
+async def _append(w: World) -> ScriptCall:
+    ((run_id, fence),) = await w.held()
+    events = [("progress", '{"step":1}'), ("token", '{"text":"hi"}')]
+    return await capture(
+        w.c_leases.append_events(QUEUE, run_id, owner=OWNER, fence=fence, events=events)
+    )
+
+
+async def _checkpoint(w: World) -> ScriptCall:
+    ((run_id, fence),) = await w.held()
+    await w.progress.checkpoint(
+        QUEUE, run_id, owner=OWNER, fence=fence, state_json='{"i":1}', effect_seq_json=""
+    )
+    return await capture(
+        w.c_progress.checkpoint(
+            QUEUE,
+            run_id,
+            owner=OWNER,
+            fence=fence,
+            state_json='{"i":2}',
+            effect_seq_json='{"charge":1}',
+        )
+    )
+
+
+async def _start_effect(w: World) -> ScriptCall:
+    ((run_id, fence),) = await w.held()
+    first = EffectCall(run_id, "charge", 1, idempotent=False)
+    await w.progress.start_effect(QUEUE, owner=OWNER, fence=fence, call=first)
+    second = EffectCall(run_id, "charge", 2, idempotent=False)
+    return await capture(w.c_progress.start_effect(QUEUE, owner=OWNER, fence=fence, call=second))
+
+
+async def _record_effect(w: World) -> ScriptCall:
+    ((run_id, fence),) = await w.held()
+    call = EffectCall(run_id, "charge", 1, idempotent=False)
+    await w.progress.start_effect(QUEUE, owner=OWNER, fence=fence, call=call)
+    return await capture(
+        w.c_progress.record_effect(
+            QUEUE,
+            owner=OWNER,
+            fence=fence,
+            call=call,
+            outcome=EffectOutcome.APPLIED,
+            result_json='{"charged":10}',
+        )
+    )
+
+
+async def _cancel(w: World) -> ScriptCall:
+    await w.held()
+    return await capture(w.c_runs.cancel(await w.queued()))
+
+
+async def _resume(w: World) -> ScriptCall:
+    return await capture(w.c_runs.resume(await w.waiting_human(), {"answer": [1, 2.5]}))
+
+
+async def _resolve(w: World) -> ScriptCall:
+    from app.models import ResolveRequest
+
+    parked = await park_on_unknown_effect(w.runs, w.leases, w.progress)
+    decision = ResolveRequest(
+        action="succeed", output={"o": 1}, effect_outcome="applied", effect_result={"r": 2}
+    )
+    return await capture(w.c_runs.resolve(parked.id, decision))
+
+
+async def _reconcile(w: World) -> ScriptCall:
+    held = await w.held(2)
+    call = EffectCall(held[1][0], "charge", 1, idempotent=False)
+    await w.progress.start_effect(QUEUE, owner=OWNER, fence=held[1][1], call=call)
+    for run_id, _fence in held:  # the leases ran out: by the Redis clock, a while ago
+        await w.client.hset(w.keys.run(run_id), "lease_expires_at", 1)
+        await w.client.zadd(w.keys.leases, {run_id: 1})
+    return await capture(w.c_leases.reconcile(QUEUE))
+
+
+async def _declare_queue(w: World) -> ScriptCall:
+    store = QueueStore(
+        w.client,
+        scripts=w.c_runs.scripts,
+        prefix=w.settings.prefix,
+        configured=[QUEUE],
+        max_queues=3,
+    )
+    return await capture(store.declare("other"))
+
+
+async def _delete_run(w: World) -> ScriptCall:
+    run_id = await w.queued(idempotency_key="k-2")
+    await w.runs.cancel(run_id)
+    return await capture(w.c_runs.delete(run_id))
+
+
+async def _expire_queued(w: World) -> ScriptCall:
+    for _ in range(2):
+        run_id = await w.queued()
+        await w.client.zadd(w.keys.unclaimed, {run_id: 1})  # its queued TTL ran out long ago
+    return await capture(w.c_leases.expire_queued(QUEUE))
+
+
+async def _read_events(w: World) -> ScriptCall:
+    run_id = await w.queued()
+    return await capture(w.c_runs.read_new_events(run_id, after="0-0", added=0))
+
+
+SETUPS: dict[str, Setup] = {
+    "create_run": _create,
+    "claim_runs": _claim,
+    "finish_runs": _finish,
+    "release_runs": _release,
+    "renew_leases": _renew,
+    "append_events": _append,
+    "checkpoint_run": _checkpoint,
+    "start_effect": _start_effect,
+    "record_effect": _record_effect,
+    "cancel_run": _cancel,
+    "resume_run": _resume,
+    "resolve_run": _resolve,
+    "reconcile_expired": _reconcile,
+    "read_events": _read_events,
+    "declare_queue": _declare_queue,
+    "delete_run": _delete_run,
+    "expire_queued": _expire_queued,
+}
+
+
+def test_every_script_has_a_worst_argument_setup() -> None:
+    assert set(SETUPS) == set(Scripts().names)
+
+
+Mutation = Callable[[Sequence[ScriptArg]], list[ScriptArg]]
+
+
+def _replace(i: int, value: ScriptArg) -> Mutation:
+    return lambda args: [*args[:i], value, *args[i + 1 :]]
+
+
+def variants(count: int) -> list[tuple[str, Mutation]]:
+    """Each of ``count`` ARGV values replaced by each worst value, and the list cut short."""
+    out: list[tuple[str, Mutation]] = [(f"ARGV[{count}] missing", lambda args: list(args[:-1]))]
+    for i in range(count):
+        for value in WORST:
+            out.append((f"ARGV[{i + 1}]={str(value)[:12]!r}", _replace(i, value)))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(SETUPS))
+async def test_a_script_that_errors_wrote_nothing(
+    name: str, redis_client: aioredis.Redis, settings: Settings
+) -> None:
+    scripts = Scripts()
+    worlds = 0
+
+    async def fresh() -> tuple[str, ScriptCall]:
+        """The script's call on a new state under a prefix of its own (snapshots stay small)."""
+        nonlocal worlds
+        worlds += 1
+        own = settings.model_copy(update={"prefix": f"{settings.prefix}-{worlds}"})
+        return own.prefix, await SETUPS[name](World(redis_client, own))
+
+    prefix, call = await fresh()
+    assert call.name == name
+    refused = 0
+    for label, mutate in variants(len(call.args)):
+        before = await snapshot(redis_client, prefix)
+        try:
+            await scripts.call(redis_client, name, call.keys, mutate(call.args))
+        except ResponseError as exc:
+            refused += 1
+            after = await snapshot(redis_client, prefix)
+            assert not changes(before, after), f"{name} with {label} raised {exc} after writing"
+            continue
+        if changes(before, await snapshot(redis_client, prefix)):
+            prefix, call = await fresh()  # it worked: start the next one from a fresh state
+    assert refused > 0, f"no worst argument made {name} refuse anything"
+
+
+async def test_resume_with_a_non_finite_input_is_refused_and_changes_nothing(
+    redis_client: aioredis.Redis, settings: Settings
+) -> None:
+    """The issue's case: 1e400 reaches the script; the fence, status and queue stay put."""
+    world = World(redis_client, settings)
+    call = await _resume(world)
+    before = await snapshot(redis_client, settings.prefix)
+    args = list(call.args)
+    args[1] = '{"x":1e400}'
+    with pytest.raises(ResponseError, match="bad argument resume_input"):
+        await Scripts().call(redis_client, "resume_run", call.keys, args)
+    assert not changes(before, await snapshot(redis_client, settings.prefix))
+    run_id = str(call.args[0])
+    await world.runs.resume(run_id, {"x": 1})  # and a good resume still works afterwards
+    assert (await world.runs.get(run_id)).status == "queued"
