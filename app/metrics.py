@@ -1,7 +1,7 @@
 """Prometheus metrics, one module so every name and label set is defined once.
 
 The API serves them at ``GET /metrics``; a worker serves its own on
-``LEASEHOLD_WORKER_METRICS_PORT`` when set. Each process exposes what it
+``LEASEHOLD_WORKER_METRICS_PORT`` when set (``app.metrics_server``). Each process exposes what it
 observes: the API counts creations, SSE followers and (at scrape time) queue
 depth; workers count claims, outcomes, renewals, leases lost, verdicts and
 budget failures; reconcilers (inside workers, or standalone) count scans and

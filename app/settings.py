@@ -9,6 +9,7 @@ CLI exits with status 2.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from pathlib import Path
 from typing import Annotated, Literal
@@ -25,6 +26,8 @@ _QUEUE_NAME = re.compile(QUEUE_NAME_PATTERN)
 # what an HTTP client can send in an Authorization header without escaping
 API_KEY_PATTERN = r"^[A-Za-z0-9._~+/=-]{16,256}$"
 _API_KEY = re.compile(API_KEY_PATTERN)
+# a listening address: IPv4, IPv6 (hex and colons) or a DNS name, nothing else
+_HOST = re.compile(r"[A-Za-z0-9.:-]{1,253}")
 
 # settings whose values may be credentials: an error names them but never echoes them
 _SECRET_FIELD = re.compile(r"key|url|password|secret|token", re.IGNORECASE)
@@ -246,7 +249,17 @@ class Settings(BaseSettings):
         default=0,
         ge=0,
         le=65535,
-        description="Port where a worker serves Prometheus /metrics (all interfaces); 0: off",
+        description="Port where a worker serves Prometheus /metrics; 0: off",
+    )
+    worker_metrics_host: str = Field(
+        default="127.0.0.1",
+        description="Address a worker's metrics port listens on; beyond loopback it needs keys",
+    )
+    worker_metrics_max_connections: int = Field(
+        default=8,
+        ge=1,
+        le=1024,
+        description="Connections a worker's metrics port serves at once; more get 503",
     )
     sse_keepalive_s: float = Field(
         default=15.0, gt=0, description="Keep-alive comment period on idle event streams"
@@ -346,6 +359,27 @@ class Settings(BaseSettings):
                 raise ValueError(f"every key must match {API_KEY_PATTERN}")
         return value
 
+    @field_validator("worker_metrics_host")
+    @classmethod
+    def _check_worker_metrics_host(cls, value: str) -> str:
+        if not _HOST.fullmatch(value):
+            raise ValueError("must be an IP address or a host name")
+        return value
+
+    @model_validator(mode="after")
+    def _check_worker_metrics_exposure(self) -> Settings:
+        # an open metrics port beyond loopback tells anyone the queues, handlers and load
+        if (
+            self.worker_metrics_port
+            and not self.api_keys
+            and not is_loopback(self.worker_metrics_host)
+        ):
+            raise ValueError(
+                f"{ENV_PREFIX}WORKER_METRICS_HOST={self.worker_metrics_host} serves metrics "
+                f"beyond loopback: set {ENV_PREFIX}API_KEYS so scrapes need a bearer key"
+            )
+        return self
+
     @model_validator(mode="after")
     def _check_lease_timing(self) -> Settings:
         if (
@@ -438,6 +472,16 @@ def load_settings(**overrides: object) -> Settings:
         return Settings(**clean)  # type: ignore[arg-type]
     except ValidationError as exc:
         raise ConfigurationError(_describe(exc)) from None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether only this machine can reach a listener on ``host``."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _describe(exc: ValidationError) -> str:

@@ -6,10 +6,8 @@ unknown paths, and routes other modules add later. It runs before the body is
 read, so an unauthenticated client cannot make the API parse anything.
 
 ``LEASEHOLD_API_KEYS`` holds one or more keys (several, so a key can be rotated
-without downtime). The SHA-256 of the presented key is compared with the SHA-256
-of *every* configured key through :func:`hmac.compare_digest`, without stopping
-at the first match: digests have one length, so the response time says nothing
-about a key's length, how much of it was right, or which key it was.
+without downtime), compared in constant time by :mod:`app.keys` (which a
+worker's metrics port uses too).
 
 ``/healthz`` stays open because orchestrators probe it without credentials and it
 reveals nothing (it never touches Redis). ``/readyz`` is protected like the rest:
@@ -22,13 +20,12 @@ same for everyone and hold no data; every call the page then makes needs the key
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from collections.abc import Iterable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api.problems import problem
+from app.keys import bearer_credentials, key_digest, key_matches
 
 OPEN_PATHS = frozenset({"/healthz", "/", "/console"})
 # the console's static assets (app/api/routes/console.py), nothing else
@@ -41,25 +38,8 @@ def bearer_token(scope: Scope) -> bytes | None:
     """The token of an ``Authorization: Bearer <token>`` header, or None."""
     for name, value in scope.get("headers") or []:
         if name == b"authorization":
-            scheme, _, token = value.partition(b" ")
-            if scheme.lower() == b"bearer" and token.strip():
-                return bytes(token.strip())
-            return None
+            return bearer_credentials(value)
     return None
-
-
-def key_digest(key: bytes) -> bytes:
-    """What is compared: a fixed-length digest, so lengths leak nothing."""
-    return hashlib.sha256(key).digest()
-
-
-def key_matches(presented: bytes, key_digests: Iterable[bytes]) -> bool:
-    """Constant-time membership: compares against every key's digest, whatever matched first."""
-    candidate = key_digest(presented)
-    matched = False
-    for digest in key_digests:
-        matched |= hmac.compare_digest(candidate, digest)
-    return matched
 
 
 class BearerAuth:

@@ -29,7 +29,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
-import prometheus_client
 from redis.exceptions import RedisError
 
 from app.errors import UnknownHandler
@@ -48,6 +47,7 @@ from app.executor.slots import Slots
 from app.executor.table import LeaseTable
 from app.handlers import HandlerRegistry
 from app.metrics import LEASES_LOST, LOOP_LAG, RUNS_CLAIMED
+from app.metrics_server import start_metrics_server
 from app.models import WorkerInfo
 from app.reconciler import Reconciler
 from app.settings import Settings
@@ -146,10 +146,11 @@ class Worker:
             supervision=Supervision.from_settings(self.settings),
         )
         background = []
+        metrics_server = None
         try:
             if self.settings.worker_metrics_port:
                 # a daemon thread; it serves the same registry the heartbeat updates
-                prometheus_client.start_http_server(self.settings.worker_metrics_port)
+                metrics_server = start_metrics_server(self.settings)
             heartbeat.start()
             self._install_signal_handlers()
             self._start_couriers(lease_store)
@@ -181,6 +182,9 @@ class Worker:
             for courier in self._couriers.values():
                 await courier.close()
             heartbeat.stop()
+            if metrics_server is not None:
+                metrics_server.shutdown()
+                metrics_server.server_close()
             heartbeat.join(timeout=self.settings.renew_interval_s + 5)
             await self._withdraw(client)
             pool.shutdown(wait=False, cancel_futures=True)

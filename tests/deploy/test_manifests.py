@@ -12,8 +12,6 @@ from __future__ import annotations
 import importlib
 import os
 import re
-import subprocess
-import sys
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,7 +39,7 @@ from tests.deploy.files import (
     redis_server,
     rendered_objects,
 )
-from tests.support.processes import REPO_ROOT
+from tests.support.processes import REPO_ROOT, run_cli
 from tests.support.routes import served_paths
 
 SETTING_NAMES = {f"{ENV_PREFIX}{name.upper()}" for name in Settings.model_fields}
@@ -516,7 +514,7 @@ def test_the_k8s_handler_placeholder_is_no_module_so_it_cannot_ship(
 
 
 def test_the_placeholder_handlers_stop_a_real_worker_with_exit_2(
-    objects: dict[tuple[str, str], dict[str, Any]], redis_url: str
+    objects: dict[tuple[str, str], dict[str, Any]], redis_url: str, tmp_path: Path
 ) -> None:
     """`leasehold worker` with the ConfigMap's handlers says what is wrong and exits 2."""
     env = {
@@ -524,16 +522,9 @@ def test_the_placeholder_handlers_stop_a_real_worker_with_exit_2(
         "LEASEHOLD_REDIS_URL": redis_url,
         "LEASEHOLD_HANDLERS": config_env(objects)["LEASEHOLD_HANDLERS"],
     }
-    result = subprocess.run(
-        [sys.executable, "-m", "app.cli", "worker"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO_ROOT,
-    )
-    assert result.returncode == 2, result.stderr
-    assert "LEASEHOLD_HANDLERS" in result.stderr
+    returncode, output = run_cli("worker", env=env, log_path=tmp_path / "worker.log")
+    assert returncode == 2, output
+    assert "LEASEHOLD_HANDLERS" in output
 
 
 # --- compose publishes an unauthenticated API on loopback only -----------------------

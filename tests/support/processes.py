@@ -75,3 +75,24 @@ def processes(redis_url: str, prefix: str, tmp_path: Path) -> Iterator[Processes
     procs = Processes(base_env(redis_url, prefix, lease_ttl_s=1.0), tmp_path)
     yield procs
     procs.reap()
+
+
+def run_cli(
+    *args: str, env: dict[str, str], log_path: Path, timeout_s: float = 120.0
+) -> tuple[int, str]:
+    """Run ``leasehold <args>`` to its end with ``env`` alone; its exit status and output.
+
+    For commands expected to stop by themselves, e.g. on a setting error (exit 2).
+    """
+    child = spawn(
+        "cli",
+        list(args),
+        env=child_env(env, {"PYTHONPATH": str(REPO_ROOT)}),
+        log_path=log_path,
+        cwd=REPO_ROOT,
+    )
+    try:
+        returncode = child.wait(timeout_s)
+    finally:
+        child.kill()
+    return returncode, child.log()
