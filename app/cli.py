@@ -43,6 +43,8 @@ probe_app = typer.Typer(
     help="Health probes for containers: exit 0 when healthy, 1 when not.", no_args_is_help=True
 )
 app.add_typer(probe_app, name="probe")
+queues_app = typer.Typer(help="List and declare queues.", no_args_is_help=True)
+app.add_typer(queues_app, name="queues")
 demo_app = typer.Typer(help="Scripted demonstrations on a private stack.", no_args_is_help=True)
 app.add_typer(demo_app, name="demo")
 
@@ -473,6 +475,33 @@ def _report(result: ProbeResult) -> None:
     typer.echo(result.detail, err=not result.healthy)
     if not result.healthy:
         raise typer.Exit(EXIT_FAILED)
+
+
+@queues_app.command("list")
+def queues_list(as_json: JsonFlag = False, api_url: ApiUrl = None) -> None:
+    """Every declared queue: ready, running, delayed, parked, oldest queued age, memory."""
+    with _api(api_url) as client:
+        page = client.queues()
+    if as_json:
+        typer.echo(page.model_dump_json())
+        return
+    typer.echo(
+        f"{'queue':<24} {'ready':>7} {'running':>7} {'delayed':>7} {'parked':>7} "
+        f"{'oldest s':>9} {'memory':>10}"
+    )
+    for queue in page.items:
+        typer.echo(
+            f"{queue.name:<24} {queue.ready:>7} {queue.running:>7} {queue.delayed:>7} "
+            f"{queue.parked:>7} {queue.oldest_queued_age_s:>9.1f} {queue.memory_bytes:>10}"
+        )
+
+
+@queues_app.command("declare")
+def queues_declare(name: str, as_json: JsonFlag = False, api_url: ApiUrl = None) -> None:
+    """Declare a queue so runs may be created on it (idempotent)."""
+    with _api(api_url) as client:
+        queue = client.declare_queue(name)
+    typer.echo(queue.model_dump_json() if as_json else f"declared {queue.name}")
 
 
 def _print_run(run: Run, as_json: bool) -> None:

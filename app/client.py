@@ -27,6 +27,8 @@ from app.models import (
     TERMINAL_EVENT_TYPES,
     HandlerInfo,
     PurgeResult,
+    QueueInfo,
+    QueuePage,
     Run,
     RunEvent,
     RunPage,
@@ -300,6 +302,14 @@ class Client:
         """GET /workers."""
         return self._send(_workers())
 
+    def queues(self) -> QueuePage:
+        """GET /queues: every declared queue and what it holds."""
+        return QueuePage.model_validate(_check(self.http.get("/queues")).json())
+
+    def declare_queue(self, name: str) -> QueueInfo:
+        """PUT /queues/{name}: declare a queue (idempotent); ApiError 409 past MAX_QUEUES."""
+        return QueueInfo.model_validate(_check(self.http.put(f"/queues/{name}")).json())
+
 
 class AsyncClient:
     """Asyncio client with the same methods as :class:`Client`."""
@@ -344,6 +354,14 @@ class AsyncClient:
         """GET /runs with queue/status/handler/limit/cursor filters; summaries unless
         ``include="input,output,metadata"`` (any of them) asks for the large fields."""
         return await self._send(_list_runs(filters))
+
+    async def queues(self) -> QueuePage:
+        """GET /queues: every declared queue and what it holds."""
+        return QueuePage.model_validate(_check(await self.http.get("/queues")).json())
+
+    async def declare_queue(self, name: str) -> QueueInfo:
+        """PUT /queues/{name}: declare a queue (idempotent); ApiError 409 past MAX_QUEUES."""
+        return QueueInfo.model_validate(_check(await self.http.put(f"/queues/{name}")).json())
 
     async def cancel(self, run_id: str) -> StatusChange:
         """POST /runs/{id}/cancel."""

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from app.embedded import free_port
-from app.models import Run, RunPage, RunStatus
+from app.models import QueuePage, Run, RunPage, RunStatus
 from tests.support.processes import REPO_ROOT, Processes
 
 CLI_TIMEOUT_S = 60
@@ -146,3 +146,21 @@ def test_an_api_that_is_not_running_is_one_line_not_a_traceback() -> None:
     line = one_error_line(done)
     assert f"cannot reach the API at {url}" in line
     assert "--api-url" in line
+
+
+def test_queues_declare_then_list_and_an_undeclared_queue_is_one_error_line(api_url: str) -> None:
+    refused = leasehold("submit", "demo.sleep", "--queue", "mail", api_url=api_url)
+    assert refused.returncode == 1
+    assert "not declared" in one_error_line(refused)
+    declared = leasehold("queues", "declare", "mail", api_url=api_url)
+    assert declared.returncode == 0, declared.stderr
+    assert declared.stdout.strip() == "declared mail"
+    assert leasehold("submit", "demo.sleep", "--queue", "mail", api_url=api_url).returncode == 0
+    page = QueuePage.model_validate_json(
+        leasehold("queues", "list", "--json", api_url=api_url).stdout
+    )
+    by_name = {queue.name: queue for queue in page.items}
+    assert sorted(by_name) == ["default", "mail"]
+    assert by_name["mail"].ready == 1
+    human = leasehold("queues", "list", api_url=api_url).stdout
+    assert "mail" in human and "parked" in human

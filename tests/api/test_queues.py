@@ -171,3 +171,16 @@ async def test_metrics_and_listing_read_only_declared_queues(
     assert [item["queue"] for item in items] == ["default"]
     metrics = (await api.get("/metrics")).text
     assert 'queue="default"' in metrics and 'queue="ghost"' not in metrics
+
+
+async def test_a_parked_run_leaves_the_parked_count_when_cancelled(
+    api: httpx.AsyncClient, lease_store: LeaseStore
+) -> None:
+    run_id = (await api.post("/runs", json=ECHO)).json()["id"]
+    held = (await lease_store.claim("default", "w-a", 1)).runs[0]
+    escalation = Outcome(run_id, held.fence, "waiting_human", output_json='{"reason":"r"}')
+    await lease_store.finish_and_claim("default", "w-a", [escalation], 0)
+    assert (await api.get("/queues/default")).json()["parked"] == 1
+    assert (await api.post(f"/runs/{run_id}/cancel")).json()["status"] == "cancelled"
+    info = (await api.get("/queues/default")).json()
+    assert (info["parked"], info["ready"], info["running"]) == (0, 0, 0)
