@@ -189,6 +189,14 @@ def _workers() -> _Call[list[WorkerInfo]]:
     return _Call("GET", "/workers", _models(WorkerInfo))
 
 
+def _queues() -> _Call[QueuePage]:
+    return _Call("GET", "/queues", QueuePage.model_validate)
+
+
+def _declare_queue(name: str) -> _Call[QueueInfo]:
+    return _Call("PUT", f"/queues/{name}", QueueInfo.model_validate)
+
+
 class Client:
     """Blocking client."""
 
@@ -304,11 +312,11 @@ class Client:
 
     def queues(self) -> QueuePage:
         """GET /queues: every declared queue and what it holds."""
-        return QueuePage.model_validate(_check(self.http.get("/queues")).json())
+        return self._send(_queues())
 
     def declare_queue(self, name: str) -> QueueInfo:
         """PUT /queues/{name}: declare a queue (idempotent); ApiError 409 past MAX_QUEUES."""
-        return QueueInfo.model_validate(_check(self.http.put(f"/queues/{name}")).json())
+        return self._send(_declare_queue(name))
 
 
 class AsyncClient:
@@ -357,11 +365,11 @@ class AsyncClient:
 
     async def queues(self) -> QueuePage:
         """GET /queues: every declared queue and what it holds."""
-        return QueuePage.model_validate(_check(await self.http.get("/queues")).json())
+        return await self._send(_queues())
 
     async def declare_queue(self, name: str) -> QueueInfo:
         """PUT /queues/{name}: declare a queue (idempotent); ApiError 409 past MAX_QUEUES."""
-        return QueueInfo.model_validate(_check(await self.http.put(f"/queues/{name}")).json())
+        return await self._send(_declare_queue(name))
 
     async def cancel(self, run_id: str) -> StatusChange:
         """POST /runs/{id}/cancel."""
