@@ -15,7 +15,9 @@ The same pass ends the runs nobody claimed within their queued time-to-live
 (``LEASEHOLD_QUEUED_TTL_S``, or the run's ``queued_ttl_s``) as ``expired``, in
 batches of ``RECONCILE_BATCH`` (``expire_queued``): a queue no worker serves
 does not keep runs for ever. The reconciler also runs standalone, so this holds
-for queues that have no worker at all.
+for queues that have no worker at all. Each pass also sweeps one chunk of the
+queue's listing index for entries of runs whose retention ended
+(``RunStore.sweep_index``), so the index does not outgrow the runs.
 
 An expired lease is never by itself an error: in the retry case the run simply
 continues elsewhere. (DESIGN §6 names the first retry event ``orphaned``; it is
@@ -57,6 +59,7 @@ class Reconciler:
         self._queues = queues
         self._interval_s = interval_s
         self.actions_total = 0
+        self._sweep_at: dict[str, int] = {}  # per queue: where the listing-index sweep resumes
 
     async def run_forever(self) -> None:
         """Scan, sleep a jittered interval, repeat; survives Redis outages."""
@@ -74,6 +77,9 @@ class Reconciler:
         for queue in queues:
             done.extend(await self._drain(queue, self._lease_store.reconcile))
             done.extend(await self._drain(queue, self._lease_store.expire_queued))
+            self._sweep_at[queue] = await self._run_store.sweep_index(
+                queue, self._sweep_at.get(queue, 0), RECONCILE_BATCH
+            )
         RECONCILER_SCANS.inc()
         self.actions_total += len(done)
         return done

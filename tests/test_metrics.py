@@ -15,6 +15,7 @@ from tests.support.processes import Processes
 
 API_METRICS = {
     "leasehold_runs_created",
+    "leasehold_runs_deleted",
     "leasehold_queue_depth",
     "leasehold_oldest_queued_age_seconds",
     "leasehold_sse_subscribers",

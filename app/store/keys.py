@@ -124,8 +124,9 @@ class QueueKeys:
     def unclaimed(self) -> str:
         """Zset of never-claimed runs by the time they expire (``queued_ttl_s``).
 
-        Entries of runs claimed or ended since are dropped lazily by ``expire_queued``,
-        so claims stay untouched by it.
+        A run's first claim and every terminal write remove its entry (``claim_runs``
+        and ``finalize`` in lib.lua derive this key from ``run_prefix``: it must stay
+        ``<tag>:unclaimed`` beside ``<tag>:run:``); ``expire_queued`` ends the rest.
         """
         return f"{self.tag}:unclaimed"
 

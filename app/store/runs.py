@@ -537,6 +537,30 @@ class RunStore:
             positions = [position for position in positions if position < after]
         return positions[:LIST_SCAN_CHUNK]
 
+    async def sweep_index(self, queue: str, start: int, count: int) -> int:
+        """Drop listing-index entries of runs that are gone, ``count`` of them from ``start``.
+
+        A finished run's keys expire after its retention, but its entry in the
+        queue's listing index (``<tag>:runs``) is not a key of its own: listing prunes
+        the entries it reads, and this sweep (the reconciler's, oldest first, one
+        bounded chunk per pass) reaches the ones nobody pages to, so the index
+        does not outgrow the runs. Returns the position of the next sweep: 0 once
+        the end is reached. Safe anywhere: a record and its entry are created in
+        one script, so an entry without a record belongs to a run that is gone.
+        """
+        keys = self.keys(queue)
+        ids = cast(list[str], await self.client.zrange(keys.runs, start, start + count - 1))
+        if not ids:
+            return 0
+        pipe = self.client.pipeline(transaction=False)
+        for run_id in ids:
+            pipe.exists(keys.run(run_id))
+        present: list[int] = await pipe.execute()
+        gone = [run_id for run_id, exists in zip(ids, present, strict=True) if not exists]
+        if gone:
+            await self.client.zrem(keys.runs, *gone)
+        return 0 if len(ids) < count else start + len(ids) - len(gone)
+
     async def resolve(self, run_id: str, decision: ResolveRequest) -> Run:
         """Apply a person's decision to a ``reconciliation_required`` run; returns the run.
 

@@ -97,6 +97,10 @@ while #claimed < want do
         'lease_expires_at', expires, 'lease_ttl_ms', ttl, 'started_at', now,
         'last_renewed_at', now)
       redis.call('ZADD', KEYS[3], expires, id)
+      if fence == 1 then
+        -- claimed at last: its queued time-to-live no longer applies
+        redis.call('ZREM', unclaimed_key_of(KEYS[4]), id)
+      end
       emit(run_key, KEYS[5] .. id, 'claimed', fence, now, data, ARGV[4])
       claimed[#claimed + 1] = row(id, fence, cur)
     end

@@ -14,10 +14,10 @@
 -- events   expired (terminal), data {reason = 'queued_ttl', queued_for_ms}
 -- invariant: only a run that is still `queued` and was never claimed (fence 0) when
 --          its time-to-live has passed by the Redis clock *now* is expired, with one
---          terminal event, and leaves the ready list in the same step; any other
---          entry due (claimed, cancelled, deleted since) is only dropped from the
---          index. Claims never touch the index. Idempotent: a second pass finds
---          nothing left to do.
+--          terminal event, and leaves the ready list in the same step. A first
+--          claim and every terminal write drop their run from the index themselves;
+--          any other entry found due (a record gone) is only dropped. Idempotent: a
+--          second pass finds nothing left to do.
 -- validate-then-write: the numbers are checked, then every due run is read and its
 --          event encoded, all before the first write.
 --- @include lib

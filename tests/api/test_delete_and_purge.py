@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 import redis.asyncio as aioredis
+from prometheus_client import REGISTRY
 
 from app.models import RunStatus
 from app.settings import Settings
@@ -42,6 +43,14 @@ async def finish(lease_store: LeaseStore, queue: str, outcome: str, count: int =
     return [run.id for run in claim.runs]
 
 
+def deleted_count(via: str) -> float:
+    """This process's leasehold_runs_deleted_total for the default queue (the API runs here)."""
+    value = REGISTRY.get_sample_value(
+        "leasehold_runs_deleted_total", {"queue": "default", "via": via}
+    )
+    return value or 0.0
+
+
 async def keys_left(client: aioredis.Redis, settings: Settings, run_id: str, idem: str) -> dict:  # type: ignore[type-arg]
     """Which of the run's keys and index entries still exist."""
     keys = QueueKeys(settings.prefix, run_id.rsplit(".", 1)[0])
@@ -64,8 +73,10 @@ async def test_delete_removes_a_finished_run_and_every_key_of_it(
     run_id = await create(api, idempotency_key="del-1")
     await redis_client.hset(QueueKeys(settings.prefix, "default").effects(run_id), "e:1", "{}")
     assert await finish(lease_store, "default", "succeeded") == [run_id]
+    before = deleted_count("delete")
     response = await api.delete(f"/runs/{run_id}")
     assert response.status_code == 204
+    assert deleted_count("delete") == before + 1
     assert (await api.get(f"/runs/{run_id}")).status_code == 404
     assert await keys_left(redis_client, settings, run_id, "del-1") == {
         "record": 0,
@@ -223,6 +234,7 @@ async def test_purge_works_in_bounded_batches_until_done(
     deleted: list[str] = []
     cursor = None
     calls = 0
+    before = deleted_count("purge")
     while True:
         body = {"limit": 3} | ({"cursor": cursor} if cursor else {})
         page = (await api.post("/runs/purge", json=body)).json()
@@ -233,6 +245,7 @@ async def test_purge_works_in_bounded_batches_until_done(
             break
         cursor = page["next_cursor"]
     assert sorted(deleted) == sorted(finished)
+    assert deleted_count("purge") == before + 7
     assert calls >= 3
     assert (await api.get("/runs")).json()["items"] == []
 

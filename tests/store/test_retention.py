@@ -22,6 +22,7 @@ from app.store.leases import LeaseStore, Outcome
 from app.store.progress import EffectCall, EffectOutcome, ProgressStore
 from app.store.runs import NewRun, RunStore
 from app.store.scripts import Scripts, lua_dir
+from tests.support.polling import eventually
 
 OWNER = "w-retention"
 # distinct per status, so a key carrying another status's value is caught
@@ -175,11 +176,31 @@ async def test_a_claimed_run_never_expires_even_past_its_queued_ttl(
     stores: Stores, redis_client: aioredis.Redis
 ) -> None:
     created = await stores.runs.create(NewRun(handler="demo.echo", input={}, queued_ttl_ms=100))
+    assert await redis_client.zscore(stores.keys.unclaimed, created.run.id) is not None
     await stores.leases.claim("default", OWNER, 1)
+    # the first claim takes it out of the index: a served queue's index stays small
+    assert await redis_client.zcard(stores.keys.unclaimed) == 0
     await asyncio.sleep(0.2)
     assert await stores.leases.expire_queued("default") == []
     assert (await stores.runs.get(created.run.id)).status == RunStatus.RUNNING
-    assert await redis_client.zcard(stores.keys.unclaimed) == 0  # the stale entry is gone
+
+
+async def test_a_run_cancelled_while_queued_leaves_the_unclaimed_index(
+    stores: Stores, redis_client: aioredis.Redis
+) -> None:
+    created = await stores.runs.create(NewRun(handler="demo.echo", input={}))
+    await stores.runs.cancel(created.run.id)
+    assert await redis_client.zcard(stores.keys.unclaimed) == 0
+
+
+async def test_lua_derives_the_unclaimed_key_as_store_keys_builds_it(
+    stores: Stores, redis_client: aioredis.Redis
+) -> None:
+    lib = (lua_dir() / "includes" / "lib.lua").read_text()
+    derived = await redis_client.eval(
+        lib + "\nreturn unclaimed_key_of(ARGV[1])", 0, stores.keys.run_prefix
+    )
+    assert derived == stores.keys.unclaimed
 
 
 async def test_a_cancelled_run_past_its_queued_ttl_stays_cancelled(stores: Stores) -> None:
@@ -222,3 +243,28 @@ def test_the_lua_terminal_set_is_the_models_one() -> None:
     assert match
     names = set(re.findall(r"(\w+) = true", match["body"]))
     assert names == {status.value for status in TERMINAL_STATUSES}
+
+
+async def test_the_reconciler_sweeps_listing_entries_of_runs_whose_retention_ended(
+    redis_client: aioredis.Redis, scripts: Scripts, settings: Settings
+) -> None:
+    brief = settings.model_copy(update={"retention_succeeded_s": 0.05})
+    leases = LeaseStore.for_settings(redis_client, scripts, brief)
+    runs = RunStore.for_settings(redis_client, scripts, brief)
+    keys = leases.keys("default")
+    for _ in range(5):
+        await runs.create(NewRun(handler="demo.echo", input={}))
+    claim = await leases.claim("default", OWNER, 3)
+    done = [Outcome(run.id, run.fence, "succeeded") for run in claim.runs]
+    await leases.finish_and_claim("default", OWNER, done, 0)
+    await eventually(
+        lambda: redis_client.exists(*(keys.run(run.id) for run in claim.runs)),
+        until=lambda left: left == 0,
+        what="the finished runs' records to expire",
+    )
+    assert await redis_client.zcard(keys.runs) == 5  # nobody listed them: entries dangle
+    reconciler = Reconciler(lease_store=leases, run_store=runs, queues=["default"], interval_s=1)
+    await reconciler.scan()
+    assert await redis_client.zcard(keys.runs) == 2  # the two queued runs stay listed
+    assert await runs.sweep_index("default", 0, 2) == 2  # a full chunk: resume after it
+    assert await runs.sweep_index("default", 2, 2) == 0  # past the end: start over

@@ -157,11 +157,18 @@ local function make_ready(ready_key, wake_channel, run_id, at_front)
   redis.call('PUBLISH', wake_channel, 'ready')
 end
 
+-- A key of the queue beside its run records: store/keys.py builds `<tag>:run:<id>` and
+-- `<tag>:<name>` from the same hash-tagged tag, so a script holding the run prefix
+-- (`<tag>:run:`, a KEYS entry) derives the queue's other keys without a KEYS slot.
+local function queue_key_of(run_prefix, name)
+  return string.sub(run_prefix, 1, -5) .. name
+end
+
 -- A queue's parked index (zset id -> parked_at ms, for GET /queues) sits beside its
 -- run records: store/keys.py builds `<tag>:parked` and `<tag>:run:<id>` from the same
 -- tag. Every script that parks, resumes or ends a run derives it from its run prefix.
 local function parked_of(run_prefix)
-  return string.sub(run_prefix, 1, -5) .. 'parked'
+  return queue_key_of(run_prefix, 'parked')
 end
 
 -- Park a held run for a person (waiting_human, reconciliation_required): the lease is
@@ -187,7 +194,15 @@ end
 -- from the run prefix (a KEYS entry, same hash tag) lets every script that ends a run
 -- expire the effects with it, as the batch scripts derive run keys from their prefix.
 local function effects_key_of(run_prefix, run_id)
-  return string.sub(run_prefix, 1, -5) .. 'effects:' .. run_id
+  return queue_key_of(run_prefix, 'effects:' .. run_id)
+end
+
+-- A queue's unclaimed index sits beside its run records: store/keys.py builds
+-- `<tag>:run:` and `<tag>:unclaimed` from the same tag (a test holds the two equal).
+-- Derived from the run prefix, so a run's first claim and finalize drop it from the
+-- index without a KEYS slot, and the index holds only runs still waiting.
+local function unclaimed_key_of(run_prefix)
+  return queue_key_of(run_prefix, 'unclaimed')
 end
 
 -- How long a run that ended in `status` is kept, in ms: its own `retention_ms` (set
@@ -219,6 +234,7 @@ local function finalize(k, run_id, status, fence, now, fields, data, retention, 
   redis.call('HDEL', run_key, 'lease_expires_at')
   redis.call('ZREM', k.leases, run_id)
   redis.call('ZREM', parked_of(k.run_prefix), run_id)
+  redis.call('ZREM', unclaimed_key_of(k.run_prefix), run_id)
   emit(run_key, events_key, status, fence, now, data, maxlen)
   redis.call('PEXPIRE', run_key, retention_ms)
   redis.call('PEXPIRE', events_key, retention_ms)
