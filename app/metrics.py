@@ -67,7 +67,8 @@ BUDGET_FAILURES = Counter("leasehold_budget_failures_total", "Runs failed by a b
 QUEUE_DEPTH = Gauge(
     "leasehold_queue_depth",
     "Runs per queue: ready (waiting to be claimed), delayed (retry backoff), "
-    "leased (held by a worker). Measured at scrape time.",
+    "leased (held by a worker), parked (waiting_human, reconciliation_required). "
+    "Measured at scrape time.",
     ["queue", "state"],
 )
 OLDEST_QUEUED_AGE = Gauge(

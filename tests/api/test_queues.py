@@ -171,6 +171,7 @@ async def test_metrics_and_listing_read_only_declared_queues(
     assert [item["queue"] for item in items] == ["default"]
     metrics = (await api.get("/metrics")).text
     assert 'queue="default"' in metrics and 'queue="ghost"' not in metrics
+    assert 'leasehold_queue_depth{queue="default",state="parked"} 0.0' in metrics
 
 
 async def test_a_parked_run_leaves_the_parked_count_when_cancelled(

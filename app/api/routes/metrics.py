@@ -28,5 +28,6 @@ async def metrics(state: State) -> Response:
         QUEUE_DEPTH.labels(queue, "ready").set(depth.ready)
         QUEUE_DEPTH.labels(queue, "delayed").set(depth.delayed)
         QUEUE_DEPTH.labels(queue, "leased").set(depth.leased)
+        QUEUE_DEPTH.labels(queue, "parked").set(depth.parked)
         OLDEST_QUEUED_AGE.labels(queue).set(depth.oldest_queued_age_s)
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
