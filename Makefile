@@ -39,10 +39,14 @@ format: install
 ## deploy/requirements.lock: pyproject.toml's runtime dependencies pinned with sha256 hashes
 ## (from PyPI) for the container image, which installs it with --require-hashes. Re-run
 ## after changing dependencies or to take upgrades; tests/deploy checks it covers them.
+## deploy/build-requirements.lock does the same for [build-system] requires (hatchling), which
+## the image's build stage installs before building the wheel without build isolation.
+LOCK_ARGS = --generate-hashes --upgrade --python-version 3.11 --python-platform linux \
+	--custom-compile-command "make lock"
 lock: install
-	$(BIN)/uv pip compile pyproject.toml --generate-hashes --upgrade \
-	  --python-version 3.11 --python-platform linux \
-	  --custom-compile-command "make lock" --output-file deploy/requirements.lock
+	$(BIN)/uv pip compile pyproject.toml $(LOCK_ARGS) --output-file deploy/requirements.lock
+	$(BIN)/python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"], sep="\n")' \
+	  | $(BIN)/uv pip compile - $(LOCK_ARGS) --output-file deploy/build-requirements.lock
 
 ## Benchmarks; results go to bench/out and are summarised in BENCHMARKS.md.
 ## BENCH_ARGS, e.g. "--n 5000 --reps 1 --skip heartbeat" (see python -m bench.throughput -h);

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +22,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from tests.deploy.files import COMPOSE, K8S, LOCK, load_compose
+from tests.deploy.files import BUILD_LOCK, COMPOSE, K8S, LOCK, load_compose
 from tests.deploy.test_manifests import dockerfile_stages
 from tests.support.processes import REPO_ROOT
 
@@ -48,35 +50,50 @@ def runtime_requirements() -> list[Requirement]:
     return [r for r in requirements if r.marker is None or r.marker.evaluate(environment)]
 
 
-def lock_entries() -> dict[str, tuple[Version, list[str]]]:
-    """``name -> (version, hashes)`` for every requirement of the lock file."""
-    text = re.sub(r"\\\n", " ", LOCK.read_text())
+def build_requirements() -> list[Requirement]:
+    """What building the wheel needs: pyproject's [build-system] requires."""
+    return [Requirement(line) for line in pyproject()["build-system"]["requires"]]
+
+
+def lock_entries(lock: Path = LOCK) -> dict[str, tuple[Version, list[str]]]:
+    """``name -> (version, hashes)`` for every requirement of a lock file."""
+    text = re.sub(r"\\\n", " ", lock.read_text())
     entries = {}
     for line in text.splitlines():
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         match = PIN.match(line.strip())
-        assert match, f"deploy/requirements.lock: not an exact pin: {line.strip()!r}"
+        assert match, f"{lock.name}: not an exact pin: {line.strip()!r}"
         hashes = re.findall(r"--hash=sha256:([0-9a-f]{64})\b", line)
         entries[canonicalize_name(match.group(1))] = (Version(match.group(2)), hashes)
     return entries
 
 
-def test_the_lock_pins_every_runtime_dependency_at_an_allowed_version() -> None:
-    entries = lock_entries()
+LOCKS = [(LOCK, runtime_requirements), (BUILD_LOCK, build_requirements)]
+LOCK_IDS = ["runtime", "build"]
+
+
+@pytest.mark.parametrize(("lock", "required"), LOCKS, ids=LOCK_IDS)
+def test_the_lock_pins_every_dependency_at_an_allowed_version(
+    lock: Path, required: Callable[[], list[Requirement]]
+) -> None:
+    entries = lock_entries(lock)
     problems = []
-    for requirement in runtime_requirements():
+    for requirement in required():
         name = canonicalize_name(requirement.name)
         if name not in entries:
-            problems.append(f"{name}: not in the lock (run `make lock`)")
+            problems.append(f"{name}: not in {lock.name} (run `make lock`)")
         elif not requirement.specifier.contains(entries[name][0], prereleases=True):
             problems.append(f"{name}=={entries[name][0]}: outside {requirement.specifier}")
     assert problems == []
 
 
-def test_every_locked_requirement_carries_a_hash() -> None:
-    entries = lock_entries()
-    assert len(entries) >= len(runtime_requirements())
+@pytest.mark.parametrize(("lock", "required"), LOCKS, ids=LOCK_IDS)
+def test_every_locked_requirement_carries_a_hash(
+    lock: Path, required: Callable[[], list[Requirement]]
+) -> None:
+    entries = lock_entries(lock)
+    assert len(entries) >= len(required())
     assert [name for name, (_, hashes) in entries.items() if not hashes] == []
 
 
@@ -88,7 +105,9 @@ def test_the_lock_parser_refuses_what_pip_would_not_check() -> None:
 
 def test_the_image_installs_the_lock_with_hashes_and_nothing_unpinned() -> None:
     build = " ".join(dockerfile_stages()[0])
-    assert "COPY deploy/requirements.lock ./" in build
+    assert "COPY deploy/requirements.lock deploy/build-requirements.lock ./" in build
+    assert "pip install --require-hashes --no-deps -r build-requirements.lock" in build
+    assert "pip wheel --no-build-isolation --no-deps" in build
     assert "pip install --require-hashes --no-deps -r requirements.lock" in build
     assert "pip install --no-deps /wheels/leasehold-" in build
     installs = re.findall(r"pip install [^&]*", build)
