@@ -139,6 +139,7 @@ def api(
     import uvicorn
 
     from app.api.app import create_app
+    from app.api.server import uvicorn_options
 
     settings = settings_or_exit(api_host=host, api_port=port)
     registry = handlers_or_exit(settings)
@@ -151,6 +152,7 @@ def api(
         # None: uvicorn keeps its hands off logging, so its lines use LEASEHOLD_LOG_FORMAT too
         log_config=None,
         timeout_graceful_shutdown=5,
+        **uvicorn_options(settings),  # connection limit, keep-alive and header timeouts
     )
 
 

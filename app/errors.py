@@ -19,6 +19,7 @@
     ├── InvalidEvent                  a handler emitted a reserved or malformed event
     │   └── EventTooLarge             ... or one over the configured size bound
     ├── EscalationRequested           the watchdog escalated: the run parks in waiting_human
+    ├── CapacityExceeded              an API process's cap on streams is reached (503)
     └── RunFailure                    why a run ended ``failed``; carried in ``run.error``
         ├── HandlerFailed             the handler raised something untyped
         ├── InvalidCheckpoint         ctx.checkpoint() got state that is not JSON
@@ -309,3 +310,12 @@ class EffectNotApplied(RunFailure):
 
     code = "effect_not_applied"
     retryable = True
+
+
+class CapacityExceeded(LeaseholdError):
+    """A per-process bound (SSE followers, followed runs or queues) is reached: retry later."""
+
+    def __init__(self, what: str, limit: int, setting: str) -> None:
+        super().__init__(f"this API process already serves {limit} {what} ({setting})")
+        self.what = what
+        self.limit = limit

@@ -80,3 +80,11 @@ SSE_SUBSCRIBERS = Gauge("leasehold_sse_subscribers", "Clients following a run in
 SSE_EVENTS_SENT = Counter(
     "leasehold_sse_events_sent_total", "Events sent to SSE followers by this API."
 )
+SSE_STREAMS = Gauge(
+    "leasehold_sse_streams", "SSE responses (run events and /activity) this API serves now."
+)
+SSE_REFUSED = Counter(
+    "leasehold_sse_refused_total",
+    "SSE requests refused with 503 at a per-process cap: followers, runs or queues.",
+    ["cap"],
+)

@@ -21,6 +21,7 @@ RUN_ID = re.compile(RUN_ID_PATTERN)
 EVENT_ID_PATTERN = r"^\d{1,20}-\d{1,20}$"
 EVENT_ID = re.compile(EVENT_ID_PATTERN)
 MAX_STREAM_ID_PART = 2**64 - 1
+LAST_STREAM_ID = (MAX_STREAM_ID_PART, MAX_STREAM_ID_PART)  # as event_id_order gives it
 
 
 def is_stream_id(value: str) -> bool:
@@ -34,6 +35,15 @@ def is_stream_id(value: str) -> bool:
         and EVENT_ID.fullmatch(value) is not None
         and all(int(part) <= MAX_STREAM_ID_PART for part in value.split("-"))
     )
+
+
+def is_resume_point(value: str) -> bool:
+    """Whether a stream can be read *after* ``value``: a stream id, but not the very last one.
+
+    Redis has no id after ``2^64-1-2^64-1`` (an exclusive range from it is an
+    error), so that one, valid as an id, would fail the stream after its 200.
+    """
+    return is_stream_id(value) and event_id_order(value) != LAST_STREAM_ID
 
 
 def event_id_order(event_id: str) -> tuple[int, int]:

@@ -281,7 +281,54 @@ class Settings(BaseSettings):
     sse_max_followed_runs: int = Field(
         default=1000,
         ge=1,
-        description="Runs one API process can follow at once (one Redis connection each)",
+        description="Distinct runs one API process follows at once (keys of its one blocking "
+        "XREAD); a follower of one more gets 503",
+    )
+    sse_max_followers: int = Field(
+        default=1000,
+        ge=1,
+        description="SSE responses (run events and /activity) one API process serves at once; "
+        "past it 503 with Retry-After",
+    )
+    activity_max_queues: int = Field(
+        default=100,
+        ge=1,
+        le=1000,
+        description="Queues one GET /activity may follow; more named gets 400, and without "
+        "queue= it follows the first this many",
+    )
+    activity_max_followed_queues: int = Field(
+        default=1000,
+        ge=1,
+        description="Distinct queues one API process follows at once over /activity; a "
+        "request for more gets 503",
+    )
+    redis_max_connections: int = Field(
+        default=64,
+        ge=1,
+        description="Redis connections the API's request pool opens at most (per node in a "
+        "cluster, where the floor is 512)",
+    )
+    redis_pool_timeout_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="Longest an API request waits for a free Redis connection; past it 503 "
+        "with Retry-After",
+    )
+    api_max_connections: int = Field(
+        default=2000,
+        ge=1,
+        description="Open HTTP connections one API process accepts (uvicorn limit_concurrency); "
+        "past it 503 with Retry-After",
+    )
+    api_keep_alive_s: float = Field(
+        default=5.0, gt=0, description="An idle keep-alive connection is closed after this long"
+    )
+    api_header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="A request's line and headers must arrive within this long, or the "
+        "connection is closed",
     )
     api_host: str = Field(default="127.0.0.1", description="Address the API binds to")
     api_port: int = Field(default=8000, ge=0, le=65535, description="Port the API listens on")

@@ -4,9 +4,9 @@ This is how the console's runs view stays current without polling. Each queue
 has a capped activity stream that the Lua transitions write (see
 ``app.store.activity``); this module follows several of them in one response.
 
-* **Fan-out.** :class:`ActivityHub` keeps one blocking ``XREAD`` per followed
-  queue per process, however many consoles watch it, and copies entries into
-  each follower's bounded inbox (the drop rule of ``app.api.hub``).
+* **Fan-out.** :class:`ActivityHub` reads each followed queue once per process,
+  however many consoles watch it, and copies entries into each follower's
+  bounded inbox (the drop rule of ``app.api.hub``).
 * **Position.** One SSE stream covers several queues, so its ``id:`` is a
   cursor holding a position per queue: ``default@1700000000000-0,mail@...``.
   Sent back as ``Last-Event-ID``, it resumes every queue exactly where it was.
@@ -17,6 +17,12 @@ has a capped activity stream that the Lua transitions write (see
   ``replay_unavailable`` event naming the queue: reload the list, then go on.
 * **New queues.** Following every queue (no ``queue=``), the set of queues is
   re-read every :data:`QUEUE_RESCAN_S` and new ones are followed from their start.
+* **Bounds.** Only declared queues (:mod:`app.store.queues`) are followed: a
+  made-up name is refused before the stream starts. One request follows at most
+  ``LEASEHOLD_ACTIVITY_MAX_QUEUES`` queues (without ``queue=``, the first that
+  many: ``ready`` then carries ``limit``), one process at most
+  ``LEASEHOLD_ACTIVITY_MAX_FOLLOWED_QUEUES`` distinct ones, and all of them are
+  served by one blocking read (:mod:`app.store.feeds`).
 """
 
 from __future__ import annotations
@@ -29,14 +35,17 @@ from dataclasses import dataclass, field
 
 from sse_starlette import ServerSentEvent
 
-from app.api.hub import Feed, FeedRegistry, Subscription, fan_out, read_until_done
-from app.models import ActivityEntry, event_id_order, is_stream_id
+from app.api.hub import Feed, FeedRegistry, Subscription, fan_out
+from app.models import ActivityEntry, event_id_order, is_resume_point
 from app.store.activity import ActivityStore
+from app.store.feeds import read_group, wait_for_news
 
 log = logging.getLogger(__name__)
 
 REPLAY_CHUNK = 500
-MAX_QUEUES = 100
+READ_COUNT = 500  # entries per read of a feed
+# hard ceiling of LEASEHOLD_ACTIVITY_MAX_QUEUES and of the queues one cursor may name
+MAX_QUEUES = 1000
 # following every queue, how often the set of queues is re-read (one SMEMBERS)
 QUEUE_RESCAN_S = 2.0
 _QUEUE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
@@ -63,7 +72,7 @@ def decode_cursor(text: str) -> Cursor:
     cursor: Cursor = {}
     for part in text.split(","):
         queue, _, position = part.rpartition("@")
-        if not valid_queue(queue) or not is_stream_id(position):
+        if not valid_queue(queue) or not is_resume_point(position):
             raise InvalidCursor(
                 f"Last-Event-ID {text[:80]!r} is not an activity cursor "
                 "like default@1700000000000-0"
@@ -75,11 +84,7 @@ def decode_cursor(text: str) -> Cursor:
 
 
 class QueueFeed(Feed[ActivityEntry]):
-    """One blocking reader of one queue's activity stream, shared in the process."""
-
-    def __init__(self, queue: str) -> None:
-        super().__init__(queue)
-        self.position: str | None = None
+    """The feed of one queue's activity stream, shared in the process."""
 
     @property
     def queue(self) -> str:
@@ -88,18 +93,30 @@ class QueueFeed(Feed[ActivityEntry]):
 
 
 class ActivityHub:
-    """Process-wide :class:`QueueFeed` registry; a subscription may span several feeds."""
+    """Process-wide :class:`QueueFeed` registry; a subscription may span several feeds.
 
-    def __init__(self, store: ActivityStore, *, block_ms: int, queue_max: int) -> None:
+    One blocking read serves every followed queue (one per queue in a cluster).
+    At most ``max_queues`` distinct queues are followed at once.
+    """
+
+    def __init__(
+        self, store: ActivityStore, *, block_ms: int, queue_max: int, max_queues: int
+    ) -> None:
         self._store = store
         self._block_ms = block_ms
         self._queue_max = queue_max
-        self._feeds = FeedRegistry(QueueFeed, self._read)
+        self.max_queues = max_queues
+        self._feeds = FeedRegistry(self._new_feed, self, what="activity feed")
 
     @property
     def readers(self) -> int:
-        """How many queues this process is reading from Redis right now."""
+        """How many queues this process follows right now."""
         return len(self._feeds)
+
+    def room_for(self, queues: list[str]) -> bool:
+        """Whether following ``queues`` stays within ``max_queues`` distinct queues."""
+        new = sum(1 for queue in queues if self._feeds.get(queue) is None)
+        return new == 0 or len(self._feeds) + new <= self.max_queues
 
     def new_subscription(self) -> Subscription[ActivityEntry]:
         """An inbox to :meth:`follow` queues with."""
@@ -117,7 +134,7 @@ class ActivityHub:
         return feed.position
 
     def unfollow(self, subscription: Subscription[ActivityEntry], queues: list[str]) -> None:
-        """Stop delivering these queues; a feed's last follower stops its reader."""
+        """Stop delivering these queues; a feed's last follower drops it."""
         for queue in queues:
             self._feeds.leave(queue, subscription)
 
@@ -125,17 +142,23 @@ class ActivityHub:
         """Stop every reader (API shutdown)."""
         await self._feeds.close()
 
-    async def _read(self, feed: QueueFeed) -> None:
-        await read_until_done(
-            lambda: self._step(feed), "activity feed", log_extra={"queue": feed.queue}
-        )
+    def _new_feed(self, queue: str) -> QueueFeed:
+        key = self._store.key(queue)
+        return QueueFeed(queue, stream_key=key, group=read_group(self._store.client, key))
 
-    async def _step(self, feed: QueueFeed) -> bool:
-        """One blocking read of the queue's new entries, fanned out; never done."""
-        if feed.position is None:
-            feed.position = await self._store.newest(feed.queue)
-            feed.ready.set()
-        entries = await self._store.wait(feed.queue, after=feed.position, block_ms=self._block_ms)
+    async def start(self, feed: QueueFeed) -> None:
+        """Start at the stream's newest entry: "now"."""
+        feed.position = await self._store.newest(feed.queue)
+
+    async def wait(self, positions: dict[str, str]) -> set[str]:
+        """One blocking XREAD over every caught-up queue."""
+        return await wait_for_news(self._store.client, positions, block_ms=self._block_ms)
+
+    async def read(self, feed: QueueFeed) -> bool:
+        """One read of the queue's new entries, fanned out; never done."""
+        assert feed.position is not None
+        entries = await self._store.read(feed.queue, after=feed.position, count=READ_COUNT)
+        feed.pending = len(entries) >= READ_COUNT
         for entry in entries:
             feed.position = entry.id
             fan_out(feed.subscribers, entry)
@@ -190,39 +213,55 @@ class ActivityFollower:
 async def activity_events(
     follower: ActivityFollower,
     *,
-    queues: list[str] | None,
+    queues: list[str],
     resume: Cursor | None,
+    every_queue: int | None = None,
     rescan_s: float = QUEUE_RESCAN_S,
 ) -> AsyncIterator[ServerSentEvent]:
-    """The activity of ``queues`` (every queue when None), live, until the client leaves.
+    """The activity of ``queues``, live, until the client leaves.
 
-    Ends early only when this follower fell too far behind; the client reconnects
-    with its last cursor and misses nothing.
+    ``every_queue`` (following every queue): how many queues this stream may
+    follow in all; queues created later join it, up to that many. Ends early
+    only when this follower fell too far behind; the client reconnects with its
+    last cursor and misses nothing.
     """
     followed: list[str] = []
     try:
-        for queue in queues if queues is not None else await follower.store.queues():
+        for queue in queues:
             followed.append(queue)
             start = resume.get(queue, "0-0") if resume is not None else None
             async for message in follower.join(queue, start):
                 yield message
         if resume is None:
-            yield follower.message("ready", json.dumps({"queues": followed}))
-        async for message in _live(follower, followed, rescan_s=None if queues else rescan_s):
+            yield follower.message("ready", json.dumps(_ready(followed, every_queue)))
+        scan = None if every_queue is None else rescan_s
+        async for message in _live(follower, followed, rescan_s=scan, limit=every_queue):
             yield message
     finally:
         follower.hub.unfollow(follower.subscription, followed)
 
 
+def _ready(followed: list[str], every_queue: int | None) -> dict[str, object]:
+    """The ``ready`` message's data: the queues followed, and (following every queue) the cap."""
+    data: dict[str, object] = {"queues": followed}
+    if every_queue is not None and len(followed) >= every_queue:
+        data["limit"] = every_queue  # more queues may exist: name them with ?queue=
+    return data
+
+
 async def _live(
-    follower: ActivityFollower, followed: list[str], *, rescan_s: float | None
+    follower: ActivityFollower,
+    followed: list[str],
+    *,
+    rescan_s: float | None,
+    limit: int | None,
 ) -> AsyncIterator[ServerSentEvent]:
     """Entries from the hub as they come; every ``rescan_s`` (if set) join new queues."""
     loop = asyncio.get_running_loop()
     next_scan = None if rescan_s is None else loop.time() + rescan_s
     while True:
         if next_scan is not None and rescan_s is not None and loop.time() >= next_scan:
-            async for message in _join_new_queues(follower, followed):
+            async for message in _join_new_queues(follower, followed, limit=limit or MAX_QUEUES):
                 yield message
             next_scan = loop.time() + rescan_s
         timeout = None if next_scan is None else max(0.0, next_scan - loop.time())
@@ -238,11 +277,17 @@ async def _live(
 
 
 async def _join_new_queues(
-    follower: ActivityFollower, followed: list[str]
+    follower: ActivityFollower, followed: list[str], *, limit: int
 ) -> AsyncIterator[ServerSentEvent]:
-    """Follow queues created since the stream started, from their first entry."""
+    """Follow queues created since the stream started, from their first entry, up to ``limit``.
+
+    A queue the process has no room for (``activity_max_followed_queues``) is
+    left out until a later scan finds room.
+    """
     for queue in await follower.store.queues():
-        if queue not in followed and len(followed) < MAX_QUEUES:
+        if len(followed) >= limit:
+            return
+        if queue not in followed and follower.hub.room_for([queue]):
             followed.append(queue)
             async for message in follower.join(queue, "0-0"):
                 yield message

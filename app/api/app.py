@@ -16,6 +16,7 @@ from redis.exceptions import RedisError
 
 from app import __version__
 from app.api.activity import ActivityHub
+from app.api.admission import StreamSlots
 from app.api.auth import OPEN_PATHS, BearerAuth
 from app.api.cors import install_cors
 from app.api.hub import EventHub
@@ -42,6 +43,8 @@ from app.store.runs import RunStore
 from app.store.scripts import Scripts
 
 BODY_OVERHEAD_BYTES = 16_384
+# the feeds' pool: two blocking readers (run events, activity) and the feeds' short reads
+STREAM_POOL_CONNECTIONS = 16
 
 
 def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> FastAPI:
@@ -50,15 +53,22 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        client = async_client(settings.resolved_redis_url())
+        client = async_client(
+            settings.resolved_redis_url(),
+            max_connections=settings.redis_max_connections,
+            pool_timeout_s=settings.redis_pool_timeout_s,
+        )
         scripts = Scripts.for_settings(settings)
         # if Redis is not up yet, /readyz says so and calls load scripts on demand
         with contextlib.suppress(RedisError, OSError):
             await scripts.load_all(client)
         store = RunStore.for_settings(client, scripts, settings)
-        # blocking XREADs get their own pool: one connection per followed run
+        # the feeds' reads get their own pool: one blocking XREAD per hub (per queue in a
+        # cluster) and a few non-blocking reads, whatever the number of streams followed
         stream_client = async_client(
-            settings.resolved_redis_url(), max_connections=settings.sse_max_followed_runs
+            settings.resolved_redis_url(),
+            max_connections=STREAM_POOL_CONNECTIONS,
+            pool_timeout_s=settings.redis_pool_timeout_s,
         )
         stream_store = RunStore.for_settings(stream_client, scripts, settings)
         hub = EventHub(
@@ -68,6 +78,7 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
             ActivityStore(stream_client, prefix=settings.prefix),
             block_ms=settings.sse_block_ms,
             queue_max=settings.sse_queue_max,
+            max_queues=settings.activity_max_followed_queues,
         )
         queues = QueueStore(
             client,
@@ -77,7 +88,15 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
             max_queues=settings.max_queues,
         )
         app.state.leasehold = ApiState(
-            settings, client, scripts, store, handlers, hub, activity=activity_hub, queues=queues
+            settings,
+            client,
+            scripts,
+            store,
+            handlers,
+            hub,
+            activity=activity_hub,
+            queues=queues,
+            slots=StreamSlots(settings.sse_max_followers),
         )
         try:
             yield

@@ -1,11 +1,14 @@
-"""Per-process fan-out of run events: N followers of one run cost one Redis reader.
+"""Per-process fan-out of run events: N followers of one run, M runs, one Redis reader.
 
-A :class:`RunFeed` owns a single reader for one run (the ``read_events`` script,
-pipelined behind a blocking ``XREAD`` when it waits for news) and copies each
-event into every subscriber's bounded queue. A subscriber that falls more
-than ``queue_max`` events behind is dropped (its queue is cleared and closed):
-it must never slow down the reader, the other subscribers or the writer. The
-client then reconnects with ``Last-Event-ID`` and loses nothing.
+A :class:`RunFeed` reads one run's stream (the ``read_events`` script) and copies
+each event into every subscriber's bounded queue. Feeds never block on their
+own: once every feed is caught up, one blocking ``XREAD`` over all their streams
+waits for news (:mod:`app.store.feeds`; per queue in a cluster), so the number
+of Redis connections does not grow with the number of runs followed. A
+subscriber that falls more than ``queue_max`` events behind is dropped (its
+queue is cleared and closed): it must never slow down the reader, the other
+subscribers or the writer. The client then reconnects with ``Last-Event-ID``
+and loses nothing.
 
 The feed's starting position is fixed *before* a subscriber replays history, so
 replay-then-tail has no gap: the subscriber's replay covers everything up to
@@ -28,12 +31,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Generic, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, Protocol, TypeVar
 
 from redis.exceptions import RedisError
 
 from app.api.frames import Frame, frame, gap
+from app.store.feeds import read_group, wait_for_news
 from app.store.runs import RunStore
 
 log = logging.getLogger(__name__)
@@ -44,6 +48,7 @@ READ_COUNT = 1000  # entries per read of a feed
 
 T = TypeVar("T")
 F = TypeVar("F", bound="Feed[Any]")
+F_contra = TypeVar("F_contra", bound="Feed[Any]", contravariant=True)
 
 
 class Subscription(Generic[T]):
@@ -100,65 +105,152 @@ def fan_out(subscribers: set[Subscription[T]], item: T) -> None:
 
 
 class Feed(Generic[T]):
-    """One reader task for one key (a run, a queue), shared by every subscriber in the process."""
+    """One followed stream (a run's events, a queue's activity), shared by every subscriber.
 
-    def __init__(self, key: str) -> None:
+    ``stream_key`` is the Redis key read; feeds of one ``group`` wait together in
+    one blocking read (:mod:`app.store.feeds`).
+    """
+
+    def __init__(self, key: str, *, stream_key: str, group: str) -> None:
         self.key = key
+        self.stream_key = stream_key
+        self.group = group
         self.subscribers: set[Subscription[T]] = set()
         self.ready = asyncio.Event()  # set once the reader has fixed its start position
-        self.task: asyncio.Task[None] | None = None
+        self.position: str | None = None
+        self.pending = True  # may have entries to read now, without waiting
+        self.done = False  # nothing follows what was read (a run's terminal event)
+
+
+class FeedReader(Protocol[F_contra]):
+    """What a hub tells the registry: how to start a feed, read it, and wait for news."""
+
+    async def start(self, feed: F_contra) -> None:
+        """Fix the feed's start position (``feed.position``)."""
+
+    async def read(self, feed: F_contra) -> bool:
+        """One non-blocking read, fanned out; sets ``feed.pending``; True once the feed is done."""
+
+    async def wait(self, positions: dict[str, str]) -> set[str]:
+        """The stream keys with news after their positions (blocking, bounded)."""
 
 
 class FeedRegistry(Generic[F]):
-    """A process's feeds by key: a reader starts with its first subscriber, stops with its last.
+    """A process's feeds by key, and ONE reader task per group serving all of them.
 
-    Shared by the run event hub and the activity hub, which differ only in what
-    a feed reads.
+    A reader reads every feed with something pending, then waits for news on all
+    of its group's feeds in a single blocking read; a feed joining while that
+    read blocks interrupts it (cancelling the read, which closes its connection:
+    the next read opens a fresh one), so the new feed is read from at once. The
+    reader of a group ends when the group has no feed left. Shared by the run
+    event hub and the activity hub, which differ only in what a feed reads.
     """
 
-    def __init__(
-        self, new_feed: Callable[[str], F], reader: Callable[[F], Coroutine[Any, Any, None]]
-    ) -> None:
+    def __init__(self, new_feed: Callable[[str], F], reader: FeedReader[F], *, what: str) -> None:
         self._new_feed = new_feed
         self._reader = reader
+        self._what = what
         self._feeds: dict[str, F] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}  # group -> its reader
+        self._blocked: dict[str, asyncio.Task[set[str]]] = {}  # group -> its blocking wait
 
     def __len__(self) -> int:
         return len(self._feeds)
+
+    @property
+    def groups(self) -> int:
+        """How many readers (blocking reads, so connections) this registry runs."""
+        return sum(1 for task in self._tasks.values() if not task.done())
 
     def get(self, key: str) -> F | None:
         """The feed of ``key``, if anyone follows it."""
         return self._feeds.get(key)
 
     def join(self, key: str, subscription: Subscription[Any]) -> F:
-        """Add a subscriber to ``key``'s feed, starting the feed and its reader if needed."""
+        """Add a subscriber to ``key``'s feed, starting the feed (and its group's reader)."""
         feed = self._feeds.get(key)
         if feed is None:
             feed = self._new_feed(key)
             self._feeds[key] = feed
-            feed.task = asyncio.create_task(self._reader(feed), name=f"feed:{key}")
+            self._wake(feed.group)
         feed.subscribers.add(subscription)
         return feed
 
     def leave(self, key: str, subscription: Subscription[Any]) -> None:
-        """Remove a subscriber; the last one's departure stops the reader."""
+        """Remove a subscriber; the last one's departure drops the feed."""
         feed = self._feeds.get(key)
         if feed is None:
             return
         feed.subscribers.discard(subscription)
         if not feed.subscribers:
             del self._feeds[key]
-            if feed.task is not None:
-                feed.task.cancel()
+            if not any(other.group == feed.group for other in self._feeds.values()):
+                self._interrupt(feed.group)  # the reader sees its group empty and ends
 
     async def close(self) -> None:
         """Stop every reader and wait until they are gone (API shutdown)."""
-        tasks = [feed.task for feed in self._feeds.values() if feed.task is not None]
+        tasks = list(self._tasks.values())
         self._feeds.clear()
+        self._tasks.clear()
         for task in tasks:
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _wake(self, group: str) -> None:
+        task = self._tasks.get(group)
+        if task is None or task.done():
+            self._tasks[group] = asyncio.create_task(
+                self._serve(group), name=f"{self._what}:{group or '*'}"
+            )
+        else:
+            self._interrupt(group)
+
+    def _interrupt(self, group: str) -> None:
+        blocked = self._blocked.get(group)
+        if blocked is not None:
+            blocked.cancel()
+
+    async def _serve(self, group: str) -> None:
+        await read_until_done(lambda: self._step(group), self._what, log_extra={"group": group})
+
+    async def _step(self, group: str) -> bool:
+        """Start new feeds, read those with news, else wait for news; True once none is left."""
+        feeds = [feed for feed in self._feeds.values() if feed.group == group and not feed.done]
+        if not feeds:
+            return True  # nothing awaited since the check: join() starts a new reader
+        fresh = [feed for feed in feeds if feed.position is None]
+        if fresh:
+            await asyncio.gather(*(self._start(feed) for feed in fresh))
+        busy = [feed for feed in feeds if feed.pending]
+        if busy:
+            await asyncio.gather(*(self._read(feed) for feed in busy))
+            return False
+        by_key = {feed.stream_key: feed for feed in feeds}
+        positions = {key: feed.position or "0-0" for key, feed in by_key.items()}
+        woken = await self._wait(group, positions)
+        for key in woken:
+            by_key[key].pending = True
+        return False
+
+    async def _start(self, feed: F) -> None:
+        await self._reader.start(feed)
+        feed.ready.set()
+
+    async def _read(self, feed: F) -> None:
+        if await self._reader.read(feed):
+            feed.done = True
+
+    async def _wait(self, group: str, positions: dict[str, str]) -> set[str]:
+        """The reader's blocking read, as a task :meth:`_interrupt` may cancel (then: no news)."""
+        wait = asyncio.create_task(self._reader.wait(positions))
+        self._blocked[group] = wait
+        try:
+            await asyncio.wait({wait})
+        finally:
+            self._blocked.pop(group, None)
+            wait.cancel()  # when this reader itself is cancelled
+        return set() if wait.cancelled() else wait.result()
 
 
 async def read_until_done(
@@ -183,13 +275,11 @@ async def read_until_done(
 
 
 class RunFeed(Feed[Frame]):
-    """One blocking reader for one run's stream, shared by every follower in the process."""
+    """The feed of one run's stream, shared by every follower in the process."""
 
-    def __init__(self, run_id: str) -> None:
-        super().__init__(run_id)
-        self.position: str | None = None
+    def __init__(self, run_id: str, *, stream_key: str, group: str) -> None:
+        super().__init__(run_id, stream_key=stream_key, group=group)
         self.added = 0  # the stream's entries-added count when `position` was written
-        self.caught_up = False  # the last read came back short: wait before the next
 
     @property
     def run_id(self) -> str:
@@ -198,18 +288,25 @@ class RunFeed(Feed[Frame]):
 
 
 class EventHub:
-    """Process-wide registry of :class:`RunFeed`, created on first follower, dropped on last."""
+    """Process-wide registry of :class:`RunFeed`, created on first follower, dropped on last.
+
+    One blocking read serves every followed run (one per queue in a cluster).
+    """
 
     def __init__(self, store: RunStore, *, block_ms: int, queue_max: int) -> None:
         self._store = store
         self._block_ms = block_ms
         self._queue_max = queue_max
-        self._feeds = FeedRegistry(RunFeed, self._read)
+        self._feeds = FeedRegistry(self._new_feed, self, what="event feed")
 
     @property
     def readers(self) -> int:
-        """How many runs this process is reading from Redis right now."""
+        """How many runs this process follows right now."""
         return len(self._feeds)
+
+    def followed(self, run_id: str) -> bool:
+        """Whether this process already follows ``run_id`` (a new follower costs no new key)."""
+        return self._feeds.get(run_id) is not None
 
     def followers(self, run_id: str) -> int:
         """How many subscribers a run has in this process."""
@@ -223,37 +320,32 @@ class EventHub:
         return subscription
 
     def unsubscribe(self, run_id: str, subscription: Subscription[Frame]) -> None:
-        """Stop following; the last follower's departure stops the reader."""
+        """Stop following; the last follower's departure drops the run's feed."""
         self._feeds.leave(run_id, subscription)
 
     async def close(self) -> None:
         """Stop every reader (API shutdown)."""
         await self._feeds.close()
 
-    async def _read(self, feed: RunFeed) -> None:
-        # True after the terminal event: nothing follows it
-        await read_until_done(
-            lambda: self._step(feed), "event feed", log_extra={"run_id": feed.run_id}
-        )
+    def _new_feed(self, run_id: str) -> RunFeed:
+        key = self._store.events_key(run_id)
+        return RunFeed(run_id, stream_key=key, group=read_group(self._store.client, key))
 
-    async def _step(self, feed: RunFeed) -> bool:
-        """One read, after waiting for news when the feed had caught up; True once terminal."""
-        if feed.position is None:
-            feed.position, feed.added = await self._store.feed_start(feed.run_id)
-            feed.ready.set()
-        if feed.caught_up:
-            read = await self._store.wait_and_read(
-                feed.run_id,
-                after=feed.position,
-                added=feed.added,
-                block_ms=self._block_ms,
-                count=READ_COUNT,
-            )
-        else:
-            read = await self._store.read_new_events(
-                feed.run_id, after=feed.position, added=feed.added, count=READ_COUNT
-            )
-        feed.caught_up = len(read.events) < READ_COUNT
+    async def start(self, feed: RunFeed) -> None:
+        """Start at the stream's newest entry and its entries-added count (one XINFO)."""
+        feed.position, feed.added = await self._store.feed_start(feed.run_id)
+
+    async def wait(self, positions: dict[str, str]) -> set[str]:
+        """One blocking XREAD over every caught-up run."""
+        return await wait_for_news(self._store.client, positions, block_ms=self._block_ms)
+
+    async def read(self, feed: RunFeed) -> bool:
+        """One read after the feed's position, fanned out; True once the terminal event was."""
+        assert feed.position is not None
+        read = await self._store.read_new_events(
+            feed.run_id, after=feed.position, added=feed.added, count=READ_COUNT
+        )
+        feed.pending = len(read.events) >= READ_COUNT
         if read.missing and read.events:
             log.warning(
                 "event feed fell behind the stream's cap: %s events trimmed unread",

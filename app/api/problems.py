@@ -8,16 +8,20 @@ details go to the log.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import MaxConnectionsError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.api.admission import RETRY_AFTER_S as STREAM_RETRY_AFTER_S
 from app.errors import (
+    CapacityExceeded,
     IdempotencyConflict,
     InvalidInput,
     InvalidTransition,
@@ -26,6 +30,7 @@ from app.errors import (
     RunNotFound,
     UnknownHandler,
 )
+from app.store.connection import PoolExhausted
 from app.store.runs import InvalidCursor
 
 log = logging.getLogger(__name__)
@@ -33,6 +38,8 @@ log = logging.getLogger(__name__)
 PROBLEM_JSON = "application/problem+json"
 PROBLEM_BASE = "https://leasehold.dev/problems/"
 STORE_RETRY_AFTER_S = 1
+
+ExceptionHandler = Callable[[Request, Exception], Awaitable["ProblemResponse"]]
 
 
 class ProblemResponse(JSONResponse):
@@ -74,15 +81,44 @@ def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
     ]
 
 
-async def store_unavailable(request: Request, exc: Exception) -> ProblemResponse:
-    """503 when Redis cannot be reached: an outage, not a bug, so no traceback is logged."""
-    log.warning("redis unavailable on %s %s: %s", request.method, request.url.path, exc)
-    return problem(
-        503,
-        "Run store unavailable",
-        "Redis cannot be reached; retry shortly",
-        kind="store-unavailable",
-        headers={"Retry-After": str(STORE_RETRY_AFTER_S)},
+def unavailable(title: str, detail: str, *, kind: str, retry_after_s: int) -> ProblemResponse:
+    """A 503 problem that says when to try again: for anything that waiting fixes."""
+    return problem(503, title, detail, kind=kind, headers={"Retry-After": str(retry_after_s)})
+
+
+def _store_problem(title: str, detail: str, *, kind: str, logged: str) -> ExceptionHandler:
+    """A handler for a Redis failure on a request path: logged in one line, never a traceback."""
+
+    async def handle(request: Request, exc: Exception) -> ProblemResponse:
+        log.warning("%s on %s %s: %s", logged, request.method, request.url.path, exc)
+        return unavailable(title, detail, kind=kind, retry_after_s=STORE_RETRY_AFTER_S)
+
+    return handle
+
+
+# an outage, not a bug
+store_unavailable = _store_problem(
+    "Run store unavailable",
+    "Redis cannot be reached; retry shortly",
+    kind="store-unavailable",
+    logged="redis unavailable",
+)
+# every Redis connection of the pool stayed busy: too much at once, not an outage
+store_busy = _store_problem(
+    "Run store busy",
+    "every Redis connection of this API process is in use; retry shortly",
+    kind="store-busy",
+    logged="redis pool exhausted",
+)
+
+
+async def at_capacity(request: Request, exc: Exception) -> ProblemResponse:
+    """503 past a per-process stream cap: waiting helps, so Retry-After says how long."""
+    return unavailable(
+        "Too many event streams",
+        f"{exc}; retry shortly",
+        kind="stream-capacity",
+        retry_after_s=STREAM_RETRY_AFTER_S,
     )
 
 
@@ -158,8 +194,12 @@ def install_problem_handlers(app: FastAPI) -> None:
     async def bad_cursor(request: Request, exc: InvalidCursor) -> ProblemResponse:
         return problem(400, "Invalid cursor", str(exc), kind="invalid-cursor")
 
+    app.add_exception_handler(CapacityExceeded, at_capacity)
     app.add_exception_handler(RedisConnectionError, store_unavailable)
     app.add_exception_handler(RedisTimeoutError, store_unavailable)
+    # more specific than ConnectionError, so these win for a full pool
+    app.add_exception_handler(PoolExhausted, store_busy)
+    app.add_exception_handler(MaxConnectionsError, store_busy)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> ProblemResponse:

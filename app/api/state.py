@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from fastapi import Request
 
 from app.api.activity import ActivityHub
+from app.api.admission import StreamSlots
 from app.api.hub import EventHub
 from app.handlers import HandlerRegistry
 from app.settings import Settings
@@ -31,6 +32,8 @@ class ApiState:
     activity: ActivityHub
     # the declared queues: runs may be created only on these
     queues: QueueStore
+    # SSE responses being served: one slot each, LEASEHOLD_SSE_MAX_FOLLOWERS in all
+    slots: StreamSlots
     # detached work (e.g. cancel-on-disconnect) that no request may cancel
     background: set[asyncio.Task[object]] = field(default_factory=set)
 

@@ -21,11 +21,12 @@ from datetime import UTC, datetime
 from fastapi import HTTPException
 from sse_starlette import EventSourceResponse
 
+from app.api.admission import SlottedEventSourceResponse, refuse
 from app.api.frames import Frame, encode
 from app.api.hub import EventHub
 from app.api.state import ApiState
 from app.metrics import SSE_EVENTS_SENT, SSE_SUBSCRIBERS
-from app.models import TERMINAL_EVENT_TYPES, Run, RunEvent, event_id_order, is_stream_id
+from app.models import TERMINAL_EVENT_TYPES, Run, RunEvent, event_id_order, is_resume_point
 from app.store.runs import RunStore
 
 REPLAY_CHUNK = 500
@@ -132,9 +133,29 @@ def resume_point(header: str | None, query: str | None) -> str | None:
     value = header or query
     if value is None or value == "":
         return None
-    if not is_stream_id(value):
+    if not is_resume_point(value):
         raise HTTPException(400, f"Last-Event-ID {value!r} is not a stream id like 1700000000000-0")
     return value
+
+
+def admit_stream(state: ApiState, run_id: str | None) -> None:
+    """Take an SSE slot to follow ``run_id`` (None: a run about to be created), or refuse.
+
+    Raises :class:`~app.errors.CapacityExceeded` (503) when the process serves
+    ``sse_max_followers`` streams already, or follows ``sse_max_followed_runs``
+    runs and this one would be another. The slot belongs to the response built
+    next by :func:`event_stream_response`, which gives it back.
+    """
+    settings = state.settings
+    new_run = run_id is None or not state.hub.followed(run_id)
+    if new_run and state.hub.readers >= settings.sse_max_followed_runs:
+        raise refuse(
+            "runs",
+            what="followed runs",
+            limit=settings.sse_max_followed_runs,
+            setting="LEASEHOLD_SSE_MAX_FOLLOWED_RUNS",
+        )
+    state.slots.take()
 
 
 def event_stream_response(
@@ -145,10 +166,14 @@ def event_stream_response(
     status_code: int = 200,
     headers: dict[str, str] | None = None,
 ) -> EventSourceResponse:
-    """An SSE response with the configured keep-alive and slow-client send timeout."""
+    """An SSE response with the configured keep-alive and slow-client send timeout.
+
+    Holds the slot :func:`admit_stream` took, until the response ends.
+    """
     settings = state.settings
-    return EventSourceResponse(
+    return SlottedEventSourceResponse(
         stream,
+        slots=state.slots,
         status_code=status_code,
         ping=settings.sse_keepalive_s,
         send_timeout=settings.sse_send_timeout_s,

@@ -50,7 +50,8 @@ class ActivityStore:
         self.client = client
         self.prefix = prefix
 
-    def _key(self, queue: str) -> str:
+    def key(self, queue: str) -> str:
+        """The key of a queue's activity stream."""
         return QueueKeys(self.prefix, queue).activity
 
     async def queues(self) -> list[str]:
@@ -59,28 +60,12 @@ class ActivityStore:
 
     async def read(self, queue: str, *, after: str, count: int) -> list[ActivityEntry]:
         """Up to ``count`` entries strictly after stream id ``after``, oldest first."""
-        entries = cast(Entries, await self.client.xrange(self._key(queue), f"({after}", "+", count))
+        entries = cast(Entries, await self.client.xrange(self.key(queue), f"({after}", "+", count))
         return [entry_from_fields(queue, entry_id, fields) for entry_id, fields in entries]
-
-    async def wait(
-        self, queue: str, *, after: str, block_ms: int, count: int = 500
-    ) -> list[ActivityEntry]:
-        """Entries after ``after``, blocking up to ``block_ms`` for the first one.
-
-        Holds a connection for the whole wait: call it on a client whose pool is
-        sized for blocking readers.
-        """
-        reply = cast(
-            list[tuple[str, Entries]] | None,
-            await self.client.xread({self._key(queue): after}, count=count, block=block_ms),
-        )
-        if not reply:
-            return []
-        return [entry_from_fields(queue, entry_id, fields) for entry_id, fields in reply[0][1]]
 
     async def newest(self, queue: str) -> str:
         """The id of the newest entry, or ``0-0`` for an empty stream: "now", as a position."""
-        entries = cast(Entries, await self.client.xrevrange(self._key(queue), "+", "-", count=1))
+        entries = cast(Entries, await self.client.xrevrange(self.key(queue), "+", "-", count=1))
         return entries[0][0] if entries else "0-0"
 
     async def trimmed(self, queue: str, *, after: str) -> bool:
@@ -90,7 +75,7 @@ class ActivityStore:
         entries: so only a position older than the oldest retained entry of a full
         stream can have lost something.
         """
-        key = self._key(queue)
+        key = self.key(queue)
         pipe = self.client.pipeline(transaction=False)
         pipe.xlen(key)
         pipe.xrange(key, "-", "+", count=1)

@@ -74,6 +74,14 @@ AsyncRedis: TypeAlias = aioredis.Redis | aioredis.RedisCluster
 SyncRedis: TypeAlias = redis.Redis | redis.RedisCluster
 
 
+class PoolExhausted(RedisConnectionError):
+    """Every connection of a pool stayed busy for the pool's whole wait: Redis is fine, we are full.
+
+    A ``ConnectionError`` (so every "Redis unavailable: back off" path handles it)
+    that says which: the API answers it with its own 503.
+    """
+
+
 def _backoff() -> ExponentialBackoff:
     return ExponentialBackoff(cap=0.5, base=0.02)
 
@@ -233,7 +241,25 @@ class _SyncSentinelSSLConnection(_SyncSentinelConnection, redis.SSLConnection):
     """TLS twin of :class:`_SyncSentinelConnection`."""
 
 
-class _AsyncSentinelPool(async_sentinel.SentinelConnectionPool, aioredis.BlockingConnectionPool):
+class _BoundedWaitPool(aioredis.BlockingConnectionPool):
+    """A blocking pool whose bounded wait for a free connection ends in :class:`PoolExhausted`.
+
+    redis-py raises a plain ``ConnectionError("No connection available.")``,
+    indistinguishable from an unreachable Redis but for its cause.
+    """
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+        except RedisConnectionError as exc:
+            if isinstance(exc.__cause__, TimeoutError):
+                raise PoolExhausted(
+                    f"all {self.max_connections} Redis connections stayed busy for {self.timeout}s"
+                ) from exc
+            raise
+
+
+class _AsyncSentinelPool(async_sentinel.SentinelConnectionPool, _BoundedWaitPool):
     """Sentinel discovery with a pool that waits for a free connection, like single mode.
 
     Closing it (the client's ``aclose``) also closes the connections to the
@@ -257,13 +283,21 @@ class _SyncSentinelPool(sync_sentinel.SentinelConnectionPool):
                 sentinel.close()
 
 
-def async_client(url: str, *, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> AsyncRedis:
+def async_client(
+    url: str,
+    *,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    pool_timeout_s: float | None = None,
+) -> AsyncRedis:
     """An asyncio client with its own pool, for the API, the worker loop and the CLI.
 
     The single-node and sentinel pools block when all ``max_connections`` are busy
     instead of failing, so a burst of concurrent calls queues up rather than
-    erroring. In cluster mode the cap is per node and at least
-    :data:`CLUSTER_MIN_CONNECTIONS_PER_NODE` (see there). Raises :class:`InvalidRedisUrl`.
+    erroring; for at most ``pool_timeout_s`` when given (then :class:`PoolExhausted`),
+    which a request path sets so that a full pool is a 503, never a hang. In
+    cluster mode the cap is per node and at least
+    :data:`CLUSTER_MIN_CONNECTIONS_PER_NODE` (see there), and a full node's pool
+    fails at once with redis-py's ``MaxConnectionsError``. Raises :class:`InvalidRedisUrl`.
     """
     target = parse_redis_url(url)
     options = {
@@ -290,14 +324,14 @@ def async_client(url: str, *, max_connections: int = DEFAULT_MAX_CONNECTIONS) ->
             if target.tls
             else _AsyncSentinelConnection,
             max_connections=max_connections,
-            timeout=None,  # wait for a free connection, never fail for want of one
+            timeout=pool_timeout_s,  # None: wait for a free connection as long as it takes
             db=target.db,
             **options,
             **_node_auth(target, ssl_flag=False),
         )
         return client
-    pool = aioredis.BlockingConnectionPool.from_url(
-        url, max_connections=max_connections, timeout=None, **options
+    pool = _BoundedWaitPool.from_url(
+        url, max_connections=max_connections, timeout=pool_timeout_s, **options
     )
     return aioredis.Redis.from_pool(pool)  # the client owns the pool: aclose() closes it
 

@@ -103,6 +103,18 @@ class QueueStore:
             return True
         return False
 
+    async def undeclared(self, queues: list[str]) -> list[str]:
+        """Those of ``queues`` that are not declared, in order; one SMISMEMBER for the unseen."""
+        await self.announce_configured()
+        unseen = [queue for queue in queues if queue not in self._seen]
+        if not unseen:
+            return []
+        flags = cast(
+            list[int], await self.client.smismember(GlobalKeys(self.prefix).queues, unseen)
+        )
+        self._seen.update(queue for queue, known in zip(unseen, flags, strict=True) if known)
+        return [queue for queue, known in zip(unseen, flags, strict=True) if not known]
+
     async def require(self, queue: str) -> None:
         """Raise :class:`QueueNotDeclared` (naming the declared ones) unless it is declared.
 

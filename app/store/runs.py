@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ResponseError
 
 from app.errors import IdempotencyConflict, InvalidTransition, RunNotFound
 from app.models import (
@@ -346,6 +346,10 @@ class RunStore:
         )
         return [event_from_entry(run_id, entry_id, fields) for entry_id, fields in entries]
 
+    def events_key(self, run_id: str) -> str:
+        """The key of a run's event stream; raises :class:`RunNotFound` for a malformed id."""
+        return self.keys(_queue(run_id)).events(run_id)
+
     async def feed_start(self, run_id: str) -> tuple[str, int]:
         """Where a live feed starts: the stream's newest id and its entries-added count.
 
@@ -369,33 +373,10 @@ class RunStore:
 
         ``added`` is the stream's entries-added count when ``after`` was written
         (from :meth:`feed_start`, then advanced by what each read returned and missed).
-        Never blocks: :meth:`wait_and_read` waits for news first.
+        Never blocks: :func:`app.store.feeds.wait_for_news` waits for news first.
         """
         key = self.keys(_queue(run_id)).events(run_id)
         reply = await self.scripts.call(self.client, "read_events", [key], [after, added, count])
-        return _feed_read(run_id, reply)
-
-    async def wait_and_read(
-        self, run_id: str, *, after: str, added: int, block_ms: int, count: int = 1000
-    ) -> FeedRead:
-        """:meth:`read_new_events`, once the stream has news or ``block_ms`` have passed.
-
-        One round trip: the script is pipelined behind a blocking ``XREAD`` on the same
-        connection, and Redis runs it the moment the XREAD returns. Holds the
-        connection for the whole wait: call it from a client whose pool is sized for
-        blocking readers (the API's event hub has its own).
-        """
-        key = self.keys(_queue(run_id)).events(run_id)
-        pipe = self.client.pipeline(transaction=False)
-        pipe.xread({key: after}, count=1, block=block_ms)
-        pipe.execute_command(*self.scripts.command("read_events", [key], [after, added, count]))
-        woke, reply = await pipe.execute(raise_on_error=False)
-        if isinstance(woke, Exception):
-            raise woke
-        if isinstance(reply, NoScriptError):  # a restarted Redis: EVAL caches it again
-            return await self.read_new_events(run_id, after=after, added=added, count=count)
-        if isinstance(reply, Exception):
-            raise reply
         return _feed_read(run_id, reply)
 
     async def stream_bounds(self, run_id: str) -> tuple[RunEvent | None, str | None]:

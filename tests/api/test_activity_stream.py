@@ -74,16 +74,15 @@ async def test_a_new_follower_gets_ready_first_and_resumes_from_any_message(
 
 async def test_a_queue_filter_follows_only_that_queue(processes: Processes) -> None:
     _, url = processes.api()
-    async with (
-        httpx.AsyncClient(base_url=url, timeout=30) as http,
-        http.stream("GET", "/activity?queue=mail") as response,
-    ):
-        stream = parse(response.aiter_lines())
-        assert (await anext(stream))["event"] == "ready"
-        await create(http, queue="default")
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        # only a declared queue can be followed
         assert (await http.put("/queues/mail")).status_code == 201
-        mail = await create(http, queue="mail")
-        entry = json.loads((await anext(stream))["data"])
+        async with http.stream("GET", "/activity?queue=mail") as response:
+            stream = parse(response.aiter_lines())
+            assert (await anext(stream))["event"] == "ready"
+            await create(http, queue="default")
+            mail = await create(http, queue="mail")
+            entry = json.loads((await anext(stream))["data"])
     assert (entry["queue"], entry["run_id"]) == ("mail", mail)
 
 

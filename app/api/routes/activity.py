@@ -16,7 +16,10 @@ from app.api.activity import (
     decode_cursor,
     valid_queue,
 )
+from app.api.admission import SlottedEventSourceResponse, refuse
 from app.api.routes.runs import State, problems
+from app.api.state import ApiState
+from app.errors import QueueNotDeclared
 from app.store.activity import ActivityStore
 
 router = APIRouter(tags=["activity"])
@@ -33,18 +36,16 @@ ACTIVITY_DOC: dict[int | str, dict[str, Any]] = {
         ),
         "content": {"text/event-stream": {"schema": {"type": "string"}}},
     },
-    **problems(400, 422),
+    **problems(400, 422, 503),
 }
 
 
-def _queues(requested: list[str] | None) -> list[str] | None:
+def _queues(requested: list[str] | None, limit: int) -> list[str] | None:
     if not requested:
         return None
     unique = sorted(set(requested))
-    if len(unique) > MAX_QUEUES or not all(valid_queue(name) for name in unique):
-        raise HTTPException(
-            400, f"queue names must match [A-Za-z0-9_-]{{1,64}}, at most {MAX_QUEUES}"
-        )
+    if len(unique) > limit or not all(valid_queue(name) for name in unique):
+        raise HTTPException(400, f"queue names must match [A-Za-z0-9_-]{{1,64}}, at most {limit}")
     return unique
 
 
@@ -57,6 +58,14 @@ def _resume(header: str | None) -> Cursor | None:
         raise HTTPException(400, str(exc)) from None
 
 
+async def _declared(state: ApiState, queues: list[str]) -> list[str]:
+    """``queues`` if every one is declared, else 422 naming one that is not (nothing opened)."""
+    undeclared = await state.queues.undeclared(queues)
+    if undeclared:
+        raise QueueNotDeclared(undeclared[0], await state.queues.declared())
+    return queues
+
+
 @router.get("/activity", responses=ACTIVITY_DOC, response_class=EventSourceResponse)
 async def follow_activity(
     state: State,
@@ -66,19 +75,39 @@ async def follow_activity(
     """Follow the lifecycle events of every run on ``queue`` (repeatable; default all).
 
     Handler events (token, progress, wait, verdict) are not included: follow a run's
-    own stream for those. Malformed queue names or Last-Event-ID → 400.
+    own stream for those. Malformed queue names or Last-Event-ID, or more queues
+    than ``LEASEHOLD_ACTIVITY_MAX_QUEUES`` → 400; a queue not declared → 422;
+    this process's caps on streams or followed queues reached → 503 with Retry-After.
+    Without ``queue=`` it follows the first ``LEASEHOLD_ACTIVITY_MAX_QUEUES`` queues
+    (``ready`` then says ``limit``).
     """
-    queues = _queues(queue)
-    resume = _resume(last_event_id)
     settings = state.settings
+    limit = settings.activity_max_queues
+    requested = _queues(queue, limit)
+    resume = _resume(last_event_id)
+    store = ActivityStore(state.client, prefix=settings.prefix)
+    if requested is None:
+        queues, every_queue = (await state.queues.declared())[:limit], limit
+    else:
+        queues, every_queue = await _declared(state, requested), None
+    if not state.activity.room_for(queues):
+        raise refuse(
+            "queues",
+            what="followed queues",
+            limit=state.activity.max_queues,
+            setting="LEASEHOLD_ACTIVITY_MAX_FOLLOWED_QUEUES",
+        )
     follower = ActivityFollower(
-        store=ActivityStore(state.client, prefix=settings.prefix),
+        store=store,
         hub=state.activity,
         subscription=state.activity.new_subscription(),
         retry_ms=settings.sse_retry_ms,
     )
-    return EventSourceResponse(
-        activity_events(follower, queues=queues, resume=resume),
+    stream = activity_events(follower, queues=queues, resume=resume, every_queue=every_queue)
+    state.slots.take()
+    return SlottedEventSourceResponse(
+        stream,
+        slots=state.slots,
         ping=settings.sse_keepalive_s,
         send_timeout=settings.sse_send_timeout_s,
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Header, Query
 from sse_starlette import EventSourceResponse
 
 from app.api.routes.runs import RunId, State, problems
-from app.api.streaming import event_stream_response, resume_point, run_events
+from app.api.streaming import admit_stream, event_stream_response, resume_point, run_events
 
 router = APIRouter(tags=["events"])
 
@@ -22,7 +22,7 @@ SSE_DOC: dict[int | str, dict[str, Any]] = {
         ),
         "content": {"text/event-stream": {"schema": {"type": "string"}}},
     },
-    **problems(400, 404, 422),
+    **problems(400, 404, 422, 503),
 }
 
 
@@ -36,11 +36,13 @@ async def follow_run(
     """Replay the run's events (after Last-Event-ID), then follow live until it ends.
 
     Unknown run → 404 before the stream starts (browsers stop reconnecting on a
-    non-200); malformed Last-Event-ID → 400.
+    non-200); malformed Last-Event-ID → 400; this process's stream caps reached →
+    503 with Retry-After.
     """
     after = resume_point(last_event_id, last_event_id_query)
     run = await state.store.get(run_id)
     stream = run_events(
         state.store, state.hub, run.id, after=after, retry_ms=state.settings.sse_retry_ms
     )
+    admit_stream(state, run.id)
     return event_stream_response(state, run, stream)

@@ -15,7 +15,7 @@ from redis.exceptions import RedisError
 from app.api.limits import parse_json_body
 from app.api.problems import PROBLEM_JSON
 from app.api.state import ApiState, api_state
-from app.api.streaming import event_stream_response, run_events
+from app.api.streaming import admit_stream, event_stream_response, run_events
 from app.errors import InvalidTransition, RunNotFound
 from app.metrics import RUNS_CREATED, RUNS_DELETED
 from app.models import (
@@ -156,14 +156,22 @@ async def create_run(
     """
     new = _new_run(body, state, idempotency_key)
     await state.queues.require(new.queue)  # 422 naming the declared ones; never declares
-    created = await state.store.create(new)
+    streaming = "text/event-stream" in request.headers.get("accept", "")
+    if streaming:
+        admit_stream(state, None)  # before the create: a refusal changes nothing
+    try:
+        created = await state.store.create(new)
+    except BaseException:
+        if streaming:
+            state.slots.give_back()
+        raise
     headers = {"Location": f"/runs/{created.run.id}"}
     if created.replayed:
         headers["Idempotency-Replayed"] = "true"
     else:
         RUNS_CREATED.labels(created.run.queue, created.run.handler).inc()
     status = 200 if created.replayed else 201
-    if "text/event-stream" in request.headers.get("accept", ""):
+    if streaming:
         stream = run_events(
             state.store,
             state.hub,
