@@ -122,16 +122,22 @@ class ActivityHub:
         """An inbox to :meth:`follow` queues with."""
         return Subscription(self._queue_max)
 
-    async def follow(self, subscription: Subscription[ActivityEntry], queue: str) -> str:
-        """Deliver ``queue``'s new entries to ``subscription``; returns the feed's position.
+    async def follow(
+        self, subscription: Subscription[ActivityEntry], queues: list[str]
+    ) -> dict[str, str]:
+        """Deliver these queues' new entries to ``subscription``; returns each feed's position.
 
-        Everything after the returned position reaches the inbox, so a replay up
-        to it followed by the inbox has no gap.
+        Everything after a returned position reaches the inbox, so a replay up
+        to it followed by the inbox has no gap. Every queue joins before any is
+        awaited, so the reader is interrupted once for all of them.
         """
-        feed = self._feeds.join(queue, subscription)
-        await feed.ready.wait()
-        assert feed.position is not None
-        return feed.position
+        feeds = [self._feeds.join(queue, subscription) for queue in queues]
+        positions = {}
+        for feed in feeds:
+            await feed.ready.wait()
+            assert feed.position is not None
+            positions[feed.queue] = feed.position
+        return positions
 
     def unfollow(self, subscription: Subscription[ActivityEntry], queues: list[str]) -> None:
         """Stop delivering these queues; a feed's last follower drops it."""
@@ -191,9 +197,10 @@ class ActivityFollower:
         self.cursor[entry.queue] = entry.id
         return self.message("activity", entry.model_dump_json())
 
-    async def join(self, queue: str, after: str | None) -> AsyncIterator[ServerSentEvent]:
-        """Follow ``queue``: from "now" (``after`` None), or replaying after ``after``."""
-        live_from = await self.hub.follow(self.subscription, queue)
+    async def join(
+        self, queue: str, after: str | None, *, live_from: str
+    ) -> AsyncIterator[ServerSentEvent]:
+        """Send ``queue`` (live from ``live_from``) from "now" (``after`` None) or ``after``."""
         if after is None:
             self.cursor[queue] = live_from
             return
@@ -225,12 +232,12 @@ async def activity_events(
     only when this follower fell too far behind; the client reconnects with its
     last cursor and misses nothing.
     """
-    followed: list[str] = []
+    followed: list[str] = list(queues)
     try:
+        live = await follower.hub.follow(follower.subscription, queues)
         for queue in queues:
-            followed.append(queue)
             start = resume.get(queue, "0-0") if resume is not None else None
-            async for message in follower.join(queue, start):
+            async for message in follower.join(queue, start, live_from=live[queue]):
                 yield message
         if resume is None:
             yield follower.message("ready", json.dumps(_ready(followed, every_queue)))
@@ -289,5 +296,6 @@ async def _join_new_queues(
             return
         if queue not in followed and follower.hub.room_for([queue]):
             followed.append(queue)
-            async for message in follower.join(queue, "0-0"):
+            live = await follower.hub.follow(follower.subscription, [queue])
+            async for message in follower.join(queue, "0-0", live_from=live[queue]):
                 yield message

@@ -11,6 +11,7 @@ import redis.asyncio as aioredis
 from app.api.frames import Frame
 from app.api.hub import EventHub, Subscription
 from app.store.runs import RunStore
+from tests.support.polling import eventually
 from tests.support.streams import append, new_run
 
 
@@ -71,3 +72,70 @@ async def test_every_follower_gets_the_same_frames_encoded_once(
         first is other for frames in seen[1:] for first, other in zip(seen[0], frames, strict=True)
     )
     assert seen[0][0].message.startswith(f"id: {seen[0][0].event.id}\r\nevent: token\r\n".encode())
+
+
+async def blocked_readers(client: aioredis.Redis) -> int:
+    return sum(1 for entry in await client.client_list() if entry.get("cmd") == "xread")
+
+
+async def test_many_runs_share_one_blocking_read_and_each_gets_its_own_events(
+    run_store: RunStore, redis_client: aioredis.Redis
+) -> None:
+    hub = EventHub(run_store, block_ms=5000, queue_max=100)
+    try:
+        runs = [await new_run(run_store) for _ in range(30)]
+        inboxes = [await hub.subscribe(run_id) for run_id, _ in runs]
+        readers = await eventually(
+            lambda: blocked_readers(redis_client), until=lambda n: n >= 1, what="the reader"
+        )
+        assert readers == 1
+        for index, (_, key) in enumerate(runs):
+            await append(redis_client, key, range(index, index + 2))
+        seen = [await frames_until(inbox, 2) for inbox in inboxes]
+        assert [[frame.event.data["i"] for frame in frames] for frames in seen] == [
+            [index, index + 1] for index in range(30)
+        ]
+        # once it waits again, it is still one blocking read for all thirty
+        readers = await eventually(
+            lambda: blocked_readers(redis_client), until=lambda n: n >= 1, what="the reader"
+        )
+        assert readers == 1
+    finally:
+        await hub.close()
+
+
+async def test_a_run_joining_while_the_reader_blocks_is_read_at_once(
+    run_store: RunStore, redis_client: aioredis.Redis
+) -> None:
+    hub = EventHub(run_store, block_ms=60_000, queue_max=100)  # no wait ends on its own
+    try:
+        first, _ = await new_run(run_store)
+        await hub.subscribe(first)
+        await eventually(
+            lambda: blocked_readers(redis_client), until=lambda n: n == 1, what="the reader"
+        )
+        second, key = await new_run(run_store)
+        inbox = await asyncio.wait_for(hub.subscribe(second), timeout=10)
+        await append(redis_client, key, range(3))
+        frames = await frames_until(inbox, 3)
+        assert [frame.event.data["i"] for frame in frames] == [0, 1, 2]
+    finally:
+        await hub.close()
+
+
+async def test_the_reader_stops_when_the_last_follower_leaves(
+    run_store: RunStore, redis_client: aioredis.Redis
+) -> None:
+    hub = EventHub(run_store, block_ms=60_000, queue_max=100)
+    try:
+        run_id, _ = await new_run(run_store)
+        inbox = await hub.subscribe(run_id)
+        await eventually(
+            lambda: blocked_readers(redis_client), until=lambda n: n == 1, what="the reader"
+        )
+        hub.unsubscribe(run_id, inbox)
+        await eventually(
+            lambda: blocked_readers(redis_client), until=lambda n: n == 0, what="no reader"
+        )
+    finally:
+        await hub.close()
