@@ -39,15 +39,15 @@ def assert_problem(response: httpx.Response, status: int) -> dict[str, object]:
 
 async def test_made_up_queues_are_422_and_open_no_reader(settings: Settings) -> None:
     async with serving(settings) as (app, api):
-        await api.post("/runs", json={"handler": "demo.echo", "input": {}})  # "default" exists
+        await api.post("/runs", json={"handler": "demo.echo", "input": {}})  # "default" is declared
         names = "&".join(f"queue=made-up-{index}" for index in range(100))
         responses = await asyncio.gather(*(api.get(f"/activity?{names}") for _ in range(11)))
         for response in responses:
             body = assert_problem(response, 422)
-            assert body["type"] == "https://leasehold.dev/problems/unknown-queue"
-            assert "100 of the queues" in str(body["detail"])
+            assert body["type"] == "https://leasehold.dev/problems/queue-not-declared"
+            assert "'made-up-0' is not declared" in str(body["detail"])
         mixed = await api.get("/activity?queue=default&queue=made-up")
-        assert "1 of the queues" in str(assert_problem(mixed, 422)["detail"])
+        assert "'made-up' is not declared" in str(assert_problem(mixed, 422)["detail"])
         state: ApiState = app.state.leasehold
         assert state.activity.readers == 0
         assert state.slots.taken == 0

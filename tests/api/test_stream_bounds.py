@@ -19,6 +19,7 @@ import redis.asyncio as aioredis
 from app.api.app import STREAM_POOL_CONNECTIONS
 from app.client import AsyncClient
 from app.models import RunEvent
+from app.store.keys import GlobalKeys
 from app.store.runs import NewRun, RunStore
 from tests.api.test_activity_stream import parse
 from tests.support.polling import eventually
@@ -84,8 +85,8 @@ async def test_eleven_requests_for_a_hundred_made_up_queues_each_open_nothing(
 async def test_a_hundred_real_queues_per_request_share_one_reader_up_to_the_process_cap(
     processes: Processes, run_store: RunStore, redis_client: aioredis.Redis
 ) -> None:
-    for index in range(300):
-        await run_store.create(NewRun(handler="demo.echo", input={}, queue=f"q{index:03}"))
+    queues = [f"q{index:03}" for index in range(300)]
+    await redis_client.sadd(GlobalKeys(run_store.prefix).queues, *queues)  # declared
     _, url = processes.api(
         LEASEHOLD_ACTIVITY_MAX_FOLLOWED_QUEUES="250", LEASEHOLD_REDIS_MAX_CONNECTIONS="4"
     )
