@@ -163,6 +163,9 @@ async def test_past_the_follower_cap_streams_are_503_until_the_flood_ends(
             assert_retry_later(stream_create)
             assert (await http.get("/runs")).json()["items"] == listed  # nothing was created
             assert (await http.get("/healthz")).status_code == 200  # plain requests still served
+            metrics = (await http.get("/metrics")).text
+            assert 'leasehold_sse_refused_total{cap="followers"} 3.0' in metrics
+            assert "leasehold_sse_streams 5.0" in metrics
             assert len(held) == 5
 
         async def status() -> int:

@@ -8,6 +8,7 @@ on one.
 from __future__ import annotations
 
 import asyncio
+import json
 import select
 import signal
 import socket
@@ -122,6 +123,32 @@ async def test_sse_follows_and_resumes_a_run_whose_stream_is_on_another_node(
     stored = [event.id for event in await on_cluster.store.read_events(run_id)]
     assert seen + [event.id for event in rest] == stored
     assert rest[-1].type == "succeeded"
+
+
+async def test_activity_of_queues_on_three_primaries_arrives_through_one_stream(
+    on_cluster: Deployment, queues: list[str]
+) -> None:
+    # one blocking read cannot span slots: the feeds wait per queue, each on its node
+    _, url = on_cluster.processes.api()
+    query = "&".join(f"queue={queue}" for queue in queues)
+    async with (
+        httpx.AsyncClient(base_url=url, timeout=30) as http,
+        http.stream("GET", f"/activity?{query}") as response,
+    ):
+        lines = response.aiter_lines()
+        assert await anext(lines) != ""  # the ready message has begun
+        created = {}
+        for queue in queues:
+            run = await http.post("/runs", json={"handler": "demo.echo", "queue": queue})
+            created[run.json()["id"]] = queue
+        seen: dict[str, str] = {}
+        async for line in lines:
+            if line.startswith("data:") and '"type":"created"' in line.replace(" ", ""):
+                entry = json.loads(line.removeprefix("data:"))
+                seen[entry["run_id"]] = entry["queue"]
+            if len(seen) == len(created):
+                break
+    assert seen == created
 
 
 async def test_the_api_reports_the_cluster_and_lists_runs_and_workers_across_nodes(
