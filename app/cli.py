@@ -197,6 +197,12 @@ def submit(
     max_attempts: Annotated[int | None, typer.Option(help="Attempts in all.")] = None,
     on_lease_expired: Annotated[str | None, typer.Option(help="orphan or retry.")] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="Idempotency key.")] = None,
+    retention_s: Annotated[
+        float | None, typer.Option(help="Keep it this long once it ends (seconds).")
+    ] = None,
+    queued_ttl_s: Annotated[
+        float | None, typer.Option(help="Expire it if unclaimed this long (seconds).")
+    ] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait until the run ends.")] = False,
     follow: Annotated[
         bool, typer.Option("--follow", help="Stream its events until it ends.")
@@ -217,6 +223,8 @@ def submit(
             max_attempts=max_attempts,
             on_lease_expired=on_lease_expired,
             idempotency_key=idempotency_key,
+            retention_s=retention_s,
+            queued_ttl_s=queued_ttl_s,
         )
         if follow:
             if not as_json:

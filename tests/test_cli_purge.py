@@ -106,3 +106,21 @@ async def test_the_async_client_deletes_and_purges(
         assert missing.value.status == 404
         result = await client.purge(status="succeeded")
     assert result.ids == [second] and result.done
+
+
+def test_submit_asks_for_its_own_retention_and_queued_ttl(api_url: str) -> None:
+    done = leasehold(
+        "submit",
+        "demo.echo",
+        "--retention-s",
+        "90",
+        "--queued-ttl-s",
+        "60",
+        "--json",
+        api_url=api_url,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["retention_s"] == 90
+    refused = leasehold("submit", "demo.echo", "--retention-s", "-1", api_url=api_url)
+    assert refused.returncode == 1
+    assert "retention_s" in one_error_line(refused)
