@@ -127,6 +127,24 @@ async def test_a_hundred_real_queues_per_request_share_one_reader_up_to_the_proc
         assert await eventually(served, until=lambda event: event == "ready") == "ready"
 
 
+async def test_without_queue_names_a_stream_follows_the_first_queues_up_to_the_cap(
+    processes: Processes, run_store: RunStore, redis_client: aioredis.Redis
+) -> None:
+    queues = [f"q{index:04}" for index in range(1500)]
+    await redis_client.sadd(GlobalKeys(run_store.prefix).queues, *queues)  # declared
+    _, url = processes.api(LEASEHOLD_ACTIVITY_MAX_QUEUES="100")
+    async with (
+        httpx.AsyncClient(base_url=url, timeout=30) as http,
+        http.stream("GET", "/activity") as response,
+    ):
+        messages = parse(response.aiter_lines())
+        ready = json.loads((await anext(messages))["data"])
+        _, blocked = await redis_connections(redis_client)
+    assert ready["limit"] == 100
+    assert ready["queues"] == sorted([*queues, "default"])[:100]
+    assert blocked <= 1
+
+
 async def open_streams(
     stack: AsyncExitStack, http: httpx.AsyncClient, paths: list[str]
 ) -> list[AsyncIterator[dict[str, str]]]:
