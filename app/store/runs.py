@@ -289,14 +289,16 @@ class RunStore:
         by then is never deleted; repeating a call deletes nothing twice. Raises
         :class:`InvalidCursor` for a cursor this store did not produce.
         """
+        before = request.finished_before
         page = await self.list_runs(
             queue=request.queue,
             status=request.status,
             handler=request.handler,
             limit=request.limit,
             cursor=request.cursor,
+            # a run finishes after it is created: one created later cannot match
+            created_before_ms=None if before is None else int(before.timestamp() * 1000),
         )
-        before = request.finished_before
         doomed = [
             run.id
             for run in page.items
@@ -404,6 +406,7 @@ class RunStore:
         include: frozenset[str] = frozenset(),
         max_bytes: int | None = None,
         among: Sequence[str] | None = None,
+        created_before_ms: int | None = None,
     ) -> RunPage:
         """Runs newest first, filtered, one page at a time, as summaries.
 
@@ -419,9 +422,13 @@ class RunStore:
         default every declared queue). A page may hold fewer than ``limit`` items when filters skip
         many runs or the byte budget ends it; ``next_cursor`` is None only when
         nothing older remains. Raises :class:`InvalidCursor` for a cursor this store
-        did not produce.
+        did not produce. ``created_before_ms`` skips every run created at or after it.
         """
         after = _Position.decode(cursor) if cursor else None
+        if created_before_ms is not None:
+            # start below the bound: nothing newer is read at all
+            bound = _Position(created_before_ms, "")
+            after = bound if after is None else min(after, bound)
         queues = [queue] if queue else list(among) if among is not None else await self.queues()
         page = _Page(limit=limit, max_bytes=max_bytes)
         scanned = 0

@@ -281,3 +281,27 @@ async def test_purge_racing_a_live_worker_never_deletes_an_unfinished_run(
         until=lambda response: {run["id"] for run in response.json()["items"]} == set(sleepers),
         what="only the sleepers to be left",
     )
+
+
+async def test_purge_by_finish_time_skips_runs_created_after_it_without_reading_them(
+    api: httpx.AsyncClient, lease_store: LeaseStore, redis_client: aioredis.Redis
+) -> None:
+    for _ in range(3):
+        await create(api)
+    old = await finish(lease_store, "default", "succeeded", 3)
+    seconds, micros = await redis_client.time()  # the clock created_at is taken by
+    cut = datetime.fromtimestamp(seconds + micros / 1e6 + 0.002, tz=UTC)
+    await eventually(
+        redis_client.time,
+        until=lambda now: now[0] + now[1] / 1e6 > cut.timestamp() + 0.002,
+        what="the Redis clock to pass the cut",
+    )
+    for _ in range(5):
+        await create(api)
+    await finish(lease_store, "default", "succeeded", 5)
+    # one call of 3 reaches the 3 old runs at once: the 5 newer ones are not in its way
+    page = (
+        await api.post("/runs/purge", json={"limit": 3, "finished_before": cut.isoformat()})
+    ).json()
+    assert sorted(page["ids"]) == sorted(old)
+    assert len((await api.get("/runs")).json()["items"]) == 5
