@@ -11,6 +11,7 @@
     │   ├── LeaseLost                 fenced out: another owner holds the run now
     │   ├── QueueNotDeclared          a run on a queue nobody declared
     │   ├── QueueLimitReached         PUT /queues past LEASEHOLD_MAX_QUEUES
+    │   ├── MemoryPressure            Redis memory is past the high-water mark: creates wait
     │   └── EffectOutcomeUnknown      an effect started and was never recorded: the run
     │                                 is parked in reconciliation_required
     ├── HandlerError                  registry problems
@@ -223,6 +224,24 @@ class OperationIntervened(RunFailure):
 
     code = "operation_intervened"
     retryable = False
+
+
+class MemoryPressure(StoreError):
+    """Redis memory is past ``LEASEHOLD_MEMORY_HIGH_WATER``: the API takes no new run.
+
+    Refused early on purpose, so the headroom above the mark stays for the runs
+    already running to write their outcomes. Nothing was written.
+    """
+
+    def __init__(self, *, used_bytes: int, max_bytes: int, high_water: float) -> None:
+        super().__init__(
+            f"Redis uses {used_bytes} of {max_bytes} bytes of maxmemory, past the "
+            f"high-water mark of {high_water:.0%}: new runs are refused until memory frees "
+            "(finished runs expire after their retention)"
+        )
+        self.used_bytes = used_bytes
+        self.max_bytes = max_bytes
+        self.high_water = high_water
 
 
 class EscalationRequested(LeaseholdError):

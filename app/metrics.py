@@ -88,3 +88,32 @@ SSE_REFUSED = Counter(
     "SSE requests refused with 503 at a per-process cap: followers, runs or queues.",
     ["cap"],
 )
+WORKER_WRITES_REFUSED = Counter(
+    "leasehold_worker_writes_refused_total",
+    "Worker writes Redis refused or missed, by write (claim, finish, renewal, events) and "
+    "reason (out_of_memory, read_only, unavailable, error); each is kept and retried, "
+    "except events, which are dropped when Redis is out of memory.",
+    ["write", "reason"],
+)
+EVENTS_DROPPED = Counter(
+    "leasehold_events_dropped_total",
+    "Handler events dropped because Redis refused them for memory; the terminal event "
+    "is never one of them.",
+)
+REDIS_MEMORY_USED = Gauge(
+    "leasehold_redis_memory_used_bytes",
+    "Redis used_memory (the fullest primary in a cluster), as last read by this API.",
+)
+REDIS_MEMORY_MAX = Gauge(
+    "leasehold_redis_memory_max_bytes",
+    "Redis maxmemory of that node; 0 when none is configured (creates are never refused).",
+)
+QUEUE_RUNS_STORED = Gauge(
+    "leasehold_queue_runs_stored",
+    "Run records a queue keeps in Redis (each with its event stream), at scrape time.",
+    ["queue"],
+)
+CREATES_REFUSED = Counter(
+    "leasehold_creates_refused_total",
+    "Creates this API refused with 503 because Redis memory was past the high-water mark.",
+)

@@ -410,6 +410,17 @@ class RedisTopology(BaseModel):
     nodes: list[RedisNode] = Field(default_factory=list)
 
 
+class RedisMemory(BaseModel):
+    """Redis memory as the API's admission control sees it (the fullest primary)."""
+
+    used_bytes: int
+    max_bytes: int = Field(description="maxmemory; 0 when none is configured")
+    high_water: float = Field(description="LEASEHOLD_MEMORY_HIGH_WATER, a fraction of max_bytes")
+    creates_refused: bool = Field(
+        description="True while POST /runs answers 503 admission-refused (past the high-water mark)"
+    )
+
+
 class ReadinessReport(BaseModel):
     """Body of GET /readyz, with 200 (ready) or 503 (not ready)."""
 
@@ -422,5 +433,8 @@ class ReadinessReport(BaseModel):
     )
     topology: RedisTopology | None = Field(
         default=None, description="Nodes and roles, when Redis could be reached"
+    )
+    memory: RedisMemory | None = Field(
+        default=None, description="Memory use and whether creates are refused, when readable"
     )
     problems: list[str] = Field(default_factory=list)

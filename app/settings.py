@@ -69,6 +69,20 @@ class Settings(BaseSettings):
         description="Longest wait for REPLICA_ACKS; past it the write stands and is logged "
         "as under-replicated",
     )
+    memory_high_water: float = Field(
+        default=0.85,
+        gt=0,
+        le=1,
+        description="Fraction of Redis maxmemory past which the API refuses creates (503 + "
+        "Retry-After); the rest is headroom for running work to write its outcome",
+    )
+    memory_check_interval_s: float = Field(
+        default=1.0,
+        ge=0.05,
+        le=60,
+        description="How long an API process trusts its last reading of Redis memory (INFO "
+        "memory) before a create reads it again",
+    )
     prefix: str = Field(
         default="lh",
         pattern=r"^[A-Za-z0-9_-]{1,32}$",

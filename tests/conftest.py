@@ -26,7 +26,7 @@ from app.store.scripts import Scripts
 
 TEST_TTL_S = 1.0
 
-pytest_plugins = ["tests.support.processes", "tests.support.clusters"]
+pytest_plugins = ["tests.support.processes", "tests.support.clusters", "tests.support.memory"]
 
 
 @pytest.fixture(scope="session")

@@ -286,6 +286,9 @@ def _data_args(port: int, directory: Path, password: str, tls: TlsFiles | None) 
         "no",
         "--maxmemory-policy",
         "noeviction",
+        # as deployments should: a bound below the host's memory (readyz reports none)
+        "--maxmemory",
+        "512mb",
         "--repl-diskless-sync-delay",
         "0",
         "--protected-mode",

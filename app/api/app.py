@@ -21,6 +21,7 @@ from app.api.auth import OPEN_PATHS, BearerAuth
 from app.api.cors import install_cors
 from app.api.hub import EventHub
 from app.api.limits import BodySizeLimit
+from app.api.memory import MemoryAdmission
 from app.api.openapi import complete_openapi
 from app.api.problems import install_problem_handlers
 from app.api.routes import (
@@ -87,6 +88,11 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
             configured=settings.queues,
             max_queues=settings.max_queues,
         )
+        admission = MemoryAdmission(
+            client,
+            high_water=settings.memory_high_water,
+            interval_s=settings.memory_check_interval_s,
+        )
         app.state.leasehold = ApiState(
             settings,
             client,
@@ -97,6 +103,7 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
             activity=activity_hub,
             queues=queues,
             slots=StreamSlots(settings.sse_max_followers),
+            memory=admission,
         )
         try:
             yield

@@ -2,7 +2,12 @@
 
 Clients get a stable shape (type, title, status, detail, errors) and never a
 stack trace; anything unexpected becomes a 500 with a generic message and the
-details go to the log.
+details go to the log. Any Redis error is a 503 with ``Retry-After`` whose
+``type`` says which: ``store-unavailable`` (no answer), ``store-busy`` (no free
+connection), ``redis-out-of-memory``, ``redis-read-only`` (a failover),
+``store-error`` (anything else Redis answered), and ``admission-refused`` when
+Leasehold itself turned a create away because Redis memory is past the
+high-water mark.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import MaxConnectionsError
+from redis.exceptions import MaxConnectionsError, RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -25,12 +30,14 @@ from app.errors import (
     IdempotencyConflict,
     InvalidInput,
     InvalidTransition,
+    MemoryPressure,
     QueueLimitReached,
     QueueNotDeclared,
     RunNotFound,
     UnknownHandler,
 )
 from app.store.connection import PoolExhausted
+from app.store.refusals import Refusal, refusal_of
 from app.store.runs import InvalidCursor
 
 log = logging.getLogger(__name__)
@@ -38,6 +45,36 @@ log = logging.getLogger(__name__)
 PROBLEM_JSON = "application/problem+json"
 PROBLEM_BASE = "https://leasehold.dev/problems/"
 STORE_RETRY_AFTER_S = 1
+# memory frees as finished runs expire or are deleted: seconds at best, not at once
+MEMORY_RETRY_AFTER_S = 5
+
+# (type, title, detail, Retry-After) of each other way Redis can refuse a request
+_REFUSALS: dict[Refusal | None, tuple[str, str, str, int]] = {
+    "unavailable": (
+        "store-unavailable",
+        "Run store unavailable",
+        "Redis cannot be reached; retry shortly",
+        STORE_RETRY_AFTER_S,
+    ),
+    "out_of_memory": (
+        "redis-out-of-memory",
+        "Run store out of memory",
+        "Redis refused the write: it is at maxmemory; retry once memory frees",
+        MEMORY_RETRY_AFTER_S,
+    ),
+    "read_only": (
+        "redis-read-only",
+        "Run store read-only",
+        "Redis refused the write: the node is read-only (a failover?); retry shortly",
+        STORE_RETRY_AFTER_S,
+    ),
+    None: (
+        "store-error",
+        "Run store error",
+        "Redis could not complete the request; retry shortly",
+        STORE_RETRY_AFTER_S,
+    ),
+}
 
 ExceptionHandler = Callable[[Request, Exception], Awaitable["ProblemResponse"]]
 
@@ -110,6 +147,32 @@ store_busy = _store_problem(
     kind="store-busy",
     logged="redis pool exhausted",
 )
+
+
+async def store_refused(request: Request, exc: Exception) -> ProblemResponse:
+    """503 for any other Redis error, typed by :func:`refusal_of`: Redis trouble is never a 500.
+
+    Refusals that pass on their own (full, read-only, a cluster mid-failover) are
+    logged in one line; any other Redis error with its traceback: it may be a bug.
+    """
+    reason = refusal_of(exc)
+    kind, title, detail, retry_after_s = _REFUSALS[reason]
+    where = f"{request.method} {request.url.path}"
+    if reason is None:
+        log.error("redis error on %s", where, exc_info=exc)
+    else:
+        log.warning("redis refused %s (%s): %s", where, kind, exc)
+    return unavailable(title, detail, kind=kind, retry_after_s=retry_after_s)
+
+
+async def memory_pressure(request: Request, exc: Exception) -> ProblemResponse:
+    """503 ``admission-refused``: Leasehold keeps Redis's last headroom for running work."""
+    return unavailable(
+        "Not accepting new runs: Redis memory is nearly full",
+        str(exc),
+        kind="admission-refused",
+        retry_after_s=MEMORY_RETRY_AFTER_S,
+    )
 
 
 async def at_capacity(request: Request, exc: Exception) -> ProblemResponse:
@@ -200,6 +263,10 @@ def install_problem_handlers(app: FastAPI) -> None:
     # more specific than ConnectionError, so these win for a full pool
     app.add_exception_handler(PoolExhausted, store_busy)
     app.add_exception_handler(MaxConnectionsError, store_busy)
+    # every other Redis error (full, read-only, ...), typed; the most specific class wins
+    app.add_exception_handler(RedisError, store_refused)
+    app.add_exception_handler(RedisClusterException, store_refused)
+    app.add_exception_handler(MemoryPressure, memory_pressure)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> ProblemResponse:

@@ -10,6 +10,7 @@ from fastapi import Request
 from app.api.activity import ActivityHub
 from app.api.admission import StreamSlots
 from app.api.hub import EventHub
+from app.api.memory import MemoryAdmission
 from app.handlers import HandlerRegistry
 from app.settings import Settings
 from app.store.connection import AsyncRedis
@@ -34,6 +35,8 @@ class ApiState:
     queues: QueueStore
     # SSE responses being served: one slot each, LEASEHOLD_SSE_MAX_FOLLOWERS in all
     slots: StreamSlots
+    # refuses creates while Redis memory is past the high-water mark
+    memory: MemoryAdmission
     # detached work (e.g. cancel-on-disconnect) that no request may cancel
     background: set[asyncio.Task[object]] = field(default_factory=set)
 

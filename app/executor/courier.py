@@ -15,6 +15,13 @@ token and the same reserved slots: ``claim_runs`` answers a repeated token with
 the runs the first call took, and no run is left leased to a worker that does
 not know it holds it.
 
+When Redis is full it takes terminal writes but refuses claims (see
+``SCRIPT_FLAGS`` in :mod:`app.store.scripts`): the outcomes sent with a refused
+claim are settled, and claims pause with backoff while outcomes keep flowing.
+A refused terminal write (out of memory, read-only after a failover, no
+answer) keeps its outcome here and is sent again until Redis takes it or
+answers LOST (another owner holds the run now).
+
 Idle couriers sleep until :meth:`Courier.notify_ready` is called by the
 worker's :class:`~app.executor.listener.ChannelListener` (a script published on
 the queue's wake channel), so a producer's ``create`` wakes workers at once;
@@ -32,7 +39,9 @@ from collections.abc import Callable
 from redis.exceptions import RedisError
 
 from app.executor.slots import Slots
-from app.store.leases import ClaimedRun, LeaseStore, Outcome, new_claim_token
+from app.metrics import WORKER_WRITES_REFUSED
+from app.store.leases import Claim, ClaimedRun, LeaseStore, Outcome, new_claim_token
+from app.store.refusals import EXPLANATIONS, refusal_of
 from app.store.scripts import ScriptCode
 
 log = logging.getLogger(__name__)
@@ -77,6 +86,9 @@ class Courier:
         self._next_due_ms: int | None = None
         # (token, reserved slots) of a claim sent without an answer coming back
         self._unanswered: tuple[str, int] | None = None
+        # Redis refused a claim (full, read-only): none is sent before this monotonic time
+        self._claims_paused_until = 0.0
+        self._claim_pause_s = BACKOFF_START_S
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -144,30 +156,82 @@ class Courier:
                 )
             except (RedisError, OSError) as exc:
                 # the claim may have run in Redis: its slots stay reserved for the resend
-                self._unanswered = (token, wanted) if wanted else None
+                if wanted:
+                    self._unanswered = (token, wanted)
                 self._outcomes[:0] = batch
-                log.warning(
-                    "queue %s: round trip failed, retrying in %.2fs: %s", self.queue, delay, exc
-                )
+                self._round_trip_failed(exc, bool(batch), delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, BACKOFF_MAX_S)
                 continue
             delay = BACKOFF_START_S
-            self._unanswered = None
             for (_, future), code in zip(batch, codes, strict=True):
                 if not future.done():
                     future.set_result(code)
-            unused = wanted - len(claim.runs)
-            self._slots.give_back(unused)
-            if unused:
+            if claim.refused is not None:
+                self._claim_refused(token, wanted, claim.refused)
+                continue
+            self._claim_answered(token, wanted, claim, sent_at)
+
+    def _claim_answered(self, token: str, wanted: int, claim: Claim, sent_at: float) -> None:
+        if self._unanswered == (token, wanted):
+            self._unanswered = None
+        unused = wanted - len(claim.runs)
+        self._slots.give_back(unused)
+        if unused:
+            self._slots_returned()
+        self._next_due_ms = claim.next_due_ms
+        if self._claims_paused():
+            return  # a trip that claimed nothing on purpose tells nothing about the queue
+        self._claim_pause_s = BACKOFF_START_S
+        self._maybe_ready = len(claim.runs) == wanted and wanted > 0
+        for run in claim.runs:
+            self._start_run(run, sent_at)
+
+    def _claim_refused(self, token: str, wanted: int, exc: Exception) -> None:
+        """Redis took the outcomes but not the claim: claim nothing for a while.
+
+        Out of memory or read-only, the script was refused whole, before it ran:
+        a new claim's slots go back. A resent claim stays unanswered (its first
+        call may have run), and so does one refused for any other reason.
+        """
+        reason = refusal_of(exc)
+        WORKER_WRITES_REFUSED.labels("claim", reason or "error").inc()
+        if reason in ("out_of_memory", "read_only") and self._unanswered != (token, wanted):
+            self._slots.give_back(wanted)
+            if wanted:
                 self._slots_returned()
-            self._next_due_ms = claim.next_due_ms
-            self._maybe_ready = len(claim.runs) == wanted and wanted > 0
-            for run in claim.runs:
-                self._start_run(run, sent_at)
+        elif wanted:
+            self._unanswered = (token, wanted)
+        self._claims_paused_until = time.monotonic() + self._claim_pause_s
+        log.warning(
+            "queue %s: claim refused (%s), no claim for %.2fs; outcomes are still written: %s",
+            self.queue,
+            EXPLANATIONS[reason] if reason else "error",
+            self._claim_pause_s,
+            exc,
+        )
+        self._claim_pause_s = min(self._claim_pause_s * 2, BACKOFF_MAX_S)
+        self._maybe_ready = True  # claim again once the pause is over
+
+    def _round_trip_failed(self, exc: BaseException, had_outcomes: bool, delay: float) -> None:
+        reason = refusal_of(exc)
+        if had_outcomes:
+            WORKER_WRITES_REFUSED.labels("finish", reason or "error").inc()
+        log.warning(
+            "queue %s: round trip failed (%s), outcomes kept, retrying in %.2fs: %s",
+            self.queue,
+            EXPLANATIONS[reason] if reason else "error",
+            delay,
+            exc,
+        )
 
     def _claim_to_send(self) -> tuple[str, int]:
-        """Token and slot count of this round trip's claim: an unanswered one again, or new."""
+        """Token and slot count of this round trip's claim: an unanswered one again, or new.
+
+        While claims are paused the trip claims nothing (count 0 only promotes retries).
+        """
+        if self._claims_paused():
+            return new_claim_token(), 0
         if self._unanswered is not None:
             return self._unanswered
         wanted = self._slots.reserve(self._batch_max) if self._wants_claim() else 0
@@ -176,8 +240,13 @@ class Courier:
     def _wants_claim(self) -> bool:
         return self._claiming and self._maybe_ready and self._slots.free > 0
 
+    def _claims_paused(self) -> bool:
+        return time.monotonic() < self._claims_paused_until
+
     def _wait_timeout(self) -> float:
         timeout = self._idle_wake_s
         if self._next_due_ms is not None:
             timeout = min(timeout, self._next_due_ms / 1000 - time.time())
+        if self._claims_paused():
+            timeout = min(timeout, self._claims_paused_until - time.monotonic())
         return max(MIN_WAIT_S, timeout)

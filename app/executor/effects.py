@@ -56,8 +56,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError
 
 from app.errors import (
     CheckpointTooLarge,
@@ -72,6 +71,7 @@ from app.executor.events import EventSink
 from app.store.codec import dumps
 from app.store.leases import ClaimedRun
 from app.store.progress import EffectCall, EffectOutcome, EffectStart, ProgressStore
+from app.store.refusals import is_transient
 from app.store.scripts import ScriptCode
 
 log = logging.getLogger(__name__)
@@ -272,12 +272,19 @@ def _consume_error(task: asyncio.Future[Any]) -> None:
 
 
 async def _retrying(write: Callable[[], Awaitable[T]]) -> T:
-    """Send a write until Redis answers; each script takes a repeat of it as done."""
+    """Send a write until Redis takes it; each script takes a repeat of it as done.
+
+    Retried while the refusal is transient (:func:`~app.store.refusals.is_transient`:
+    no answer, read-only during a failover, out of memory: a new effect waits for
+    memory to free while the lease stays renewed); any other error is raised.
+    """
     delay = RETRY_DELAY_S
     while True:
         try:
             return await write()
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+        except (RedisError, OSError) as exc:
+            if not is_transient(exc):
+                raise
             log.warning("progress write failed, retrying in %.2fs: %s", delay, exc)
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_DELAY_MAX_S)

@@ -8,6 +8,13 @@ one flusher sends batches one after another. The run flushes before its
 terminal write, so the terminal event is always last. When Redis rejects a
 batch as LOST, the run is stopped.
 
+When Redis is out of memory it refuses appends (they are not ``allow-oom``: see
+:mod:`app.store.scripts`), and the batch is dropped and counted instead of
+retried: a handler that keeps emitting must neither wait for memory nor hold
+its own terminal write back, and the terminal event is written with the
+outcome in any case. Other transient refusals (no answer, read-only during a
+failover) are retried with backoff; an error no retry can cure drops the batch.
+
 A batch is capped because a script holds Redis for its whole run: 10,000
 appends in one call kept every other client (claims, renewals, other runs'
 events) waiting ~30 ms on the benchmark machine, and could trim its own first
@@ -24,12 +31,13 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError
 
 from app.errors import EventTooLarge, InvalidEvent
+from app.metrics import EVENTS_DROPPED, WORKER_WRITES_REFUSED
 from app.store.codec import dumps
 from app.store.leases import ClaimedRun, LeaseStore
+from app.store.refusals import refusal_of
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +91,7 @@ class EventSink:
         self._pending: list[tuple[str, str]] = []
         self._flusher: asyncio.Task[None] | None = None
         self._lost = False
+        self.dropped = 0  # events Redis refused for memory (or a bug), counted, not retried
         self.last_event_id: str | None = None
 
     def validate(self, event_type: str, data: Any) -> str:
@@ -129,15 +138,10 @@ class EventSink:
                     fence=self._run.fence,
                     events=batch,
                 )
-            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-                log.warning(
-                    "event append failed, retrying: %s",
-                    exc,
-                    extra={"run_id": self._run.id, "fence": self._run.fence},
-                )
-                self._pending[:0] = batch
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_DELAY_MAX_S)
+            except (RedisError, OSError) as exc:
+                if self._keep_for_retry(exc, batch):
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, RETRY_DELAY_MAX_S)
                 continue
             delay = RETRY_DELAY_S
             if last_id is None:
@@ -154,3 +158,21 @@ class EventSink:
                 self._on_lost()
                 return
             self.last_event_id = last_id
+
+    def _keep_for_retry(self, exc: BaseException, batch: list[tuple[str, str]]) -> bool:
+        """Put a failed batch back to retry it (True), or drop it: out of memory, or a bug."""
+        reason = refusal_of(exc)
+        WORKER_WRITES_REFUSED.labels("events", reason or "error").inc()
+        extra = {"run_id": self._run.id, "fence": self._run.fence}
+        if reason is None or reason == "out_of_memory":
+            EVENTS_DROPPED.inc(len(batch))
+            # the first drop of a run is a warning; the rest only count (a stream can be fast)
+            level = logging.WARNING if not self.dropped else logging.DEBUG
+            self.dropped += len(batch)
+            log.log(
+                level, "%d events dropped, Redis refused them: %s", len(batch), exc, extra=extra
+            )
+            return False
+        log.warning("event append failed, retrying: %s", exc, extra=extra)
+        self._pending[:0] = batch
+        return True

@@ -13,6 +13,11 @@ and reported as evidence, never used as a reason to give up a lease.
 assumed lost once ``TTL - safety margin`` has passed since Redis last confirmed
 it, by this process's monotonic clock. The run is then stopped *without
 writing*: the reconciler will apply the policy once the lease expires in Redis.
+
+Renewals are never refused for memory (``renew_leases`` runs with ``allow-oom``:
+it only rewrites the expiry of leases that exist). A renewal refused all the
+same (read-only after a failover, or an older Redis) is logged and counted with
+its reason, so a jeopardy that follows never comes unexplained.
 """
 
 from __future__ import annotations
@@ -27,8 +32,9 @@ from dataclasses import dataclass
 from redis.exceptions import RedisClusterException, RedisError
 
 from app.executor.table import LeaseTable
-from app.metrics import LEASE_RENEWALS, RENEW_SECONDS, RENEWAL_FAILURES
+from app.metrics import LEASE_RENEWALS, RENEW_SECONDS, RENEWAL_FAILURES, WORKER_WRITES_REFUSED
 from app.store.leases import LeaseRenewer
+from app.store.refusals import EXPLANATIONS, refusal_of
 from app.store.scripts import ScriptCode
 
 log = logging.getLogger(__name__)
@@ -120,7 +126,14 @@ class Heartbeat(threading.Thread):
                 answers = self._renewer.renew(queue, self._owner_id, leases)
             except UNAVAILABLE as exc:
                 RENEWAL_FAILURES.inc()
-                log.warning("lease renewal failed on queue %s: %s", queue, exc)
+                reason = refusal_of(exc)
+                WORKER_WRITES_REFUSED.labels("renewal", reason or "error").inc()
+                log.warning(
+                    "lease renewal failed on queue %s (%s): %s",
+                    queue,
+                    EXPLANATIONS[reason] if reason else "error",
+                    exc,
+                )
                 failed = self._failing = True
                 # decide now: the next call may block for a whole socket timeout too
                 self._check_jeopardy()

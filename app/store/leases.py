@@ -47,6 +47,8 @@ class Claim:
 
     runs: list[ClaimedRun]
     next_due_ms: int | None
+    # why Redis refused the claim (the outcomes sent with it were written regardless)
+    refused: Exception | None = None
 
 
 @dataclass(frozen=True)
@@ -215,13 +217,22 @@ class LeaseStore:
         Returns one code per outcome (OK, RETRY or LOST), then the claim. ``token``
         as for :meth:`claim`: a caller that retries after a failed round trip passes
         the same one, so runs claimed by a call whose reply was lost come back.
+
+        Redis can refuse the claim and still take the outcomes (past ``maxmemory``
+        a claim is refused whole, a terminal write is not): the codes are then
+        returned with an empty claim whose ``refused`` holds the error. A refused
+        terminal write raises, as does any failure of the round trip itself.
         """
         calls = []
         if outcomes:
             calls.append(self._finish_call(queue, owner, outcomes))
         calls.append(self._claim_call(queue, owner, count, token or new_claim_token()))
-        results = await self.scripts.pipeline(self.client, calls)
+        results = await self.scripts.pipeline(self.client, calls, raise_on_error=False)
+        if outcomes and isinstance(results[0], Exception):
+            raise results[0]
         codes = [ScriptCode(code) for code in results[0]] if outcomes else []
+        if isinstance(results[-1], Exception):
+            return codes, Claim([], None, refused=results[-1])
         return codes, self._parse_claim(queue, results[-1])
 
     async def append_events(

@@ -53,6 +53,7 @@ class QueueDepth:
     leased: int
     parked: int
     oldest_queued_age_s: float
+    stored: int = 0  # run records the queue keeps (the listing index), whatever their status
 
 
 class QueueStore:
@@ -156,7 +157,8 @@ class QueueStore:
         pipe.zcard(keys.leases)
         pipe.zcard(keys.parked)
         pipe.lindex(keys.ready, 0)
-        ready, delayed, leased, parked, head = await pipe.execute()
+        pipe.zcard(keys.runs)
+        ready, delayed, leased, parked, head, stored = await pipe.execute()
         oldest_age_s = 0.0
         if head:
             created = await self.client.hget(keys.run(head), "created_at")
@@ -170,6 +172,7 @@ class QueueStore:
             leased=int(leased),
             parked=int(parked),
             oldest_queued_age_s=oldest_age_s,
+            stored=int(stored),
         )
 
     async def memory_bytes(self, queue: str) -> int:

@@ -1,7 +1,13 @@
 """Loads the Lua transitions in ``scripts/lua`` and calls them by SHA.
 
 Each file is named ``<transition>-<key count>.lua``; a ``--- @include <name>``
-line is replaced by ``includes/<name>.lua`` so helpers exist once. Calls use
+line is replaced by ``includes/<name>.lua`` so helpers exist once. Every
+script is loaded with a Redis 7 shebang (``#!lua``) declaring how it behaves
+when Redis is full (see :data:`SCRIPT_FLAGS`): unflagged, Redis refuses the
+whole call up front past ``maxmemory`` instead of failing at the first write
+that may grow memory, after earlier writes already stood. Redis 6.2 cannot
+compile a shebang: the first time it refuses one, this process switches to the
+same scripts without it (and without the memory guarantees; see the README). Calls use
 EVALSHA and fall back to EVAL with the source when Redis answers NOSCRIPT (after
 a restart, a ``SCRIPT FLUSH`` or a failover to a node that never loaded it),
 which caches the script on that node, so no caller ever sees that error.
@@ -20,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 from app.store.connection import AsyncRedis, SyncRedis
 
@@ -65,6 +71,13 @@ class Script:
     numkeys: int
     source: str
     sha: str
+    # the same script without its shebang, for Redis 6.2 (no script flags)
+    legacy_source: str = ""
+    legacy_sha: str = ""
+
+    def variant(self, *, flags: bool) -> tuple[str, str]:
+        """(source, sha) with the shebang (Redis 7+) or without it."""
+        return (self.source, self.sha) if flags else (self.legacy_source, self.legacy_sha)
 
 
 def load_scripts(directory: Path | None = None) -> dict[str, Script]:
@@ -75,14 +88,25 @@ def load_scripts(directory: Path | None = None) -> dict[str, Script]:
         match = _FILE_NAME.match(path.name)
         if not match:
             raise ValueError(f"script file {path.name} is not named <transition>-<keys>.lua")
-        source = _INCLUDE.sub(
+        body = _INCLUDE.sub(
             lambda m: (directory / "includes" / f"{m['name']}.lua").read_text(), path.read_text()
         )
-        sha = hashlib.sha1(source.encode()).hexdigest()
-        scripts[match["name"]] = Script(match["name"], int(match["numkeys"]), source, sha)
+        source = shebang(match["name"]) + body
+        scripts[match["name"]] = Script(
+            match["name"], int(match["numkeys"]), source, _sha1(source), body, _sha1(body)
+        )
     if not scripts:
         raise FileNotFoundError(f"no Lua scripts found in {directory}")
     return scripts
+
+
+def _sha1(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def refuses_shebang(exc: BaseException) -> bool:
+    """Whether Redis failed to compile a script for its ``#!lua`` line (Redis before 7)."""
+    return isinstance(exc, ResponseError) and "near '#'" in str(exc)
 
 
 @dataclass(frozen=True)
@@ -114,6 +138,32 @@ DURABLE_TRANSITIONS = frozenset(
 )
 
 
+# How each transition behaves when Redis is out of memory (``used_memory`` past
+# ``maxmemory``, ``noeviction``). ``allow-oom``: the writes of work already running
+# (renewals, terminal outcomes, releases, checkpoints, effect records) and the
+# cleanup that frees memory or stops work (reconcile, cancel) still run, so nothing
+# a handler returned is lost; each writes a bounded amount (one run's outcome,
+# state or effect record, all capped by settings). ``no-writes``: reads run
+# anywhere. Every other transition (create, claim, events, ...) is refused whole,
+# before it writes anything: new work and handler chatter are what give way.
+SCRIPT_FLAGS: dict[str, str] = {
+    "renew_leases": "allow-oom",
+    "finish_runs": "allow-oom",
+    "release_runs": "allow-oom",
+    "reconcile_expired": "allow-oom",
+    "checkpoint_run": "allow-oom",
+    "record_effect": "allow-oom",
+    "cancel_run": "allow-oom",
+    "read_events": "no-writes",
+}
+
+
+def shebang(name: str) -> str:
+    """The first line Redis reads the script's flags from (Redis 7's ``#!lua flags=...``)."""
+    flags = SCRIPT_FLAGS.get(name)
+    return f"#!lua flags={flags}\n" if flags else "#!lua\n"
+
+
 @dataclass(frozen=True)
 class ReplicaAcks:
     """``WAIT replicas timeout_ms`` after every durable transition (``LEASEHOLD_REPLICA_ACKS``).
@@ -143,6 +193,7 @@ class Scripts:
         self._scripts = scripts or load_scripts()
         self.replica_acks = replica_acks if replica_acks and replica_acks.replicas > 0 else None
         self.short_acks = 0  # durable writes fewer replicas than asked for acknowledged in time
+        self.flags = True  # Redis takes script flags (7+); False once it refused a shebang
 
     @classmethod
     def for_settings(cls, settings: Settings) -> Scripts:
@@ -173,26 +224,47 @@ class Scripts:
     def _command(self, call: ScriptCall, *, by_source: bool = False) -> list[ScriptArg]:
         """The EVALSHA command of a call, or the EVAL one that also caches the script."""
         script = self._resolve(call)
-        head: list[ScriptArg] = ["EVAL", script.source] if by_source else ["EVALSHA", script.sha]
+        source, sha = script.variant(flags=self.flags)
+        head: list[ScriptArg] = ["EVAL", source] if by_source else ["EVALSHA", sha]
         return [*head, script.numkeys, *call.keys, *call.args]
+
+    def _without_flags(self, exc: BaseException) -> bool:
+        """Switch to the shebang-less scripts when ``exc`` says Redis cannot read one."""
+        if not self.flags or not refuses_shebang(exc):
+            return False
+        log.warning(
+            "Redis cannot read script flags (it is older than 7.0): running the scripts "
+            "without them, so at maxmemory renewals and terminal writes are refused too"
+        )
+        self.flags = False
+        return True
 
     async def load_all(self, client: AsyncRedis) -> None:
         """SCRIPT LOAD every transition (startup, readiness): on every primary of a cluster.
 
         Loading up front makes a broken script fail at start, not on first use.
         """
+        try:
+            await self._load_all(client)
+        except ResponseError as exc:
+            if not self._without_flags(exc):
+                raise
+            await self._load_all(client)
+
+    async def _load_all(self, client: AsyncRedis) -> None:
+        sources = [script.variant(flags=self.flags)[0] for script in self._scripts.values()]
         if isinstance(client, aioredis.RedisCluster):
             # redis-py sends SCRIPT LOAD to every primary; a cluster pipeline refuses it
-            await asyncio.gather(*(client.script_load(s.source) for s in self._scripts.values()))
+            await asyncio.gather(*(client.script_load(source) for source in sources))
             return
         pipe = client.pipeline(transaction=False)
-        for script in self._scripts.values():
-            pipe.script_load(script.source)
+        for source in sources:
+            pipe.script_load(source)
         await pipe.execute()
 
     async def loaded(self, client: AsyncRedis) -> bool:
         """Whether Redis (every primary, in cluster mode) has every script cached."""
-        shas = [script.sha for script in self._scripts.values()]
+        shas = [script.variant(flags=self.flags)[1] for script in self._scripts.values()]
         present = await client.script_exists(*shas)
         return all(present)
 
@@ -209,27 +281,47 @@ class Scripts:
         if self._durable([call]):
             return (await self.pipeline(client, [call]))[0]
         script = self._resolve(call)
+        source, sha = script.variant(flags=self.flags)
         try:
-            return await client.evalsha(script.sha, script.numkeys, *keys, *args)
+            return await client.evalsha(sha, script.numkeys, *keys, *args)
         except NoScriptError:
-            return await client.eval(script.source, script.numkeys, *keys, *args)
+            pass
+        try:
+            return await client.eval(source, script.numkeys, *keys, *args)
+        except ResponseError as exc:
+            if not self._without_flags(exc):
+                raise
+        source = script.variant(flags=False)[0]
+        return await client.eval(source, script.numkeys, *keys, *args)
 
-    async def pipeline(self, client: AsyncRedis, calls: Sequence[ScriptCall]) -> list[Any]:
+    async def pipeline(
+        self, client: AsyncRedis, calls: Sequence[ScriptCall], *, raise_on_error: bool = True
+    ) -> list[Any]:
         """Run several transitions of one queue in one round trip, in order.
 
         With :attr:`replica_acks` and a durable transition among them, the round
         trip ends with WAIT on the same connection, i.e. on the node that ran them.
         A call answered NOSCRIPT never ran: only those calls are sent again, as
-        EVAL, in their original order. Any other error is raised.
+        EVAL, in their original order. Any other error reply is raised, or with
+        ``raise_on_error=False`` returned in its call's place (the other calls ran:
+        e.g. a terminal write stands when the claim beside it was refused).
         """
         results = await self._round_trip(client, calls, by_source=False)
-        missing = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
-        if missing:
+        for attempt in range(2):  # the second only after switching to shebang-less scripts
+            missing = [
+                i
+                for i, result in enumerate(results)
+                if isinstance(result, NoScriptError) or (attempt and refuses_shebang(result))
+            ]
+            if not missing:
+                break
             retried = await self._round_trip(client, [calls[i] for i in missing], by_source=True)
             for i, result in zip(missing, retried, strict=True):
                 results[i] = result
+            if not any(self._without_flags(result) for result in retried):
+                break
         for result in results:
-            if isinstance(result, Exception):
+            if raise_on_error and isinstance(result, Exception):
                 raise result
         return results
 
@@ -275,10 +367,17 @@ class Scripts:
         Used for renewals only, which are not durable transitions: no WAIT here.
         """
         script = self._resolve(ScriptCall(name, keys, args))
+        source, sha = script.variant(flags=self.flags)
         try:
-            return client.evalsha(script.sha, script.numkeys, *keys, *args)
+            return client.evalsha(sha, script.numkeys, *keys, *args)
         except NoScriptError:
-            return client.eval(script.source, script.numkeys, *keys, *args)
+            pass
+        try:
+            return client.eval(source, script.numkeys, *keys, *args)
+        except ResponseError as exc:
+            if not self._without_flags(exc):
+                raise
+        return client.eval(script.variant(flags=False)[0], script.numkeys, *keys, *args)
 
 
 async def _same_node(client: AsyncRedis, calls: Sequence[ScriptCall]) -> dict[str, Any]:

@@ -9,13 +9,17 @@ injects it into the page.
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import Any
 
+import httpx
 from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import BrowserContext, Page, expect
 
 from tests.console.test_console import KEY, create, create_hung_tool_run, open_page
-from tests.support.processes import Processes
+from tests.support.memory import SmallRedis
+from tests.support.processes import Processes, base_env
 
 # the WCAG 2.0/2.1 A and AA rule sets: what "accessible" is measured against
 WCAG_AA = {"runOnly": {"type": "tag", "values": ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]}}
@@ -74,3 +78,38 @@ def test_the_key_prompt_passes_the_wcag_a_and_aa_rules_of_axe(
     login.get_by_role("button", name="Use key").click()
     expect(login).to_contain_text("did not accept that key")  # the refusal, shown
     assert violations(page) == []
+
+
+def refused_within(url: str, *, timeout_s: float) -> bool:
+    """Poll creates until one is refused (the API trusts a memory reading for a second)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        body = {"handler": "demo.echo", "input": {}}
+        if httpx.post(f"{url}/runs", json=body, timeout=30).status_code == 503:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_the_console_shows_a_banner_while_creates_are_refused_and_it_passes_axe(
+    small_redis: SmallRedis, prefix: str, tmp_path: Path, context: BrowserContext
+) -> None:
+    small_redis.allow(4_000_000)
+    procs = Processes(base_env(small_redis.url, prefix, lease_ttl_s=1.0), tmp_path)
+    try:
+        _, url = procs.api(LEASEHOLD_MEMORY_HIGH_WATER="0.6")
+        page = open_page(context, f"{url}/#/runs")
+        banner = page.locator("#memory-banner")
+        expect(page.locator("main")).to_be_visible()
+        expect(banner).to_be_hidden()
+        # Redis memory now at ~80 % of maxmemory, well past the 60 % mark
+        small_redis.set_max(int(small_redis.used_bytes() / 0.8))
+        assert refused_within(url, timeout_s=30), "creates still accepted"
+        expect(banner).to_be_visible()  # by itself, within a poll
+        expect(banner).to_contain_text("New runs are refused")
+        expect(banner).to_have_attribute("role", "status")
+        assert violations(page) == []
+        small_redis.set_max(0)  # memory frees: the banner goes away by itself
+        expect(banner).to_be_hidden()
+    finally:
+        procs.reap()

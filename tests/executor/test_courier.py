@@ -10,15 +10,22 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from pathlib import Path
 
+import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import OutOfMemoryError, ReadOnlyError
 
 from app.executor.courier import Courier
 from app.executor.slots import Slots
 from app.models import RunStatus
+from app.settings import Settings
+from app.store.codec import dumps
+from app.store.connection import async_client
 from app.store.leases import Claim, ClaimedRun, LeaseStore, Outcome
 from app.store.runs import NewRun, RunStore
-from app.store.scripts import ScriptCode
+from app.store.scripts import ScriptCode, Scripts
+from tests.support.memory import SmallRedis
 from tests.support.polling import eventually
 
 OWNER = "w-courier"
@@ -45,10 +52,8 @@ class LosingReplies(LeaseStore):
         return answer
 
 
-async def test_runs_claimed_by_a_round_trip_whose_reply_was_lost_still_start_here_once(
-    run_store: RunStore, lease_store: LeaseStore
-) -> None:
-    store = LosingReplies(
+def store_like(cls: type[LeaseStore], lease_store: LeaseStore) -> LeaseStore:
+    return cls(
         lease_store.client,
         scripts=lease_store.scripts,
         prefix=lease_store.prefix,
@@ -56,6 +61,13 @@ async def test_runs_claimed_by_a_round_trip_whose_reply_was_lost_still_start_her
         retention=lease_store.retention,
         events_maxlen=lease_store.events_maxlen,
     )
+
+
+async def test_runs_claimed_by_a_round_trip_whose_reply_was_lost_still_start_here_once(
+    run_store: RunStore, lease_store: LeaseStore
+) -> None:
+    store = store_like(LosingReplies, lease_store)
+    assert isinstance(store, LosingReplies)
     store.losses = 2
     ids = [(await run_store.create(NewRun(handler="demo.echo", input={}))).run.id for _ in range(6)]
     started: list[ClaimedRun] = []
@@ -88,3 +100,116 @@ async def test_runs_claimed_by_a_round_trip_whose_reply_was_lost_still_start_her
     for run in held:
         kinds = [event.type for event in await run_store.read_events(run.id)]
         assert kinds == ["created", "claimed"]
+
+
+class RefusingFinishes(LeaseStore):
+    """A store whose first ``refusals`` round trips with outcomes are refused whole by Redis."""
+
+    refusals = 0
+    error: Exception = OutOfMemoryError("command not allowed when used memory > 'maxmemory'.")
+
+    async def finish_and_claim(
+        self,
+        queue: str,
+        owner: str,
+        outcomes: Sequence[Outcome],
+        count: int,
+        token: str | None = None,
+    ) -> tuple[list[ScriptCode], Claim]:
+        """Refuse before sending anything while refusals remain, as Redis refuses a script."""
+        if outcomes and self.refusals:
+            self.refusals -= 1
+            raise self.error
+        return await super().finish_and_claim(queue, owner, outcomes, count, token)
+
+
+def courier_on(store: LeaseStore, started: list[ClaimedRun], slots: Slots | None = None) -> Courier:
+    return Courier(
+        queue="default",
+        store=store,
+        owner_id=OWNER,
+        slots=slots or Slots(1),
+        start_run=lambda run, _sent_at: started.append(run),
+        batch_max=1,
+        idle_wake_s=0.2,
+    )
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        OutOfMemoryError("command not allowed when used memory > 'maxmemory'."),
+        ReadOnlyError("You can't write against a read only replica."),
+        RedisConnectionError("Connection reset by peer"),
+    ],
+    ids=["oom", "readonly", "connection"],
+)
+async def test_a_terminal_write_refused_by_redis_is_retried_and_lands_with_the_handlers_output(
+    run_store: RunStore, lease_store: LeaseStore, error: Exception
+) -> None:
+    store = store_like(RefusingFinishes, lease_store)
+    assert isinstance(store, RefusingFinishes)
+    store.refusals, store.error = 2, error
+    run_id = (await run_store.create(NewRun(handler="demo.echo", input={"n": 1}))).run.id
+    started: list[ClaimedRun] = []
+    courier = courier_on(store, started)
+    courier.start()
+    try:
+        await eventually(lambda: asyncio.sleep(0, started), until=bool, what="the run claimed")
+        output = dumps({"answer": 42, "from": "the handler"})
+        code = await asyncio.wait_for(
+            courier.finish(Outcome(run_id, started[0].fence, "succeeded", output_json=output)),
+            timeout=30,
+        )
+    finally:
+        await courier.close()
+    assert store.refusals == 0, "Redis refused the terminal write twice first"
+    assert code == ScriptCode.OK
+    run = await run_store.get(run_id)
+    assert run.status == RunStatus.SUCCEEDED
+    assert run.output == {"answer": 42, "from": "the handler"}
+    kinds = [event.type for event in await run_store.read_events(run_id)]
+    assert kinds == ["created", "claimed", "succeeded"]
+
+
+async def test_at_maxmemory_outcomes_land_claims_pause_and_resume_once_memory_frees(
+    small_redis: SmallRedis, prefix: str, scripts: Scripts, tmp_path: Path
+) -> None:
+    settings = Settings(redis_url=small_redis.url, prefix=prefix, state_dir=tmp_path / "state")
+    client = async_client(small_redis.url)
+    try:
+        run_store = RunStore.for_settings(client, scripts, settings)
+        store = LeaseStore.for_settings(client, scripts, settings)
+        ids = [
+            (await run_store.create(NewRun(handler="demo.echo", input={"n": n}))).run.id
+            for n in range(2)
+        ]
+        started: list[ClaimedRun] = []
+        slots = Slots(1)
+        courier = courier_on(store, started, slots)
+        courier.start()
+        try:
+            await eventually(lambda: asyncio.sleep(0, started), until=bool, what="a claim")
+            small_redis.set_max(small_redis.used_bytes() // 2)  # Redis is now past maxmemory
+            slots.give_back(1)  # as a worker does when the handler returns, before the write
+            courier.kick()
+            output = dumps({"blob": "y" * 50_000})  # an outcome that grows memory
+            code = await asyncio.wait_for(
+                courier.finish(Outcome(ids[0], started[0].fence, "succeeded", output_json=output)),
+                timeout=30,
+            )
+            assert code == ScriptCode.OK
+            assert (await run_store.get(ids[0])).output == {"blob": "y" * 50_000}
+            await asyncio.sleep(0.5)  # room for a wrong claim to show up
+            assert [run.id for run in started] == [ids[0]], "claimed at maxmemory"
+            assert small_redis.oom_refusals() >= 1, "Redis refused the claim"
+            assert (await run_store.get(ids[1])).status == RunStatus.QUEUED
+            small_redis.set_max(0)  # memory frees: claims resume on their own
+            await eventually(
+                lambda: asyncio.sleep(0, len(started)), until=lambda n: n == 2, what="claim"
+            )
+        finally:
+            await courier.close()
+        assert started[1].id == ids[1]
+    finally:
+        await client.aclose()

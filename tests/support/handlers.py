@@ -95,3 +95,33 @@ async def fails_on_cancel(ctx: RunContext, params: RecordInput) -> dict[str, obj
     except asyncio.CancelledError:
         raise RunFailure("flaky dependency", code="flaky", retryable=True) from None
     return {}
+
+
+class HoldInput(BaseModel):
+    """How big an output to return once the test lets the run finish."""
+
+    output_bytes: int = Field(default=1_000, ge=0, le=1_000_000)
+    tag: str = "held"
+
+
+def hold_key(prefix: str) -> str:
+    """While this key exists, ``test.hold`` runs keep running; DEL (allowed at OOM) ends them."""
+    return f"{prefix}:test:hold"
+
+
+def hold_output(params: HoldInput) -> dict[str, str]:
+    """What a ``test.hold`` run returns: the test computes the same to compare."""
+    return {"tag": params.tag, "blob": (params.tag * params.output_bytes)[: params.output_bytes]}
+
+
+@handler("test.hold")
+async def hold(ctx: RunContext, params: HoldInput) -> dict[str, str]:
+    """Emit progress until the test deletes the hold key, then return a large output."""
+    client = async_client(os.environ["LEASEHOLD_REDIS_URL"])
+    try:
+        while await client.exists(hold_key(os.environ["LEASEHOLD_PREFIX"])):
+            await ctx.progress(waiting=True)
+            await asyncio.sleep(0.05)
+    finally:
+        await client.aclose()
+    return hold_output(params)

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.api.routes.runs import State
-from app.metrics import OLDEST_QUEUED_AGE, QUEUE_DEPTH
+from app.metrics import OLDEST_QUEUED_AGE, QUEUE_DEPTH, QUEUE_RUNS_STORED
 
 router = APIRouter(tags=["health"])
 
@@ -22,9 +22,11 @@ METRICS_DOC: dict[int | str, dict[str, Any]] = {
 
 @router.get("/metrics", response_class=Response, responses=METRICS_DOC)
 async def metrics(state: State) -> Response:
-    """Counters and gauges of this process; queue depth is read from Redis now."""
+    """Counters and gauges of this process; queue depth and Redis memory are read now."""
+    await state.memory.refresh()
     for queue in await state.queues.declared():
         depth = await state.queues.depth(queue)
+        QUEUE_RUNS_STORED.labels(queue).set(depth.stored)
         QUEUE_DEPTH.labels(queue, "ready").set(depth.ready)
         QUEUE_DEPTH.labels(queue, "delayed").set(depth.delayed)
         QUEUE_DEPTH.labels(queue, "leased").set(depth.leased)

@@ -129,7 +129,7 @@ CREATE_RESPONSES: dict[int | str, dict[str, Any]] = {
         ),
         "content": {"text/event-stream": {"schema": {"type": "string"}}},
     },
-    **problems(400, 409, 413, 422),
+    **problems(400, 409, 413, 422, 503),
 }
 
 
@@ -153,9 +153,12 @@ async def create_run(
     ``Idempotency-Replayed: true``); with another body it is a 409. With
     ``Accept: text/event-stream`` the response streams the run's events; the run
     does not depend on that connection unless ``cancel_on_disconnect`` is true.
+    While Redis memory is past ``LEASEHOLD_MEMORY_HIGH_WATER`` it answers 503
+    ``admission-refused`` with ``Retry-After``, and writes nothing.
     """
-    new = _new_run(body, state, idempotency_key)
+    new = _new_run(body, state, idempotency_key)  # bad input is a 4xx even when full
     await state.queues.require(new.queue)  # 422 naming the declared ones; never declares
+    await state.memory.admit()  # before a stream slot is taken: a refusal holds nothing
     streaming = "text/event-stream" in request.headers.get("accept", "")
     if streaming:
         admit_stream(state, None)  # before the create: a refusal changes nothing

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
+from redis.exceptions import RedisError
 
+from app.api.memory import MemoryAdmission
 from app.api.routes.runs import State
-from app.models import HandlerInfo, ReadinessReport, WorkerInfo
+from app.models import HandlerInfo, ReadinessReport, RedisMemory, WorkerInfo
 from app.store import workers
 from app.store.health import check_readiness
+from app.store.memory import pressure_problems
 
 router = APIRouter()
 
@@ -45,8 +48,13 @@ async def readyz(state: State) -> JSONResponse:
 
     Also says how Redis is deployed (``mode``: single, cluster or sentinel, from the
     URL) and its ``topology`` now: nodes, roles, slot ranges, the sentinels' primary.
+    Memory pressure (past the high-water mark, at maxmemory, no maxmemory at all)
+    is listed in ``problems`` without failing readiness: reads and running work
+    still go on; ``memory.creates_refused`` says whether creates are refused.
     """
     readiness = await check_readiness(state.client, state.scripts)
+    problems = list(readiness.problems)
+    memory = await _memory(state.memory, problems) if readiness.redis_reachable else None
     report = ReadinessReport(
         status="ready" if readiness.ready else "unavailable",
         redis_reachable=readiness.redis_reachable,
@@ -54,6 +62,23 @@ async def readyz(state: State) -> JSONResponse:
         maxmemory_policy=readiness.maxmemory_policy,
         mode=readiness.mode,
         topology=readiness.topology,
-        problems=readiness.problems,
+        memory=memory,
+        problems=problems,
     )
     return JSONResponse(report.model_dump(), status_code=200 if readiness.ready else 503)
+
+
+async def _memory(admission: MemoryAdmission, problems: list[str]) -> RedisMemory | None:
+    """A fresh memory reading, its problems appended; None when Redis cannot say."""
+    try:
+        reading = await admission.refresh()
+    except (RedisError, OSError) as exc:
+        problems.append(f"memory unknown: {exc}")
+        return None
+    problems.extend(pressure_problems(reading, admission.high_water))
+    return RedisMemory(
+        used_bytes=reading.used_bytes,
+        max_bytes=reading.max_bytes,
+        high_water=admission.high_water,
+        creates_refused=reading.past(admission.high_water),
+    )

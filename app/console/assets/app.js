@@ -4,6 +4,7 @@
 
 import { api, clearKey, getKey, onAuthRequired, setKey } from "./api.js";
 import { syncClock } from "./dom.js";
+import { watchMemory } from "./memory.js";
 import { renderRun } from "./run.js";
 import { renderRuns } from "./runs.js";
 import { renderWorkers } from "./workers.js";
@@ -84,3 +85,4 @@ forget.addEventListener("click", () => {
 
 window.addEventListener("hashchange", () => route({ focus: true }));
 route();
+watchMemory(document.getElementById("memory-banner"), login);

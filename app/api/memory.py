@@ -1,0 +1,89 @@
+"""Admission control: the API refuses new runs while Redis memory is past the high-water mark.
+
+Redis under ``noeviction`` refuses writes only at 100 % of ``maxmemory``, and
+then it refuses everyone, the runs already running included. Refusing creates
+at ``LEASEHOLD_MEMORY_HIGH_WATER`` (85 % by default) keeps the rest as headroom
+for leases, checkpoints and terminal writes, and gives clients a clear 503 with
+``Retry-After`` instead of a failure deep inside a script.
+
+The reading is cached per API process for ``LEASEHOLD_MEMORY_CHECK_INTERVAL_S``
+and refreshed by one caller at a time, so a burst of creates costs at most one
+``INFO memory`` per interval. A Redis that forbids INFO (some managed services)
+is admitted as if it had no maxmemory; one that cannot be reached fails the
+create with the store's own 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from redis.exceptions import ResponseError
+
+from app.errors import MemoryPressure
+from app.metrics import CREATES_REFUSED, REDIS_MEMORY_MAX, REDIS_MEMORY_USED
+from app.store.connection import AsyncRedis
+from app.store.memory import MemoryReading, read_memory
+
+log = logging.getLogger(__name__)
+
+UNKNOWN = MemoryReading(0, 0)
+
+
+class MemoryAdmission:
+    """Cached Redis memory reading of one API process, and the create-time check."""
+
+    def __init__(self, client: AsyncRedis, *, high_water: float, interval_s: float) -> None:
+        self._client = client
+        self.high_water = high_water
+        self._interval_s = interval_s
+        self._reading: MemoryReading | None = None
+        self._read_at = 0.0
+        self._lock = asyncio.Lock()
+
+    async def reading(self) -> MemoryReading:
+        """The last reading if younger than the interval, else a fresh one.
+
+        Raises RedisError/OSError when Redis cannot answer at all.
+        """
+        if self._fresh():
+            assert self._reading is not None
+            return self._reading
+        async with self._lock:  # one refresh at a time; the others use its result
+            if not self._fresh():
+                self._store(await self._read())
+        assert self._reading is not None
+        return self._reading
+
+    async def refresh(self) -> MemoryReading:
+        """Read now, whatever the cache holds (``/readyz``, ``/metrics``)."""
+        reading = await self._read()
+        self._store(reading)
+        return reading
+
+    async def admit(self) -> None:
+        """Raise :class:`MemoryPressure` when memory is past the high-water mark."""
+        reading = await self.reading()
+        if reading.past(self.high_water):
+            CREATES_REFUSED.inc()
+            raise MemoryPressure(
+                used_bytes=reading.used_bytes,
+                max_bytes=reading.max_bytes,
+                high_water=self.high_water,
+            )
+
+    def _fresh(self) -> bool:
+        return self._reading is not None and time.monotonic() - self._read_at < self._interval_s
+
+    def _store(self, reading: MemoryReading) -> None:
+        self._reading, self._read_at = reading, time.monotonic()
+        REDIS_MEMORY_USED.set(reading.used_bytes)
+        REDIS_MEMORY_MAX.set(reading.max_bytes)
+
+    async def _read(self) -> MemoryReading:
+        try:
+            return await read_memory(self._client)
+        except ResponseError as exc:  # INFO refused (a managed service): admit, say why
+            log.warning("cannot read Redis memory, creates are not limited by it: %s", exc)
+            return UNKNOWN

@@ -1,0 +1,126 @@
+"""A real API and worker against a Redis that fills up: the issue's reproduction, as a test.
+
+The order a durable executor must degrade in: creates are refused early and
+clearly (503 + Retry-After, before Redis refuses anything), and runs already
+running keep their leases and write their real outcomes even once Redis is
+past maxmemory; queued work waits and goes on once memory frees. No 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+
+from app.models import RunStatus
+from app.settings import Settings
+from app.store.connection import async_client
+from app.store.runs import NewRun, RunStore
+from app.store.scripts import Scripts
+from tests.support.handlers import HoldInput, hold_key, hold_output
+from tests.support.memory import SmallRedis
+from tests.support.polling import eventually, wait_status
+from tests.support.processes import Processes, base_env
+
+HELD = 4  # the worker's concurrency: a fifth held run waits in the queue
+OUTPUT_BYTES = 200_000
+FILLER = "x" * 20_000
+
+
+async def fill_until_refused(http: httpx.AsyncClient) -> list[httpx.Response]:
+    answers = []
+    for index in range(3_000):
+        body = {"handler": "demo.echo", "queue": "filler", "input": {"m": f"{index}{FILLER}"}}
+        answers.append(await http.post("/runs", json=body))
+        if answers[-1].status_code != 201:
+            return answers
+    raise AssertionError("3000 creates and none refused")
+
+
+async def test_when_redis_fills_creates_are_refused_first_and_running_runs_keep_their_outputs(
+    small_redis: SmallRedis, prefix: str, tmp_path: Path
+) -> None:
+    small_redis.allow(6_000_000)
+    procs = Processes(base_env(small_redis.url, prefix, lease_ttl_s=1.0), tmp_path)
+    settings = Settings(redis_url=small_redis.url, prefix=prefix, state_dir=tmp_path / "s")
+    client = async_client(small_redis.url)
+    store = RunStore.for_settings(client, Scripts(), settings)
+    try:
+        with small_redis.client() as sync:
+            sync.set(hold_key(prefix), "1")
+        api, url = procs.api(
+            LEASEHOLD_MEMORY_HIGH_WATER="0.6", LEASEHOLD_MEMORY_CHECK_INTERVAL_S="0.05"
+        )
+        worker = procs.worker(LEASEHOLD_CONCURRENCY=str(HELD))
+        inputs = [HoldInput(output_bytes=OUTPUT_BYTES, tag=f"run{n}") for n in range(HELD + 1)]
+        ids = [
+            (await store.create(NewRun(handler="test.hold", input=held.model_dump()))).run.id
+            for held in inputs
+        ]
+        await eventually(
+            lambda: asyncio.gather(*(store.get(run_id) for run_id in ids)),
+            until=lambda runs: sum(run.status == RunStatus.RUNNING for run in runs) == HELD,
+            what=f"{HELD} runs running",
+        )
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            # 1. creates are refused by Leasehold before Redis refuses anything
+            answers = await fill_until_refused(http)
+            assert {a.status_code for a in answers[:-1]} == {201}
+            assert answers[-1].status_code == 503
+            assert answers[-1].json()["type"].endswith("/admission-refused")
+            assert answers[-1].headers["Retry-After"]
+            assert small_redis.oom_refusals() == 0
+            ready = (await http.get("/readyz")).json()
+            assert ready["memory"]["creates_refused"] is True
+            assert any("high-water" in problem for problem in ready["problems"])
+
+            # 2. Redis itself full: the held runs keep their leases (renewals are not refused)
+            small_redis.set_max(small_redis.used_bytes() // 2)
+            full_since = datetime.now(UTC).timestamp()
+            await eventually(
+                lambda: asyncio.gather(*(store.get(run_id) for run_id in ids[:HELD])),
+                until=lambda runs: all(
+                    run.status == RunStatus.RUNNING
+                    and run.lease_expires_at is not None
+                    and run.lease_expires_at.timestamp() > full_since + 2.5
+                    for run in runs
+                ),
+                what="leases renewed past two TTLs at maxmemory",
+            )
+            full = (await http.get("/readyz")).json()
+            assert any("at maxmemory" in problem for problem in full["problems"])
+            refused = await http.post("/runs", json={"handler": "demo.echo", "input": {}})
+            assert refused.status_code == 503 and refused.headers["Retry-After"]
+
+            # 3. the handlers return while Redis is past maxmemory: every outcome lands
+            with small_redis.client() as sync:
+                sync.delete(hold_key(prefix))  # DEL is allowed at maxmemory
+            for run_id, held in zip(ids[:HELD], inputs, strict=False):
+                run = await wait_status(store, run_id, RunStatus.SUCCEEDED, RunStatus.FAILED)
+                assert run.status == RunStatus.SUCCEEDED
+                assert run.output == hold_output(held), "the output is the handler's"
+                assert run.attempt == 1 and run.fence == 1, "ran once, never taken over"
+            assert small_redis.oom_refusals() > 0, "Redis was refusing writes meanwhile"
+            # the fifth waits: claims are refused while Redis is full
+            assert (await store.get(ids[HELD])).status == RunStatus.QUEUED
+
+            # 4. memory frees: queued work goes on, creates are accepted again
+            small_redis.set_max(0)
+            last = await wait_status(store, ids[HELD], RunStatus.SUCCEEDED, timeout_s=60)
+            assert last.output == hold_output(inputs[HELD])
+            await eventually(
+                lambda: http.post("/runs", json={"handler": "demo.echo", "input": {}}),
+                until=lambda answer: answer.status_code == 201,
+                what="creates accepted again",
+            )
+        assert worker.alive() and api.alive()
+        api_log = api.log()
+        assert " 500 " not in api_log and "Internal error" not in api_log
+        assert "Traceback" not in api_log
+        assert "claim refused" in worker.log()
+        assert "lease in jeopardy" not in worker.log()
+    finally:
+        await client.aclose()
+        procs.reap()

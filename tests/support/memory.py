@@ -1,0 +1,67 @@
+"""A redis-server of the test's own with a small ``maxmemory``, to fill on purpose.
+
+Never the session's server: other tests share it, and filling it would fail
+them. Each test gets a fresh one (started in well under a second), so no test
+sees another's leftovers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import redis
+
+from app.embedded import EmbeddedRedis
+
+
+@dataclass
+class SmallRedis:
+    """A server whose maxmemory the test sets and moves."""
+
+    server: EmbeddedRedis
+
+    @property
+    def url(self) -> str:
+        """The URL clients connect with."""
+        return self.server.url
+
+    def client(self) -> redis.Redis:
+        """A plain sync client (answers decoded)."""
+        return redis.Redis.from_url(self.url, decode_responses=True)
+
+    def used_bytes(self) -> int:
+        """``used_memory`` now."""
+        with self.client() as client:
+            return int(client.info("memory")["used_memory"])
+
+    def set_max(self, max_bytes: int) -> None:
+        """CONFIG SET maxmemory (0: none)."""
+        with self.client() as client:
+            client.config_set("maxmemory", max_bytes)
+
+    def allow(self, headroom_bytes: int) -> int:
+        """Set maxmemory to what is used now plus ``headroom_bytes``; returns it."""
+        max_bytes = self.used_bytes() + headroom_bytes
+        self.set_max(max_bytes)
+        return max_bytes
+
+    def oom_refusals(self) -> int:
+        """How many commands Redis has refused with OOM since it started (INFO errorstats)."""
+        with self.client() as client:
+            stats = client.info("errorstats")
+        entry = stats.get("errorstat_OOM")
+        return int(entry["count"]) if isinstance(entry, dict) else 0
+
+
+@pytest.fixture
+def small_redis(tmp_path: Path) -> Iterator[SmallRedis]:
+    """A fresh noeviction redis-server for this test alone; maxmemory set by the test."""
+    server = EmbeddedRedis(data_dir=tmp_path / "small-redis", appendonly=False, log_file=None)
+    server.start()
+    try:
+        yield SmallRedis(server)
+    finally:
+        server.stop()
