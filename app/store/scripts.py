@@ -141,9 +141,9 @@ DURABLE_TRANSITIONS = frozenset(
 # How each transition behaves when Redis is out of memory (``used_memory`` past
 # ``maxmemory``, ``noeviction``). ``allow-oom``: the writes of work already running
 # (renewals, terminal outcomes, releases, checkpoints, effect records) and the
-# cleanup that frees memory or stops work (reconcile, cancel) still run, so nothing
-# a handler returned is lost; each writes a bounded amount (one run's outcome,
-# state or effect record, all capped by settings). ``no-writes``: reads run
+# cleanup that frees memory or stops work (reconcile, expire, delete, cancel) still
+# run, so nothing a handler returned is lost; each writes a bounded amount (one
+# run's outcome, state or effect record, all capped by settings). ``no-writes``: reads run
 # anywhere. Every other transition (create, claim, events, ...) is refused whole,
 # before it writes anything: new work and handler chatter are what give way.
 SCRIPT_FLAGS: dict[str, str] = {
@@ -154,6 +154,8 @@ SCRIPT_FLAGS: dict[str, str] = {
     "checkpoint_run": "allow-oom",
     "record_effect": "allow-oom",
     "cancel_run": "allow-oom",
+    "delete_run": "allow-oom",  # frees memory: what an operator does when Redis is full
+    "expire_queued": "allow-oom",
     "read_events": "no-writes",
 }
 

@@ -32,6 +32,7 @@ def memory_settings(
         redis_url=small_redis.url,
         prefix=prefix,
         state_dir=tmp_path / "state",
+        queues=["default", "filler"],
         memory_high_water=HIGH_WATER,
         memory_check_interval_s=check_interval_s,
     )

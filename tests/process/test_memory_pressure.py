@@ -51,7 +51,9 @@ async def test_when_redis_fills_creates_are_refused_first_and_running_runs_keep_
         with small_redis.client() as sync:
             sync.set(hold_key(prefix), "1")
         api, url = procs.api(
-            LEASEHOLD_MEMORY_HIGH_WATER="0.6", LEASEHOLD_MEMORY_CHECK_INTERVAL_S="0.05"
+            LEASEHOLD_QUEUES="default,filler",  # filler: declared, and no worker claims it
+            LEASEHOLD_MEMORY_HIGH_WATER="0.6",
+            LEASEHOLD_MEMORY_CHECK_INTERVAL_S="0.05",
         )
         worker = procs.worker(LEASEHOLD_CONCURRENCY=str(HELD))
         inputs = [HoldInput(output_bytes=OUTPUT_BYTES, tag=f"run{n}") for n in range(HELD + 1)]
