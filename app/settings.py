@@ -26,6 +26,9 @@ _QUEUE_NAME = re.compile(QUEUE_NAME_PATTERN)
 # what an HTTP client can send in an Authorization header without escaping
 API_KEY_PATTERN = r"^[A-Za-z0-9._~+/=-]{16,256}$"
 _API_KEY = re.compile(API_KEY_PATTERN)
+# the longest any run is kept or may wait (10 years): bounds what becomes a PEXPIRE/ZADD
+# in Lua, whose numbers are exact only to 2^53 and whose retention spec takes 15 digits
+MAX_KEEP_S = 10 * 365 * 24 * 3600.0
 # a listening address: IPv4, IPv6 (hex and colons) or a DNS name, nothing else
 _HOST = re.compile(r"[A-Za-z0-9.:-]{1,253}")
 
@@ -136,35 +139,43 @@ class Settings(BaseSettings):
     retention_succeeded_s: float = Field(
         default=24 * 3600.0,
         gt=0,
+        le=MAX_KEEP_S,
         description="How long a succeeded run (record, events, effects, idempotency key) is kept",
     )
     retention_failed_s: float = Field(
-        default=30 * 24 * 3600.0, gt=0, description="How long a failed run is kept"
+        default=30 * 24 * 3600.0, gt=0, le=MAX_KEEP_S, description="How long a failed run is kept"
     )
     retention_cancelled_s: float = Field(
-        default=7 * 24 * 3600.0, gt=0, description="How long a cancelled run is kept"
+        default=7 * 24 * 3600.0, gt=0, le=MAX_KEEP_S, description="How long a cancelled run is kept"
     )
     retention_orphaned_s: float = Field(
-        default=30 * 24 * 3600.0, gt=0, description="How long an orphaned run is kept"
+        default=30 * 24 * 3600.0,
+        gt=0,
+        le=MAX_KEEP_S,
+        description="How long an orphaned run is kept",
     )
     retention_expired_s: float = Field(
         default=7 * 24 * 3600.0,
         gt=0,
+        le=MAX_KEEP_S,
         description="How long a run that expired unclaimed (queued_ttl_s) is kept",
     )
     retention_max_s: float = Field(
         default=365 * 24 * 3600.0,
         gt=0,
+        le=MAX_KEEP_S,
         description="Longest retention_s a create request may ask for (else 422)",
     )
     queued_ttl_s: float = Field(
         default=7 * 24 * 3600.0,
         gt=0,
+        le=MAX_KEEP_S,
         description="How long a run may wait unclaimed before it ends `expired`",
     )
     queued_ttl_max_s: float = Field(
         default=30 * 24 * 3600.0,
         gt=0,
+        le=MAX_KEEP_S,
         description="Longest queued_ttl_s a create request may ask for (else 422)",
     )
     purge_batch_max: int = Field(

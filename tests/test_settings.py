@@ -133,6 +133,11 @@ def test_cli_flags_override_the_environment(clean_env: pytest.MonkeyPatch) -> No
         ("LEASEHOLD_DEFAULT_ON_LEASE_EXPIRED", "sometimes"),
         ("LEASEHOLD_RECONCILER_ENABLED", "maybe"),
         ("LEASEHOLD_RECONCILE_INTERVAL_S", ""),
+        ("LEASEHOLD_RETENTION_FAILED_S", "inf"),
+        ("LEASEHOLD_RETENTION_SUCCEEDED_S", "1e20"),  # past what Lua can PEXPIRE exactly
+        ("LEASEHOLD_QUEUED_TTL_S", "0"),
+        ("LEASEHOLD_RETENTION_MAX_S", "nan"),
+        ("LEASEHOLD_PURGE_BATCH_MAX", "0"),
     ],
 )
 def test_an_invalid_value_raises_one_line_naming_the_variable(
