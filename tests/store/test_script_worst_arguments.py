@@ -65,7 +65,9 @@ class CapturingScripts(Scripts):
     ) -> Any:
         raise Captured(ScriptCall(name, list(keys), list(args)))
 
-    async def pipeline(self, client: Any, calls: Sequence[ScriptCall]) -> list[Any]:
+    async def pipeline(
+        self, client: Any, calls: Sequence[ScriptCall], **_options: Any
+    ) -> list[Any]:
         raise Captured(calls[0])
 
     def call_sync(
