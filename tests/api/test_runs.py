@@ -28,13 +28,19 @@ async def test_create_returns_201_with_location_and_a_queued_run(api: httpx.Asyn
     assert fetched["created_at"] == run["created_at"]
 
 
-async def test_create_accepts_json_sent_without_a_json_content_type(api: httpx.AsyncClient) -> None:
+async def test_create_refuses_json_sent_without_a_json_content_type(
+    api: httpx.AsyncClient,
+) -> None:
+    """``curl -d`` labels its body as a form: 415, and the detail says what to send."""
     response = await api.post(
         "/runs",
         content=b'{"handler":"demo.sleep","input":{"seconds":1}}',
         headers={"content-type": "application/x-www-form-urlencoded"},
     )
-    assert response.status_code == 201
+    assert response.status_code == 415
+    detail = response.json()["detail"]
+    assert "application/x-www-form-urlencoded" in detail
+    assert "Content-Type: application/json" in detail
 
 
 async def test_idempotent_replay_returns_the_same_run_with_200(api: httpx.AsyncClient) -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException
+from typing import Annotated
 
+from fastapi import APIRouter, Depends, HTTPException
+
+from app.api.bodies import body_doc, optional_json_body
 from app.api.routes.runs import RunId, State, problems
 from app.models import ResumeRequest, RunStatus, StatusChange
 from app.store.codec import dumps
@@ -15,10 +18,13 @@ router = APIRouter(tags=["runs"])
     "/runs/{run_id}/resume",
     status_code=202,
     response_model=StatusChange,
-    responses=problems(400, 404, 409, 413, 422),
+    responses=problems(400, 404, 409, 413, 415, 422),
+    openapi_extra=body_doc(ResumeRequest, required=False),
 )
 async def resume_run(
-    run_id: RunId, state: State, body: ResumeRequest | None = None
+    run_id: RunId,
+    state: State,
+    body: Annotated[ResumeRequest | None, Depends(optional_json_body(ResumeRequest))],
 ) -> StatusChange:
     """Resume a run the watchdog escalated (``waiting_human``), with an optional input.
 

@@ -8,11 +8,9 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Request, Response
-from fastapi.exceptions import RequestValidationError
-from pydantic import ValidationError
 from redis.exceptions import RedisError
 
-from app.api.limits import parse_json_body
+from app.api.bodies import body_doc, json_body
 from app.api.problems import PROBLEM_JSON
 from app.api.state import ApiState, api_state
 from app.api.streaming import admit_stream, event_stream_response, run_events
@@ -47,34 +45,6 @@ RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="`<queue>.<ULID>
 
 def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {code: {"model": Problem, "content": {PROBLEM_JSON: {}}} for code in codes}
-
-
-async def create_request_body(request: Request) -> CreateRunRequest:
-    """Parse POST /runs as JSON whatever Content-Type says.
-
-    ``curl -d '{...}'`` sends ``application/x-www-form-urlencoded``; refusing a
-    JSON body for its label would only make the quick start fail.
-    """
-    data = parse_json_body(
-        await request.body(), max_depth=api_state(request).settings.max_input_depth
-    )
-    try:
-        return CreateRunRequest.model_validate(data)
-    except ValidationError as exc:
-        raise RequestValidationError(
-            [
-                {**error, "loc": ("body", *error["loc"])}
-                for error in exc.errors(include_url=False, include_context=False)
-            ]
-        ) from None
-
-
-CREATE_BODY_DOC = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": CreateRunRequest.model_json_schema()}},
-    }
-}
 
 
 def _new_run(body: CreateRunRequest, state: ApiState, idempotency_key: str | None) -> NewRun:
@@ -129,7 +99,7 @@ CREATE_RESPONSES: dict[int | str, dict[str, Any]] = {
         ),
         "content": {"text/event-stream": {"schema": {"type": "string"}}},
     },
-    **problems(400, 409, 413, 422, 503),
+    **problems(400, 409, 413, 415, 422, 503),
 }
 
 
@@ -137,11 +107,11 @@ CREATE_RESPONSES: dict[int | str, dict[str, Any]] = {
     "/runs",
     status_code=201,
     response_model=Run,
-    openapi_extra=CREATE_BODY_DOC,
+    openapi_extra=body_doc(CreateRunRequest),
     responses=CREATE_RESPONSES,
 )
 async def create_run(
-    body: Annotated[CreateRunRequest, Depends(create_request_body)],
+    body: Annotated[CreateRunRequest, Depends(json_body(CreateRunRequest))],
     request: Request,
     response: Response,
     state: State,
@@ -296,9 +266,12 @@ async def cancel_run(run_id: RunId, state: State) -> StatusChange:
 @router.post(
     "/runs/{run_id}/resolve",
     response_model=Run,
-    responses=problems(404, 409, 413, 422),
+    responses=problems(400, 404, 409, 413, 415, 422),
+    openapi_extra=body_doc(ResolveRequest),
 )
-async def resolve_run(run_id: RunId, body: ResolveRequest, state: State) -> Run:
+async def resolve_run(
+    run_id: RunId, body: Annotated[ResolveRequest, Depends(json_body(ResolveRequest))], state: State
+) -> Run:
     """Decide what happens to a run parked in ``reconciliation_required``.
 
     The decision becomes a ``resolved`` event. ``effect_outcome`` settles the effects
@@ -323,8 +296,15 @@ async def delete_run(run_id: RunId, state: State) -> Response:
     return Response(status_code=204)
 
 
-@router.post("/runs/purge", response_model=PurgeResult, responses=problems(400, 422))
-async def purge_runs(body: PurgeRequest, state: State) -> PurgeResult:
+@router.post(
+    "/runs/purge",
+    response_model=PurgeResult,
+    responses=problems(400, 413, 415, 422),
+    openapi_extra=body_doc(PurgeRequest),
+)
+async def purge_runs(
+    body: Annotated[PurgeRequest, Depends(json_body(PurgeRequest))], state: State
+) -> PurgeResult:
     """Delete the finished runs matching the filters, one bounded batch per call.
 
     Filters: ``queue``, ``status`` (terminal only, else 422), ``handler``,
