@@ -305,3 +305,27 @@ async def test_purge_by_finish_time_skips_runs_created_after_it_without_reading_
     ).json()
     assert sorted(page["ids"]) == sorted(old)
     assert len((await api.get("/runs")).json()["items"]) == 5
+
+
+@pytest.mark.parametrize(
+    ("content", "content_type"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "application/json"),  # deep enough to hurt a parser
+        ('{"limit": NaN}', "application/json"),
+        ('{"finished_before": Infinity}', "application/json"),
+        ('{"limit": 5', "application/json"),  # cut short
+        ('{"limit": 5}', "text/plain"),
+        ("", "application/json"),
+    ],
+)
+async def test_a_hostile_purge_body_is_a_4xx_problem_and_deletes_nothing(
+    api: httpx.AsyncClient, lease_store: LeaseStore, content: str, content_type: str
+) -> None:
+    run_id = await create(api)
+    await finish(lease_store, "default", "succeeded")
+    response = await api.post(
+        "/runs/purge", content=content, headers={"content-type": content_type}
+    )
+    assert 400 <= response.status_code < 500, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert (await api.get(f"/runs/{run_id}")).status_code == 200
