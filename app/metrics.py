@@ -71,6 +71,12 @@ QUEUE_DEPTH = Gauge(
     "Measured at scrape time.",
     ["queue", "state"],
 )
+LIVE_WORKERS = Gauge(
+    "leasehold_workers",
+    "Live workers (advertisement not expired) serving each declared queue, at scrape time; "
+    "0 for a queue nobody serves.",
+    ["queue"],
+)
 OLDEST_QUEUED_AGE = Gauge(
     "leasehold_oldest_queued_age_seconds",
     "Age of the run at the head of the ready list, at scrape time.",

@@ -124,3 +124,28 @@ async def test_metrics_are_exposed_and_move_when_runs_are_created_finished_and_o
     )
     assert value(victim_samples, "leasehold_lease_renew_seconds_count") >= 1
     assert value(survivor, "leasehold_reconciler_scans_total") >= 1
+
+
+async def test_live_workers_per_queue_count_who_serves_it_and_drop_when_a_worker_dies(
+    processes: Processes,
+) -> None:
+    """What the NoWorkers / WorkersLost alerts read: 0 on a queue nobody serves,
+    and a killed worker leaves the count within its advertisement's TTL."""
+    _, url = processes.api(LEASEHOLD_QUEUES="default,unserved")
+    victim = processes.worker(LEASEHOLD_QUEUES="default")
+    processes.worker(LEASEHOLD_QUEUES="default")
+    metrics = f"{url}/metrics"
+    both = await eventually(
+        lambda: scrape(metrics),
+        until=lambda s: value(s, "leasehold_workers", queue="default") == 2,
+        what="two workers on default",
+    )
+    assert ("leasehold_workers", (("queue", "unserved"),)) in both
+    assert value(both, "leasehold_workers", queue="unserved") == 0
+    victim.signal(signal.SIGKILL)
+    after = await eventually(
+        lambda: scrape(metrics),
+        until=lambda s: value(s, "leasehold_workers", queue="default") == 1,
+        what="the killed worker to leave the count",
+    )
+    assert value(after, "leasehold_workers", queue="unserved") == 0

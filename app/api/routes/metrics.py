@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.api.routes.runs import State
-from app.metrics import OLDEST_QUEUED_AGE, QUEUE_DEPTH, QUEUE_RUNS_STORED
+from app.metrics import LIVE_WORKERS, OLDEST_QUEUED_AGE, QUEUE_DEPTH, QUEUE_RUNS_STORED
+from app.store.workers import list_workers
 
 router = APIRouter(tags=["health"])
 
@@ -22,9 +24,15 @@ METRICS_DOC: dict[int | str, dict[str, Any]] = {
 
 @router.get("/metrics", response_class=Response, responses=METRICS_DOC)
 async def metrics(state: State) -> Response:
-    """Counters and gauges of this process; queue depth and Redis memory are read now."""
+    """Counters and gauges of this process; depth, workers and Redis memory are read now."""
     await state.memory.refresh()
+    serving = Counter(
+        queue
+        for worker in await list_workers(state.client, state.settings.prefix)
+        for queue in worker.queues
+    )
     for queue in await state.queues.declared():
+        LIVE_WORKERS.labels(queue).set(serving[queue])
         depth = await state.queues.depth(queue)
         QUEUE_RUNS_STORED.labels(queue).set(depth.stored)
         QUEUE_DEPTH.labels(queue, "ready").set(depth.ready)
