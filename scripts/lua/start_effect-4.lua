@@ -40,6 +40,8 @@ end
 local now = now_ms()
 local idempotent = ARGV[8] == '1'
 local raw = redis.call('HGET', KEYS[3], field)
+-- a new record joins the run's open list: read it now, before any branch writes
+local open = not raw and open_effects(KEYS[1]) or nil
 local record
 if raw then
   record = cjson.decode(raw)
@@ -64,11 +66,9 @@ if raw then
   end
   record.starts = (tonumber(record.starts) or 0) + 1
 end
-local open
-if not raw then
+if open then
   record = {key = ARGV[5], name = ARGV[6], ordinal = ordinal, status = 'started',
     starts = 1, first_started_at_ms = now}
-  open = open_effects(KEYS[1])
   open[#open + 1] = field
 end
 record.idempotent = idempotent

@@ -69,6 +69,41 @@ def test_header_states_how_it_validates_before_it_writes(path: Path) -> None:
     )
 
 
+# a write: a Redis write command, or a lib.lua helper that writes
+_WRITE = re.compile(
+    r"redis\.call\('(HSET|HINCRBY|XADD|ZADD|LPUSH|RPUSH|DEL|SET|PEXPIRE|PUBLISH|HDEL|ZREM|LPOP"
+    r"|LREM|SADD|SREM|EXPIRE)'|\b(emit|finalize|park|make_ready|set_open_effects"
+    r"|require_reconciliation|xadd_event)\("
+)
+# what can raise on input: a decode, an argument check, a number read from ARGV
+_MAY_RAISE = re.compile(
+    r"cjson\.decode\(|\b(json_arg|int_arg|enum_arg|retention_arg|run_id_arg|check_argc"
+    r"|check_groups|open_effects|unknown_effects)\(|tonumber\(ARGV"
+)
+
+
+@pytest.mark.parametrize("path", SCRIPT_FILES, ids=lambda p: p.name)
+def test_nothing_that_may_raise_comes_after_the_first_write_in_the_text(path: Path) -> None:
+    """A textual complement to the worst-argument test: no decode or check below the first write.
+
+    Text order is not execution order (a branch that writes may return), so a script
+    keeps even its branches' reads above the first write; cjson.encode of values the
+    script checked itself is allowed.
+    """
+    code = [
+        (number, line)
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if not line.lstrip().startswith("--")
+    ]
+    first = next((number for number, line in code if _WRITE.search(line)), None)
+    late = [
+        f"{number}: {line.strip()}"
+        for number, line in code
+        if first and number > first and _MAY_RAISE.search(line)
+    ]
+    assert late == [], f"{path.name}: first write on line {first}, then {late}"
+
+
 def test_no_script_takes_a_time_from_its_caller() -> None:
     """Lease decisions use the Redis clock: no ARGV is a point in time."""
     for path in SCRIPT_FILES:
