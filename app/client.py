@@ -12,6 +12,7 @@ caller sees every event exactly once, ending with the terminal one.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -35,17 +36,18 @@ from app.models import (
     StatusChange,
     WorkerInfo,
 )
+from app.retry import API_BACKOFF
 
 DEFAULT_TIMEOUT_S = 30.0
 # a stream is silent between events; keep-alive comments arrive every 15 s by default
 STREAM_TIMEOUT = httpx.Timeout(10.0, read=60.0)
-RECONNECT_DELAY_S = 0.2
-RECONNECT_DELAY_MAX_S = 5.0
 # answers that mean "not now" rather than "no": a follower waits and resumes
 TRANSIENT_STATUS = frozenset({502, 503, 504})
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
+
+log = logging.getLogger(__name__)
 
 
 class ApiError(LeaseholdError):
@@ -80,10 +82,6 @@ def _event(message: ServerSentEvent) -> RunEvent:
     return RunEvent.model_validate_json(message.data)
 
 
-def _next_delay(delay: float) -> float:
-    return min(delay * 2, RECONNECT_DELAY_MAX_S)
-
-
 def _resumable(exc: httpx.TransportError | ApiError, reconnect: bool) -> bool:
     """Whether a follow that broke this way resumes (with Last-Event-ID, after a backoff).
 
@@ -98,17 +96,32 @@ def _resumable(exc: httpx.TransportError | ApiError, reconnect: bool) -> bool:
 
 
 class _Cursor:
-    """Where a resumable follow is: the last stream id seen, and whether it ended."""
+    """Where a resumable follow is: the last stream id seen, whether it ended, its reconnects.
 
-    def __init__(self, last_event_id: str | None) -> None:
+    Reconnect delays follow :data:`~app.retry.API_BACKOFF` with full jitter, so the
+    followers an API restart cut off come back spread out, not in one wave; an
+    event received starts the next outage's backoff from the beginning.
+    """
+
+    def __init__(self, run_id: str, last_event_id: str | None) -> None:
+        self.run_id = run_id
         self.last_event_id = last_event_id
         self.ended = False
+        self._reconnects = API_BACKOFF.streak()
 
     def advance(self, event: RunEvent) -> RunEvent:
         if event.id:
             self.last_event_id = event.id
         self.ended = event.type in TERMINAL_EVENT_TYPES
+        self._reconnects.reset()
         return event
+
+    def reconnect_delay_s(self, exc: httpx.TransportError | ApiError | None) -> float:
+        """How long to wait before resuming (logged); ``exc`` None: the stream just ended."""
+        what = f"following {self.run_id} (from {self.last_event_id or 'the start'})"
+        if exc is None:
+            return self._reconnects.next_delay_s()
+        return self._reconnects.failed(exc, what=what, logger=log, level=logging.INFO)
 
 
 @dataclass(frozen=True)
@@ -275,22 +288,21 @@ class Client:
         unreachable), is resumed with Last-Event-ID (with backoff) unless ``reconnect``
         is False. Other API errors (404, 400) raise :class:`ApiError`.
         """
-        cursor = _Cursor(last_event_id)
-        delay = RECONNECT_DELAY_S
+        cursor = _Cursor(run_id, last_event_id)
         while not cursor.ended:
             try:
                 for event in self._follow_once(run_id, cursor.last_event_id):
                     yield cursor.advance(event)
-                    delay = RECONNECT_DELAY_S
                     if cursor.ended:
                         return
             except (httpx.TransportError, ApiError) as exc:
                 if not _resumable(exc, reconnect):
                     raise
+                time.sleep(cursor.reconnect_delay_s(exc))
+                continue
             if not reconnect:
                 return
-            time.sleep(delay)
-            delay = _next_delay(delay)
+            time.sleep(cursor.reconnect_delay_s(None))
 
     def _follow_once(self, run_id: str, cursor: str | None) -> Iterator[RunEvent]:
         path, headers = _events_request(run_id, cursor)
@@ -403,22 +415,21 @@ class AsyncClient:
         self, run_id: str, *, last_event_id: str | None = None, reconnect: bool = True
     ) -> AsyncIterator[RunEvent]:
         """Async twin of :meth:`Client.events`."""
-        cursor = _Cursor(last_event_id)
-        delay = RECONNECT_DELAY_S
+        cursor = _Cursor(run_id, last_event_id)
         while not cursor.ended:
             try:
                 async for event in self._follow_once(run_id, cursor.last_event_id):
                     yield cursor.advance(event)
-                    delay = RECONNECT_DELAY_S
                     if cursor.ended:
                         return
             except (httpx.TransportError, ApiError) as exc:
                 if not _resumable(exc, reconnect):
                     raise
+                await asyncio.sleep(cursor.reconnect_delay_s(exc))
+                continue
             if not reconnect:
                 return
-            await asyncio.sleep(delay)
-            delay = _next_delay(delay)
+            await asyncio.sleep(cursor.reconnect_delay_s(None))
 
     async def _follow_once(self, run_id: str, cursor: str | None) -> AsyncIterator[RunEvent]:
         path, headers = _events_request(run_id, cursor)

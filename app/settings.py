@@ -208,10 +208,13 @@ class Settings(BaseSettings):
         "nothing: orphan (terminal) or retry (requeue while attempts remain)",
     )
     retry_backoff_s: float = Field(
-        default=1.0, ge=0, description="First delay before a retryable failure runs again"
+        default=1.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="First delay before a retryable failure runs again",
     )
     retry_backoff_max_s: float = Field(
-        default=60.0, ge=0, description="Cap of the exponential retry delay"
+        default=60.0, ge=0, allow_inf_nan=False, description="Cap of the exponential retry delay"
     )
     reconciler_enabled: bool = Field(
         default=True, description="Run a reconciler inside every worker"

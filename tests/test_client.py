@@ -7,7 +7,12 @@ outcome. A 502/503/504 now means "resume later", like a dropped connection.
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
+import logging
+import re
+import time
 
 import httpx
 import pytest
@@ -24,13 +29,13 @@ def unavailable() -> httpx.Response:
     )
 
 
-def sse(*events: tuple[str, str]) -> httpx.Response:
-    """An SSE body with (id, type) events of RUN."""
+def sse(*events: tuple[str, str], run_id: str = RUN) -> httpx.Response:
+    """An SSE body with (id, type) events of ``run_id``."""
     lines = []
     for event_id, kind in events:
         data = {
             "id": event_id,
-            "run_id": RUN,
+            "run_id": run_id,
             "type": kind,
             "ts": "2026-01-01T00:00:00Z",
             "fence": 1,
@@ -42,13 +47,15 @@ def sse(*events: tuple[str, str]) -> httpx.Response:
 
 
 class ScriptedApi:
-    """Answers GET /runs/{id}/events from a script, and records each Last-Event-ID."""
+    """Answers GET /runs/{id}/events from a script; records each Last-Event-ID and when."""
 
     def __init__(self, *answers: httpx.Response) -> None:
         self.answers = list(answers)
         self.resumed_from: list[str | None] = []
+        self.arrived_at: list[float] = []  # monotonic
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.arrived_at.append(time.monotonic())
         self.resumed_from.append(request.headers.get("last-event-id"))
         return self.answers.pop(0)
 
@@ -94,3 +101,41 @@ async def test_without_reconnect_a_503_is_raised() -> None:
         with pytest.raises(ApiError) as raised:
             _ = [event async for event in client.events(RUN, reconnect=False)]
     assert raised.value.status == 503
+
+
+OUTAGES = 3
+
+
+async def test_two_followers_cut_off_together_reconnect_at_different_times(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # an API restart cuts off every follower at once; without jitter they all come back
+    # in the same instant, and again at each doubling of the delay
+    runs = ["default.01M8NMVX0F2FBPYNB2A04QJM1A", "default.01M8NMVX0F2FBPYNB2A04QJM1B"]
+    apis = {
+        run_id: ScriptedApi(
+            *[unavailable() for _ in range(OUTAGES)],
+            sse(("1-0", "created"), ("2-0", "succeeded"), run_id=run_id),
+        )
+        for run_id in runs
+    }
+
+    async def follow(run_id: str) -> list[str]:
+        transport = httpx.MockTransport(apis[run_id])
+        async with AsyncClient("http://api", transport=transport) as client:
+            return [event.type async for event in client.events(run_id)]
+
+    with caplog.at_level(logging.INFO, logger="app.client"):
+        seen = await asyncio.gather(*(follow(run_id) for run_id in runs))
+    assert seen == [["created", "succeeded"]] * 2
+    delays: dict[str, list[float]] = {}
+    for run_id in runs:
+        mine = f"following {run_id} "
+        lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(mine)]
+        delays[run_id] = [float(re.findall(r"retrying in ([0-9.]+)s", line)[0]) for line in lines]
+        assert len(delays[run_id]) == OUTAGES, lines
+        # each wait was really waited: the next request came no sooner than the delay said
+        arrived = apis[run_id].arrived_at
+        gaps = [later - earlier for earlier, later in itertools.pairwise(arrived)]
+        assert all(gap >= delay - 0.01 for gap, delay in zip(gaps, delays[run_id], strict=False))
+    assert delays[runs[0]] != delays[runs[1]]

@@ -138,6 +138,8 @@ def test_cli_flags_override_the_environment(clean_env: pytest.MonkeyPatch) -> No
         ("LEASEHOLD_QUEUED_TTL_S", "0"),
         ("LEASEHOLD_RETENTION_MAX_S", "nan"),
         ("LEASEHOLD_PURGE_BATCH_MAX", "0"),
+        ("LEASEHOLD_RETRY_BACKOFF_S", "nan"),  # a run retried after NaN seconds
+        ("LEASEHOLD_RETRY_BACKOFF_MAX_S", "inf"),
     ],
 )
 def test_an_invalid_value_raises_one_line_naming_the_variable(

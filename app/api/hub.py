@@ -37,13 +37,13 @@ from typing import Any, Generic, Protocol, TypeVar
 from redis.exceptions import RedisError
 
 from app.api.frames import Frame, frame, gap
+from app.retry import REDIS_BACKOFF
 from app.store.feeds import read_group, wait_for_news
+from app.store.refusals import describe
 from app.store.runs import RunStore
 
 log = logging.getLogger(__name__)
 
-RETRY_DELAY_S = 0.05
-RETRY_DELAY_MAX_S = 2.0
 READ_COUNT = 1000  # entries per read of a feed
 
 T = TypeVar("T")
@@ -259,19 +259,22 @@ async def read_until_done(
     """Call ``step`` until it returns True; a Redis error backs off and tries again.
 
     A feed's reader must outlive a Redis restart or a failover: its followers are
-    waiting, and they resume from the feed's position once Redis answers.
+    waiting, and they resume from the feed's position once Redis answers. So it
+    never gives up, whatever Redis answered (a reply no retry cures is logged as
+    not transient, for a person to see, rather than leaving the followers
+    waiting on a reader that is gone). The readers of many API processes come
+    back from a Redis restart at jittered times, not together.
     """
-    delay = RETRY_DELAY_S
+    failures = REDIS_BACKOFF.streak()
     while True:
         try:
             if await step():
                 return
         except (RedisError, OSError) as exc:
-            log.warning("%s: read failed, retrying in %.2fs: %s", what, delay, exc, extra=log_extra)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, RETRY_DELAY_MAX_S)
+            why = describe(exc)
+            await failures.wait(exc, what=f"{what}: read", why=why, logger=log, extra=log_extra)
             continue
-        delay = RETRY_DELAY_S
+        failures.reset()
 
 
 class RunFeed(Feed[Frame]):

@@ -40,14 +40,13 @@ from redis.exceptions import RedisError
 
 from app.executor.slots import Slots
 from app.metrics import WORKER_WRITES_REFUSED
+from app.retry import REDIS_BACKOFF, Streak
 from app.store.leases import Claim, ClaimedRun, LeaseStore, Outcome, new_claim_token
-from app.store.refusals import EXPLANATIONS, refusal_of
+from app.store.refusals import describe, refusal_of
 from app.store.scripts import ScriptCode
 
 log = logging.getLogger(__name__)
 
-BACKOFF_START_S = 0.05
-BACKOFF_MAX_S = 1.0
 MIN_WAIT_S = 0.01
 
 StartRun = Callable[[ClaimedRun, float], None]
@@ -88,7 +87,7 @@ class Courier:
         self._unanswered: tuple[str, int] | None = None
         # Redis refused a claim (full, read-only): none is sent before this monotonic time
         self._claims_paused_until = 0.0
-        self._claim_pause_s = BACKOFF_START_S
+        self._claim_refusals = REDIS_BACKOFF.streak()
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -142,7 +141,7 @@ class Courier:
 
     async def _exchange_until_idle(self) -> None:
         """Round trips until nothing is pending and the queue looks empty."""
-        delay = BACKOFF_START_S
+        failures = REDIS_BACKOFF.streak()
         while True:
             batch = self._outcomes
             self._outcomes = []
@@ -159,11 +158,9 @@ class Courier:
                 if wanted:
                     self._unanswered = (token, wanted)
                 self._outcomes[:0] = batch
-                self._round_trip_failed(exc, bool(batch), delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, BACKOFF_MAX_S)
+                await asyncio.sleep(self._round_trip_failed(exc, bool(batch), failures))
                 continue
-            delay = BACKOFF_START_S
+            failures.reset()
             for (_, future), code in zip(batch, codes, strict=True):
                 if not future.done():
                     future.set_result(code)
@@ -182,7 +179,7 @@ class Courier:
         self._next_due_ms = claim.next_due_ms
         if self._claims_paused():
             return  # a trip that claimed nothing on purpose tells nothing about the queue
-        self._claim_pause_s = BACKOFF_START_S
+        self._claim_refusals.reset()
         self._maybe_ready = len(claim.runs) == wanted and wanted > 0
         for run in claim.runs:
             self._start_run(run, sent_at)
@@ -202,27 +199,30 @@ class Courier:
                 self._slots_returned()
         elif wanted:
             self._unanswered = (token, wanted)
-        self._claims_paused_until = time.monotonic() + self._claim_pause_s
-        log.warning(
-            "queue %s: claim refused (%s), no claim for %.2fs; outcomes are still written: %s",
-            self.queue,
-            EXPLANATIONS[reason] if reason else "error",
-            self._claim_pause_s,
+        pause_s = self._claim_refusals.failed(
             exc,
+            what=f"queue {self.queue}: claim (outcomes still written)",
+            why=describe(exc),
+            logger=log,
         )
-        self._claim_pause_s = min(self._claim_pause_s * 2, BACKOFF_MAX_S)
+        self._claims_paused_until = time.monotonic() + pause_s
         self._maybe_ready = True  # claim again once the pause is over
 
-    def _round_trip_failed(self, exc: BaseException, had_outcomes: bool, delay: float) -> None:
+    def _round_trip_failed(self, exc: BaseException, had_outcomes: bool, failures: Streak) -> float:
+        """Count and log a failed round trip; returns how long to wait before the next.
+
+        Whatever Redis said, the outcomes are kept and sent again: a terminal write
+        is retried until it lands or is fenced out (an error no retry cures is a bug
+        to be seen in the log, not an outcome to be dropped).
+        """
         reason = refusal_of(exc)
         if had_outcomes:
             WORKER_WRITES_REFUSED.labels("finish", reason or "error").inc()
-        log.warning(
-            "queue %s: round trip failed (%s), outcomes kept, retrying in %.2fs: %s",
-            self.queue,
-            EXPLANATIONS[reason] if reason else "error",
-            delay,
+        return failures.failed(
             exc,
+            what=f"queue {self.queue}: round trip (outcomes kept)",
+            why=describe(exc),
+            logger=log,
         )
 
     def _claim_to_send(self) -> tuple[str, int]:

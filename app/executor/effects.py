@@ -56,7 +56,6 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
-from redis.exceptions import RedisError
 
 from app.errors import (
     CheckpointTooLarge,
@@ -68,17 +67,16 @@ from app.errors import (
     LeaseLost,
 )
 from app.executor.events import EventSink
+from app.retry import REDIS_BACKOFF, retrying
 from app.store.codec import dumps
 from app.store.leases import ClaimedRun
 from app.store.progress import EffectCall, EffectOutcome, EffectStart, ProgressStore
-from app.store.refusals import is_transient
+from app.store.refusals import describe, is_transient
 from app.store.scripts import ScriptCode
 
 log = logging.getLogger(__name__)
 
 EFFECT_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
-RETRY_DELAY_S = 0.05
-RETRY_DELAY_MAX_S = 1.0
 
 EffectFn = Callable[[str], Any]
 T = TypeVar("T")
@@ -278,16 +276,14 @@ async def _retrying(write: Callable[[], Awaitable[T]]) -> T:
     no answer, read-only during a failover, out of memory: a new effect waits for
     memory to free while the lease stays renewed); any other error is raised.
     """
-    delay = RETRY_DELAY_S
-    while True:
-        try:
-            return await write()
-        except (RedisError, OSError) as exc:
-            if not is_transient(exc):
-                raise
-            log.warning("progress write failed, retrying in %.2fs: %s", delay, exc)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, RETRY_DELAY_MAX_S)
+    return await retrying(
+        write,
+        transient=is_transient,
+        what="progress write",
+        backoff=REDIS_BACKOFF,
+        describe=describe,
+        logger=log,
+    )
 
 
 async def _invoke(fn: EffectFn, key: str) -> Any:

@@ -35,9 +35,10 @@ from redis.exceptions import RedisError
 
 from app.errors import EventTooLarge, InvalidEvent
 from app.metrics import EVENTS_DROPPED, WORKER_WRITES_REFUSED
+from app.retry import REDIS_BACKOFF
 from app.store.codec import dumps
 from app.store.leases import ClaimedRun, LeaseStore
-from app.store.refusals import refusal_of
+from app.store.refusals import describe, refusal_of
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +68,6 @@ RESERVED_EVENT_TYPES = frozenset(
 )
 HIGH_WATER = 10_000
 MAX_BATCH = 1_000  # events per append_events call
-RETRY_DELAY_S = 0.05
-RETRY_DELAY_MAX_S = 1.0
 
 
 class EventSink:
@@ -127,7 +126,7 @@ class EventSink:
             await asyncio.shield(self._flusher)
 
     async def _flush_all(self) -> None:
-        delay = RETRY_DELAY_S
+        streak = REDIS_BACKOFF.streak()
         while self._pending and not self._lost:
             batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
             try:
@@ -140,10 +139,15 @@ class EventSink:
                 )
             except (RedisError, OSError) as exc:
                 if self._keep_for_retry(exc, batch):
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, RETRY_DELAY_MAX_S)
+                    await streak.wait(
+                        exc,
+                        what="event append",
+                        why=describe(exc),
+                        logger=log,
+                        extra=self._log_extra,
+                    )
                 continue
-            delay = RETRY_DELAY_S
+            streak.reset()
             if last_id is None:
                 log.warning(
                     "events rejected: lease lost",
@@ -163,7 +167,7 @@ class EventSink:
         """Put a failed batch back to retry it (True), or drop it: out of memory, or a bug."""
         reason = refusal_of(exc)
         WORKER_WRITES_REFUSED.labels("events", reason or "error").inc()
-        extra = {"run_id": self._run.id, "fence": self._run.fence}
+        extra = self._log_extra
         if reason is None or reason == "out_of_memory":
             EVENTS_DROPPED.inc(len(batch))
             # the first drop of a run is a warning; the rest only count (a stream can be fast)
@@ -173,6 +177,9 @@ class EventSink:
                 level, "%d events dropped, Redis refused them: %s", len(batch), exc, extra=extra
             )
             return False
-        log.warning("event append failed, retrying: %s", exc, extra=extra)
         self._pending[:0] = batch
         return True
+
+    @property
+    def _log_extra(self) -> dict[str, Any]:
+        return {"run_id": self._run.id, "fence": self._run.fence}

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from app.executor.effects import EffectLedger
 from app.executor.events import EventSink
 from app.handlers import HandlerSpec
 from app.metrics import BUDGET_FAILURES, RUNS_FINISHED
+from app.retry import Backoff
 from app.store.codec import dumps
 from app.store.leases import ClaimedRun, HeldLease, LeaseStore, Outcome
 from app.store.progress import ProgressStore
@@ -59,15 +59,20 @@ ABANDONING_REASONS = frozenset({LEASE_LOST, JEOPARDY, RECONCILIATION_REQUIRED})
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Exponential backoff with equal jitter: each delay is in [d/2, d], d doubling."""
+    """When a failed run runs again: the one backoff (:mod:`app.retry`), with equal jitter.
+
+    Each delay is in [d/2, d], d doubling from ``backoff_s`` up to ``backoff_max_s``:
+    half of it is kept, so a failed run is never retried at once; the other half
+    is jittered, so runs that failed together are not retried together.
+    """
 
     backoff_s: float
     backoff_max_s: float
 
     def delay_ms(self, attempt: int) -> int:
         """Delay before attempt ``attempt + 1``, in ms."""
-        ceiling = min(self.backoff_max_s, self.backoff_s * 2 ** max(0, attempt - 1))
-        return int(ceiling * (0.5 + random.random() / 2) * 1000)
+        backoff = Backoff(first_s=self.backoff_s, max_s=self.backoff_max_s, floor=0.5)
+        return int(backoff.delay_s(attempt) * 1000)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,11 @@ and reported as evidence, never used as a reason to give up a lease.
 assumed lost once ``TTL - safety margin`` has passed since Redis last confirmed
 it, by this process's monotonic clock. The run is then stopped *without
 writing*: the reconciler will apply the policy once the lease expires in Redis.
+A failed round is *not* tried again sooner, with or without the backoff of
+:mod:`app.retry`: its retry is the next beat. Against a silent Redis every call
+blocks for the socket timeout, so a retry started shortly before the jeopardy
+deadline would push the stop past it. A fleet's beats do not come in one wave
+either way: each worker's phase is set by when it started.
 
 Renewals are never refused for memory (``renew_leases`` runs with ``allow-oom``:
 it only rewrites the expiry of leases that exist). A renewal refused all the
@@ -34,7 +39,7 @@ from redis.exceptions import RedisClusterException, RedisError
 from app.executor.table import LeaseTable
 from app.metrics import LEASE_RENEWALS, RENEW_SECONDS, RENEWAL_FAILURES, WORKER_WRITES_REFUSED
 from app.store.leases import LeaseRenewer
-from app.store.refusals import EXPLANATIONS, refusal_of
+from app.store.refusals import describe, refusal_of
 from app.store.scripts import ScriptCode
 
 log = logging.getLogger(__name__)
@@ -126,14 +131,8 @@ class Heartbeat(threading.Thread):
                 answers = self._renewer.renew(queue, self._owner_id, leases)
             except UNAVAILABLE as exc:
                 RENEWAL_FAILURES.inc()
-                reason = refusal_of(exc)
-                WORKER_WRITES_REFUSED.labels("renewal", reason or "error").inc()
-                log.warning(
-                    "lease renewal failed on queue %s (%s): %s",
-                    queue,
-                    EXPLANATIONS[reason] if reason else "error",
-                    exc,
-                )
+                WORKER_WRITES_REFUSED.labels("renewal", refusal_of(exc) or "error").inc()
+                log.warning("lease renewal failed on queue %s (%s): %s", queue, describe(exc), exc)
                 failed = self._failing = True
                 # decide now: the next call may block for a whole socket timeout too
                 self._check_jeopardy()

@@ -12,18 +12,17 @@ whose cancel was requested.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 
 from redis.exceptions import RedisError
 
+from app.retry import REDIS_BACKOFF
 from app.store.connection import AsyncRedis
 from app.store.keys import QueueKeys
+from app.store.refusals import describe
 
 log = logging.getLogger(__name__)
-
-RECONNECT_DELAY_MAX_S = 2.0
 
 
 class ChannelListener:
@@ -44,21 +43,23 @@ class ChannelListener:
         self._cancel = {keys.cancel_channel for keys in queue_keys}
 
     async def run_forever(self) -> None:
-        """Subscribe, dispatch, and resubscribe after any connection failure."""
-        delay = 0.05
+        """Subscribe, dispatch, and resubscribe after any failure, after a jittered backoff.
+
+        The worker must keep listening whatever Redis answered; the jitter keeps a
+        fleet of workers from resubscribing in one wave after a Redis restart.
+        """
+        failures = REDIS_BACKOFF.streak()
         while True:
             pubsub = self._client.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(*self._wake, *self._cancel)
-                delay = 0.05
+                failures.reset()
                 for queue in self._wake.values():
                     self._on_ready(queue)  # anything published while we were away
                 async for message in pubsub.listen():
                     self._dispatch(message["channel"], message["data"])
             except (RedisError, OSError) as exc:
-                log.warning("channel subscription lost, resubscribing: %s", exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RECONNECT_DELAY_MAX_S)
+                await failures.wait(exc, what="channel subscription", why=describe(exc), logger=log)
             finally:
                 await pubsub.aclose()  # type: ignore[no-untyped-call]
 

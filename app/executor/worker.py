@@ -50,18 +50,19 @@ from app.metrics import LEASES_LOST, LOOP_LAG, RUNS_CLAIMED
 from app.metrics_server import start_metrics_server
 from app.models import WorkerInfo
 from app.reconciler import Reconciler
+from app.retry import REDIS_BACKOFF, retrying
 from app.settings import Settings
 from app.store import workers
 from app.store.connection import AsyncRedis, async_client, sync_client
 from app.store.leases import ClaimedRun, LeaseRenewer, LeaseStore
 from app.store.queues import QueueStore
+from app.store.refusals import describe, is_transient
 from app.store.runs import RunStore
 from app.store.scripts import Scripts
 from app.supervision.config import Supervision
 
 log = logging.getLogger(__name__)
 
-CONNECT_RETRY_MAX_S = 2.0
 SETTLE_AFTER_DRAIN_S = 10.0
 ADVERTISEMENT_TTL_BEATS = 3
 
@@ -361,14 +362,22 @@ class Worker:
 
 
 async def _connect(client: AsyncRedis, scripts: Scripts, queues: QueueStore) -> None:
-    """Wait for Redis (it may be starting next to us), load the scripts, declare our queues."""
-    delay = 0.1
-    while True:
-        try:
-            await scripts.load_all(client)
-            await queues.announce_configured()
-            return
-        except (RedisError, OSError) as exc:
-            log.warning("waiting for redis: %s", exc)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, CONNECT_RETRY_MAX_S)
+    """Wait for Redis (it may be starting next to us), load the scripts, declare our queues.
+
+    Waits as long as Redis is unreachable, loading or mid-failover (a fleet of
+    workers started with it comes up at jittered times); raises what no wait
+    cures (a refused script, missing permissions), so a broken start is seen.
+    """
+
+    async def connect() -> None:
+        await scripts.load_all(client)
+        await queues.announce_configured()
+
+    await retrying(
+        connect,
+        transient=is_transient,
+        what="connecting to redis",
+        backoff=REDIS_BACKOFF,
+        describe=describe,
+        logger=log,
+    )

@@ -29,9 +29,10 @@ bounded by it, so a node that accepts TCP but never answers (stopped, frozen,
 node, instead of the client waiting on it forever.
 
 A command that fails on a connection error is retried a few times with a short
-backoff, so a Redis restart or a failover costs callers a reconnect, not an
-error. In cluster mode redis-py also refreshes the slot map between attempts; in
-sentinel mode every new connection asks the sentinels for the current primary.
+backoff (full jitter, as in :mod:`app.retry`), so a Redis restart or a failover
+costs callers a reconnect, not an error. In cluster mode redis-py also refreshes
+the slot map between attempts; in sentinel mode every new connection asks the
+sentinels for the current primary.
 This is safe for every script here: create is idempotent by run id, worker
 writes are fenced, renewals and reads are idempotent, and a claim carries a
 token (``claim_runs`` answers a repeated token with what it claimed the first
@@ -52,7 +53,7 @@ import redis.asyncio.sentinel as async_sentinel
 import redis.sentinel as sync_sentinel
 from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 from redis.asyncio.retry import Retry as AsyncRetry
-from redis.backoff import ExponentialBackoff
+from redis.backoff import FullJitterBackoff
 from redis.cluster import ClusterNode as SyncClusterNode
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException
@@ -82,8 +83,10 @@ class PoolExhausted(RedisConnectionError):
     """
 
 
-def _backoff() -> ExponentialBackoff:
-    return ExponentialBackoff(cap=0.5, base=0.02)
+def _backoff() -> FullJitterBackoff:
+    # full jitter, like every retry loop above redis-py (app.retry): clients that lost
+    # their connection together do not all reconnect in the same millisecond
+    return FullJitterBackoff(cap=0.5, base=0.02)
 
 
 def _common(*, socket_timeout_s: float | None) -> dict[str, Any]:

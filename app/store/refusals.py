@@ -5,16 +5,18 @@ different word for people:
 
 * ``out_of_memory``: ``used_memory`` is past ``maxmemory`` under ``noeviction``;
   Redis refuses whatever may grow the data set until something frees memory.
-* ``read_only``: the node is a replica now (``READONLY``: a failover demoted it),
-  or its primary is down (``MASTERDOWN``).
+* ``read_only``: the node is a replica now (``READONLY``: a failover demoted it;
+  ``UNBLOCKED``: a blocking read it was serving was ended by that change), or
+  its primary is down (``MASTERDOWN``).
 * ``unavailable``: no answer (connection refused or dropped, timeout, loading
   its data set, a cluster mid-failover: ``CLUSTERDOWN``, ``TRYAGAIN``, no slot
   map), or no free connection in a bounded pool.
 
 Anything else (a wrong argument, a bug in a script) is not transient: a retry
-would fail the same way. :func:`refusal_of` tells them apart; the courier, the
-heartbeat, the event sink and the API's problem handlers all ask it, so a new
-kind of refusal is taught here once.
+would fail the same way. :func:`refusal_of` tells them apart; every retry loop
+(through :func:`is_transient` and the one policy in :mod:`app.retry`), the
+heartbeat and the API's problem handlers ask it, so a new kind of refusal is
+taught here once.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from redis.exceptions import (
     OutOfMemoryError,
     ReadOnlyError,
     RedisClusterException,
+    ResponseError,
     TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -50,7 +53,7 @@ def refusal_of(exc: BaseException) -> Refusal | None:
     """
     if isinstance(exc, OutOfMemoryError):
         return "out_of_memory"
-    if isinstance(exc, ReadOnlyError | MasterDownError):
+    if isinstance(exc, ReadOnlyError | MasterDownError) or _unblocked(exc):
         return "read_only"
     if isinstance(
         exc,
@@ -65,6 +68,20 @@ def refusal_of(exc: BaseException) -> Refusal | None:
     return None
 
 
+def _unblocked(exc: BaseException) -> bool:
+    """Redis ended a blocking read (XREAD BLOCK) because the node became a replica.
+
+    redis-py has no class for this reply; it arrives as a plain ResponseError.
+    """
+    return isinstance(exc, ResponseError) and str(exc).startswith("UNBLOCKED")
+
+
 def is_transient(exc: BaseException) -> bool:
     """A failure worth retrying with backoff: Redis may answer differently soon."""
     return refusal_of(exc) is not None
+
+
+def describe(exc: BaseException) -> str:
+    """The failure in words for a log line: the refusal's explanation, or "not transient"."""
+    reason = refusal_of(exc)
+    return EXPLANATIONS[reason] if reason else f"not transient: {type(exc).__name__}"
