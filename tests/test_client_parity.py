@@ -36,7 +36,19 @@ WORKER = {
     "started_at": "2026-01-01T00:00:00Z",
     "last_heartbeat_at": "2026-01-01T00:00:01Z",
 }
+QUEUE = {
+    "name": "default",
+    "configured": True,
+    "ready": 1,
+    "running": 0,
+    "delayed": 0,
+    "parked": 0,
+    "oldest_queued_age_s": 0.5,
+    "memory_bytes": 1024,
+}
 ANSWERS: dict[str, Any] = {
+    "/queues": {"items": [QUEUE], "max_queues": 100},
+    "/queues/default": QUEUE,
     "/runs": RUN,
     f"/runs/{RUN_ID}": RUN,
     f"/runs/{RUN_ID}/cancel": {"id": RUN_ID, "status": "cancelled"},
@@ -62,6 +74,8 @@ CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
     ("resolve", (RUN_ID, "succeed"), {"output": {"ok": True}, "note": None}),
     ("handlers", (), {}),
     ("workers", (), {}),
+    ("queues", (), {}),
+    ("declare_queue", ("default",), {}),
 ]
 
 
@@ -119,4 +133,7 @@ async def test_every_method_sends_the_same_request_and_reads_the_same_answer() -
         "finished_before": "2026-01-01T00:00:00+00:00",
     }
     assert sync_api.seen[7][3] == {"action": "succeed", "output": {"ok": True}}
-    assert [worker.id for worker in sync_results[-1]] == ["w-1-abc"]
+    assert [worker.id for worker in sync_results[-3]] == ["w-1-abc"]
+    assert [queue.name for queue in sync_results[-2].items] == ["default"]
+    assert sync_api.seen[-1] == ("PUT", "/queues/default", "", None)
+    assert sync_results[-1].ready == 1
