@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Requ
 from redis.exceptions import RedisError
 
 from app.api.bodies import body_doc, json_body
+from app.api.memory import create_cost_bytes
 from app.api.problems import PROBLEM_JSON
 from app.api.state import ApiState, api_state
 from app.api.streaming import admit_stream, event_stream_response, run_events
@@ -128,7 +129,8 @@ async def create_run(
     """
     new = _new_run(body, state, idempotency_key)  # bad input is a 4xx even when full
     await state.queues.require(new.queue)  # 422 naming the declared ones; never declares
-    await state.memory.admit()  # before a stream slot is taken: a refusal holds nothing
+    # before a stream slot is taken: a refusal holds nothing
+    await state.memory.admit(create_cost_bytes(len(dumps(new.input).encode())))
     streaming = "text/event-stream" in request.headers.get("accept", "")
     if streaming:
         admit_stream(state, None)  # before the create: a refusal changes nothing
