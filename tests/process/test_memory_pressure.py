@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -29,14 +30,24 @@ OUTPUT_BYTES = 200_000
 FILLER = "x" * 20_000
 
 
-async def fill_until_refused(http: httpx.AsyncClient) -> list[httpx.Response]:
+async def fill_until_refused(
+    http: httpx.AsyncClient,
+) -> tuple[list[httpx.Response], dict[str, Any]]:
+    """Create 20 KB runs until /readyz, reading memory afresh, says creates are refused.
+
+    A single 503 can come from the API's estimate of what it admitted since its
+    last reading while the real use is just below the mark; creating on until a
+    fresh reading agrees ends past it for real.
+    """
     answers = []
     for index in range(3_000):
         body = {"handler": "demo.echo", "queue": "filler", "input": {"m": f"{index}{FILLER}"}}
         answers.append(await http.post("/runs", json=body))
         if answers[-1].status_code != 201:
-            return answers
-    raise AssertionError("3000 creates and none refused")
+            ready = (await http.get("/readyz")).json()
+            if ready["memory"]["creates_refused"]:
+                return answers, ready
+    raise AssertionError("3000 creates and /readyz never said creates are refused")
 
 
 async def test_when_redis_fills_creates_are_refused_first_and_running_runs_keep_their_outputs(
@@ -68,14 +79,12 @@ async def test_when_redis_fills_creates_are_refused_first_and_running_runs_keep_
         )
         async with httpx.AsyncClient(base_url=url, timeout=30) as http:
             # 1. creates are refused by Leasehold before Redis refuses anything
-            answers = await fill_until_refused(http)
-            assert {a.status_code for a in answers[:-1]} == {201}
-            assert answers[-1].status_code == 503
-            assert answers[-1].json()["type"].endswith("/admission-refused")
-            assert answers[-1].headers["Retry-After"]
+            answers, ready = await fill_until_refused(http)
+            refusals = [a for a in answers if a.status_code != 201]
+            assert {a.status_code for a in answers} == {201, 503}
+            assert {a.json()["type"].rsplit("/", 1)[1] for a in refusals} == {"admission-refused"}
+            assert all(a.headers["Retry-After"] for a in refusals)
             assert small_redis.oom_refusals() == 0
-            ready = (await http.get("/readyz")).json()
-            assert ready["memory"]["creates_refused"] is True
             assert any("high-water" in problem for problem in ready["problems"])
 
             # 2. Redis itself full: the held runs keep their leases (renewals are not refused)
