@@ -17,6 +17,7 @@ QUEUE_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 IDEMPOTENCY_KEY_PATTERN = r"^[A-Za-z0-9_.:\-]{1,128}$"
 HANDLER_NAME_PATTERN = r"^[A-Za-z0-9_.\-]{1,128}$"
 RUN_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}\.[0-9A-HJKMNP-TV-Z]{26}$"
+WORKER_ID_PATTERN = r"^[A-Za-z0-9_.\-]{1,128}$"
 RUN_ID = re.compile(RUN_ID_PATTERN)
 EVENT_ID_PATTERN = r"^\d{1,20}-\d{1,20}$"
 EVENT_ID = re.compile(EVENT_ID_PATTERN)
@@ -124,7 +125,14 @@ class Run(BaseModel):
     lease_expires_at: datetime | None = None
     lease_ttl_ms: int | None = None
     created_at: datetime
-    started_at: datetime | None = None
+    started_at: datetime | None = Field(
+        default=None, description="When the current (or last) attempt was claimed"
+    )
+    first_started_at: datetime | None = Field(
+        default=None,
+        description="When the first attempt was claimed: the run's duration is "
+        "first_started_at → finished_at, across attempts and parks",
+    )
     finished_at: datetime | None = None
     cancel_requested_at: datetime | None = None
     idempotency_key: str | None = None
@@ -306,6 +314,31 @@ class QueuePage(BaseModel):
     max_queues: int = Field(description="LEASEHOLD_MAX_QUEUES: most PUT /queues may declare")
 
 
+class SeriesBucket(BaseModel):
+    """One minute of a queue's outcomes: runs that came to each end in that minute."""
+
+    start: datetime = Field(description="The minute's start (Redis clock)")
+    succeeded: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    orphaned: int = 0
+    expired: int = 0
+    lease_expired: int = Field(
+        default=0,
+        description="Expired leases the reconciler acted on (orphaned, requeued, parked)",
+    )
+
+
+class QueueSeries(BaseModel):
+    """Answer of GET /queues/{name}/series: per-minute outcomes, oldest minute first."""
+
+    queue: str
+    bucket_s: int = Field(description="Width of one bucket: 60 s")
+    buckets: list[SeriesBucket] = Field(
+        description="The last `minutes` minutes, the current (partial) one last"
+    )
+
+
 class PurgeRequest(BaseModel):
     """Body of POST /runs/purge: which finished runs to delete, one bounded batch per call.
 
@@ -372,6 +405,21 @@ class WorkerInfo(BaseModel):
     loop_lag_ms: float
     started_at: datetime
     last_heartbeat_at: datetime
+    draining: bool = Field(
+        default=False, description="Stopped claiming (SIGTERM or POST /workers/{id}/drain)"
+    )
+    alive: bool = Field(
+        default=True,
+        description="Heartbeat seen within one lease TTL; a dead worker's runs are being "
+        "reconciled, and it leaves the list when its advertisement expires",
+    )
+
+
+class WorkerDrain(BaseModel):
+    """Answer of POST /workers/{id}/drain: the request is recorded for the worker."""
+
+    id: str
+    drain_requested: bool
 
 
 class Problem(BaseModel):

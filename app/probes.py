@@ -83,7 +83,8 @@ async def _probe_worker(settings: Settings, host: str) -> ProbeResult:
     client = async_client(settings.resolved_redis_url())
     try:
         live = await asyncio.wait_for(
-            workers.list_workers(client, settings.prefix), timeout=PROBE_TIMEOUT_S
+            workers.list_workers(client, settings.prefix, settings.lease_ttl_ms),
+            timeout=PROBE_TIMEOUT_S,
         )
     except (RedisError, OSError, TimeoutError) as exc:
         return ProbeResult(True, f"redis unreachable ({exc.__class__.__name__}); not judged")

@@ -9,7 +9,8 @@ Wiring, per process:
   connection, and advertising the worker in the registry;
 * the :class:`~app.reconciler.Reconciler`, unless disabled.
 
-**Drain** (SIGTERM or SIGINT): stop claiming, let running runs finish for
+**Drain** (SIGTERM or SIGINT, or ``POST /workers/{id}/drain``, seen by the
+heartbeat's advertisement): stop claiming, let running runs finish for
 ``drain_timeout_s``, then interrupt the rest and release them to the queue
 (fence+1, event ``released``) so another worker takes them at once. A second
 signal cuts the drain short.
@@ -206,7 +207,9 @@ class Worker:
         def advertise(loop_lag_ms: float) -> None:
             pipe = renewer_client.pipeline(transaction=False)
             workers.advertise(pipe, self.settings.prefix, self.describe(loop_lag_ms), ttl_ms)
-            pipe.execute()
+            if workers.drain_requested(pipe.execute()) and not self._stop.is_set():
+                # the heartbeat's thread: the drain starts on the event loop
+                loop.call_soon_threadsafe(self._drain_requested)
 
         jeopardy_after_s = self.settings.lease_ttl_s - self.settings.effective_safety_margin_s
         return Heartbeat(
@@ -220,6 +223,11 @@ class Worker:
             advertise=advertise,
         )
 
+    def _drain_requested(self) -> None:
+        if not self._stop.is_set():
+            log.info("drain requested (POST /workers/%s/drain)", self.id)
+            self.request_stop()
+
     def describe(self, loop_lag_ms: float) -> WorkerInfo:
         """This worker's advertisement for GET /workers."""
         return WorkerInfo(
@@ -232,6 +240,7 @@ class Worker:
             loop_lag_ms=round(loop_lag_ms, 3),
             started_at=self.started_at,
             last_heartbeat_at=datetime.now(tz=UTC),
+            draining=self._stop.is_set(),
         )
 
     def _reconciler(self, lease_store: LeaseStore, run_store: RunStore) -> Reconciler:

@@ -16,6 +16,8 @@ script touches a single Redis Cluster slot::
     <prefix>:{<queue>}:effects:<id>    hash    memoized effects: "<name>:<ordinal>" -> record
     <prefix>:{<queue>}:activity        stream  every run's lifecycle events, capped (~1000)
     <prefix>:{<queue>}:claim:<owner>:<token>  string  a claim's receipt (ids, fences), for one TTL
+    <prefix>:{<queue>}:series:<minute>  hash  status (or lease_expired) -> runs that came to it
+                                               in that epoch minute; expires after 61 min
 
 Pub/sub channels of a queue (broadcast; not keys)::
 
@@ -29,6 +31,8 @@ Cross-queue keys (plain commands, and one script that touches nothing else)::
                                                (declare_queue); never grown by a run
     <prefix>:workers                   zset    worker id -> last heartbeat ms
     <prefix>:worker:<id>               string  the worker's advertisement (JSON, with TTL)
+    <prefix>:worker:<id>:drain         string  "drain": POST /workers/{id}/drain asked it to
+                                               drain (read by its heartbeat; with TTL)
 
 A run id embeds its queue (``<queue>.<ULID>``), so ``GET /runs/{id}`` finds the
 record without a directory lookup or a cross-slot read.
@@ -148,6 +152,14 @@ class QueueKeys:
         """
         return f"{self.tag}:activity"
 
+    def series(self, minute: int) -> str:
+        """The queue's outcome counters of one epoch minute (``now_ms // 60000``).
+
+        ``count_outcome`` in lib.lua derives it from ``run_prefix``: it must stay
+        ``<tag>:series:<minute>`` beside ``<tag>:run:<id>``.
+        """
+        return f"{self.tag}:series:{minute}"
+
     def run(self, run_id: str) -> str:
         """The run record."""
         return f"{self.run_prefix}{run_id}"
@@ -184,3 +196,7 @@ class GlobalKeys:
     def worker(self, worker_id: str) -> str:
         """One worker's advertisement."""
         return f"{self.prefix}:worker:{worker_id}"
+
+    def worker_drain(self, worker_id: str) -> str:
+        """The flag that asks one worker to drain (its heartbeat reads it each beat)."""
+        return f"{self.prefix}:worker:{worker_id}:drain"

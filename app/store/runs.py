@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -407,6 +407,7 @@ class RunStore:
         max_bytes: int | None = None,
         among: Sequence[str] | None = None,
         created_before_ms: int | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> RunPage:
         """Runs newest first, filtered, one page at a time, as summaries.
 
@@ -423,6 +424,9 @@ class RunStore:
         many runs or the byte budget ends it; ``next_cursor`` is None only when
         nothing older remains. Raises :class:`InvalidCursor` for a cursor this store
         did not produce. ``created_before_ms`` skips every run created at or after it.
+        ``metadata`` keeps runs whose metadata has each key equal to its value (a
+        string equals itself, anything else its compact JSON: ``3``, ``true``); it
+        reads each scanned run's metadata too, so it costs what the scan reads.
         """
         after = _Position.decode(cursor) if cursor else None
         if created_before_ms is not None:
@@ -437,7 +441,9 @@ class RunStore:
             if not batch:
                 return RunPage(items=page.items, next_cursor=None)
             scanned += len(batch)
-            stop = await self._fill(page, batch, after, status, handler, include)
+            stop = await self._fill(
+                page, batch, after, _Filter(status, handler, metadata or {}), include
+            )
             if stop is not None:
                 return RunPage(items=page.items, next_cursor=stop.encode())
             after = batch[-1]
@@ -448,15 +454,17 @@ class RunStore:
         page: _Page,
         batch: list[_Position],
         after: _Position | None,
-        status: RunStatus | None,
-        handler: str | None,
+        wanted: _Filter,
         include: frozenset[str],
     ) -> _Position | None:
         """Add a batch's matching runs to ``page``; the position to resume after if it filled."""
         matched: list[tuple[_Position, _Position | None, dict[str, str]]] = []
         previous = after
-        for position, fields in zip(batch, await self._read(batch, SUMMARY_FIELDS), strict=True):
-            if fields is not None and _matches(run_from_hash(fields), status, handler):
+        read = SUMMARY_FIELDS + (("metadata",) if wanted.metadata else ())
+        for position, fields in zip(batch, await self._read(batch, read), strict=True):
+            if fields is not None and wanted.matches(run_from_hash(fields)):
+                if "metadata" not in include:
+                    fields.pop("metadata", None)  # read to filter, not to return
                 matched.append((position, previous, fields))
             previous = position
         large = tuple(field for field in LARGE_FIELDS if field in include)
@@ -629,5 +637,26 @@ class _Page:
         return True
 
 
-def _matches(run: Run, status: RunStatus | None, handler: str | None) -> bool:
-    return (status is None or run.status == status) and (handler is None or run.handler == handler)
+@dataclass(frozen=True)
+class _Filter:
+    """What a listing keeps: a status, a handler, metadata key=value pairs (all must hold)."""
+
+    status: RunStatus | None
+    handler: str | None
+    metadata: Mapping[str, str]
+
+    def matches(self, run: Run) -> bool:
+        """Whether the run passes every filter given."""
+        return (
+            (self.status is None or run.status == self.status)
+            and (self.handler is None or run.handler == self.handler)
+            and all(_metadata_equals(run.metadata, k, v) for k, v in self.metadata.items())
+        )
+
+
+def _metadata_equals(metadata: dict[str, Any], key: str, value: str) -> bool:
+    """A query string's value against a metadata value: text as is, the rest as JSON."""
+    if key not in metadata:
+        return False
+    held = metadata[key]
+    return held == value if isinstance(held, str) else dumps(held) == value

@@ -96,6 +96,8 @@ while #claimed < want do
       redis.call('HSET', run_key, 'status', 'running', 'owner_id', owner,
         'lease_expires_at', expires, 'lease_ttl_ms', ttl, 'started_at', now,
         'last_renewed_at', now)
+      -- the first claim's time stays: a run's duration spans every attempt and park
+      redis.call('HSETNX', run_key, 'first_started_at', now)
       redis.call('ZADD', KEYS[3], expires, id)
       if fence == 1 then
         -- claimed at last: its queued time-to-live no longer applies

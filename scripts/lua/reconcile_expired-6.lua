@@ -20,7 +20,8 @@
 --          non-idempotent effect whose outcome was never recorded is parked for a
 --          person whatever on_lease_expired says: retrying could apply it twice.
 --          Idempotent: a second reconciler finds nothing left to do. Run and effects
---          keys are derived from KEYS[3]/KEYS[6], like every batch script's.
+--          keys are derived from KEYS[3]/KEYS[6], like every batch script's. Every
+--          expired lease acted on counts once in the queue's `lease_expired` series.
 -- validate-then-write: the numbers are checked, then every expired run is read, its
 --          effects decoded and its events encoded, all before the first write.
 --- @include lib
@@ -104,6 +105,7 @@ for _, plan in ipairs(plans) do
       fence = redis.call('HINCRBY', run_key, 'fence', 1)
       finalize(k, id, plan.action, fence, now, plan.fields or {}, plan.data, retention, maxlen)
     end
+    count_outcome(k.run_prefix, 'lease_expired', now)
     actions[#actions + 1] = {id, plan.action, fence}
   end
 end

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Path, Response
+from fastapi import APIRouter, HTTPException, Path, Query, Response
 
 from app.api.routes.runs import State, problems
 from app.errors import QueueNotDeclared
-from app.models import QUEUE_NAME_PATTERN, QueueInfo, QueuePage
+from app.models import QUEUE_NAME_PATTERN, QueueInfo, QueuePage, QueueSeries
+from app.store.series import SERIES_MINUTES, read_series
 
 router = APIRouter(tags=["queues"])
 
@@ -32,6 +33,27 @@ async def get_queue(name: QueueName, state: State) -> QueueInfo:
         return await state.queues.info(name)
     except QueueNotDeclared as exc:
         raise HTTPException(404, str(exc)) from None
+
+
+@router.get("/queues/{name}/series", response_model=QueueSeries, responses=problems(404, 422))
+async def queue_series(
+    name: QueueName,
+    state: State,
+    minutes: Annotated[
+        int, Query(ge=1, le=SERIES_MINUTES, description="Buckets, newest last")
+    ] = SERIES_MINUTES,
+) -> QueueSeries:
+    """Runs that ended on the queue per minute (by status) and expired leases, last hour.
+
+    The counts are kept by the scripts that end runs, one small hash per queue
+    and minute that expires after an hour: throughput, failures and orphans for
+    the console's charts. A name nobody declared → 404.
+    """
+    try:
+        await state.queues.require(name)
+    except QueueNotDeclared as exc:
+        raise HTTPException(404, str(exc)) from None
+    return await read_series(state.client, state.queues.keys(name), minutes)
 
 
 @router.put(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -208,8 +209,44 @@ def _included(include: str | None) -> frozenset[str]:
     return names
 
 
+METADATA_PARAM = "metadata."
+METADATA_FILTERS_MAX = 8
+METADATA_KEY = re.compile(r"[A-Za-z0-9_\-]{1,64}")
+METADATA_VALUE_MAX = 256
+
+
+def _metadata_filters(request: Request) -> dict[str, str]:
+    """The ``metadata.<key>=<value>`` query parameters; 422 past the bounds.
+
+    At most ``METADATA_FILTERS_MAX`` keys, each ``[A-Za-z0-9_-]{1,64}`` and given
+    once, values up to ``METADATA_VALUE_MAX`` characters: a filter costs the scan
+    it narrows, never more.
+    """
+    filters: dict[str, str] = {}
+    for name, value in request.query_params.multi_items():
+        if not name.startswith(METADATA_PARAM):
+            continue
+        key = name[len(METADATA_PARAM) :]
+        if not METADATA_KEY.fullmatch(key):
+            raise HTTPException(
+                422, f"metadata filter key {key[:80]!r} must match [A-Za-z0-9_-]{{1,64}}"
+            )
+        if key in filters:
+            raise HTTPException(422, f"metadata filter {key!r} is given more than once")
+        if len(value) > METADATA_VALUE_MAX:
+            raise HTTPException(
+                422,
+                f"metadata filter {key!r} is {len(value)} characters; at most {METADATA_VALUE_MAX}",
+            )
+        filters[key] = value
+        if len(filters) > METADATA_FILTERS_MAX:
+            raise HTTPException(422, f"at most {METADATA_FILTERS_MAX} metadata filters")
+    return filters
+
+
 @router.get("/runs", response_model=RunPage, responses=problems(400, 422))
 async def list_runs(
+    request: Request,
     state: State,
     queue: Annotated[str | None, Query(pattern=QUEUE_NAME_PATTERN)] = None,
     status: RunStatus | None = None,
@@ -229,8 +266,12 @@ async def list_runs(
     Items omit ``input``, ``output`` and ``metadata`` unless ``include`` names them.
     A page stops early, with a ``next_cursor``, once it holds
     ``LEASEHOLD_LIST_MAX_BYTES`` of runs, so a list costs what it returns.
+    ``metadata.<key>=<value>`` (up to 8, all must hold) keeps runs whose metadata
+    has that key with that value: a string as is, a number or boolean as JSON
+    (``metadata.tenant=acme``, ``metadata.priority=3``).
     """
     included = _included(include)
+    metadata = _metadata_filters(request)
     page = await state.store.list_runs(
         queue=queue,
         status=status,
@@ -240,6 +281,7 @@ async def list_runs(
         include=included,
         max_bytes=state.settings.list_max_bytes,
         among=None if queue else await state.queues.declared(),
+        metadata=metadata,
     )
     omitted = {name for name in LARGE_FIELDS if name not in included}
     return Response(

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Path
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
 from app.api.memory import MemoryAdmission
-from app.api.routes.runs import State
-from app.models import HandlerInfo, ReadinessReport, RedisMemory, WorkerInfo
+from app.api.routes.runs import State, problems
+from app.models import (
+    WORKER_ID_PATTERN,
+    HandlerInfo,
+    ReadinessReport,
+    RedisMemory,
+    WorkerDrain,
+    WorkerInfo,
+)
 from app.store import workers
 from app.store.health import check_readiness
 from app.store.memory import pressure_problems
@@ -27,8 +36,36 @@ async def list_handlers(state: State) -> list[HandlerInfo]:
 
 @router.get("/workers", response_model=list[WorkerInfo], tags=["workers"])
 async def list_workers(state: State) -> list[WorkerInfo]:
-    """Live executors; ``id`` is the ``owner_id`` they write on the runs they hold."""
-    return await workers.list_workers(state.client, state.settings.prefix)
+    """Advertised executors; ``id`` is the ``owner_id`` they write on the runs they hold.
+
+    A worker silent for longer than one lease TTL is ``alive: false`` (its runs
+    are being reconciled) until its advertisement expires (three TTLs).
+    """
+    return await workers.list_workers(
+        state.client, state.settings.prefix, state.settings.lease_ttl_ms
+    )
+
+
+WorkerId = Annotated[str, Path(pattern=WORKER_ID_PATTERN, description="the worker's id")]
+
+
+@router.post(
+    "/workers/{worker_id}/drain",
+    status_code=202,
+    response_model=WorkerDrain,
+    responses=problems(404, 422),
+    tags=["workers"],
+)
+async def drain_worker(worker_id: WorkerId, state: State) -> WorkerDrain:
+    """Ask one worker to drain, as SIGTERM would: stop claiming, finish or release, exit.
+
+    The worker sees the request at its next heartbeat (within a third of the
+    lease TTL) and shows ``draining: true`` in ``GET /workers`` until it is gone.
+    Idempotent. A worker that is not advertised → 404, and nothing is written.
+    """
+    if not await workers.request_drain(state.client, state.settings.prefix, worker_id):
+        raise HTTPException(404, f"no live worker {worker_id!r} (see GET /workers)")
+    return WorkerDrain(id=worker_id, drain_requested=True)
 
 
 @router.get("/healthz", tags=["health"])

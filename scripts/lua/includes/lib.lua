@@ -205,6 +205,20 @@ local function unclaimed_key_of(run_prefix)
   return queue_key_of(run_prefix, 'unclaimed')
 end
 
+-- A queue's outcome counters, one hash per minute (`<tag>:series:<minute>`, field: a
+-- terminal status or `lease_expired` -> runs that came to it that minute), beside its
+-- run records: store/keys.py builds the same name (a test holds the two equal). Each
+-- bucket expires SERIES_KEEP_MS after its first count, so a queue holds at most ~61 of
+-- them however busy it is: GET /queues/{name}/series reads the last hour from them.
+local SERIES_KEEP_MS = 3660000
+
+local function count_outcome(run_prefix, kind, now)
+  local key = queue_key_of(run_prefix, 'series:' .. math.floor(now / 60000))
+  if redis.call('HINCRBY', key, kind, 1) == 1 and redis.call('PTTL', key) < 0 then
+    redis.call('PEXPIRE', key, SERIES_KEEP_MS)
+  end
+end
+
 -- How long a run that ended in `status` is kept, in ms: its own `retention_ms` (set
 -- at create from the request's retention_s) or the value the retention spec names
 -- for the status. The spec is one ARGV, "succeeded=<ms> failed=<ms> ...", as
@@ -221,7 +235,7 @@ end
 -- Write a terminal state and its terminal event in one step, drop the lease, and
 -- start the retention clock (retention_for: per run, else per status) on the record,
 -- its events, its effects and its idempotency key, so a key lives exactly as long
--- as its run.
+-- as its run; the queue's counter of that status this minute goes up by one.
 -- fields: extra HSET field/value pairs (output, error, ...).
 local function finalize(k, run_id, status, fence, now, fields, data, retention, maxlen)
   local run_key = k.run_prefix .. run_id
@@ -236,6 +250,7 @@ local function finalize(k, run_id, status, fence, now, fields, data, retention, 
   redis.call('ZREM', parked_of(k.run_prefix), run_id)
   redis.call('ZREM', unclaimed_key_of(k.run_prefix), run_id)
   emit(run_key, events_key, status, fence, now, data, maxlen)
+  count_outcome(k.run_prefix, status, now)
   redis.call('PEXPIRE', run_key, retention_ms)
   redis.call('PEXPIRE', events_key, retention_ms)
   redis.call('PEXPIRE', effects_key_of(k.run_prefix, run_id), retention_ms)

@@ -1,0 +1,33 @@
+"""A run's duration spans its attempts: the first claim's time is kept on the record."""
+
+from __future__ import annotations
+
+import httpx
+
+from app.store.leases import LeaseStore, Outcome
+from tests.support.polling import eventually
+
+
+async def test_first_started_at_survives_a_takeover_and_started_at_moves_on(
+    api: httpx.AsyncClient, lease_store: LeaseStore
+) -> None:
+    body = {"handler": "demo.echo", "input": {}, "max_attempts": 2, "on_lease_expired": "retry"}
+    run_id = (await api.post("/runs", json=body)).json()["id"]
+    assert (await api.get(f"/runs/{run_id}")).json()["first_started_at"] is None
+    assert len((await lease_store.claim("default", "w-lost", 1)).runs) == 1
+    first = (await api.get(f"/runs/{run_id}")).json()
+    assert first["first_started_at"] == first["started_at"] is not None
+    # the first owner dies: its lease runs out, the run is queued again and claimed anew
+    await eventually(
+        lambda: lease_store.reconcile("default"), until=bool, timeout_s=10, what="requeue"
+    )
+    second = (await lease_store.claim("default", "w-b", 1)).runs[0]
+    await lease_store.finish_and_claim(
+        "default", "w-b", [Outcome(run_id, second.fence, "succeeded", output_json="1")], 0
+    )
+    done = (await api.get(f"/runs/{run_id}")).json()
+    assert done["status"] == "succeeded" and done["attempt"] == 2
+    assert done["first_started_at"] == first["first_started_at"]
+    assert done["started_at"] > done["first_started_at"]  # ISO times of one zone sort
+    listed = (await api.get("/runs")).json()["items"][0]
+    assert listed["first_started_at"] == first["first_started_at"]  # summaries carry it
