@@ -73,7 +73,7 @@ QUEUE_DEPTH = Gauge(
 )
 LIVE_WORKERS = Gauge(
     "leasehold_workers",
-    "Live workers (advertisement not expired) serving each declared queue, at scrape time; "
+    "Live workers (heartbeat within one lease TTL) serving each declared queue, at scrape time; "
     "0 for a queue nobody serves.",
     ["queue"],
 )

@@ -28,7 +28,10 @@ async def metrics(state: State) -> Response:
     await state.memory.refresh()
     serving = Counter(
         queue
-        for worker in await list_workers(state.client, state.settings.prefix)
+        for worker in await list_workers(
+            state.client, state.settings.prefix, state.settings.lease_ttl_ms
+        )
+        if worker.alive  # silent past one lease TTL: its runs are being taken from it
         for queue in worker.queues
     )
     for queue in await state.queues.declared():
