@@ -4,6 +4,7 @@
 
 const KEY_STORAGE = "leasehold.apiKey";
 const DEFAULT_RETRY_MS = 2000;
+const MAX_RETRY_MS = 30_000;
 
 let authHandler = () => {};
 
@@ -98,7 +99,20 @@ function parseBlock(lines) {
 }
 
 /**
- * Follow an SSE endpoint with fetch, reconnecting with Last-Event-ID.
+ * How long to wait before reconnect number `failures` (1 for the first), in ms.
+ *
+ * Full jitter, as in the server's and the Python client's one retry policy
+ * (app/retry.py): drawn from 0 up to the server's `retry:` hint doubled with each
+ * failed attempt, at most 30 s. Every console an API restart cut off would
+ * otherwise come back in the same instant, and again after each wait.
+ */
+export function reconnectDelayMs(hintMs, failures, random = Math.random) {
+  const ceiling = Math.min(MAX_RETRY_MS, hintMs * 2 ** Math.min(Math.max(failures - 1, 0), 20));
+  return random() * ceiling;
+}
+
+/**
+ * Follow an SSE endpoint with fetch, reconnecting with Last-Event-ID (after a jittered wait).
  *
  * onMessage({event, id, data}) gets each message with data parsed as JSON; it
  * returns true to stop following (e.g. after a run's terminal event). onState
@@ -108,6 +122,7 @@ export function follow(path, { onMessage, onState = () => {}, lastEventId = null
   let stopped = false;
   let controller = null;
   let retryMs = DEFAULT_RETRY_MS;
+  let failures = 0; // reconnects since the stream was last live
   let lastId = lastEventId;
 
   const stop = () => {
@@ -170,6 +185,7 @@ export function follow(path, { onMessage, onState = () => {}, lastEventId = null
       throw error;
     }
     onState("live");
+    failures = 0;
     if (await readBody(response)) stop();
   };
 
@@ -183,7 +199,8 @@ export function follow(path, { onMessage, onState = () => {}, lastEventId = null
       }
       if (stopped) return;
       onState("reconnecting");
-      await new Promise((resolve) => setTimeout(resolve, retryMs));
+      failures += 1;
+      await new Promise((resolve) => setTimeout(resolve, reconnectDelayMs(retryMs, failures)));
     }
   };
   loop();
