@@ -81,6 +81,8 @@ DESCRIBE: dict[str, Callable[[dict[str, Any]], str]] = {
     "requeued": _describe_requeued,
     "checkpoint": lambda d: f"checkpoint {d.get('seq')} ({d.get('size_bytes')} bytes)",
     "effect": _describe_effect,
+    "waiting_human": lambda d: f"waiting for a person: {d.get('reason')}",
+    "resumed": lambda d: f"resumed by a person, input {json.dumps(d.get('input'))}",
     "reconciliation_required": lambda d: f"needs a person: {_error_text(d)}",
     "resolved": _describe_resolved,
     "replay_unavailable": lambda d: (

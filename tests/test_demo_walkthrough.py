@@ -1,16 +1,21 @@
-"""`leasehold demo kill-worker`: the scripted story ends the way the README says."""
+"""`leasehold demo ...`: each scripted story ends the way the README says."""
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 
+import pytest
+
+from app.demo.judge import escalate_approvals
 from tests.support.processes import REPO_ROOT
 
 
-def demo(*args: str) -> subprocess.CompletedProcess[str]:
+def demo(*args: str, story: str = "kill-worker") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "app.cli", "demo", "kill-worker", *args],
+        [sys.executable, "-m", "app.cli", "demo", story, *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -39,3 +44,87 @@ def test_with_retry_another_worker_takes_the_run_over_and_finishes_it() -> None:
     assert "claimed by" in after_kill
     assert "== succeeded" in after_kill
     assert "(attempt 2, fence 3)" in result.stdout.splitlines()[-1]
+
+
+def test_escalate_parks_a_silent_approval_for_a_person_and_the_resume_finishes_it() -> None:
+    result = demo(story="escalate")
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    resume = next(i for i, line in enumerate(lines) if line.startswith("-> leasehold runs resume"))
+    # the free renewals first, then the evaluator's ESCALATE, then the run parks
+    assert [line for line in lines[:resume] if "watchdog:" in line] == [
+        line for line in lines if "watchdog:" in line
+    ]
+    verdicts = [
+        line.split("watchdog: ", 1)[1].split(" ", 1)[0] for line in lines if "watchdog:" in line
+    ]
+    assert verdicts == ["RENEW", "RENEW", "ESCALATE"]
+    assert "watchdog: ESCALATE (an approval needs a person)" in lines[resume - 2]
+    assert "-- waiting for a person: an approval needs a person" in lines[resume - 1]
+    after = lines[resume + 1 :]
+    assert "-- resumed by a person, input" in after[0]
+    assert "claimed by" in after[1]
+    assert "== succeeded" in after[2]
+    output = json.loads(after[3].removeprefix("output "))
+    assert output["approved"] is True
+    assert output["decision"] == {"approved_by": "you", "comment": "looks right"}
+    assert after[4].endswith("ended succeeded: succeeded (attempt 1, fence 4)")
+
+
+def test_effect_unknown_parks_a_charge_cut_off_by_kill_9_and_resolving_it_never_charges_twice() -> (
+    None
+):
+    result = demo("--lease-ttl-s", "1", story="effect-unknown")
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    kill = next(i for i, line in enumerate(lines) if line.startswith("-> kill -9"))
+    assert re.search(r"-- effect \S+:charge:1 started", lines[kill - 1])
+    after = lines[kill + 1 :]
+    assert "-- needs a person: effect_outcome_unknown: effect charge" in after[0]
+    assert after[2].startswith("-> leasehold runs resolve ")
+    assert "--action retry --effect-outcome applied" in after[2]
+    assert "-- resolved by a person: retry, effects applied" in after[3]
+    killed_owner = lines[kill].rsplit("(the owner, ", 1)[1].rstrip(")")
+    assert "claimed by" in after[4] and killed_owner not in after[4]
+    # the new owner gets the recorded result: the provider is not called again
+    assert re.search(r"-- effect \S+:charge:1 replayed", after[5])
+    assert "== succeeded" in after[6]
+    assert sum(":charge:1 started" in line for line in lines) == 1
+    receipt = json.loads(after[7].removeprefix("output ").split(" (the recorded", 1)[0])
+    assert receipt == {"receipt": {"charge_id": "ch-from-the-dashboard", "amount": 42}}
+    assert after[8].endswith("ended succeeded: succeeded (attempt 1, fence 4)")
+
+
+@pytest.mark.parametrize(
+    ("story", "seconds"),
+    [
+        ("kill-worker", "nan"),
+        ("escalate", "nan"),
+        ("effect-unknown", "nan"),
+        ("escalate", "inf"),
+        ("effect-unknown", "0"),
+        ("kill-worker", "-1"),
+        ("escalate", "301"),
+        ("effect-unknown", "1e308"),
+    ],
+)
+def test_a_demo_refuses_a_lease_it_could_not_run_with_before_starting_anything(
+    story: str, seconds: str
+) -> None:
+    flag = "--op-lease-s" if story == "escalate" else "--lease-ttl-s"
+    result = demo(flag, seconds, story=story)
+    assert result.returncode == 2, result.stdout + result.stderr
+    message = " ".join(re.sub(r"[│╭╮╰╯─]", " ", result.stderr).split())
+    assert f"Invalid value for '{flag}': must be a number of seconds above 0, at most 300" in (
+        message
+    )
+    assert "stack up" not in result.stdout
+
+
+def test_the_demo_judge_escalates_the_approval_wait_and_renews_anything_else() -> None:
+    """So naming it on a stack that runs other work never parks that work."""
+    assert escalate_approvals({"kind": "tool_call", "subject": "approval"}) == {
+        "verdict": "ESCALATE",
+        "reason": "an approval needs a person",
+    }
+    assert escalate_approvals({"kind": "tool_call", "subject": "crm.search"})["verdict"] == "RENEW"

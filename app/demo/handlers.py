@@ -4,6 +4,10 @@
 * ``demo.sleep`` waits, emitting progress: a long run to kill a worker under.
 * ``demo.cpu``   holds the event loop with CPU work: slow is not dead.
 * ``demo.fail``  raises, retryable or not: the retry policy and error records.
+* ``demo.approval`` waits, silent, on a person: with an evaluator that answers
+  ESCALATE (``app.demo.judge``) the run parks in ``waiting_human`` until resumed.
+* ``demo.charge`` calls a slow fake payment provider through ``ctx.effect``: a
+  worker killed during the call leaves the run in ``reconciliation_required``.
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.executor import RunContext, RunFailure, handler
+
+# the operation subject demo.approval waits on, which app.demo.judge escalates
+APPROVAL_SUBJECT = "approval"
 
 
 class EchoInput(BaseModel):
@@ -43,6 +50,20 @@ class FailInput(BaseModel):
 
     message: str = "demo failure"
     retryable: bool = False
+
+
+class ApprovalInput(BaseModel):
+    """The lease of the wait for a person, and how long to wait at most without a verdict."""
+
+    lease_s: float = Field(default=1.0, gt=0, le=3_600)
+    wait_s: float = Field(default=3_600.0, ge=0, le=86_400)
+
+
+class ChargeInput(BaseModel):
+    """What to charge, and how long the fake payment provider takes to answer."""
+
+    amount: float = Field(default=42.0, gt=0, le=1_000_000)
+    provider_s: float = Field(default=1.0, ge=0, le=86_400)
 
 
 @handler("demo.echo")
@@ -78,3 +99,36 @@ async def cpu(ctx: RunContext, params: CpuInput) -> dict[str, Any]:
 async def fail(ctx: RunContext, params: FailInput) -> None:
     """Raise a typed failure with the given message and retryability."""
     raise RunFailure(params.message, code="demo_failure", retryable=params.retryable)
+
+
+@handler("demo.approval")
+async def approval(ctx: RunContext, params: ApprovalInput) -> dict[str, Any]:
+    """Wait for a person's approval in a silent operation; resumed, return their answer.
+
+    Nothing reports progress while it waits, so when its lease runs out the watchdog
+    is asked; an evaluator that answers ESCALATE (``app.demo.judge:escalate_approvals``)
+    parks the run in ``waiting_human``, and ``POST /runs/{id}/resume`` brings the
+    person's input back as ``ctx.resume_input``.
+    """
+    if ctx.resume_input is not None:
+        return {"approved": True, "decision": ctx.resume_input, "attempt": ctx.attempt}
+    async with ctx.operation("tool_call", APPROVAL_SUBJECT, lease_s=params.lease_s):
+        await asyncio.sleep(params.wait_s)
+    return {"approved": False, "decision": None, "attempt": ctx.attempt}
+
+
+@handler("demo.charge")
+async def charge(ctx: RunContext, params: ChargeInput) -> dict[str, Any]:
+    """Charge once per run through ``ctx.effect``, however often the run is executed.
+
+    The fake provider answers after ``provider_s``. A worker killed while it waits
+    leaves an effect started without a result: nobody knows whether the money moved,
+    so the run parks in ``reconciliation_required`` until a person resolves it.
+    """
+
+    async def call_provider(key: str) -> dict[str, Any]:
+        await asyncio.sleep(params.provider_s)
+        return {"charge_id": f"ch-{key}", "amount": params.amount, "idempotency_key": key}
+
+    receipt = await ctx.effect("charge", call_provider)
+    return {"receipt": receipt}

@@ -1,15 +1,24 @@
-"""``leasehold demo kill-worker``: the "kill a worker" story, scripted end to end.
+"""``leasehold demo ...``: the stories the README teaches, scripted end to end.
 
-It starts a private stack (embedded Redis without persistence, one API, two
-workers, short leases), posts a long run, follows its events, ``kill -9``s the
-worker that owns it and shows the stream ending in ``orphaned: executor lease
-expired``. With ``--retry`` the run asks for ``on_lease_expired: "retry"`` and the
-surviving worker takes it over and finishes it. Everything it starts is stopped
-at the end, whatever happens.
+Each starts a private stack (embedded Redis without persistence, one API, two
+workers, short leases), posts a run, follows its events and plays the part of
+the people and the failures in the story. Everything it starts is stopped at the
+end, whatever happens.
+
+* ``kill-worker``: ``kill -9`` the worker that owns a long run; the stream ends in
+  ``orphaned: executor lease expired``. With ``--retry`` the run asks for
+  ``on_lease_expired: "retry"`` and the surviving worker takes it over and finishes it.
+* ``escalate``: a run waits, silent, on an approval; the watchdog's evaluator
+  (``app.demo.judge``) answers ESCALATE, the run parks in ``waiting_human``, and a
+  resume with a person's input finishes it.
+* ``effect-unknown``: the owner is killed while a payment effect is in flight; the
+  reconciler parks the run in ``reconciliation_required``; a person resolves it as
+  applied and the retry finishes without charging twice.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import tempfile
@@ -22,6 +31,7 @@ from typing import TextIO
 import httpx
 
 from app.client import Client
+from app.demo import judge
 from app.embedded import EmbeddedRedis, free_port
 from app.errors import LeaseholdError
 from app.models import Run, RunStatus
@@ -29,6 +39,14 @@ from app.processes import Child, child_env, spawn, stop_all
 from app.render import EventPrinter
 
 READY_TIMEOUT_S = 30.0
+# the escalate story needs no takeover: a lease TTL well above its operation's lease
+ESCALATE_TTL_S = 3.0
+# what a person answers the approval with
+APPROVAL = {"approved_by": "you", "comment": "looks right"}
+# the fake provider outlasts any demo: the charge is in flight when its owner is killed
+PROVIDER_S = 600.0
+# what the person found on the provider's dashboard, recorded as the effect's result
+PROVIDER_RECEIPT = {"charge_id": "ch-from-the-dashboard", "amount": 42}
 CHILD_STOP_GRACE_S = 15.0
 POLL_S = 0.1
 
@@ -38,7 +56,9 @@ class WalkthroughFailed(LeaseholdError):
 
 
 @contextmanager
-def _stack(ttl_s: float) -> Iterator[tuple[str, dict[int, Child]]]:
+def _stack(
+    ttl_s: float, extra_env: dict[str, str] | None = None
+) -> Iterator[tuple[str, dict[int, Child]]]:
     """Redis, an API and two workers on private ports; yields the API URL and workers."""
     with tempfile.TemporaryDirectory(prefix="leasehold-demo-") as tmp:
         redis = EmbeddedRedis(data_dir=Path(tmp), appendonly=False).start()
@@ -50,7 +70,8 @@ def _stack(ttl_s: float) -> Iterator[tuple[str, dict[int, Child]]]:
                 "LEASEHOLD_API_PORT": str(port),
                 "LEASEHOLD_PREFIX": "demo",
                 "LEASEHOLD_LOG_LEVEL": "WARNING",
-            }
+            },
+            extra_env or {},
         )
         children: list[Child] = []
 
@@ -105,21 +126,99 @@ def kill_worker(*, retry: bool, ttl_s: float, out: TextIO) -> Run:
         for event in events:
             printer.show(event)
             if event.type == "claimed":
-                owner = str(event.data["owner_id"])
-                pid = int(owner.rsplit("-", 2)[1])
-                say(f"-> kill -9 {pid} (the owner, {owner})\n")
-                os.kill(pid, signal.SIGKILL)
-                workers.pop(pid).wait(READY_TIMEOUT_S)
+                _kill_owner(str(event.data["owner_id"]), workers, say)
                 break
         for event in events:
             printer.show(event)
         return _check(client.get(run.id), retry)
 
 
+def _kill_owner(owner: str, workers: dict[int, Child], say: Callable[[str], object]) -> None:
+    """``kill -9`` the worker named by an owner id (``<host>-<pid>-<nonce>``)."""
+    pid = int(owner.rsplit("-", 2)[1])
+    say(f"-> kill -9 {pid} (the owner, {owner})\n")
+    os.kill(pid, signal.SIGKILL)
+    workers.pop(pid).wait(READY_TIMEOUT_S)
+
+
+def _expect(run: Run, status: RunStatus) -> Run:
+    if run.status != status:
+        ending = f" ({run.error.code}: {run.error.message})" if run.error else ""
+        raise WalkthroughFailed(
+            f"the run ended {run.status.value}{ending}, expected {status.value}"
+        )
+    return run
+
+
+def escalate(*, op_lease_s: float, out: TextIO) -> Run:
+    """The ESCALATE story; returns the run as it ended. Raises WalkthroughFailed."""
+    evaluator = {"LEASEHOLD_WATCHDOG_EVALUATOR": judge.EVALUATOR}
+    with _stack(ESCALATE_TTL_S, evaluator) as (url, _), Client(url) as client:
+        say = out.write
+        _until(lambda: len(client.workers()) == 2, "the API and two workers")
+        say(f"stack up: API {url}, watchdog evaluator {judge.EVALUATOR}\n")
+        run = client.create("demo.approval", {"lease_s": op_lease_s})
+        say(f"posted {run.id} (demo.approval: waits, silent, on a person; lease {op_lease_s:g}s)\n")
+        printer = EventPrinter(out)
+        for event in client.events(run.id):
+            printer.show(event)
+            if event.type == "waiting_human":
+                say(f"-> leasehold runs resume {run.id} --input '{json.dumps(APPROVAL)}'\n")
+                client.resume(run.id, APPROVAL)
+        done = _expect(client.get(run.id), RunStatus.SUCCEEDED)
+    say(f"output {json.dumps(done.output)}\n")
+    return done
+
+
+def effect_unknown(*, ttl_s: float, out: TextIO) -> Run:
+    """The unknown-effect story; returns the run as it ended. Raises WalkthroughFailed."""
+    with _stack(ttl_s) as (url, workers), Client(url) as client:
+        say = out.write
+        _until(lambda: len(client.workers()) == 2, "the API and two workers")
+        say(f"stack up: API {url}, workers {sorted(workers)}, lease TTL {ttl_s}s\n")
+        run = client.create("demo.charge", {"amount": 42, "provider_s": PROVIDER_S})
+        say(f"posted {run.id} (demo.charge: the payment provider takes {PROVIDER_S:g}s)\n")
+        printer = EventPrinter(out)
+        owner = ""
+        for event in client.events(run.id):
+            printer.show(event)
+            if event.type == "claimed":
+                owner = str(event.data["owner_id"])
+            elif event.type == "effect" and event.data.get("phase") == "started" and owner:
+                _kill_owner(owner, workers, say)
+                owner = ""
+            elif event.type == "reconciliation_required":
+                _resolve_applied(client, run.id, say)
+        done = _expect(client.get(run.id), RunStatus.SUCCEEDED)
+    if done.output != {"receipt": PROVIDER_RECEIPT}:
+        raise WalkthroughFailed(f"the retry did not return the recorded receipt: {done.output}")
+    say(f"output {json.dumps(done.output)} (the recorded receipt: charged once)\n")
+    return done
+
+
+def _resolve_applied(client: Client, run_id: str, say: Callable[[str], object]) -> None:
+    parked = client.get(run_id)
+    effect = (parked.error.details if parked.error else {}).get("effect") or {}
+    say(
+        f"   nobody knows whether {effect.get('key')} charged; "
+        "the provider's dashboard shows it did\n"
+    )
+    result = json.dumps(PROVIDER_RECEIPT)
+    say(
+        f"-> leasehold runs resolve {run_id} --action retry --effect-outcome applied "
+        f"--effect-result '{result}'\n"
+    )
+    client.resolve(
+        run_id,
+        "retry",
+        effect_outcome="applied",
+        effect_result=PROVIDER_RECEIPT,
+        note="checked the provider's dashboard",
+    )
+
+
 def _check(run: Run, retry: bool) -> Run:
-    expected = RunStatus.SUCCEEDED if retry else RunStatus.ORPHANED
-    if run.status != expected:
-        raise WalkthroughFailed(f"the run ended {run.status.value}, expected {expected.value}")
+    _expect(run, RunStatus.SUCCEEDED if retry else RunStatus.ORPHANED)
     if not retry and (run.error is None or run.error.message != "orphaned: executor lease expired"):
         raise WalkthroughFailed(f"unexpected error on the orphaned run: {run.error}")
     return run
