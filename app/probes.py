@@ -13,7 +13,9 @@ Kubernetes exec probes read.
   after three TTLs, so a missing one means the heartbeat is dead or stuck: the
   one failure a restart fixes. When Redis itself is unreachable the probe passes:
   restarting every worker during an outage would only throw away runs that the
-  jeopardy deadline already handles (DESIGN section 5).
+  jeopardy deadline already handles (DESIGN section 5). Likewise when Redis is
+  at ``maxmemory``: it refuses the advertisement (a plain SET) while the
+  worker's leases and outcomes still get through, and a restart would lose them.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from app.settings import Settings
 from app.store import workers
 from app.store.connection import async_client
 from app.store.health import check_readiness
+from app.store.memory import read_memory
 from app.store.scripts import Scripts
 
 PROBE_TIMEOUT_S = 3.0
@@ -86,11 +89,14 @@ async def _probe_worker(settings: Settings, host: str) -> ProbeResult:
             workers.list_workers(client, settings.prefix, settings.lease_ttl_ms),
             timeout=PROBE_TIMEOUT_S,
         )
+        mine = [info.id for info in live if info.host == host]
+        full = not mine and (await read_memory(client)).past(1.0)
     except (RedisError, OSError, TimeoutError) as exc:
         return ProbeResult(True, f"redis unreachable ({exc.__class__.__name__}); not judged")
     finally:
         await client.aclose()
-    mine = [info.id for info in live if info.host == host]
     if mine:
         return ProbeResult(True, f"heartbeating: {', '.join(mine)}")
+    if full:
+        return ProbeResult(True, "redis is at maxmemory and refuses advertisements; not judged")
     return ProbeResult(False, f"no worker on {host} has advertised within three lease TTLs")

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from app.embedded import free_port
+from tests.support.memory import SmallRedis
 from tests.support.polling import eventually
 from tests.support.processes import REPO_ROOT, Processes
 
@@ -94,3 +95,14 @@ def test_worker_probe_does_not_fail_a_worker_for_a_redis_outage(processes: Proce
     result = probe(processes, "worker", LEASEHOLD_REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")
     assert result.returncode == 0
     assert "not judged" in result.stdout
+
+
+def test_worker_probe_does_not_fail_a_worker_because_redis_is_full(
+    processes: Processes, small_redis: SmallRedis
+) -> None:
+    small_redis.set_max(small_redis.used_bytes() // 2)  # past maxmemory: SETs are refused
+    result = probe(processes, "worker", LEASEHOLD_REDIS_URL=small_redis.url)
+    assert result.returncode == 0, result.stderr
+    assert "maxmemory" in result.stdout and "not judged" in result.stdout
+    small_redis.set_max(0)
+    assert probe(processes, "worker", LEASEHOLD_REDIS_URL=small_redis.url).returncode == 1
