@@ -65,4 +65,4 @@ soak: install
 	$(BIN)/python -m tools.chaos.soak --duration $(DURATION) --seed $(SEED)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .leasehold
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .leasehold .hypothesis test-artifacts

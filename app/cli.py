@@ -603,10 +603,9 @@ def _story_ended(story: Callable[[], Run]) -> None:
         raise _fail(str(exc)) from None
     except httpx.TransportError as exc:
         raise _fail(f"the demo's API went away: {exc}") from None
-    ending = run.error.message if run.error else run.status.value
-    typer.echo(
-        f"{run.id} ended {run.status.value}: {ending} (attempt {run.attempt}, fence {run.fence})"
-    )
+    # the status alone when there is no error: "ended succeeded: succeeded" said it twice
+    why = f": {run.error.message}" if run.error else ""
+    typer.echo(f"{run.id} ended {run.status.value}{why} (attempt {run.attempt}, fence {run.fence})")
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, get_type_hints
@@ -70,7 +71,7 @@ class HandlerRegistry:
             fn=fn,
             is_async=inspect.iscoroutinefunction(fn),
             input_model=_input_model(fn),
-            description=inspect.getdoc(fn),
+            description=plain_text(inspect.getdoc(fn)),
         )
         self._specs[name] = spec
         return spec
@@ -87,6 +88,25 @@ class HandlerRegistry:
 
     def __len__(self) -> int:
         return len(self._specs)
+
+
+# reStructuredText inline markup a docstring may carry: ``literal``, :role:`~dotted.target`
+_RST_LITERAL = re.compile(r"``(.+?)``")
+_RST_ROLE = re.compile(r":[a-z:]+:`~?(?:[\w.]*\.)?([^`<]+?)(?:\s*<[^`]*>)?`")
+
+
+def plain_text(doc: str | None) -> str | None:
+    """A docstring as people read it in GET /handlers and the console: no RST markup.
+
+    Handler docstrings are written for Sphinx (``seconds``, :class:`RunFailure`); shown raw,
+    the backticks and roles are noise. Literals and roles keep their text, a trailing
+    ``::`` (a literal block follows) becomes ``:``. Not a full RST renderer on purpose: a
+    description is a sentence or two.
+    """
+    if doc is None:
+        return None
+    text = _RST_ROLE.sub(r"\1", _RST_LITERAL.sub(r"\1", doc))
+    return re.sub(r"::$", ":", text, flags=re.MULTILINE)
 
 
 def _input_model(fn: HandlerFn) -> type[BaseModel]:

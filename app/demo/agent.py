@@ -106,9 +106,11 @@ async def _model_call(
         async for line in response.aiter_lines():
             if line:
                 op.progress(tokens=1)
-                chunks.append(line)
+                # a token arrives with its trailing space (for the inline stream); the answer
+                # joins words with one space, so it must not keep that space too
+                chunks.append(line.strip())
                 await ctx.emit("token", {"text": line})
-    return " ".join(chunks)
+    return " ".join(chunk for chunk in chunks if chunk)
 
 
 def _tool(tool: ToolScript) -> Any:

@@ -33,10 +33,15 @@ class EchoInput(BaseModel):
 
 
 class SleepInput(BaseModel):
-    """How long to sleep, and how often to report progress."""
+    """How long to sleep, and how often to report progress.
+
+    Progress is sparse by default (every 10 s): a long sleep is the demo's run to kill a
+    worker under, and one event a second drowned its stream. At least 0.1 s apart, so an
+    input cannot turn the run into a flood of events.
+    """
 
     seconds: float = Field(default=1.0, ge=0, le=86_400)
-    progress_every_s: float = Field(default=1.0, gt=0)
+    progress_every_s: float = Field(default=10.0, ge=0.1, le=86_400)
 
 
 class CpuInput(BaseModel):
@@ -74,7 +79,7 @@ async def echo(ctx: RunContext, params: EchoInput) -> dict[str, Any]:
 
 @handler("demo.sleep")
 async def sleep(ctx: RunContext, params: SleepInput) -> dict[str, Any]:
-    """Sleep for ``seconds``, emitting a progress event every ``progress_every_s``."""
+    """Sleep for ``seconds``, emitting a progress event every ``progress_every_s`` (10 s)."""
     started = time.monotonic()
     remaining = params.seconds
     while remaining > 0:

@@ -6,7 +6,8 @@ the people and the failures in the story. Everything it starts is stopped at the
 end, whatever happens.
 
 * ``kill-worker``: ``kill -9`` the worker that owns a long run; the stream ends in
-  ``orphaned: executor lease expired``. With ``--retry`` the run asks for
+  ``orphaned`` (its worker stopped
+  renewing its lease). With ``--retry`` the run asks for
   ``on_lease_expired: "retry"`` and the surviving worker takes it over and finishes it.
 * ``escalate``: a run waits, silent, on an approval; the watchdog's evaluator
   (``app.demo.judge``) answers ESCALATE, the run parks in ``waiting_human``, and a
@@ -219,6 +220,6 @@ def _resolve_applied(client: Client, run_id: str, say: Callable[[str], object]) 
 
 def _check(run: Run, retry: bool) -> Run:
     _expect(run, RunStatus.SUCCEEDED if retry else RunStatus.ORPHANED)
-    if not retry and (run.error is None or run.error.message != "orphaned: executor lease expired"):
+    if not retry and (run.error is None or run.error.code != "lease_expired"):
         raise WalkthroughFailed(f"unexpected error on the orphaned run: {run.error}")
     return run

@@ -206,6 +206,13 @@ async def test_handlers_publish_their_input_schema(api: httpx.AsyncClient) -> No
     assert handlers["demo.sleep"]["input_schema"]["properties"]["seconds"]["type"] == "number"
 
 
+async def test_handler_descriptions_are_plain_text_not_rst(api: httpx.AsyncClient) -> None:
+    handlers = {item["name"]: item for item in (await api.get("/handlers")).json()}
+    descriptions = [item["description"] or "" for item in handlers.values()]
+    assert handlers["demo.sleep"]["description"].startswith("Sleep for seconds, emitting")
+    assert [text for text in descriptions if "``" in text or ":class:`" in text] == []
+
+
 async def test_readyz_reports_redis_scripts_and_eviction_policy(api: httpx.AsyncClient) -> None:
     body = (await api.get("/readyz")).json()
     assert body["status"] == "ready"
