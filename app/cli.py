@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import sys
 import time
@@ -25,7 +26,7 @@ from app.logs import configure_logging
 from app.models import Run, RunStatus
 from app.probes import ProbeResult
 from app.render import EventPrinter
-from app.settings import Settings, load_settings
+from app.settings import DEMO_HANDLERS, Settings, load_settings
 
 if TYPE_CHECKING:
     from app.client import ApiError, Client
@@ -75,6 +76,31 @@ def handlers_or_exit(settings: Settings) -> HandlerRegistry:
         raise typer.Exit(EXIT_CONFIG) from None
 
 
+def runnable_handlers_or_exit(settings: Settings) -> HandlerRegistry:
+    """``handlers_or_exit``, and a worker with nothing to run is a setting error too (exit 2).
+
+    No handler is registered by default (the demo's are on only for ``leasehold up``), so
+    a worker started without LEASEHOLD_HANDLERS would claim nothing, silently, forever.
+    """
+    registry = handlers_or_exit(settings)
+    if len(registry) == 0:
+        typer.echo(
+            "leasehold: no handlers: set LEASEHOLD_HANDLERS to the modules that define them "
+            f"(got {','.join(settings.handlers) or 'nothing'}; `leasehold up` adds the demo's, "
+            f"{DEMO_HANDLERS})",
+            err=True,
+        )
+        raise typer.Exit(EXIT_CONFIG)
+    return registry
+
+
+def with_demo(settings: Settings) -> Settings:
+    """``settings`` whose LEASEHOLD_HANDLERS names the demo first (``leasehold up``)."""
+    if settings.demo_enabled:
+        return settings
+    return settings.model_copy(update={"handlers": [DEMO_HANDLERS, *settings.handlers]})
+
+
 @contextmanager
 def _api(api_url: str | None) -> Iterator[Client]:
     """A client for the API; an error answer or an unreachable API is one line and exit 1."""
@@ -118,12 +144,26 @@ def _fail(message: str) -> typer.Exit:
 def up(
     workers: Annotated[int, typer.Option(help="Worker processes to start.", min=0)] = 2,
     port: Annotated[int | None, typer.Option(help="API port.")] = None,
+    demo: Annotated[
+        bool,
+        typer.Option(
+            "--demo/--no-demo",
+            help="Add the demo handlers (app.demo) and its /demo/model route to "
+            "LEASEHOLD_HANDLERS.",
+        ),
+    ] = True,
 ) -> None:
     """Start everything: Redis (embedded unless LEASEHOLD_REDIS_URL is set), the API, workers."""
     from app.stack import Stack
 
     settings = settings_or_exit(api_port=port)
-    handlers_or_exit(settings)  # fail here, before anything starts, not in every child
+    if demo:
+        settings = with_demo(settings)
+    # fail here, before anything starts, not in every child
+    if workers:
+        runnable_handlers_or_exit(settings)
+    else:
+        handlers_or_exit(settings)
     configure_logging(settings.log_level, settings.log_format)
     try:
         Stack(settings, workers=workers).run()
@@ -145,8 +185,18 @@ def api(
     settings = settings_or_exit(api_host=host, api_port=port)
     registry = handlers_or_exit(settings)
     configure_logging(settings.log_level, settings.log_format)
+    application = create_app(settings, registry)
+    if settings.demo_enabled:
+        # the demo's fake model, for demo.agent: mounted by what enables the demo
+        from app.demo.model_server import install as install_demo
+
+        install_demo(application)
+    if len(registry) == 0:
+        logging.getLogger(__name__).warning(
+            "no handlers (LEASEHOLD_HANDLERS is empty): every POST /runs gets 422"
+        )
     uvicorn.run(
-        create_app(settings, registry),
+        application,
         host=settings.api_host,
         port=settings.api_port,
         log_level=settings.log_level.lower(),
@@ -175,7 +225,7 @@ def worker(
         lease_ttl_s=lease_ttl_s,
         reconciler_enabled=False if no_reconciler else None,
     )
-    registry = handlers_or_exit(settings)
+    registry = runnable_handlers_or_exit(settings)
     configure_logging(settings.log_level, settings.log_format)
     asyncio.run(Worker(settings, registry).run())
 

@@ -34,6 +34,11 @@ _HOST = re.compile(r"[A-Za-z0-9.:-]{1,253}")
 
 # settings whose values may be credentials: an error names them but never echoes them
 _SECRET_FIELD = re.compile(r"key|url|password|secret|token", re.IGNORECASE)
+# the demo's handlers and its fake model route: a client of the demo can burn a worker's CPU
+# and hold connections, so it is on only where LEASEHOLD_HANDLERS names it (`leasehold up`)
+DEMO_HANDLERS = "app.demo"
+# host names that only a client on this machine can send (a rebinding page never does)
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 
 CommaList = Annotated[list[str], NoDecode]
 
@@ -128,8 +133,10 @@ class Settings(BaseSettings):
         default=64, ge=1, le=1000, description="Most runs a worker claims in one round trip"
     )
     handlers: CommaList = Field(
-        default_factory=lambda: ["app.demo"],
-        description="Modules imported at start to register handlers (comma-separated)",
+        default_factory=list,
+        description="Modules imported at start to register handlers (comma-separated); "
+        "none by default: a worker without handlers exits 2. `leasehold up` adds the demo's "
+        "(app.demo), which also serves /demo/model",
     )
     drain_timeout_s: float = Field(
         default=30.0,
@@ -365,6 +372,12 @@ class Settings(BaseSettings):
         description="Bearer keys the API accepts (comma-separated, several to rotate); when "
         "set, every route but /healthz needs `Authorization: Bearer <key>`",
     )
+    trusted_hosts: CommaList = Field(
+        default_factory=list,
+        description="Host names the API answers to besides localhost, 127.0.0.1 and ::1 "
+        "(comma-separated; `*.example.com` for subdomains, `*` for any); any other Host "
+        "header gets 400, against DNS rebinding. Required when API_HOST is not loopback",
+    )
     cors_origins: CommaList = Field(
         default_factory=list,
         description="Browser origins allowed by CORS (comma-separated, `*` for any); "
@@ -405,7 +418,9 @@ class Settings(BaseSettings):
         "run_id, owner_id and fence where they apply",
     )
 
-    @field_validator("queues", "handlers", "api_keys", "cors_origins", mode="before")
+    @field_validator(
+        "queues", "handlers", "api_keys", "cors_origins", "trusted_hosts", mode="before"
+    )
     @classmethod
     def _parse_comma_list(cls, value: object) -> object:
         return _split_commas(value)
@@ -509,6 +524,14 @@ class Settings(BaseSettings):
     def queued_ttl_ms(self) -> int:
         """The queued time-to-live in the unit Lua uses."""
         return max(1, round(self.queued_ttl_s * 1000))
+
+    @property
+    def demo_enabled(self) -> bool:
+        """The demo is on: LEASEHOLD_HANDLERS names app.demo (or one of its modules)."""
+        return any(
+            module == DEMO_HANDLERS or module.startswith(f"{DEMO_HANDLERS}.")
+            for module in self.handlers
+        )
 
     @property
     def embedded_redis_url_file(self) -> Path:

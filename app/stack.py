@@ -77,7 +77,8 @@ class Stack:
         try:
             if self.stopping:
                 return  # interrupted while Redis was starting
-            env = dict(os.environ)
+            # the children load what `up` checked: the demo's handlers included (see cli.up)
+            env = {**os.environ, "LEASEHOLD_HANDLERS": ",".join(self.settings.handlers)}
             if embedded is not None:
                 env["LEASEHOLD_REDIS_URL"] = embedded.url
             # flags, not the environment: `up --port` must reach the API

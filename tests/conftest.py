@@ -55,12 +55,16 @@ def prefix() -> str:
 @pytest.fixture
 def settings(redis_url: str, prefix: str, tmp_path: Path) -> Settings:
     """Settings for in-process components: short leases, this test's prefix."""
+    # imported here: a plugin module imported before pytest registers it is not rewritten
+    from tests.support.processes import TEST_HANDLERS
+
     return Settings(
         redis_url=redis_url,
         prefix=prefix,
         lease_ttl_s=TEST_TTL_S,
         state_dir=tmp_path / "state",
         retry_backoff_s=0.05,
+        handlers=TEST_HANDLERS.split(","),
     )
 
 

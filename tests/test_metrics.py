@@ -79,7 +79,6 @@ async def test_metrics_are_exposed_and_move_when_runs_are_created_finished_and_o
         await client.create(
             "demo.agent",
             {
-                "model_url": f"{url}/demo/model",
                 "tools": [],
                 "model": {"first_token_s": 5},
                 "first_progress_s": 0.3,

@@ -19,6 +19,7 @@ from app.api.activity import ActivityHub
 from app.api.admission import StreamSlots
 from app.api.auth import OPEN_PATHS, BearerAuth
 from app.api.cors import install_cors
+from app.api.hosts import TrustedHosts, trusted_hosts
 from app.api.hub import EventHub
 from app.api.limits import BodySizeLimit
 from app.api.memory import MemoryAdmission
@@ -49,7 +50,13 @@ STREAM_POOL_CONNECTIONS = 16
 
 
 def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> FastAPI:
-    """Build the API for ``settings``; handlers come from LEASEHOLD_HANDLERS by default."""
+    """Build the API for ``settings``; handlers come from LEASEHOLD_HANDLERS by default.
+
+    The demo's model route is not mounted here: whoever enables the demo mounts it
+    (:func:`app.demo.model_server.install`). Raises ConfigurationError when the API
+    would be exposed without naming its trusted hosts.
+    """
+    hosts = trusted_hosts(settings)  # ConfigurationError before anything is built
     handlers = registry or load_handler_modules(settings.handlers)
 
     @asynccontextmanager
@@ -128,15 +135,12 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
     app.include_router(activity.router)
     app.include_router(queues.router)
     console.install(app)
-    if "app.demo" in settings.handlers:
-        # the demo's fake streaming model, for demo.agent; only with the demo handlers
-        from app.demo import model_server
-
-        app.include_router(model_server.router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_input_bytes + BODY_OVERHEAD_BYTES)
     # added later = outermost: a request without a key is refused before its body is read,
     # and CORS preflights (which never carry a key) are answered before authentication
     app.add_middleware(BearerAuth, keys=settings.api_keys)
     install_cors(app, settings.cors_origins)
+    # outermost: a Host nobody named (DNS rebinding) is refused before anything else runs
+    app.add_middleware(TrustedHosts, hosts=hosts)
     complete_openapi(app, auth_enabled=bool(settings.api_keys), open_paths=OPEN_PATHS)
     return app

@@ -36,7 +36,7 @@ from app.errors import (
     RunNotFound,
     UnknownHandler,
 )
-from app.store.connection import PoolExhausted
+from app.store.connection import PoolExhausted, TlsHandshakeFailed
 from app.store.refusals import Refusal, refusal_of
 from app.store.runs import InvalidCursor
 
@@ -267,6 +267,8 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RedisError, store_refused)
     app.add_exception_handler(RedisClusterException, store_refused)
     app.add_exception_handler(MemoryPressure, memory_pressure)
+    # a TLS URL against a plaintext port: Redis is unreachable as configured
+    app.add_exception_handler(TlsHandshakeFailed, store_unavailable)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> ProblemResponse:

@@ -6,6 +6,11 @@ that take a while or hang forever. Each is a supervised operation: when it
 outlives its lease a ``wait`` event goes out and the watchdog's ``verdict``
 follows; budgets (first progress, idle, duration) end it with typed errors.
 
+The model is always the API's own route, at LEASEHOLD_API_URL (this host's API
+when unset): the input names no URL, so no client can point the worker — and
+the API key it sends — at a host of its choosing (server-side request forgery).
+Redirects are not followed, for the same reason.
+
 No hidden deadline under the lease: the model client uses httpx with a connect
 timeout and *no* read or total timeout, so a model that thinks for ten minutes
 is limited by ``first_progress_s`` (a budget, with its own error) and watched by
@@ -17,8 +22,15 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
+from app.demo.limits import (
+    MAX_FIRST_TOKEN_S,
+    MAX_GAP_S,
+    MAX_TOKENS,
+    MAX_TOOL_LATENCY_S,
+    MAX_TOOLS_PER_STEP,
+)
 from app.executor import Operation, RunContext, handler
 from app.settings import load_settings
 
@@ -30,42 +42,52 @@ MODEL_CONNECT_TIMEOUT_S = 5.0
 
 
 class ModelScript(BaseModel):
-    """How the fake model behaves."""
+    """How the fake model behaves (within the bounds its route enforces)."""
 
-    first_token_s: float = Field(default=0.5, ge=0)
-    gap_s: float = Field(default=0.05, ge=0)
-    tokens: int = Field(default=40, ge=0)
-    stall_after: int | None = Field(default=None, ge=0, description="hang after N tokens")
+    model_config = ConfigDict(extra="forbid")
+
+    first_token_s: float = Field(default=0.5, ge=0, le=MAX_FIRST_TOKEN_S)
+    gap_s: float = Field(default=0.05, ge=0, le=MAX_GAP_S)
+    tokens: int = Field(default=40, ge=0, le=MAX_TOKENS)
+    stall_after: int | None = Field(
+        default=None, ge=0, le=MAX_TOKENS, description="hang after N tokens"
+    )
 
 
 class ToolScript(BaseModel):
     """A fake tool call."""
 
-    name: str = "crm.search"
-    latency_s: float = Field(default=0.5, ge=0)
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(default="crm.search", max_length=64)
+    latency_s: float = Field(default=0.5, ge=0, le=MAX_TOOL_LATENCY_S)
     hang: bool = False
     progress_every_s: float | None = Field(default=None, gt=0)
 
 
 class AgentInput(BaseModel):
-    """One or more agent steps: a model call, then tool calls."""
+    """One or more agent steps: a model call, then tool calls. Names no URL: see the module."""
+
+    model_config = ConfigDict(extra="forbid")
 
     steps: int = Field(default=1, ge=1, le=100)
     model: ModelScript = Field(default_factory=ModelScript)
-    tools: list[ToolScript] = Field(default_factory=lambda: [ToolScript()])
+    tools: list[ToolScript] = Field(
+        default_factory=lambda: [ToolScript()], max_length=MAX_TOOLS_PER_STEP
+    )
     model_lease_s: float = Field(default=2.0, gt=0)
     tool_lease_s: float = Field(default=1.0, gt=0)
     first_progress_s: float | None = Field(default=None, gt=0)
     idle_s: float | None = Field(default=None, gt=0)
     max_duration_s: float | None = Field(default=None, gt=0)
-    model_url: str | None = None
 
 
 @handler("demo.agent")
 async def agent(ctx: RunContext, params: AgentInput) -> dict[str, Any]:
     """Run ``steps`` turns of model streaming and tool calls under supervision."""
     settings = load_settings()
-    url = params.model_url or f"{settings.client_api_url}/demo/model"
+    # from this worker's settings only: the key below goes nowhere a client chose
+    url = f"{settings.client_api_url}/demo/model"
     headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
     transcript: list[str] = []
     # imported here: every worker loads the demo handlers, few run this one
@@ -73,7 +95,7 @@ async def agent(ctx: RunContext, params: AgentInput) -> dict[str, Any]:
 
     bounded = MODEL_CONNECT_TIMEOUT_S
     timeout = httpx.Timeout(connect=bounded, read=None, write=bounded, pool=bounded)
-    async with httpx.AsyncClient(timeout=timeout, headers=headers) as http:
+    async with httpx.AsyncClient(timeout=timeout, headers=headers, follow_redirects=False) as http:
         for _ in range(params.steps):
             await ctx.step()
             for note in ctx.take_nudges():

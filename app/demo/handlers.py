@@ -2,7 +2,7 @@
 
 * ``demo.echo``  returns its input: the cheapest possible run (benchmarks).
 * ``demo.sleep`` waits, emitting progress: a long run to kill a worker under.
-* ``demo.cpu``   holds the event loop with CPU work: slow is not dead.
+* ``demo.cpu``   holds the event loop with CPU work: slow is not dead (10 s at most).
 * ``demo.fail``  raises, retryable or not: the retry policy and error records.
 * ``demo.approval`` waits, silent, on a person: with an evaluator that answers
   ESCALATE (``app.demo.judge``) the run parks in ``waiting_human`` until resumed.
@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.demo.limits import MAX_CPU_S
 from app.executor import RunContext, RunFailure, handler
 
 # the operation subject demo.approval waits on, which app.demo.judge escalates
@@ -47,7 +48,7 @@ class SleepInput(BaseModel):
 class CpuInput(BaseModel):
     """How long to hold the event loop (and the GIL) with pure-Python work."""
 
-    seconds: float = Field(default=1.0, ge=0, le=3_600)
+    seconds: float = Field(default=1.0, ge=0, le=MAX_CPU_S)
 
 
 class FailInput(BaseModel):

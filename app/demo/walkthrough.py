@@ -38,6 +38,7 @@ from app.errors import LeaseholdError
 from app.models import Run, RunStatus
 from app.processes import Child, child_env, spawn, stop_all
 from app.render import EventPrinter
+from app.settings import DEMO_HANDLERS
 
 READY_TIMEOUT_S = 30.0
 # the escalate story needs no takeover: a lease TTL well above its operation's lease
@@ -70,6 +71,8 @@ def _stack(
                 "LEASEHOLD_LEASE_TTL_S": str(ttl_s),
                 "LEASEHOLD_API_PORT": str(port),
                 "LEASEHOLD_PREFIX": "demo",
+                # the demo's own handlers only: this stack runs nothing else
+                "LEASEHOLD_HANDLERS": DEMO_HANDLERS,
                 "LEASEHOLD_LOG_LEVEL": "WARNING",
             },
             extra_env or {},

@@ -99,7 +99,8 @@ class EventSink:
         Raises :class:`InvalidEvent` for a reserved or malformed type and
         :class:`EventTooLarge` when the payload exceeds the bound.
         """
-        if not EVENT_TYPE.match(event_type) or event_type in RESERVED_EVENT_TYPES:
+        # fullmatch: with match, "$" also accepts a trailing newline ("token\n")
+        if not EVENT_TYPE.fullmatch(event_type) or event_type in RESERVED_EVENT_TYPES:
             raise InvalidEvent(f"event type {event_type!r} is reserved or malformed")
         payload = dumps(data if data is not None else {})
         size = len(payload.encode())

@@ -28,6 +28,13 @@ bounded by it, so a node that accepts TCP but never answers (stopped, frozen,
 ``docker pause``) counts as unreachable and the slot map is read from another
 node, instead of the client waiting on it forever.
 
+A single-node ``rediss://`` client bounds the TLS handshake by the connect timeout
+too: against a server that does not speak TLS (a plaintext port) the handshake
+would otherwise wait forever for an answer the server never sends, since the
+server is waiting for a command. It fails instead with
+:class:`TlsHandshakeFailed`, which says so and is not retried (the next attempt
+would meet the same server).
+
 A command that fails on a connection error is retried a few times with a short
 backoff (full jitter, as in :mod:`app.retry`), so a Redis restart or a failover
 costs callers a reconnect, not an error. In cluster mode redis-py also refreshes
@@ -43,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, TypeAlias
@@ -56,7 +64,7 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import FullJitterBackoff
 from redis.cluster import ClusterNode as SyncClusterNode
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException
+from redis.exceptions import RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
@@ -73,6 +81,78 @@ RETRY_ON = [RedisConnectionError, RedisTimeoutError, ConnectionResetError]
 
 AsyncRedis: TypeAlias = aioredis.Redis | aioredis.RedisCluster
 SyncRedis: TypeAlias = redis.Redis | redis.RedisCluster
+
+class TlsHandshakeFailed(RedisError):
+    """A rediss:// server did not complete a TLS handshake: most likely a plaintext port.
+
+    A RedisError (callers treat it as "Redis unavailable"), but neither a
+    ConnectionError nor a TimeoutError, so redis-py does not retry it.
+    """
+
+    def __init__(self, host: str, port: int, reason: str) -> None:
+        super().__init__(
+            f"TLS handshake with {host}:{port} failed ({reason}): is the server speaking TLS? "
+            "A rediss:// URL needs a TLS port; redis:// is for a plaintext one"
+        )
+
+
+def _handshake_failure(host: str, port: int, bound_s: float, exc: Exception) -> TlsHandshakeFailed:
+    if isinstance(exc, TimeoutError):
+        return TlsHandshakeFailed(host, port, f"no answer within {bound_s:g}s")
+    return TlsHandshakeFailed(host, port, str(exc) or type(exc).__name__)
+
+
+class _SyncTlsConnection(redis.SSLConnection):
+    """redis-py's TLS connection with its handshake bounded by the connect timeout."""
+
+    def _wrap_socket_with_ssl(self, sock: socket.socket) -> ssl.SSLSocket:
+        bound_s = self.socket_connect_timeout or CONNECT_TIMEOUT_S
+        sock.settimeout(bound_s)
+        try:
+            wrapped: ssl.SSLSocket = super()._wrap_socket_with_ssl(sock)  # type: ignore[no-untyped-call]
+        except (TimeoutError, ssl.SSLError, ConnectionError) as exc:
+            raise _handshake_failure(self.host, self.port, bound_s, exc) from exc
+        wrapped.settimeout(self.socket_timeout)
+        return wrapped
+
+
+class _AsyncTlsConnection(aioredis.SSLConnection):
+    """Async twin of :class:`_SyncTlsConnection`: TCP first, then TLS, each bounded.
+
+    Connecting and handshaking in one step would report a plaintext port as
+    "Timeout connecting to server" and retry it three times.
+    """
+
+    def _connection_arguments(self) -> Any:
+        arguments = dict(super()._connection_arguments())
+        arguments.pop("ssl", None)  # plain TCP first: the handshake follows in _connect
+        return arguments
+
+    async def _connect(self) -> None:
+        await super()._connect()  # type: ignore[no-untyped-call]
+        bound_s = self.socket_connect_timeout or CONNECT_TIMEOUT_S
+        writer = self._writer
+        assert writer is not None
+        try:
+            async with asyncio.timeout(bound_s):
+                await writer.start_tls(self.ssl_context.get(), server_hostname=self.host)
+        except (TimeoutError, ssl.SSLError, ConnectionError) as exc:
+            # abort, not close: a half-done TLS session cannot shut down cleanly
+            writer.transport.abort()
+            self._reader = self._writer = None
+            raise _handshake_failure(self.host, self.port, bound_s, exc) from exc
+
+    async def connect_check_health(
+        self, check_health: bool = True, retry_socket_connect: bool = True
+    ) -> None:
+        """redis-py wraps any error of ``_connect`` in a (retried) ConnectionError: unwrap ours."""
+        try:
+            await super().connect_check_health(check_health, retry_socket_connect)
+        except RedisConnectionError as exc:
+            if isinstance(exc.__cause__, TlsHandshakeFailed):
+                raise exc.__cause__ from None
+            raise
+
 
 
 class PoolExhausted(RedisConnectionError):
@@ -336,6 +416,9 @@ def async_client(
     pool = _BoundedWaitPool.from_url(
         url, max_connections=max_connections, timeout=pool_timeout_s, **options
     )
+    if target.tls:
+        # the async from_url ignores a connection_class argument (the sync one honours it)
+        pool.connection_class = _AsyncTlsConnection
     return aioredis.Redis.from_pool(pool)  # the client owns the pool: aclose() closes it
 
 
@@ -386,6 +469,8 @@ def sync_client(
             **_node_auth(target, ssl_flag=False),
         )
         return sentinel_client
+    if target.tls:
+        options["connection_class"] = _SyncTlsConnection
     client: redis.Redis = redis.Redis.from_url(url, **options)
     return client
 

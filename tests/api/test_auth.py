@@ -64,7 +64,7 @@ async def keyed_app(keyed_settings: Settings) -> AsyncIterator[FastAPI]:
 @pytest.fixture
 async def keyed_api(keyed_app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=keyed_app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
         yield client
 
 

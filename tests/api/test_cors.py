@@ -25,7 +25,7 @@ async def cors_api(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(configured)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             yield client
 
 

@@ -28,7 +28,7 @@ async def buggy_api(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
 
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             yield client
 
 
@@ -53,7 +53,11 @@ async def test_an_unexpected_error_is_a_500_problem_without_details(
 def app_without_redis(tmp_path: Path) -> FastAPI:
     # a port nothing listens on: every Redis call fails to connect
     return create_app(
-        Settings(redis_url=f"redis://127.0.0.1:{free_port()}/0", state_dir=tmp_path / "state")
+        Settings(
+            redis_url=f"redis://127.0.0.1:{free_port()}/0",
+            state_dir=tmp_path / "state",
+            handlers=["app.demo"],
+        )
     )
 
 
@@ -61,7 +65,7 @@ def app_without_redis(tmp_path: Path) -> FastAPI:
 async def api_without_redis(app_without_redis: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     async with app_without_redis.router.lifespan_context(app_without_redis):
         transport = httpx.ASGITransport(app=app_without_redis, raise_app_exceptions=False)
-        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             yield client
 
 

@@ -35,7 +35,6 @@ def create_hung_tool_run(url: str, *, tool_lease_s: float) -> str:
         url,
         "demo.agent",
         {
-            "model_url": f"{url}/demo/model",
             "model": {"first_token_s": 0, "gap_s": 0.02, "tokens": 12},
             "tools": [{"name": "crm.search", "hang": True}],
             "tool_lease_s": tool_lease_s,

@@ -22,8 +22,8 @@ async def follow(
         return await client.get(run.id), events
 
 
-def agent_input(url: str, **overrides: Any) -> dict[str, Any]:
-    return {"model_url": f"{url}/demo/model", "tools": [], **overrides}
+def agent_input(**overrides: Any) -> dict[str, Any]:
+    return {"tools": [], **overrides}
 
 
 async def test_a_slow_model_that_keeps_streaming_is_renewed_and_succeeds(
@@ -34,9 +34,7 @@ async def test_a_slow_model_that_keeps_streaming_is_renewed_and_succeeds(
     run, events = await follow(
         url,
         "demo.agent",
-        agent_input(
-            url, model={"first_token_s": 0.1, "gap_s": 0.05, "tokens": 50}, model_lease_s=0.3
-        ),
+        agent_input(model={"first_token_s": 0.1, "gap_s": 0.05, "tokens": 50}, model_lease_s=0.3),
     )
     assert run.status == RunStatus.SUCCEEDED
     verdicts = [event.data["verdict"] for event in events if event.type == "verdict"]
@@ -57,7 +55,6 @@ async def test_a_hung_tool_is_intervened_by_evidence_and_the_run_fails_typed_not
         url,
         "demo.agent",
         agent_input(
-            url,
             model={"first_token_s": 0, "tokens": 3, "gap_s": 0},
             tools=[{"name": "crm.search", "hang": True}],
             tool_lease_s=0.3,
@@ -83,16 +80,14 @@ async def test_each_budget_fires_alone_with_its_own_code_and_is_not_retried(
     processes.worker()
     cases = {
         "first_progress_timeout": agent_input(
-            url, model={"first_token_s": 30, "tokens": 5}, first_progress_s=0.5, model_lease_s=60
+            model={"first_token_s": 30, "tokens": 5}, first_progress_s=0.5, model_lease_s=60
         ),
         "idle_timeout": agent_input(
-            url,
             model={"first_token_s": 0, "gap_s": 0.01, "tokens": 50, "stall_after": 5},
             idle_s=0.5,
             model_lease_s=60,
         ),
         "duration_exceeded": agent_input(
-            url,
             model={"first_token_s": 0, "gap_s": 0.02, "tokens": 100_000},
             idle_s=0.5,
             max_duration_s=1.0,
@@ -156,7 +151,7 @@ async def test_run_level_budgets_end_the_run_with_their_own_codes(processes: Pro
     steps_run, steps_events = await follow(
         url,
         "demo.agent",
-        agent_input(url, steps=20, model={"first_token_s": 0, "tokens": 1, "gap_s": 0}),
+        agent_input(steps=20, model={"first_token_s": 0, "tokens": 1, "gap_s": 0}),
         budget={"max_steps": 2},
     )
     assert steps_run.error is not None

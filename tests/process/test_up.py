@@ -143,12 +143,12 @@ class Ups:
         return up
 
     def worker(self) -> subprocess.Popen[bytes]:
-        """``leasehold worker`` from another terminal in the same directory."""
+        """``LEASEHOLD_HANDLERS=app.demo leasehold worker`` from another terminal, same dir."""
         with (self.logs / "worker.log").open("wb") as out:
             popen = subprocess.Popen(
                 [sys.executable, "-m", "app.cli", "worker"],
                 cwd=self.cwd,
-                env=clean_env(),
+                env=clean_env(LEASEHOLD_HANDLERS="app.demo"),
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )

@@ -43,11 +43,16 @@ class Processes:
         return self.spawn("worker", ["worker", *args], extra_env)
 
     def api(self, **extra_env: str) -> tuple[Child, str]:
-        """Start an API server on a free port; returns it and its base URL once healthy."""
+        """Start an API server on a free port; returns it and its base URL once healthy.
+
+        Children started after the first API reach it as LEASEHOLD_API_URL: demo.agent's
+        model is that API's /demo/model, never a URL from the run's input.
+        """
         port = free_port()
         proc = self.spawn("api", ["api", "--port", str(port)], extra_env)
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url, proc)
+        self.env.setdefault("LEASEHOLD_API_URL", url)
         return proc, url
 
     def reap(self) -> None:
