@@ -404,10 +404,15 @@ class Settings(BaseSettings):
     api_key: str | None = Field(default=None, description="Bearer key the CLI sends to the API")
     state_dir: Path = Field(
         default=Path(".leasehold"),
-        description="Where `leasehold up` keeps the embedded Redis (AOF, log, redis.url)",
+        description="Where `leasehold up` keeps the embedded Redis (AOF, log, redis.url with "
+        "its password, redis.port)",
     )
     embedded_redis_port: int = Field(
-        default=0, ge=0, le=65535, description="Port of the embedded Redis; 0 picks a free one"
+        default=0,
+        ge=0,
+        le=65535,
+        description="Port of the embedded Redis; 0: the port STATE_DIR used last if free, "
+        "else a free one",
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         default="INFO", description="Log level of every process"

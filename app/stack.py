@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import signal
 import socket
 import time
+from pathlib import Path
 from types import FrameType
 
 import redis
@@ -35,6 +37,7 @@ from app.settings import Settings
 from app.store.connection import sync_client
 
 log = logging.getLogger(__name__)
+PRIVATE_FILE_MODE = 0o600
 
 POLL_S = 0.1
 CHILD_STOP_GRACE_S = 10.0
@@ -142,20 +145,51 @@ class Stack:
             )
 
     def _start_redis(self) -> EmbeddedRedis:
+        """Redis with a new random password, on the port this directory used last if free.
+
+        Its URL (with the password) goes to ``state_dir/redis.url``, readable by this
+        user only; the port is remembered in ``state_dir/redis.port``, so a worker
+        started from another terminal finds it again after a restart of ``up``.
+        """
         state_dir = self.settings.state_dir
         embedded = EmbeddedRedis(
             data_dir=state_dir / "redis",
-            port=self.settings.embedded_redis_port,
+            port=self.settings.embedded_redis_port or self._remembered_port(),
             log_file=(state_dir / "redis.log").resolve(),
+            password=secrets.token_urlsafe(24),
         )
         try:
             embedded.start()
         except LeaseholdError as exc:
             embedded.stop()
             raise StackError(f"{exc} (its log: {embedded.log_file})") from None
-        self.settings.embedded_redis_url_file.write_text(embedded.url + "\n")
-        log.info("embedded redis on %s (AOF in %s)", embedded.url, embedded.data_dir)
+        _write_private(self.settings.embedded_redis_url_file, embedded.url + "\n")
+        self._port_file.write_text(f"{embedded.port}\n")
+        log.info(
+            "embedded %s on %s, password in %s (AOF in %s)",
+            embedded.binary.describe() if embedded.binary else "redis-server",
+            embedded.address,
+            self.settings.embedded_redis_url_file,
+            embedded.data_dir,
+        )
         return embedded
+
+    @property
+    def _port_file(self) -> Path:
+        return self.settings.state_dir / "redis.port"
+
+    def _remembered_port(self) -> int:
+        """The port the last embedded Redis of this directory used, if nobody holds it now."""
+        try:
+            port = int(self._port_file.read_text().strip())
+        except (OSError, ValueError):
+            return 0
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                return 0  # taken (or not a port): pick a free one
+        return port
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str]) -> None:
         # own process group: the terminal's Ctrl-C reaches only us (see the module docstring)
@@ -219,3 +253,12 @@ class Stack:
         grace_s = self.settings.drain_timeout_s + CHILD_STOP_GRACE_S
         for child in stop_all(self.children.values(), grace_s):
             log.warning("%s (pid %d) did not stop in time: killed it", child.name, child.pid)
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable and writable by this user only (it holds a secret)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE)
+    os.fchmod(descriptor, PRIVATE_FILE_MODE)  # an older file keeps its mode through O_CREAT
+    with os.fdopen(descriptor, "w") as out:
+        out.write(text)

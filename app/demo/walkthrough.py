@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import tempfile
 import time
@@ -63,7 +64,9 @@ def _stack(
 ) -> Iterator[tuple[str, dict[int, Child]]]:
     """Redis, an API and two workers on private ports; yields the API URL and workers."""
     with tempfile.TemporaryDirectory(prefix="leasehold-demo-") as tmp:
-        redis = EmbeddedRedis(data_dir=Path(tmp), appendonly=False).start()
+        redis = EmbeddedRedis(
+            data_dir=Path(tmp), appendonly=False, password=secrets.token_urlsafe(24)
+        ).start()
         port = free_port()
         env = child_env(
             {

