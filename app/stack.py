@@ -32,7 +32,7 @@ import redis
 
 from app.embedded import EmbeddedRedis
 from app.errors import LeaseholdError
-from app.processes import Child, ChildFailed, spawn, stop_all, wait_healthy
+from app.processes import Child, ChildFailed, child_env, spawn, stop_all, wait_healthy
 from app.settings import Settings
 from app.store.connection import sync_client
 
@@ -81,7 +81,7 @@ class Stack:
             if self.stopping:
                 return  # interrupted while Redis was starting
             # the children load what `up` checked: the demo's handlers included (see cli.up)
-            env = {**os.environ, "LEASEHOLD_HANDLERS": ",".join(self.settings.handlers)}
+            env = child_env({"LEASEHOLD_HANDLERS": ",".join(self.settings.handlers)})
             if embedded is not None:
                 env["LEASEHOLD_REDIS_URL"] = embedded.url
             # flags, not the environment: `up --port` must reach the API
