@@ -33,6 +33,7 @@ def memory_settings(
         prefix=prefix,
         state_dir=tmp_path / "state",
         queues=["default", "filler"],
+        handlers=["app.demo"],  # no handler is registered by default
         memory_high_water=HIGH_WATER,
         memory_check_interval_s=check_interval_s,
     )
@@ -43,7 +44,7 @@ async def start_api(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             yield client
 
 

@@ -26,7 +26,7 @@ async def serving(settings: Settings) -> AsyncIterator[tuple[FastAPI, httpx.Asyn
     app = create_app(settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             yield app, client
 
 
