@@ -15,7 +15,6 @@ async def test_demo_agent_answer_has_single_spaces_and_sleep_progress_is_sparse(
     _, url = processes.api()
     processes.worker()
     agent_input = {
-        "model_url": f"{url}/demo/model",
         "tools": [],
         "steps": 2,
         "model": {"first_token_s": 0, "gap_s": 0, "tokens": 5},
