@@ -382,11 +382,15 @@ async def _connect(client: AsyncRedis, scripts: Scripts, queues: QueueStore) -> 
         await scripts.load_all(client)
         await queues.announce_configured()
 
-    await retrying(
-        connect,
-        transient=is_transient,
-        what="connecting to redis",
-        backoff=REDIS_BACKOFF,
-        describe=describe,
-        logger=log,
-    )
+    try:
+        await retrying(
+            connect,
+            transient=is_transient,
+            what="connecting to redis",
+            backoff=REDIS_BACKOFF,
+            describe=describe,
+            logger=log,
+        )
+    except (RedisError, OSError) as exc:
+        log.error("cannot start: Redis refused the worker (%s): %s", describe(exc), exc)
+        raise
