@@ -56,6 +56,13 @@ WAIT_POLL_S = 0.2
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 ApiUrl = Annotated[str | None, typer.Option("--api-url", help="API base URL.")]
+ApiKey = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key",
+        help="Bearer key for an API with LEASEHOLD_API_KEYS set (default: LEASEHOLD_API_KEY).",
+    ),
+]
 
 
 def settings_or_exit(**overrides: Any) -> Settings:
@@ -102,8 +109,11 @@ def with_demo(settings: Settings) -> Settings:
 
 
 @contextmanager
-def _api(api_url: str | None) -> Iterator[Client]:
-    """A client for the API; an error answer or an unreachable API is one line and exit 1."""
+def _api(api_url: str | None, api_key: str | None = None) -> Iterator[Client]:
+    """A client for the API; an error answer or an unreachable API is one line and exit 1.
+
+    The key is ``--api-key``, else ``LEASEHOLD_API_KEY``; a 401 says which to set.
+    """
     # imported here, not at the top: httpx (with its own CLI's rich and pygments) costs a
     # worker ~0.13 s of start-up, and `leasehold worker` never talks to the API
     import httpx
@@ -113,7 +123,7 @@ def _api(api_url: str | None) -> Iterator[Client]:
     settings = settings_or_exit()
     url = api_url or settings.client_api_url
     try:
-        with Client(url, api_key=settings.api_key) as client:
+        with Client(url, api_key=api_key or settings.api_key) as client:
             yield client
     except ApiError as exc:
         raise _fail(_describe_problem(exc)) from None
@@ -260,13 +270,14 @@ def submit(
     ] = False,
     as_json: JsonFlag = False,
     api_url: ApiUrl = None,
+    api_key: ApiKey = None,
 ) -> None:
     """Create a run and print it (--wait: once it has ended; --follow: stream its events)."""
     try:
         payload = json.loads(input)
     except json.JSONDecodeError as exc:
         raise _fail(f"--input is not JSON: {exc}") from None
-    with _api(api_url) as client:
+    with _api(api_url, api_key) as client:
         run = client.create(
             handler,
             payload,
@@ -299,9 +310,11 @@ def _wait_until_ended(client: Client, run_id: str) -> Run:
 
 
 @runs_app.command("get")
-def runs_get(run_id: str, as_json: JsonFlag = False, api_url: ApiUrl = None) -> None:
+def runs_get(
+    run_id: str, as_json: JsonFlag = False, api_url: ApiUrl = None, api_key: ApiKey = None
+) -> None:
     """Show one run."""
-    with _api(api_url) as client:
+    with _api(api_url, api_key) as client:
         run = client.get(run_id)
     _print_run(run, as_json)
 
@@ -312,9 +325,10 @@ def runs_watch(
     last_event_id: Annotated[str | None, typer.Option(help="Resume after this event id.")] = None,
     as_json: JsonFlag = False,
     api_url: ApiUrl = None,
+    api_key: ApiKey = None,
 ) -> None:
     """Follow a run's events live until it ends (reconnects by itself)."""
-    with _api(api_url) as client:
+    with _api(api_url, api_key) as client:
         code = _follow(client, run_id, as_json, last_event_id=last_event_id)
     raise typer.Exit(code)
 
@@ -341,9 +355,10 @@ def runs_list(
     cursor: Annotated[str | None, typer.Option(help="Cursor from a previous page.")] = None,
     as_json: JsonFlag = False,
     api_url: ApiUrl = None,
+    api_key: ApiKey = None,
 ) -> None:
     """List runs, newest first."""
-    with _api(api_url) as client:
+    with _api(api_url, api_key) as client:
         page = client.list_runs(
             queue=queue,
             status=status.value if status else None,
@@ -366,9 +381,11 @@ def runs_list(
 
 
 @runs_app.command("cancel")
-def runs_cancel(run_id: str, as_json: JsonFlag = False, api_url: ApiUrl = None) -> None:
+def runs_cancel(
+    run_id: str, as_json: JsonFlag = False, api_url: ApiUrl = None, api_key: ApiKey = None
+) -> None:
     """Cancel a run (idempotent)."""
-    with _api(api_url) as client:
+    with _api(api_url, api_key) as client:
         result = client.cancel(run_id)
     typer.echo(result.model_dump_json() if as_json else f"{result.id}: {result.status.value}")
 
@@ -378,11 +395,12 @@ def runs_delete(
     run_id: str,
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
     api_url: ApiUrl = None,
+    api_key: ApiKey = None,
 ) -> None:
     """Delete a finished run now, with its events and idempotency key (409 if not finished)."""
     if not yes:
         typer.confirm(f"Delete {run_id} and its whole history?", abort=True)
-    with _api(api_url) as client:
+    with _api(api_url, api_key) as client:
         client.delete(run_id)
     typer.echo(f"{run_id}: deleted")
 
@@ -402,6 +420,7 @@ def runs_purge(
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
     as_json: JsonFlag = False,
     api_url: ApiUrl = None,
+    api_key: ApiKey = None,
 ) -> None:
     """Delete every finished run the filters match, batch after batch, until none is left.
 
@@ -418,7 +437,7 @@ def runs_purge(
         typer.confirm(f"Delete every finished run matching {named}?", abort=True)
     deleted = 0
     cursor: str | None = None
-    with _api(api_url) as client:
+    with _api(api_url, api_key) as client:
         while True:
             result = client.purge(**filters, limit=batch, cursor=cursor)
             deleted += result.deleted
@@ -437,13 +456,14 @@ def runs_resume(
     input: Annotated[str, typer.Option("--input", help="What you decided, as JSON.")] = "null",
     as_json: JsonFlag = False,
     api_url: ApiUrl = None,
+    api_key: ApiKey = None,
 ) -> None:
     """Resume a run waiting for a person; its handler sees the input as ctx.resume_input."""
     try:
         payload = json.loads(input)
     except json.JSONDecodeError as exc:
         raise _fail(f"--input is not JSON: {exc}") from None
-    with _api(api_url) as client:
+    with _api(api_url, api_key) as client:
         result = client.resume(run_id, payload)
     typer.echo(result.model_dump_json() if as_json else f"{result.id}: {result.status.value}")
 
@@ -484,6 +504,7 @@ def runs_resolve(
     note: Annotated[str | None, typer.Option("--note", help="Why, for the history.")] = None,
     as_json: JsonFlag = False,
     api_url: ApiUrl = None,
+    api_key: ApiKey = None,
 ) -> None:
     """Decide a run parked in reconciliation_required: retry, fail or succeed it."""
     decision = {
@@ -492,7 +513,7 @@ def runs_resolve(
         "effect_result": _json_option("--effect-result", effect_result),
         "note": note,
     }
-    with _api(api_url) as client:
+    with _api(api_url, api_key) as client:
         run = client.resolve(run_id, action.value, **decision)
     _print_run(run, as_json)
 
@@ -539,9 +560,9 @@ def _report(result: ProbeResult) -> None:
 
 
 @queues_app.command("list")
-def queues_list(as_json: JsonFlag = False, api_url: ApiUrl = None) -> None:
+def queues_list(as_json: JsonFlag = False, api_url: ApiUrl = None, api_key: ApiKey = None) -> None:
     """Every declared queue: ready, running, delayed, parked, oldest queued age, memory."""
-    with _api(api_url) as client:
+    with _api(api_url, api_key) as client:
         page = client.queues()
     if as_json:
         typer.echo(page.model_dump_json())
@@ -558,9 +579,11 @@ def queues_list(as_json: JsonFlag = False, api_url: ApiUrl = None) -> None:
 
 
 @queues_app.command("declare")
-def queues_declare(name: str, as_json: JsonFlag = False, api_url: ApiUrl = None) -> None:
+def queues_declare(
+    name: str, as_json: JsonFlag = False, api_url: ApiUrl = None, api_key: ApiKey = None
+) -> None:
     """Declare a queue so runs may be created on it (idempotent)."""
-    with _api(api_url) as client:
+    with _api(api_url, api_key) as client:
         queue = client.declare_queue(name)
     typer.echo(queue.model_dump_json() if as_json else f"declared {queue.name}")
 

@@ -164,3 +164,15 @@ def test_queues_declare_then_list_and_an_undeclared_queue_is_one_error_line(api_
     assert by_name["mail"].ready == 1
     human = leasehold("queues", "list", api_url=api_url).stdout
     assert "mail" in human and "parked" in human
+
+
+def test_a_keyed_api_names_the_variable_and_api_key_gets_through(processes: Processes) -> None:
+    key = "cli-key-0123456789abcdef"
+    _, url = processes.api(LEASEHOLD_API_KEYS=key)
+    refused = one_error_line(leasehold("runs", "list", api_url=url))
+    assert "LEASEHOLD_API_KEY" in refused and "--api-key" in refused
+    wrong = one_error_line(leasehold("runs", "list", "--api-key", "not-the-key", api_url=url))
+    assert "not valid" in wrong and "LEASEHOLD_API_KEY" in wrong
+    done = leasehold("runs", "list", "--json", "--api-key", key, api_url=url)
+    assert done.returncode == 0, done.stderr
+    assert RunPage.model_validate_json(done.stdout).items == []

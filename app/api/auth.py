@@ -32,6 +32,7 @@ OPEN_PATHS = frozenset({"/healthz", "/", "/console"})
 OPEN_PREFIXES = ("/console/assets/",)
 REALM = 'Bearer realm="leasehold"'
 WS_POLICY_VIOLATION = 1008
+CLIENT_KEY_HINT = "the leasehold CLI sends LEASEHOLD_API_KEY (or --api-key)"
 
 
 def bearer_token(scope: Scope) -> bytes | None:
@@ -79,10 +80,11 @@ class BearerAuth:
             return
         # RFC 6750: no error code when no credentials were sent, invalid_token otherwise
         challenge = f'{REALM}, error="invalid_token"' if presented else REALM
+        # name what a CLI user sets: the header alone left them guessing (issue 18)
         detail = (
-            "the bearer key is not valid"
+            f"the bearer key is not valid; {CLIENT_KEY_HINT}"
             if presented
-            else "this API requires an 'Authorization: Bearer <key>' header"
+            else f"this API requires an 'Authorization: Bearer <key>' header; {CLIENT_KEY_HINT}"
         )
         response = problem(
             401,
