@@ -23,7 +23,7 @@ import typer
 from app.errors import ConfigurationError, LeaseholdError
 from app.handlers import HandlerRegistry, load_handler_modules
 from app.logs import configure_logging
-from app.models import Run, RunStatus
+from app.models import PARKED_STATUSES, Run, RunStatus
 from app.probes import ProbeResult
 from app.render import EventPrinter
 from app.settings import DEMO_HANDLERS, Settings, load_settings
@@ -342,8 +342,40 @@ def _follow(client: Client, run_id: str, as_json: bool, *, last_event_id: str | 
             typer.echo(event.model_dump_json())
         else:
             printer.show(event)
+            _hint_if_still_parked(client, run_id, event.type)
         last_type = event.type
     return 0 if last_type == RunStatus.SUCCEEDED.value else EXIT_FAILED
+
+
+def _hint_if_still_parked(client: Client, run_id: str, event_type: str) -> None:
+    """After a park event: if the run still waits, say what unparks it (the stream goes quiet).
+
+    A replayed park that a person already answered gets no hint: one GET tells them apart.
+    """
+    if event_type not in (status.value for status in PARKED_STATUSES):
+        return
+    run = client.get(run_id)
+    if run.status.is_parked:
+        for line in _unpark_lines(run):
+            typer.echo(f"   {line}")
+
+
+def _unpark_lines(run: Run) -> list[str]:
+    """What a parked run waits for and the command that moves it on; [] if not parked."""
+    if run.status == RunStatus.WAITING_HUMAN:
+        reason = (run.escalation or {}).get("reason") or "the watchdog escalated"
+        return [
+            f"waiting   for a person: {reason}",
+            f"unpark    leasehold runs resume {run.id} --input JSON  (what you decided)",
+        ]
+    if run.status == RunStatus.RECONCILIATION_REQUIRED:
+        return [
+            "waiting   for a person: an effect's outcome is unknown (did it happen?)",
+            f"unpark    leasehold runs resolve {run.id} --action retry "
+            "--effect-outcome applied|not_applied  (or --action fail, or --action succeed "
+            "--output JSON)",
+        ]
+    return []
 
 
 @runs_app.command("list")
@@ -608,6 +640,7 @@ def _print_run(run: Run, as_json: bool) -> None:
         lines.append(f"error     {run.error.code}: {run.error.message}")
         if run.error.details:
             lines.append(f"evidence  {json.dumps(run.error.details)}")
+    lines.extend(_unpark_lines(run))
     typer.echo("\n".join(lines))
 
 

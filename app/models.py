@@ -141,6 +141,10 @@ class Run(BaseModel):
     retention_s: float | None = Field(
         default=None, description="This run's own retention, when its request set one"
     )
+    escalation: dict[str, Any] | None = Field(
+        default=None,
+        description="While waiting_human: why it waits for a person (reason, evidence)",
+    )
 
 
 class RunEvent(BaseModel):

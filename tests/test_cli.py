@@ -176,3 +176,66 @@ def test_a_keyed_api_names_the_variable_and_api_key_gets_through(processes: Proc
     done = leasehold("runs", "list", "--json", "--api-key", key, api_url=url)
     assert done.returncode == 0, done.stderr
     assert RunPage.model_validate_json(done.stdout).items == []
+
+
+def test_runs_get_and_watch_of_a_parked_run_say_why_and_how_to_unpark_it(
+    processes: Processes,
+) -> None:
+    from app.demo.judge import EVALUATOR
+
+    _, url = processes.api()
+    processes.worker(LEASEHOLD_WATCHDOG_EVALUATOR=EVALUATOR)
+    _, parked = submit_and_wait("demo.approval", '{"lease_s": 0.3}', url)
+    assert parked.status == RunStatus.WAITING_HUMAN
+    assert parked.escalation is not None
+    assert parked.escalation["reason"] == "an approval needs a person"
+    shown = leasehold("runs", "get", parked.id, api_url=url)
+    assert shown.returncode == 0, shown.stderr
+    assert "waiting   for a person: an approval needs a person" in shown.stdout.splitlines()
+    assert f"unpark    leasehold runs resume {parked.id} --input JSON" in shown.stdout
+    env = {key: value for key, value in os.environ.items() if not key.startswith("LEASEHOLD_")}
+    command = [sys.executable, "-m", "app.cli", "runs", "watch", parked.id, "--api-url", url]
+    with subprocess.Popen(
+        command,
+        env={**env, "PYTHONPATH": str(REPO_ROOT)},
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as watch:
+        try:
+            assert watch.stdout is not None
+            seen: list[str] = []
+            for line in watch.stdout:  # pytest-timeout bounds it if the hint never comes
+                seen.append(line)
+                if "unpark" in line:
+                    break
+            assert f"unpark    leasehold runs resume {parked.id}" in seen[-1], seen
+            assert "waiting   for a person: an approval needs a person" in seen[-2]
+            resumed = leasehold("runs", "resume", parked.id, "--input", '{"ok": 1}', api_url=url)
+            assert resumed.returncode == 0, resumed.stderr
+            rest = watch.stdout.read()
+            assert watch.wait(timeout=CLI_TIMEOUT_S) == 0
+            assert "== succeeded" in rest
+            assert "unpark" not in rest  # said once, while it waited
+        finally:
+            watch.kill()
+
+
+def test_a_run_parked_for_an_unknown_effect_names_the_resolve_command() -> None:
+    from datetime import UTC, datetime
+
+    from app.cli import _unpark_lines
+    from app.models import RunError
+
+    run = Run(
+        id="default.X",
+        queue="default",
+        handler="demo.charge",
+        status=RunStatus.RECONCILIATION_REQUIRED,
+        created_at=datetime.now(UTC),
+        error=RunError(code="effect_outcome_unknown", message="effect charge", retryable=False),
+    )
+    lines = _unpark_lines(run)
+    assert lines[0].startswith("waiting   for a person: an effect's outcome is unknown")
+    assert "leasehold runs resolve default.X --action retry --effect-outcome" in lines[1]
+    assert _unpark_lines(run.model_copy(update={"status": RunStatus.SUCCEEDED})) == []

@@ -106,6 +106,10 @@ def run_from_hash(fields: dict[str, str]) -> Run:
         metadata=_loads(fields.get("metadata")) or {},
         last_event_id=fields.get("last_event_id") or None,
         retention_s=int(fields["retention_ms"]) / 1000 if fields.get("retention_ms") else None,
+        # only while it waits: after a resume the record keeps it, but it no longer applies
+        escalation=_loads(fields.get("escalation"))
+        if fields["status"] == RunStatus.WAITING_HUMAN.value
+        else None,
     )
 
 
