@@ -24,6 +24,7 @@ from app.api.hub import EventHub
 from app.api.limits import BodySizeLimit
 from app.api.memory import MemoryAdmission
 from app.api.openapi import complete_openapi
+from app.api.origins import CrossSiteWrites
 from app.api.problems import install_problem_handlers
 from app.api.routes import (
     activity,
@@ -139,6 +140,9 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
     # added later = outermost: a request without a key is refused before its body is read,
     # and CORS preflights (which never carry a key) are answered before authentication
     app.add_middleware(BearerAuth, keys=settings.api_keys)
+    # a browser page on another site may not write, keys or not (CSRF); inside CORS so
+    # that a named origin's preflight is still answered
+    app.add_middleware(CrossSiteWrites, cors_origins=settings.cors_origins)
     install_cors(app, settings.cors_origins)
     # outermost: a Host nobody named (DNS rebinding) is refused before anything else runs
     app.add_middleware(TrustedHosts, hosts=hosts)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
-ALLOWED_METHODS = ("GET", "POST")
+ALLOWED_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 ALLOWED_HEADERS = ("Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID")
 EXPOSED_HEADERS = ("Location", "Idempotency-Replayed")
 PREFLIGHT_MAX_AGE_S = 600
