@@ -412,9 +412,12 @@ class WorkerInfo(BaseModel):
     draining: bool = Field(
         default=False, description="Stopped claiming (SIGTERM or POST /workers/{id}/drain)"
     )
+    lease_ttl_ms: int | None = Field(
+        default=None, description="The worker's own lease TTL, which `alive` is judged by"
+    )
     alive: bool = Field(
         default=True,
-        description="Heartbeat seen within one lease TTL; a dead worker's runs are being "
+        description="Heartbeat seen within one (its own) lease TTL; a dead worker's runs are being "
         "reconciled, and it leaves the list when its advertisement expires",
     )
 

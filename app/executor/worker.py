@@ -241,6 +241,7 @@ class Worker:
             started_at=self.started_at,
             last_heartbeat_at=datetime.now(tz=UTC),
             draining=self._stop.is_set(),
+            lease_ttl_ms=self.settings.lease_ttl_ms,
         )
 
     def _reconciler(self, lease_store: LeaseStore, run_store: RunStore) -> Reconciler:

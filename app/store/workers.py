@@ -63,7 +63,8 @@ async def list_workers(client: AsyncRedis, prefix: str, lease_ttl_ms: int) -> li
     """Every worker whose advertisement has not expired, most recently seen first.
 
     ``alive`` is false for one whose last heartbeat (the zset's score) is older
-    than ``lease_ttl_ms`` by the Redis clock. One pipelined GET per worker rather
+    than its own advertised lease TTL (``lease_ttl_ms`` for one that does not say)
+    by the Redis clock. One pipelined GET per worker rather
     than an MGET: the advertisements hash to different slots, which a Redis
     Cluster refuses in one MGET.
     """
@@ -75,7 +76,7 @@ async def list_workers(client: AsyncRedis, prefix: str, lease_ttl_ms: int) -> li
         return []
     seconds, micros = await client.time()
     now_ms = seconds * 1000 + micros // 1000
-    alive = {worker_id: now_ms - score <= lease_ttl_ms for worker_id, score in seen}
+    silence_ms = {worker_id: now_ms - score for worker_id, score in seen}
     ids = [worker_id for worker_id, _ in seen]
     pipe = client.pipeline(transaction=False)
     for worker_id in ids:
@@ -85,4 +86,9 @@ async def list_workers(client: AsyncRedis, prefix: str, lease_ttl_ms: int) -> li
     if gone:
         await client.zrem(keys.workers, *gone)
     listed = [WorkerInfo.model_validate_json(value) for value in raw if value is not None]
-    return [info.model_copy(update={"alive": alive.get(info.id, True)}) for info in listed]
+    return [
+        info.model_copy(
+            update={"alive": silence_ms.get(info.id, 0) <= (info.lease_ttl_ms or lease_ttl_ms)}
+        )
+        for info in listed
+    ]

@@ -113,3 +113,36 @@ def test_the_console_shows_a_banner_while_creates_are_refused_and_it_passes_axe(
         expect(banner).to_be_hidden()
     finally:
         procs.reap()
+
+
+def test_the_queues_view_bulk_cancel_attempts_and_drain_pass_axe(
+    processes: Processes, context: BrowserContext
+) -> None:
+    _, url = processes.api()
+    processes.worker()
+    finished = create(url, "demo.echo", {"message": "hello"})
+    running = create(url, "test.record", {"seconds": 60})
+
+    queues = open_page(context, f"{url}/#/queues")
+    expect(queues.locator('tr[data-queue="default"] svg.chart-finished')).to_be_visible()
+    assert violations(queues) == []
+
+    runs = open_page(context, f"{url}/#/runs")
+    expect(runs.locator(f'tr[data-run-id="{finished}"]')).to_have_attribute(
+        "data-status", "succeeded"
+    )
+    runs.get_by_label(f"Select {running}").check()
+    runs.get_by_role("button", name="Cancel 1 selected…").click()
+    expect(runs.get_by_role("dialog")).to_contain_text("Cancel 1 run?")
+    assert violations(runs) == []
+    runs.get_by_role("button", name="Back").click()
+
+    run = open_page(context, f"{url}/#/runs/{running}")
+    expect(run.locator("section.attempts tbody tr")).to_have_count(1)
+    assert violations(run) == []
+
+    workers = open_page(context, f"{url}/#/workers")
+    workers.get_by_role("button", name="Drain…").click()
+    expect(workers.get_by_role("dialog")).to_contain_text("Drain w-")
+    assert violations(workers) == []
+    workers.get_by_role("button", name="Back").click()

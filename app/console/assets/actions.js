@@ -145,6 +145,52 @@ export function deleteRun(run) {
   });
 }
 
+export function drainWorker(worker) {
+  return confirmDialog({
+    title: `Drain ${worker.id}?`,
+    text: "It stops claiming at its next heartbeat, lets its running runs finish for its " +
+      "drain timeout, releases the rest to other workers, and exits (as on SIGTERM).",
+    okLabel: "Drain worker",
+    send: () => api("POST", `/workers/${encodeURIComponent(worker.id)}/drain`),
+  });
+}
+
+// cancels in flight at once in a bulk cancel: a few, not one per selected row
+const BULK_PARALLEL = 4;
+
+/**
+ * Cancel many runs after one confirmation; resolves to {cancelled, refused} counts
+ * (a run that ended meanwhile is a 409, counted as refused), or null if backed out.
+ */
+export async function cancelRuns(ids) {
+  let outcome = null;
+  const done = await confirmDialog({
+    title: `Cancel ${ids.length} run${ids.length === 1 ? "" : "s"}?`,
+    text: "Queued and parked runs are cancelled at once; running ones by their worker " +
+      "within one heartbeat. Runs that already ended are left as they are.",
+    okLabel: "Cancel runs",
+    send: async () => {
+      const counts = { cancelled: 0, refused: 0 };
+      const queue = [...ids];
+      const next = async () => {
+        for (let id = queue.shift(); id !== undefined; id = queue.shift()) {
+          try {
+            await api("POST", `/runs/${encodeURIComponent(id)}/cancel`);
+            counts.cancelled += 1;
+          } catch (error) {
+            if (error.status === 401) throw error;
+            counts.refused += 1;
+          }
+        }
+      };
+      await Promise.all(Array.from({ length: BULK_PARALLEL }, next));
+      outcome = counts;
+      return null;
+    },
+  });
+  return done ? outcome : null;
+}
+
 /** The RFC 3339 time of a datetime-local value (the browser's zone), or "" for none. */
 function instant(value) {
   return value ? new Date(value).toISOString() : "";

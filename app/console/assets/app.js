@@ -1,10 +1,11 @@
 // The console's entry point: routes by URL fragment (#/runs, #/runs/<id>,
-// #/workers), asks for an API key whenever the API answers 401, and re-renders the
+// #/queues, #/workers), asks for an API key whenever the API answers 401, and re-renders the
 // current view once a key is given.
 
 import { api, clearKey, getKey, onAuthRequired, setKey } from "./api.js";
 import { syncClock } from "./dom.js";
 import { watchMemory } from "./memory.js";
+import { renderQueues } from "./queues.js";
 import { renderRun } from "./run.js";
 import { renderRuns } from "./runs.js";
 import { renderWorkers } from "./workers.js";
@@ -24,6 +25,7 @@ function parseRoute() {
   const parts = path.split("/").filter(Boolean);
   if (parts[0] === "runs" && parts[1]) return { view: "run", id: decodeURIComponent(parts[1]) };
   if (parts[0] === "workers") return { view: "workers" };
+  if (parts[0] === "queues") return { view: "queues" };
   return { view: "runs", params: new URLSearchParams(query) };
 }
 
@@ -43,6 +45,7 @@ function route({ focus = false } = {}) {
   document.title = "Leasehold console";
   if (target.view === "run") cleanup = renderRun(main, target.id);
   else if (target.view === "workers") cleanup = renderWorkers(main);
+  else if (target.view === "queues") cleanup = renderQueues(main);
   else cleanup = renderRuns(main, target.params);
   if (focus) main.focus();
   api("GET", "/config").then((config) => syncClock(config.now)).catch(() => {});

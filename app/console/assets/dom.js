@@ -48,3 +48,28 @@ export function connectionText(state) {
   if (state === "stopped") return "";
   return `stream refused: ${state.message}`;
 }
+
+/**
+ * Call `read` now and every `everyMs` after each one ends, showing connection
+ * problems in `status`; a 401 stops it (the key prompt takes over). Returns the
+ * view's cleanup: stop polling.
+ */
+export function pollEvery(everyMs, status, read) {
+  let stopped = false;
+  let timer = null;
+  const poll = async () => {
+    try {
+      await read(() => stopped);
+      status.textContent = "";
+    } catch (error) {
+      status.textContent = connectionText(error);
+      if (error.status === 401) return;
+    }
+    if (!stopped) timer = setTimeout(poll, everyMs);
+  };
+  poll();
+  return () => {
+    stopped = true;
+    clearTimeout(timer);
+  };
+}

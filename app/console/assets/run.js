@@ -6,6 +6,7 @@
 
 import { api, follow } from "./api.js";
 import { cancelRun, deleteRun, resolveRun, resumeRun } from "./actions.js";
+import { Attempts } from "./attempts.js";
 import {
   clock, describe, duration, HANDLER_EVENTS, PARKED, story, TERMINAL,
 } from "./describe.js";
@@ -14,6 +15,14 @@ import { badge, connectionText, h, jsonBlock, serverNow } from "./dom.js";
 // what ends every wait: the operation moved, or the run moved on
 const CLEARS_ALL_WAITS = new Set(["token", "progress", "claimed", "released", "lease_expired",
   "requeued", "waiting_human", "reconciliation_required", ...TERMINAL]);
+
+// first start to the end (or now), across attempts and parks: the run's whole time
+function runDuration(run) {
+  const first = run.first_started_at || run.started_at;
+  if (!first) return null;
+  const end = run.finished_at ? Date.parse(run.finished_at) : serverNow();
+  return `${duration(end - Date.parse(first))}${run.finished_at ? "" : " so far"}`;
+}
 
 function fields(run) {
   const row = (name, value) => [h("dt", {}, name), h("dd", {}, value ?? "—")];
@@ -27,8 +36,10 @@ function fields(run) {
     row("Fence", String(run.fence)),
     row("Lease expires", at(run.lease_expires_at)),
     row("Created", at(run.created_at)),
-    row("Started", at(run.started_at)),
+    row("First started", at(run.first_started_at || run.started_at)),
+    row("This attempt started", at(run.started_at)),
     row("Finished", at(run.finished_at)),
+    row("Duration", runDuration(run)),
     row("Cancel requested", at(run.cancel_requested_at)),
     row("Idempotency key", run.idempotency_key));
 }
@@ -124,15 +135,19 @@ export function renderRun(root, runId) {
   // the live region wraps the list: a role on the <ol> itself would take away its list
   // semantics, and its items would no longer be read as items of a list
   const list = h("ol", { class: "timeline" });
+  const attemptsSection = h("section", { class: "attempts", "aria-labelledby": "attempts-title",
+    hidden: true });
   root.replaceChildren(
     h("p", {}, h("a", { href: "#/runs" }, "← All runs")), title, outcome, waitBanner, parked,
     actions, problem, details,
+    attemptsSection,
     h("section", { "aria-labelledby": "events-title" },
       h("h2", { id: "events-title" }, "Events"), connection,
       h("div", { role: "log", "aria-label": "Events" }, list)));
 
   const banners = new WaitBanners(waitBanner);
   const timeline = new Timeline(list);
+  const attempts = new Attempts(attemptsSection);
   let lastParkedReason = "";
   let run = null;
 
@@ -181,6 +196,7 @@ export function renderRun(root, runId) {
 
   const onEvent = ({ data: event }) => {
     timeline.add(event);
+    attempts.add(event);
     if (event.type === "wait") banners.wait(event);
     else if (event.type === "verdict") banners.clear(`${event.data.kind} ${event.data.subject}`);
     else if (CLEARS_ALL_WAITS.has(event.type)) banners.clear();
@@ -199,7 +215,10 @@ export function renderRun(root, runId) {
     onMessage: onEvent,
     onState: (state) => { connection.textContent = connectionText(state); },
   });
-  const ticker = setInterval(() => { if (!waitBanner.hidden) banners.draw(); }, 500);
+  const ticker = setInterval(() => {
+    if (!waitBanner.hidden) banners.draw();
+    if (attempts.running) attempts.draw();
+  }, 500);
 
   return () => {
     clearInterval(ticker);

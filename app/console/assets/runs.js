@@ -5,7 +5,7 @@
 // an entry older than the row it would update (or a fetched run older than an
 // entry already applied) is recognised and ignored: nothing goes backwards.
 
-import { purgeRuns } from "./actions.js";
+import { cancelRuns, purgeRuns } from "./actions.js";
 import { api, follow } from "./api.js";
 import { duration, reasonOf, TERMINAL } from "./describe.js";
 import { badge, connectionText, h, serverNow } from "./dom.js";
@@ -29,18 +29,41 @@ function newer(a, b) {
   return am > bm || (am === bm && as > bs);
 }
 
+const RUN_ID = /^[A-Za-z0-9_-]{1,64}\.[0-9A-HJKMNP-TV-Z]{26}$/;
+const METADATA_PAIR = /^([A-Za-z0-9_-]{1,64})=(.{0,256})$/;
+
 function filtersFrom(params) {
   return {
     status: params.get("status") || "",
     queue: params.get("queue") || "",
     handler: params.get("handler") || "",
+    metadata: params.get("metadata") || "",
   };
+}
+
+/** "tenant=acme, region=eu" → [["tenant", "acme"], ["region", "eu"]]; null if malformed. */
+function metadataPairs(text) {
+  const pairs = [];
+  for (const part of text.split(",").map((item) => item.trim()).filter(Boolean)) {
+    const match = METADATA_PAIR.exec(part);
+    if (!match) return null;
+    pairs.push([match[1], match[2]]);
+  }
+  return pairs;
+}
+
+// the API's rule: a string metadata value equals the text, anything else its JSON
+function metadataHolds(run, pairs) {
+  const metadata = run.metadata || {};
+  return pairs.every(([key, value]) => key in metadata && (typeof metadata[key] === "string"
+    ? metadata[key] === value : JSON.stringify(metadata[key]) === value));
 }
 
 function matches(run, filters) {
   return (!filters.status || run.status === filters.status) &&
     (!filters.queue || run.queue === filters.queue) &&
-    (!filters.handler || run.handler === filters.handler);
+    (!filters.handler || run.handler === filters.handler) &&
+    metadataHolds(run, metadataPairs(filters.metadata) || []);
 }
 
 function filterForm(filters, handlers) {
@@ -57,13 +80,25 @@ function filterForm(filters, handlers) {
       h("input", { id: "filter-queue", name: "queue", value: filters.queue,
         pattern: "[A-Za-z0-9_\\-]{1,64}", placeholder: "all", size: 12 })),
     select("handler", "Handler", handlers),
-    h("button", { type: "submit" }, "Apply"));
+    h("div", { class: "field" },
+      h("label", { for: "filter-metadata" }, "Metadata"),
+      h("input", { id: "filter-metadata", name: "metadata", value: filters.metadata,
+        placeholder: "tenant=acme, region=eu", size: 22, "aria-describedby": "metadata-hint" })),
+    h("div", { class: "field" },
+      h("label", { for: "find-id" }, "Run id"),
+      h("input", { id: "find-id", name: "id", placeholder: "default.01J…", size: 24,
+        spellcheck: "false" })),
+    h("button", { type: "submit" }, "Apply"),
+    h("p", { class: "hint", id: "metadata-hint" },
+      "Metadata: key=value pairs, comma-separated; all must hold. A run id opens that run."));
 }
 
 function cells(run) {
   const now = serverNow();
   const created = Date.parse(run.created_at);
-  const started = run.started_at ? Date.parse(run.started_at) : null;
+  // from the first attempt's start: a retried or parked run's time counts whole
+  const first = run.first_started_at || run.started_at;
+  const started = first ? Date.parse(first) : null;
   const finished = run.finished_at ? Date.parse(run.finished_at) : null;
   const reason = reasonOf(run);
   return [
@@ -87,18 +122,24 @@ export function renderRuns(root, params) {
   const again = new Set();
   let loaded = false;
 
+  const selected = new Set();
   const status = h("p", { class: "connection", role: "status", "aria-live": "polite" });
   const problem = h("p", { class: "problem", role: "alert", hidden: true });
-  const body = h("tbody");
+  const body = h("tbody", {}, h("tr", {}, h("td", { colspan: 10, class: "empty loading" },
+    "Loading runs…")));
+  const pickAll = h("input", { type: "checkbox", "aria-label": "Select every run shown" });
+  const bulkCancel = h("button", { type: "button", disabled: true }, "Cancel selected…");
+  const bulkDone = h("p", { class: "outcome", role: "status", "aria-live": "polite" });
   const table = h("div", { class: "table-wrap", tabindex: "0", role: "region",
     "aria-labelledby": "runs-caption" },
   h("table", { class: "runs" },
     h("caption", { id: "runs-caption" }, "Recent runs, newest first, updating live"),
-    h("thead", {}, h("tr", {}, ["Status", "Run", "Handler", "Queue", "Attempt", "Owner",
-      "Fence", "Age", "Duration"].map((name) => h("th", { scope: "col" }, name)))),
+    h("thead", {}, h("tr", {}, h("th", { scope: "col", class: "pick" }, pickAll),
+      ["Status", "Run", "Handler", "Queue", "Attempt", "Owner",
+        "Fence", "Age", "Duration"].map((name) => h("th", { scope: "col" }, name)))),
     body));
   const formSlot = h("div");
-  const purged = h("p", { class: "connection", role: "status", "aria-live": "polite" });
+  const purged = h("p", { class: "outcome", role: "status", "aria-live": "polite" });
   // a purge deletes finished runs only: offered unless the filter names another status
   const purge = !filters.status || TERMINAL.has(filters.status)
     ? h("div", { class: "actions" }, h("button", { type: "button", onclick: async () => {
@@ -108,22 +149,64 @@ export function renderRuns(root, params) {
       load();
     } }, "Purge finished runs…"), purged)
     : "";
-  root.replaceChildren(h("h1", {}, "Runs"), formSlot, purge, status, problem, table);
+  root.replaceChildren(h("h1", {}, "Runs"), formSlot, purge,
+    h("div", { class: "actions", role: "group", "aria-label": "Selected runs" }, bulkCancel,
+      bulkDone),
+    status, problem, table);
+
+  const shown = () => [...rows.values()]
+    .sort((a, b) => (a.created_at < b.created_at ? 1 : a.created_at > b.created_at ? -1 : 0))
+    .slice(0, MAX_ROWS);
+
+  const showSelection = () => {
+    for (const id of [...selected]) if (!rows.has(id)) selected.delete(id);
+    bulkCancel.disabled = selected.size === 0;
+    bulkCancel.textContent = selected.size
+      ? `Cancel ${selected.size} selected…` : "Cancel selected…";
+    pickAll.checked = selected.size > 0 && selected.size === Math.min(rows.size, MAX_ROWS);
+  };
+
+  const pick = (run) => h("td", { class: "pick" }, h("input", { type: "checkbox",
+    checked: selected.has(run.id), "aria-label": `Select ${run.id}`,
+    onchange: (event) => {
+      if (event.target.checked) selected.add(run.id);
+      else selected.delete(run.id);
+      showSelection();
+    } }));
 
   const draw = () => {
-    const ordered = [...rows.values()]
-      .sort((a, b) => (a.created_at < b.created_at ? 1 : a.created_at > b.created_at ? -1 : 0))
-      .slice(0, MAX_ROWS);
+    if (!loaded) return; // the loading row stays until the first page is in
+    const ordered = shown();
     body.replaceChildren(...ordered.map((run) =>
-      h("tr", { "data-run-id": run.id, "data-status": run.status }, cells(run))));
+      h("tr", { "data-run-id": run.id, "data-status": run.status }, pick(run), cells(run))));
     if (ordered.length === 0) {
-      body.replaceChildren(h("tr", {}, h("td", { colspan: 9, class: "empty" },
+      body.replaceChildren(h("tr", {}, h("td", { colspan: 10, class: "empty" },
         "No runs match. New ones appear here as they are created.")));
     }
+    showSelection();
   };
+
+  pickAll.addEventListener("change", () => {
+    selected.clear();
+    if (pickAll.checked) for (const run of shown()) selected.add(run.id);
+    draw();
+  });
+
+  bulkCancel.addEventListener("click", async () => {
+    const outcome = await cancelRuns([...selected]);
+    if (outcome === null) return;
+    bulkDone.textContent = `Cancelled ${outcome.cancelled}` +
+      (outcome.refused ? `; ${outcome.refused} had already ended or could not be cancelled.` : ".");
+    selected.clear();
+    draw();
+  });
 
   const showProblem = (error) => {
     problem.textContent = error ? `Could not load runs: ${error.message}` : "";
+    if (error && !loaded) {
+      body.replaceChildren(h("tr", {}, h("td", { colspan: 10, class: "empty" },
+        "Runs could not be loaded (see above).")));
+    }
     problem.hidden = !error;
   };
 
@@ -165,7 +248,14 @@ export function renderRuns(root, params) {
 
   const load = async () => {
     const query = new URLSearchParams({ limit: String(PAGE) });
-    for (const [name, value] of Object.entries(filters)) if (value) query.set(name, value);
+    for (const [name, value] of Object.entries(filters)) {
+      if (value && name !== "metadata") query.set(name, value);
+    }
+    for (const [key, value] of metadataPairs(filters.metadata) || []) {
+      query.set(`metadata.${key}`, value);
+    }
+    // the live refresh compares metadata too, so the first page must carry it
+    if (filters.metadata) query.set("include", "metadata");
     try {
       const page = await api("GET", `/runs?${query}`);
       rows.clear();
@@ -202,8 +292,23 @@ export function renderRuns(root, params) {
       const form = filterForm(filters, names);
       form.addEventListener("submit", (event) => {
         event.preventDefault();
+        const data = new FormData(form);
+        const id = String(data.get("id") || "").trim();
+        if (id) {
+          if (!RUN_ID.test(id)) {
+            showProblem(new Error(`${id} is not a run id (<queue>.<ULID>)`));
+            return;
+          }
+          location.hash = `#/runs/${encodeURIComponent(id)}`;
+          return;
+        }
+        if (metadataPairs(String(data.get("metadata") || "")) === null) {
+          showProblem(new Error("metadata filters are key=value pairs, comma-separated; " +
+            "keys of letters, digits, _ and -"));
+          return;
+        }
         const query = new URLSearchParams();
-        for (const [name, value] of new FormData(form)) if (value) query.set(name, value);
+        for (const [name, value] of data) if (value && name !== "id") query.set(name, value);
         location.hash = `#/runs${query.size ? `?${query}` : ""}`;
       });
       formSlot.replaceChildren(form);

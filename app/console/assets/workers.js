@@ -1,18 +1,20 @@
 // The workers view: GET /workers with GET /config every second. A worker that
 // stopped heartbeating is marked stale as soon as it missed two heartbeats (its
-// leases are in danger), and "lease expired" once its silence is longer than the
-// lease TTL; it disappears when its advertisement expires. Ages are measured with
-// the API's clock (/config's `now`), not the browser's.
+// leases are in danger), and "lease expired" once the API says it is not alive
+// (silent longer than the lease TTL); it disappears when its advertisement
+// expires. Ages are measured with the API's clock (/config's `now`), not the
+// browser's. Each live worker can be drained (POST /workers/{id}/drain).
 
+import { drainWorker } from "./actions.js";
 import { api } from "./api.js";
 import { duration } from "./describe.js";
-import { connectionText, h, serverNow, syncClock } from "./dom.js";
+import { h, pollEvery, serverNow, syncClock } from "./dom.js";
 
 const POLL_MS = 1000;
 
 function health(worker, config) {
   const silence = serverNow() - Date.parse(worker.last_heartbeat_at);
-  if (silence > config.lease_ttl_ms) {
+  if (worker.alive === false || silence > config.lease_ttl_ms) {
     return { state: "expired", text: `no heartbeat for ${duration(silence)}: longer than the ` +
       `${duration(config.lease_ttl_ms)} lease TTL, its runs are being reconciled` };
   }
@@ -23,9 +25,18 @@ function health(worker, config) {
   return { state: "live", text: `heartbeat ${duration(silence)} ago` };
 }
 
+// the next poll (within a second) shows `draining` once the worker has seen the request
+function drainCell(worker, state) {
+  if (worker.draining) return h("td", {}, h("span", { class: "badge health-stale" }, "draining"));
+  if (state === "expired") return h("td", {}, "—");
+  return h("td", {}, h("button", { type: "button", onclick: () => drainWorker(worker) },
+    "Drain…"));
+}
+
 function row(worker, config) {
   const { state, text } = health(worker, config);
-  return h("tr", { "data-worker-id": worker.id, "data-health": state },
+  return h("tr", { "data-worker-id": worker.id, "data-health": state,
+    "data-draining": worker.draining ? "true" : "false" },
     h("td", {}, h("span", { class: `badge health-${state}` }, state),
       h("div", { class: "reason" }, text)),
     h("td", { class: "mono" }, worker.id),
@@ -34,7 +45,8 @@ function row(worker, config) {
     h("td", {}, worker.queues.join(", ")),
     h("td", { class: "num" }, `${worker.running}/${worker.concurrency}`),
     h("td", { class: "num" }, `${Number(worker.loop_lag_ms).toFixed(1)} ms`),
-    h("td", {}, new Date(worker.last_heartbeat_at).toLocaleTimeString([], { hour12: false })));
+    h("td", {}, new Date(worker.last_heartbeat_at).toLocaleTimeString([], { hour12: false })),
+    drainCell(worker, state));
 }
 
 export function renderWorkers(root) {
@@ -47,33 +59,19 @@ export function renderWorkers(root) {
     h("table", { class: "workers" },
       h("caption", { id: "workers-caption" }, "Live executors and their last heartbeat"),
       h("thead", {}, h("tr", {}, ["Health", "Worker", "Host", "PID", "Queues", "Running",
-        "Loop lag", "Last heartbeat"].map((name) => h("th", { scope: "col" }, name)))),
+        "Loop lag", "Last heartbeat", "Drain"].map((name) => h("th", { scope: "col" }, name)))),
       body)));
 
-  let stopped = false;
-  let timer = null;
-  const poll = async () => {
-    try {
-      const config = await api("GET", "/config");
-      syncClock(config.now);
-      const workers = await api("GET", "/workers");
-      summary.textContent = `Lease TTL ${duration(config.lease_ttl_ms)}; workers heartbeat ` +
-        `every ${duration(config.heartbeat_interval_ms)}. Updated every second.`;
-      body.replaceChildren(...workers.map((worker) => row(worker, config)));
-      if (workers.length === 0) {
-        body.replaceChildren(h("tr", {}, h("td", { colspan: 8, class: "empty" },
-          "No live workers: start one with `leasehold worker`.")));
-      }
-      status.textContent = "";
-    } catch (error) {
-      status.textContent = connectionText(error);
-      if (error.status === 401) return; // the key prompt takes over
+  return pollEvery(POLL_MS, status, async () => {
+    const config = await api("GET", "/config");
+    syncClock(config.now);
+    const workers = await api("GET", "/workers");
+    summary.textContent = `Lease TTL ${duration(config.lease_ttl_ms)}; workers heartbeat ` +
+      `every ${duration(config.heartbeat_interval_ms)}. Updated every second.`;
+    body.replaceChildren(...workers.map((worker) => row(worker, config)));
+    if (workers.length === 0) {
+      body.replaceChildren(h("tr", {}, h("td", { colspan: 9, class: "empty" },
+        "No live workers: start one with `leasehold worker`.")));
     }
-    if (!stopped) timer = setTimeout(poll, POLL_MS);
-  };
-  poll();
-  return () => {
-    stopped = true;
-    clearTimeout(timer);
-  };
+  });
 }
