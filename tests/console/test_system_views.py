@@ -20,6 +20,7 @@ from playwright.sync_api import BrowserContext, Route, expect
 from tests.console.test_console import create, open_page
 from tests.support.processes import Processes
 
+
 def create_with(url: str, body: dict[str, Any]) -> str:
     response = httpx.post(f"{url}/runs", json=body, timeout=30)
     assert response.status_code == 201, response.text
