@@ -87,14 +87,17 @@ def operation(
 
 async def test_an_operation_that_keeps_progressing_is_never_intervened() -> None:
     recorder = Recorder()
-    async with operation(recorder) as op:
-        for _ in range(50):  # ten leases' worth of work, progress every 10 ms
-            await asyncio.sleep(LEASE_S / 5)
+    # a longer lease than the other tests': on a loaded machine the loop can stall for
+    # more than 50 ms, and a stall the size of a lease is silence the watchdog rightly sees
+    lease_s = 0.2
+    async with operation(recorder, lease_s=lease_s) as op:
+        for _ in range(100):  # ten leases' worth of work, progress every 20 ms
+            await asyncio.sleep(lease_s / 10)
             op.progress(tokens=1)
     assert recorder.verdicts()
     assert set(recorder.verdicts()) == {"RENEW"}
     assert recorder.kinds().count("wait") == recorder.kinds().count("verdict")
-    assert op.elapsed_s >= 10 * LEASE_S
+    assert op.elapsed_s >= 10 * lease_s
 
 
 async def test_a_silent_operation_gets_its_free_renewals_then_intervene_by_evidence() -> None:
