@@ -26,6 +26,7 @@ from pydantic import BaseModel
 from app.errors import LeaseholdError
 from app.models import (
     TERMINAL_EVENT_TYPES,
+    CreateRunsResult,
     HandlerInfo,
     PurgeResult,
     QueueInfo,
@@ -161,6 +162,11 @@ def _create(handler: str, input: Any, options: dict[str, Any]) -> _Call[Run]:
     return _Call("POST", "/runs", Run.model_validate, json=body)
 
 
+def _create_many(items: list[dict[str, Any]]) -> _Call[CreateRunsResult]:
+    body = {"items": [_present(item) for item in items]}
+    return _Call("POST", "/runs/batch", CreateRunsResult.model_validate, json=body)
+
+
 def _get(run_id: str) -> _Call[Run]:
     return _Call("GET", f"/runs/{run_id}", Run.model_validate)
 
@@ -242,6 +248,16 @@ class Client:
     def create(self, handler: str, input: Any = None, **options: Any) -> Run:
         """POST /runs; options are the other CreateRunRequest fields."""
         return self._send(_create(handler, input, options))
+
+    def create_many(self, items: list[dict[str, Any]]) -> CreateRunsResult:
+        """POST /runs/batch: each item a CreateRunRequest body (``handler``, ``input``, ...).
+
+        One outcome per item, in order: ``status`` 201/200 with ``run``, or 4xx/503
+        with ``problem`` (that item alone was refused). Raises :class:`ApiError`
+        only when the whole batch is (413 past LEASEHOLD_BATCH_MAX_ITEMS, 503 when
+        Redis memory is past the high-water mark).
+        """
+        return self._send(_create_many(items))
 
     def get(self, run_id: str) -> Run:
         """GET /runs/{id}."""
@@ -365,6 +381,10 @@ class AsyncClient:
     async def create(self, handler: str, input: Any = None, **options: Any) -> Run:
         """POST /runs; options are the other CreateRunRequest fields."""
         return await self._send(_create(handler, input, options))
+
+    async def create_many(self, items: list[dict[str, Any]]) -> CreateRunsResult:
+        """POST /runs/batch; see :meth:`Client.create_many`."""
+        return await self._send(_create_many(items))
 
     async def get(self, run_id: str) -> Run:
         """GET /runs/{id}."""

@@ -440,6 +440,31 @@ class Problem(BaseModel):
     errors: list[dict[str, Any]] | None = None
 
 
+class CreateRunsRequest(BaseModel):
+    """Body of POST /runs/batch: runs to create, each judged on its own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    items: list[CreateRunRequest] = Field(
+        description="At most LEASEHOLD_BATCH_MAX_ITEMS; an item that is invalid is "
+        "refused alone, in its place in the response"
+    )
+
+
+class CreateRunsItem(BaseModel):
+    """One item's outcome: 201 created, 200 replayed (``run``), or a 4xx/503 ``problem``."""
+
+    status: int
+    run: Run | None = None
+    problem: Problem | None = None
+
+
+class CreateRunsResult(BaseModel):
+    """Answer of POST /runs/batch: one outcome per requested run, in request order."""
+
+    items: list[CreateRunsItem]
+
+
 class RedisNode(BaseModel):
     """One Redis data node as readiness found it."""
 

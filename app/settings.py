@@ -191,6 +191,12 @@ class Settings(BaseSettings):
         le=10_000,
         description="Most runs one POST /runs/purge deletes (its `limit` may not exceed it)",
     )
+    batch_max_items: int = Field(
+        default=1000,
+        ge=1,
+        le=10_000,
+        description="Most runs one POST /runs/batch creates (more: 413, nothing written)",
+    )
     max_input_bytes: int = Field(
         default=1_048_576, ge=64, description="Largest run input POST /runs accepts (else 413)"
     )

@@ -56,6 +56,7 @@ ANSWERS: dict[str, Any] = {
     f"/runs/{RUN_ID}/resolve": RUN,
     "/handlers": [{"name": "demo.echo", "input_schema": {"type": "object"}}],
     "/workers": [WORKER],
+    "/runs/batch": {"items": [{"status": 201, "run": RUN}]},
     "/runs/purge": {"deleted": 1, "ids": [RUN_ID], "next_cursor": None, "done": True},
 }
 # (method, args, kwargs): every request-response method of the clients
@@ -76,6 +77,7 @@ CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
     ("workers", (), {}),
     ("queues", (), {}),
     ("declare_queue", ("default",), {}),
+    ("create_many", ([{"handler": "demo.echo", "input": {"a": 1}, "queue": None}],), {}),
 ]
 
 
@@ -125,6 +127,12 @@ async def test_every_method_sends_the_same_request_and_reads_the_same_answer() -
         {"handler": "demo.echo", "input": {"a": 1}, "queue": "default"},
     )
     assert sync_api.seen[2] == ("GET", "/runs", "status=queued&limit=5", None)
+    assert sync_api.seen[-1] == (
+        "POST",
+        "/runs/batch",
+        "",
+        {"items": [{"handler": "demo.echo", "input": {"a": 1}}]},
+    )
     assert sync_api.seen[3] == ("POST", f"/runs/{RUN_ID}/cancel", "", None)
     assert sync_api.seen[4] == ("DELETE", f"/runs/{RUN_ID}", "", None)
     assert sync_results[4] is None
@@ -133,7 +141,8 @@ async def test_every_method_sends_the_same_request_and_reads_the_same_answer() -
         "finished_before": "2026-01-01T00:00:00+00:00",
     }
     assert sync_api.seen[7][3] == {"action": "succeed", "output": {"ok": True}}
-    assert [worker.id for worker in sync_results[-3]] == ["w-1-abc"]
-    assert [queue.name for queue in sync_results[-2].items] == ["default"]
-    assert sync_api.seen[-1] == ("PUT", "/queues/default", "", None)
-    assert sync_results[-1].ready == 1
+    assert [worker.id for worker in sync_results[-4]] == ["w-1-abc"]
+    assert [queue.name for queue in sync_results[-3].items] == ["default"]
+    assert sync_api.seen[-2] == ("PUT", "/queues/default", "", None)
+    assert sync_results[-2].ready == 1
+    assert [item.run.id for item in sync_results[-1].items if item.run] == [RUN_ID]

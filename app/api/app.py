@@ -28,6 +28,7 @@ from app.api.origins import CrossSiteWrites
 from app.api.problems import install_problem_handlers
 from app.api.routes import (
     activity,
+    batch,
     console,
     decisions,
     events,
@@ -128,6 +129,7 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
         description="Durable runs on Redis with fenced leases.",
     )
     install_problem_handlers(app)
+    app.include_router(batch.router)  # before runs: /runs/batch is no run id
     app.include_router(runs.router)
     app.include_router(events.router)
     app.include_router(decisions.router)

@@ -140,24 +140,53 @@ def parse_json_body(raw: bytes, *, max_depth: int) -> object:
     (422, naming where) for a top-level field nested past ``max_depth`` or a
     non-finite number anywhere.
     """
+    data = _syntax_checked(raw, max_depth=max_depth)
+    errors = content_errors(data, max_depth=max_depth, loc=("body",))
+    if errors:
+        raise RequestValidationError(errors)
+    return data
+
+
+def _syntax_checked(raw: bytes, *, max_depth: int) -> object:
+    """The body parsed (None when empty); 400 when it is not JSON, 422 past the parser's depth."""
     if not raw.strip():
         return None
     try:
-        data = load_json(raw)
+        return load_json(raw)
     except NestingTooDeep:
         raise RequestValidationError([_too_deep(("body",), max_depth)]) from None
     except ValueError as exc:
         raise HTTPException(400, f"the body is not valid JSON: {exc}") from None
+
+
+def content_errors(
+    data: object, *, max_depth: int, loc: tuple[str | int, ...]
+) -> list[dict[str, Any]]:
+    """What the content rule finds in parsed JSON at ``loc``: depth per field, non-finite numbers.
+
+    Each top-level field of an object (else the value itself) may nest at most
+    ``max_depth`` deep. A batch applies it to each of its items on its own, so
+    one bad item is refused alone.
+    """
     fields = data.items() if isinstance(data, dict) else [(None, data)]
     errors = [
-        _too_deep(("body",) if name is None else ("body", name), max_depth)
+        _too_deep(loc if name is None else (*loc, name), max_depth)
         for name, value in fields
         if json_depth(value) > max_depth
     ]
-    errors += [_not_finite(("body", *path)) for path in non_finite(data)]
-    if errors:
-        raise RequestValidationError(errors)
-    return data
+    errors += [_not_finite((*loc, *path)) for path in non_finite(data)]
+    return errors
+
+
+async def raw_json_body(request: Request) -> object:
+    """The body parsed as JSON (label and syntax checked), its content not yet judged.
+
+    For a body of many items judged one by one with :func:`content_errors`; a
+    body nested past what the parser can follow is still refused whole (422).
+    """
+    raw = await request.body()
+    require_json_label(request.headers.get("content-type"), has_body=bool(raw.strip()))
+    return _syntax_checked(raw, max_depth=api_state(request).settings.max_input_depth)
 
 
 def json_body(model: type[M]) -> Callable[[Request], Awaitable[M]]:
@@ -205,18 +234,23 @@ async def _read(request: Request) -> object:
 
 
 def _validate(model: type[M], data: object) -> M:
+    return validate_json(model, data, loc=("body",))
+
+
+def validate_json(model: type[M], data: object, *, loc: tuple[str | int, ...]) -> M:
+    """``data`` as ``model``; raises :class:`RequestValidationError` located under ``loc``."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         raise RequestValidationError(
             [
-                {**error, "loc": ("body", *error["loc"])}
+                {**error, "loc": (*loc, *error["loc"])}
                 for error in exc.errors(include_url=False, include_context=False)
             ]
         ) from None
 
 
-def _too_deep(loc: tuple[str, ...], max_depth: int) -> dict[str, Any]:
+def _too_deep(loc: tuple[str | int, ...], max_depth: int) -> dict[str, Any]:
     return {
         "loc": loc,
         "msg": f"JSON nests deeper than {max_depth} levels",

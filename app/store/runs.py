@@ -6,10 +6,11 @@ transitions that change state are single Lua scripts (see ``scripts/lua``).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -171,10 +172,57 @@ class RunStore:
         The queue must be declared (the API checks it with ``QueueStore.require``):
         creating a run never declares one.
         """
+        call = self._create_call(new)
+        reply = await self.scripts.call(self.client, call.name, call.keys, call.args)
+        return await self._created(new, call, reply)
+
+    async def create_many(self, news: Sequence[NewRun]) -> list[Created | Exception]:
+        """Create several runs in one pipeline per queue; one outcome per run, in order.
+
+        Each run is its own ``create_run`` call, atomic on its own: a run refused
+        (:class:`IdempotencyConflict`, or an error reply such as OOM, returned in
+        its place) leaves the others standing. Runs of one batch naming the same
+        idempotency key meet like two requests in that order (replay or conflict).
+        Queues are sent concurrently, each on its own node in cluster mode.
+        Raises only when Redis cannot be reached at all; then some may stand
+        (their idempotency keys make a retry safe).
+        """
+        by_queue: dict[str, list[int]] = {}
+        for i, new in enumerate(news):
+            by_queue.setdefault(new.queue, []).append(i)
+        outcomes: list[Created | Exception] = [RunNotFound("")] * len(news)
+
+        async def one_queue(indexes: list[int]) -> None:
+            calls = [self._create_call(news[i]) for i in indexes]
+            replies = await self.scripts.pipeline(self.client, calls, raise_on_error=False)
+            replayed: dict[int, str] = {}
+            for i, call, reply in zip(indexes, calls, replies, strict=True):
+                if isinstance(reply, Exception):
+                    outcomes[i] = reply
+                elif reply[0] == ScriptCode.REPLAYED:
+                    replayed[i] = reply[1]
+                else:
+                    outcomes[i] = _settled(self._queued, news[i], call, reply)
+            if replayed:
+                found = await self._get_many(list(replayed.values()))
+                for i, run in zip(replayed, found, strict=True):
+                    outcomes[i] = Created(run, replayed=True) if run else RunNotFound(replayed[i])
+
+        await asyncio.gather(*(one_queue(indexes) for indexes in by_queue.values()))
+        return outcomes
+
+    async def _get_many(self, run_ids: list[str]) -> list[Run | None]:
+        """Several runs in one round trip; None for one that is gone (deleted meanwhile)."""
+        pipe = self.client.pipeline(transaction=False)
+        for run_id in run_ids:
+            pipe.hgetall(self.keys(_queue(run_id)).run(run_id))
+        replies = cast(list[dict[str, str]], await pipe.execute())
+        return [run_from_hash(fields) if fields else None for fields in replies]
+
+    def _create_call(self, new: NewRun) -> ScriptCall:
         keys = self.keys(new.queue)
         run_id = new_run_id(new.queue)
-        code, found_id, created_ms = await self.scripts.call(
-            self.client,
+        return ScriptCall(
             "create_run",
             [
                 keys.run(run_id),
@@ -201,14 +249,22 @@ class RunStore:
                 new.queued_ttl_ms or self.queued_ttl_ms,
             ],
         )
+
+    async def _created(self, new: NewRun, call: ScriptCall, reply: Any) -> Created:
+        """The outcome of one ``create_run`` reply; raises :class:`IdempotencyConflict`."""
+        if reply[0] == ScriptCode.REPLAYED:
+            return Created(await self.get(reply[1]), replayed=True)
+        return self._queued(new, call, reply)
+
+    def _queued(self, new: NewRun, call: ScriptCall, reply: Any) -> Created:
+        """The run a ``create_run`` reply created; raises :class:`IdempotencyConflict`."""
+        code, found_id, created_ms = reply
         if code == ScriptCode.CONFLICT:
             raise IdempotencyConflict(new.idempotency_key or "", found_id)
-        if code == ScriptCode.REPLAYED:
-            return Created(await self.get(found_id), replayed=True)
         created_at = ms_to_datetime(created_ms)
         assert created_at is not None
         run = Run(
-            id=run_id,
+            id=str(call.args[0]),
             queue=new.queue,
             handler=new.handler,
             status=RunStatus.QUEUED,
@@ -601,6 +657,14 @@ def _feed_read(run_id: str, reply: list[Any]) -> FeedRead:
         for entry_id, fields in entries
     ]
     return FeedRead(events, int(missing))
+
+
+def _settled(create: Callable[..., Created], *args: Any) -> Created | Exception:
+    """A create's result, or the conflict it raised, as a value."""
+    try:
+        return create(*args)
+    except IdempotencyConflict as exc:
+        return exc
 
 
 def _queue(run_id: str) -> str:

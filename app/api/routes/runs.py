@@ -49,7 +49,7 @@ def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {code: {"model": Problem, "content": {PROBLEM_JSON: {}}} for code in codes}
 
 
-def _new_run(body: CreateRunRequest, state: ApiState, idempotency_key: str | None) -> NewRun:
+def new_run_of(body: CreateRunRequest, state: ApiState, idempotency_key: str | None) -> NewRun:
     """Validate a create request against settings and the handler; raises on bad input."""
     if idempotency_key and body.idempotency_key and idempotency_key != body.idempotency_key:
         raise HTTPException(400, "the Idempotency-Key header and the idempotency_key field differ")
@@ -128,7 +128,7 @@ async def create_run(
     While Redis memory is past ``LEASEHOLD_MEMORY_HIGH_WATER`` it answers 503
     ``admission-refused`` with ``Retry-After``, and writes nothing.
     """
-    new = _new_run(body, state, idempotency_key)  # bad input is a 4xx even when full
+    new = new_run_of(body, state, idempotency_key)  # bad input is a 4xx even when full
     await state.queues.require(new.queue)  # 422 naming the declared ones; never declares
     # before a stream slot is taken: a refusal holds nothing
     await state.memory.admit(create_cost_bytes(len(dumps(new.input).encode())))

@@ -1,0 +1,152 @@
+"""POST /runs/batch: many runs in one request and one pipeline, each with its own outcome.
+
+Every item is judged exactly as ``POST /runs`` judges a body (the same content
+rule, schema, handler, input size, retention bounds and declared queue) but on
+its own: an invalid item is refused in its place with the problem the single
+create would have answered, and nothing is written for it; the valid ones are
+created. What only the whole request can be refused for, it is: a body that is
+not JSON (400/415), larger than the body limit or with more than
+``LEASEHOLD_BATCH_MAX_ITEMS`` items (413), an ``Idempotency-Key`` header (400:
+each item carries its own ``idempotency_key``), and Redis memory past the
+high-water mark (503 ``admission-refused`` with ``Retry-After``, nothing
+written: the batch is admitted whole or not at all).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, HTTPException, Request, Response
+from fastapi.exceptions import RequestValidationError
+from pydantic import TypeAdapter
+
+from app.api.bodies import body_doc, content_errors, raw_json_body, validate_json
+from app.api.memory import create_cost_bytes
+from app.api.routes.runs import new_run_of, problems
+from app.api.state import ApiState, api_state
+from app.errors import QueueNotDeclared
+from app.metrics import RUNS_CREATED
+from app.models import CreateRunRequest, CreateRunsRequest, CreateRunsResult
+from app.store.codec import dumps
+from app.store.runs import Created, NewRun
+
+router = APIRouter(tags=["runs"])
+
+State = Annotated[ApiState, Depends(api_state)]
+
+_ITEMS = TypeAdapter(list[dict[str, Any]])
+# every item outcome is one of these dicts: {"status", "run"} or {"status", "problem"}
+Outcome = dict[str, Any]
+
+
+async def _batch_items(request: Request) -> list[object]:
+    """The body's ``items``, each still unjudged; the whole request's refusals first."""
+    if request.headers.get("idempotency-key") is not None:
+        raise HTTPException(
+            400, "a batch takes no Idempotency-Key header: give each item its idempotency_key"
+        )
+    data = await raw_json_body(request)
+    if not isinstance(data, dict) or set(data) != {"items"} or not isinstance(data["items"], list):
+        raise RequestValidationError(
+            [
+                {
+                    "loc": ("body",),
+                    "msg": 'the body must be {"items": [<create request>, ...]}',
+                    "type": "batch_shape",
+                }
+            ]
+        )
+    items: list[object] = data["items"]
+    batch_max = api_state(request).settings.batch_max_items
+    if len(items) > batch_max:
+        raise HTTPException(
+            413,
+            f"the batch holds {len(items)} runs; at most {batch_max} "
+            "(LEASEHOLD_BATCH_MAX_ITEMS): split it",
+        )
+    return items
+
+
+@router.post(
+    "/runs/batch",
+    response_model=CreateRunsResult,
+    openapi_extra=body_doc(CreateRunsRequest),
+    responses=problems(400, 413, 415, 422, 503),
+)
+async def create_runs(
+    items: Annotated[list[object], Depends(_batch_items)], request: Request, state: State
+) -> Response:
+    """Create up to ``LEASEHOLD_BATCH_MAX_ITEMS`` runs; 200 with one outcome per item, in order.
+
+    Each outcome is ``{"status": 201|200, "run": ...}`` (created, or an
+    idempotent replay of the item's ``idempotency_key``) or ``{"status": 4xx|503,
+    "problem": ...}`` (422 invalid, 409 key reused with another body, 413 input
+    too large, 503 Redis refused that item). Items are created in one pipeline
+    per queue, each atomic on its own; two items with the same key meet as two
+    requests would, in order. ``cancel_on_disconnect`` and ``Accept:
+    text/event-stream`` do not apply: follow each run with GET /runs/{id}/events.
+    """
+    outcomes: list[Outcome | None] = [None] * len(items)
+    valid: dict[int, NewRun] = {}
+    for i, item in enumerate(items):
+        try:
+            valid[i] = _judged(item, i, state)
+        except Exception as exc:  # each is answered as its problem; a bug re-raises
+            outcomes[i] = await _problem(request, exc)
+    await _refuse_undeclared(valid, outcomes, request, state)
+    if valid:
+        cost = sum(create_cost_bytes(len(dumps(new.input).encode())) for new in valid.values())
+        await state.memory.admit(cost)  # the whole batch, or nothing (503)
+        created = await state.store.create_many(list(valid.values()))
+        for i, outcome in zip(valid, created, strict=True):
+            outcomes[i] = await _answer(request, outcome)
+    return Response(_items_json(outcomes), media_type="application/json")
+
+
+def _items_json(outcomes: Sequence[Outcome | None]) -> bytes:
+    return b'{"items":' + _ITEMS.dump_json([o for o in outcomes if o is not None]) + b"}"
+
+
+def _judged(item: object, i: int, state: ApiState) -> NewRun:
+    """One item as ``POST /runs`` would judge its body; raises what that would answer."""
+    loc: tuple[str | int, ...] = ("body", "items", i)
+    errors = content_errors(item, max_depth=state.settings.max_input_depth, loc=loc)
+    if errors:
+        raise RequestValidationError(errors)
+    return new_run_of(validate_json(CreateRunRequest, item, loc=loc), state, None)
+
+
+async def _refuse_undeclared(
+    valid: dict[int, NewRun], outcomes: list[Outcome | None], request: Request, state: ApiState
+) -> None:
+    """Refuse (422, in place) the items on undeclared queues; one SMISMEMBER for all."""
+    undeclared = set(await state.queues.undeclared(sorted({new.queue for new in valid.values()})))
+    if not undeclared:
+        return
+    declared = await state.queues.declared()
+    for i in [i for i, new in valid.items() if new.queue in undeclared]:
+        outcomes[i] = await _problem(request, QueueNotDeclared(valid.pop(i).queue, declared))
+
+
+async def _answer(request: Request, outcome: Created | Exception) -> Outcome:
+    if isinstance(outcome, Exception):
+        return await _problem(request, outcome)
+    if not outcome.replayed:
+        RUNS_CREATED.labels(outcome.run.queue, outcome.run.handler).inc()
+    return {"status": 200 if outcome.replayed else 201, "run": outcome.run}
+
+
+async def _problem(request: Request, exc: Exception) -> Outcome:
+    """The problem the API answers ``exc`` with anywhere else, as one item's outcome.
+
+    The app's own exception handlers build it, so an item's 422 or 409 reads
+    exactly like the single create's; what has no handler re-raises (a bug is a 500).
+    """
+    handlers = request.app.exception_handlers
+    handler = next((handlers[cls] for cls in type(exc).__mro__ if cls in handlers), None)
+    if handler is None or handlers.get(Exception) is handler:
+        raise exc
+    response = await handler(request, exc)
+    return {"status": response.status_code, "problem": json.loads(response.body)}

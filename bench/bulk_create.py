@@ -1,0 +1,170 @@
+"""Runs created per second through ONE API process: POST /runs one by one vs POST /runs/batch.
+
+``python -m bench.bulk_create [--runs 20000] [--batch 100 500 1000] [--clients 4]``
+starts its own redis-server (no persistence) and one ``leasehold api`` (the
+default handlers and queue, no worker: what is measured is the create path),
+then for each mode creates ``--runs`` ``demo.echo`` runs from ``--clients``
+concurrent HTTP/1.1 connections and reports runs/s from the first request sent
+to the last answer received. ``single`` posts one run per request (the
+"before"); ``batch-N`` posts N per request. Every run carries its own
+idempotency key, as a producer retrying safely would. Each answer is checked
+(every item 201, as many ids as runs) and Redis's own count of runs in the
+queue's index must match, so a fast wrong answer cannot pass.
+
+Bodies are encoded before the clock starts, so what is timed is the API and
+Redis, not this client's JSON encoding. The load average before each mode is
+recorded: the machine is shared. One JSON line goes to ``bench/out/results.jsonl``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from typing import Any
+
+import httpx
+
+from app import processes
+from app.embedded import free_port
+from app.processes import child_env
+from app.settings import Settings
+from app.store.keys import QueueKeys
+from bench.harness import LOG_DIR, header, load_average, log, private_redis, record, stop
+
+PREFIX = Settings.model_fields["prefix"].default
+
+
+def bodies(mode: str, runs: int, batch: int, tag: str) -> list[bytes]:
+    """The request bodies of one mode, encoded up front."""
+
+    def item(i: int) -> dict[str, Any]:
+        return {
+            "handler": "demo.echo",
+            "input": {"message": f"run {i}"},
+            "idempotency_key": f"{tag}-{i}",
+        }
+
+    if mode == "single":
+        return [json.dumps(item(i)).encode() for i in range(runs)]
+    return [
+        json.dumps({"items": [item(i) for i in range(start, min(start + batch, runs))]}).encode()
+        for start in range(0, runs, batch)
+    ]
+
+
+async def send_all(http: httpx.AsyncClient, path: str, payloads: list[bytes], clients: int) -> int:
+    """POST every payload over ``clients`` connections; the runs the answers say were created."""
+    queue: asyncio.Queue[bytes] = asyncio.Queue()
+    for payload in payloads:
+        queue.put_nowait(payload)
+    created = 0
+
+    async def client() -> None:
+        nonlocal created
+        while not queue.empty():
+            payload = queue.get_nowait()
+            response = await http.post(
+                path, content=payload, headers={"content-type": "application/json"}
+            )
+            if response.status_code not in (200, 201):
+                raise RuntimeError(f"{path}: HTTP {response.status_code} {response.text[:300]}")
+            if path == "/runs":
+                created += 1
+                continue
+            statuses = [item["status"] for item in response.json()["items"]]
+            if set(statuses) != {201}:
+                raise RuntimeError(f"batch answered {sorted(set(statuses))}")
+            created += len(statuses)
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return created
+
+
+async def measure(
+    http: httpx.AsyncClient, redis: Any, mode: str, args: argparse.Namespace
+) -> dict[str, Any]:
+    """One mode: runs/s, checked against the answers and Redis's own index."""
+    batch = int(mode.split("-")[1]) if mode.startswith("batch-") else 1
+    payloads = bodies(mode, args.runs, batch, tag=f"{mode}-{time.time_ns()}")
+    path = "/runs" if mode == "single" else "/runs/batch"
+    runs_key = QueueKeys(PREFIX, "default").runs
+    before = await redis.zcard(runs_key)
+    load = load_average()
+    started = time.perf_counter()
+    created = await send_all(http, path, payloads, args.clients)
+    elapsed_s = time.perf_counter() - started
+    stored = await redis.zcard(runs_key) - before
+    if created != args.runs or stored != args.runs:
+        raise RuntimeError(f"{mode}: {created} answered created, {stored} stored of {args.runs}")
+    rate = round(args.runs / elapsed_s)
+    log(f"{mode}: {args.runs} runs in {elapsed_s:.2f}s = {rate}/s (load {load[0]:.2f})")
+    return {
+        "mode": mode,
+        "runs": args.runs,
+        "seconds": round(elapsed_s, 3),
+        "runs_per_s": rate,
+        "load_before": load,
+    }
+
+
+async def main(args: argparse.Namespace) -> None:
+    """Start Redis and one API, run each mode ``--reps`` times, record the median."""
+    async with private_redis("bulk-create") as redis:
+        port = free_port()
+        env = {
+            "LEASEHOLD_REDIS_URL": redis.url,
+            "LEASEHOLD_API_PORT": str(port),
+            "LEASEHOLD_HANDLERS": "app.demo",
+            "LEASEHOLD_LOG_LEVEL": "WARNING",
+        }
+        LOG_DIR.mkdir(parents=True, exist_ok=True)
+        log_path = LOG_DIR / "bulk-create-api.log"
+        api = processes.spawn("api", ["api"], env=child_env(env), log_path=log_path)
+        modes = ["single", *(f"batch-{size}" for size in args.batch)]
+        results: list[dict[str, Any]] = []
+        try:
+            url = f"http://127.0.0.1:{port}"
+            processes.wait_healthy(url, api, timeout_s=60)
+            limits = httpx.Limits(max_connections=args.clients)
+            async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
+                for mode in modes:
+                    reps = [await measure(http, redis.client, mode, args) for _ in range(args.reps)]
+                    reps.sort(key=lambda rep: rep["runs_per_s"])
+                    results.append(
+                        {
+                            **reps[len(reps) // 2],
+                            "all_runs_per_s": [rep["runs_per_s"] for rep in reps],
+                        }
+                    )
+        finally:
+            stop(api)
+        result = {
+            **(await header(redis.client, args.label)),
+            "bench": "bulk_create",
+            "clients": args.clients,
+            "modes": results,
+        }
+    record(result)
+    print(f"{'mode':<12} {'runs/s':>8}  {'all reps':<24} load before")
+    for row in results:
+        print(
+            f"{row['mode']:<12} {row['runs_per_s']:>8}  {row['all_runs_per_s']!s:<24} "
+            f"{row['load_before'][0]:.2f}"
+        )
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20_000, help="runs per mode and repetition")
+    parser.add_argument("--batch", type=int, nargs="*", default=[100, 500, 1000])
+    parser.add_argument("--clients", type=int, default=4, help="concurrent connections")
+    parser.add_argument("--reps", type=int, default=3, help="median of this many")
+    parser.add_argument("--label", default="bulk-create")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse_args()))

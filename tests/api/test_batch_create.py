@@ -1,0 +1,284 @@
+"""POST /runs/batch against the test's real Redis: one outcome per item, bad items write nothing.
+
+Each item must be judged exactly as POST /runs judges a body, alone: what a
+client sees is the same status and problem in the item's place, and that the
+refused items left no key behind while the valid ones are queued.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+
+from app.api.app import create_app
+from app.client import ApiError, AsyncClient
+from app.models import CreateRunsResult
+from app.settings import Settings
+from app.store.keys import QueueKeys
+from tests.api.test_memory import HIGH_WATER, filler, memory_settings, start_api
+from tests.support.memory import SmallRedis
+
+ECHO: dict[str, Any] = {"handler": "demo.echo", "input": {"message": "hi"}}
+
+
+def nested(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+async def run_keys(client: aioredis.Redis, prefix: str) -> list[str]:
+    """Every run record and event stream under the test's prefix."""
+    keys = await client.keys(f"{prefix}:*")
+    return sorted(key for key in keys if ":run:" in key or ":events:" in key)
+
+
+def post_json(api: httpx.AsyncClient, path: str, body: object) -> Any:
+    """POST ``body`` as JSON, NaN included (httpx's json= refuses to send it)."""
+    return api.post(path, content=json.dumps(body), headers={"content-type": "application/json"})
+
+
+async def post_batch(api: httpx.AsyncClient, items: list[Any]) -> list[dict[str, Any]]:
+    response = await post_json(api, "/runs/batch", {"items": items})
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "application/json"
+    outcomes: list[dict[str, Any]] = response.json()["items"]
+    assert len(outcomes) == len(items)
+    return outcomes
+
+
+async def test_each_item_gets_the_answer_a_single_create_would_give_in_request_order(
+    api: httpx.AsyncClient, settings: Settings, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    bad: list[Any] = [
+        {**ECHO, "surprise": 1},  # unknown field
+        {"handler": "no.such_handler"},
+        {"handler": "demo.sleep", "input": {"seconds": "long"}},  # invalid for the handler
+        {**ECHO, "queue": "nobody-declared-this"},
+        {**ECHO, "input": {"x": float("nan")}},
+        {**ECHO, "input": nested(settings.max_input_depth + 1)},
+        {**ECHO, "retention_s": settings.retention_max_s * 2},
+        {**ECHO, "input": {"message": "x" * settings.max_input_bytes}},
+        "not an object",
+    ]
+    singles = [await post_json(api, "/runs", item) for item in bad]
+    before = await run_keys(redis_client, prefix)
+    assert before == []  # the single creates refused every one
+    items = [ECHO, *bad, {**ECHO, "input": {"message": "last"}}]
+    outcomes = await post_batch(api, items)
+
+    assert [o["status"] for o in outcomes] == [201, *(s.status_code for s in singles), 201]
+    for outcome, single in zip(outcomes[1:-1], singles, strict=True):
+        assert outcome["problem"]["type"] == single.json()["type"]
+        assert "run" not in outcome
+    # the schema errors say which item: under body.items.<index>
+    assert outcomes[1]["problem"]["errors"][0]["loc"][:3] == ["body", "items", 1]
+    assert outcomes[5]["problem"]["errors"][0]["loc"] == ["body", "items", 5, "input", "x"]
+    assert "nobody-declared-this" in outcomes[4]["problem"]["detail"]
+    created = [outcomes[0]["run"], outcomes[-1]["run"]]
+    assert [run["input"] for run in created] == [{"message": "hi"}, {"message": "last"}]
+    for run in created:
+        fetched = (await api.get(f"/runs/{run['id']}")).json()
+        assert fetched["status"] == "queued"
+        assert fetched["created_at"] == run["created_at"]
+    # only the two valid items left records (a run hash and an events stream each)
+    assert len(await run_keys(redis_client, prefix)) == 4
+    queues = (await api.get("/queues")).json()["items"]
+    assert {q["name"]: q["ready"] for q in queues}["default"] == 2
+
+
+async def test_idempotency_keys_replay_with_200_and_conflict_with_409_per_item(
+    api: httpx.AsyncClient,
+) -> None:
+    items = [
+        {**ECHO, "idempotency_key": "order-1"},
+        {**ECHO, "idempotency_key": "order-2"},
+        {**ECHO, "idempotency_key": "order-1"},  # the same key twice in one batch: a replay
+    ]
+    first = await post_batch(api, items)
+    assert [o["status"] for o in first] == [201, 201, 200]
+    assert first[2]["run"]["id"] == first[0]["run"]["id"]
+
+    again = await post_batch(api, [*items, {**ECHO, "idempotency_key": "order-3"}])
+    assert [o["status"] for o in again] == [200, 200, 200, 201]
+    assert [o["run"]["id"] for o in again[:2]] == [o["run"]["id"] for o in first[:2]]
+
+    changed = await post_batch(
+        api, [{**ECHO, "input": {"message": "other"}, "idempotency_key": "order-2"}]
+    )
+    assert changed[0]["status"] == 409
+    assert changed[0]["problem"]["type"].endswith("/idempotency-conflict")
+    assert first[1]["run"]["id"] in changed[0]["problem"]["detail"]
+
+
+async def test_per_run_options_are_kept_and_queues_are_sent_concurrently(
+    api: httpx.AsyncClient, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    assert (await api.put("/queues/emails")).status_code in (200, 201)
+    items = [
+        {**ECHO, "retention_s": 60.0, "queued_ttl_s": 30.0, "max_attempts": 3},
+        {**ECHO, "queue": "emails", "metadata": {"tenant": "acme"}},
+        {**ECHO, "budget": {"max_duration_s": 5}},
+    ]
+    outcomes = await post_batch(api, items)
+    assert [o["status"] for o in outcomes] == [201, 201, 201]
+    first = (await api.get(f"/runs/{outcomes[0]['run']['id']}")).json()
+    assert first["retention_s"] == 60.0
+    assert first["max_attempts"] == 3
+    second = (await api.get(f"/runs/{outcomes[1]['run']['id']}")).json()
+    assert second["queue"] == "emails"
+    assert second["metadata"] == {"tenant": "acme"}
+    # queued_ttl_s: the run ends `expired` if still unclaimed 30 s from now (Redis clock)
+    unclaimed = QueueKeys(prefix, "default").unclaimed
+    deadlines = {
+        run_id: await redis_client.zscore(unclaimed, run_id)
+        for run_id in (outcomes[0]["run"]["id"], outcomes[2]["run"]["id"])
+    }
+    now_s, now_us = await redis_client.time()
+    now_ms = now_s * 1000 + now_us // 1000
+    first_deadline = deadlines[outcomes[0]["run"]["id"]]
+    assert first_deadline is not None and now_ms < first_deadline <= now_ms + 30_000
+    default_deadline = deadlines[outcomes[2]["run"]["id"]]
+    assert default_deadline is not None and default_deadline > now_ms + 30_000
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        ({"items": "nope"}, 422),
+        ({"items": [ECHO], "extra": 1}, 422),
+        ([ECHO], 422),
+        ({}, 422),
+        ({"items": {"0": ECHO}}, 422),
+    ],
+)
+async def test_a_body_that_is_not_a_batch_is_a_422_and_writes_nothing(
+    api: httpx.AsyncClient,
+    redis_client: aioredis.Redis,
+    prefix: str,
+    body: object,
+    status: int,
+) -> None:
+    response = await api.post("/runs/batch", json=body)
+    assert response.status_code == status
+    assert response.headers["content-type"] == "application/problem+json"
+    assert await run_keys(redis_client, prefix) == []
+
+
+@pytest.mark.parametrize(
+    ("content", "headers", "status"),
+    [
+        (b'{"items": [', {"content-type": "application/json"}, 400),
+        (b'{"items": []}', {"content-type": "text/plain"}, 415),
+        (b"", {"content-type": "application/json"}, 422),
+        (
+            b'{"items":' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+            {"content-type": "application/json"},
+            422,
+        ),
+        (
+            b'{"items": [' + b'{"handler":"demo.echo","input":NaN},' * 3 + b"{}]}",
+            {"content-type": "application/json"},
+            200,
+        ),
+    ],
+)
+async def test_hostile_bodies_are_answered_not_crashed_on(
+    api: httpx.AsyncClient,
+    redis_client: aioredis.Redis,
+    prefix: str,
+    content: bytes,
+    headers: dict[str, str],
+    status: int,
+) -> None:
+    response = await api.post("/runs/batch", content=content, headers=headers)
+    assert response.status_code == status, response.text
+    assert await run_keys(redis_client, prefix) == []
+    if status == 200:  # NaN items and an item without a handler: each refused alone
+        assert [o["status"] for o in response.json()["items"]] == [422, 422, 422, 422]
+
+
+async def test_more_items_than_the_setting_allows_is_413_and_writes_nothing(
+    settings: Settings, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    app = create_app(settings.model_copy(update={"batch_max_items": 5}))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as api:
+            assert (await post_batch(api, [ECHO] * 5))[4]["status"] == 201
+            before = await run_keys(redis_client, prefix)
+            refused = await api.post("/runs/batch", json={"items": [ECHO] * 6})
+            assert refused.status_code == 413
+            assert "LEASEHOLD_BATCH_MAX_ITEMS" in refused.json()["detail"]
+            assert await run_keys(redis_client, prefix) == before
+
+
+async def test_an_empty_batch_creates_nothing_and_a_header_key_is_refused(
+    api: httpx.AsyncClient, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    assert await post_batch(api, []) == []
+    refused = await api.post(
+        "/runs/batch", json={"items": [ECHO]}, headers={"Idempotency-Key": "whole-batch"}
+    )
+    assert refused.status_code == 400
+    assert "idempotency_key" in refused.json()["detail"]
+    assert await run_keys(redis_client, prefix) == []
+
+
+async def test_a_batch_past_the_memory_high_water_is_refused_whole_with_retry_after(
+    small_redis: SmallRedis, prefix: str, tmp_path: Path
+) -> None:
+    async with start_api(memory_settings(small_redis, prefix, tmp_path)) as api:
+        assert (await api.post("/runs", json=filler(0))).status_code == 201
+        small_redis.set_max(int(small_redis.used_bytes() / (HIGH_WATER + 0.15)))
+        await api.get("/readyz")  # a fresh reading for admission, not the cached one
+        refused = await api.post("/runs/batch", json={"items": [filler(i) for i in range(1, 4)]})
+        assert refused.status_code == 503
+        assert refused.json()["type"].endswith("/admission-refused")
+        assert refused.headers["Retry-After"]
+        listed = (await api.get("/runs", params={"queue": "filler"})).json()["items"]
+        assert len(listed) == 1
+
+
+async def test_items_redis_refuses_for_memory_are_each_a_typed_503(
+    small_redis: SmallRedis, prefix: str, tmp_path: Path
+) -> None:
+    # admission keeps its first reading for the whole test, so Redis refuses the writes itself
+    settings = memory_settings(small_redis, prefix, tmp_path, check_interval_s=60)
+    async with start_api(settings) as api:
+        small_redis.allow(4_000_000)
+        assert (await api.post("/runs", json=filler(0))).status_code == 201
+        small_redis.set_max(small_redis.used_bytes() // 2)
+        outcomes = await post_batch(api, [filler(1), {"handler": "nope.nope"}])
+        assert outcomes[0]["status"] == 503
+        assert outcomes[0]["problem"]["type"].endswith("/redis-out-of-memory")
+        assert outcomes[1]["status"] == 422
+        assert small_redis.oom_refusals() >= 1
+
+
+async def test_async_client_create_many_returns_each_outcome(settings: Settings) -> None:
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with AsyncClient("http://api", transport=transport) as client:
+            result = await client.create_many(
+                [
+                    {"handler": "demo.echo", "input": {"message": "a"}, "idempotency_key": "a"},
+                    {"handler": "nope.nope"},
+                ]
+            )
+            assert isinstance(result, CreateRunsResult)
+            assert [item.status for item in result.items] == [201, 422]
+            assert result.items[0].run is not None
+            assert result.items[0].run.input == {"message": "a"}
+            assert result.items[1].problem is not None
+            assert result.items[1].problem.type.endswith("/unknown-handler")
+            with pytest.raises(ApiError) as refused:
+                await client.create_many([{"handler": "demo.echo"}] * 20_000)
+            assert refused.value.status == 413
