@@ -210,7 +210,7 @@ async def test_more_items_than_the_setting_allows_is_413_and_writes_nothing(
     app = create_app(settings.model_copy(update={"batch_max_items": 5}))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://api") as api:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as api:
             assert (await post_batch(api, [ECHO] * 5))[4]["status"] == 201
             before = await run_keys(redis_client, prefix)
             refused = await api.post("/runs/batch", json={"items": [ECHO] * 6})
@@ -266,7 +266,7 @@ async def test_async_client_create_many_returns_each_outcome(settings: Settings)
     app = create_app(settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with AsyncClient("http://api", transport=transport) as client:
+        async with AsyncClient("http://localhost", transport=transport) as client:
             result = await client.create_many(
                 [
                     {"handler": "demo.echo", "input": {"message": "a"}, "idempotency_key": "a"},
