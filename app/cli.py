@@ -27,6 +27,7 @@ from app.models import PARKED_STATUSES, Run, RunStatus
 from app.probes import ProbeResult
 from app.render import EventPrinter
 from app.settings import DEMO_HANDLERS, Settings, load_settings
+from app.tracing import configure as configure_tracing
 
 if TYPE_CHECKING:
     from app.client import ApiError, Client
@@ -106,6 +107,15 @@ def with_demo(settings: Settings) -> Settings:
     if settings.demo_enabled:
         return settings
     return settings.model_copy(update={"handlers": [DEMO_HANDLERS, *settings.handlers]})
+
+
+def tracing_or_exit(settings: Settings, service_name: str) -> None:
+    """Turn tracing on as LEASEHOLD_TRACING says; asked for without the [otel] extra: exit 2."""
+    try:
+        configure_tracing(settings, service_name)
+    except ConfigurationError as exc:
+        typer.echo(f"leasehold: invalid setting LEASEHOLD_TRACING: {exc}", err=True)
+        raise typer.Exit(EXIT_CONFIG) from None
 
 
 @contextmanager
@@ -205,6 +215,7 @@ def api(
         logging.getLogger(__name__).warning(
             "no handlers (LEASEHOLD_HANDLERS is empty): every POST /runs gets 422"
         )
+    tracing_or_exit(settings, "leasehold-api")
     uvicorn.run(
         application,
         host=settings.api_host,
@@ -237,6 +248,7 @@ def worker(
     )
     registry = runnable_handlers_or_exit(settings)
     configure_logging(settings.log_level, settings.log_format)
+    tracing_or_exit(settings, "leasehold-worker")
     asyncio.run(Worker(settings, registry).run())
 
 

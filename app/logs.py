@@ -5,7 +5,9 @@ Two formats, chosen by ``LEASEHOLD_LOG_FORMAT``:
 * ``text`` (default) for people: ``<time> <level> <logger>: <message> run_id=… fence=…``;
 * ``json`` for log pipelines: one JSON object per line with ``ts``, ``level``,
   ``logger``, ``message`` and whichever of ``run_id``, ``owner_id``, ``fence`` the
-  record carries (``logger.info(..., extra={"run_id": ...})``).
+  record carries (``logger.info(..., extra={"run_id": ...})``); with tracing on,
+  also ``trace_id`` and ``span_id`` of the span the line was logged in, so a
+  line leads to its trace and a trace to its lines.
 
 Only those named context fields are ever copied from a record, never arbitrary
 ``extra`` values, so run inputs, outputs and request headers stay out of the
@@ -20,6 +22,8 @@ import logging
 import sys
 from datetime import UTC, datetime
 from typing import Any, Literal
+
+from app.tracing import tracer
 
 CONTEXT_FIELDS = ("run_id", "owner_id", "fence")
 ACCESS_LOGGER = "uvicorn.access"
@@ -62,6 +66,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
             **_context(record),
+            **tracer().current_ids(),
         }
         if record.name == ACCESS_LOGGER:
             entry.update(_access_fields(record))

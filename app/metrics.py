@@ -42,6 +42,13 @@ RUNS_DELETED = Counter(
 LEASE_RENEWALS = Counter(
     "leasehold_lease_renewals_total", "Leases renewed by the heartbeat.", ["queue"]
 )
+ATTEMPT_SECONDS = Histogram(
+    "leasehold_run_attempt_seconds",
+    "Duration of one attempt in this worker, claim to outcome written, by how it ended; "
+    "with tracing on, observations carry the attempt's trace_id as an OpenMetrics exemplar.",
+    ["queue", "handler", "status"],
+    buckets=(0.005, 0.025, 0.1, 0.5, 1, 2.5, 10, 30, 60, 300, 900, 3600),
+)
 RENEW_SECONDS = Histogram(
     "leasehold_lease_renew_seconds",
     "Round-trip time of one batch renewal (one per queue).",

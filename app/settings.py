@@ -428,6 +428,12 @@ class Settings(BaseSettings):
         description="text for people, json for log pipelines: one object per line with "
         "run_id, owner_id and fence where they apply",
     )
+    tracing: Literal["off", "otlp", "console"] = Field(
+        default="off",
+        description="OpenTelemetry traces (needs the [otel] extra): otlp exports over "
+        "OTLP/HTTP to the endpoint of the standard OTEL_EXPORTER_OTLP_* variables, console "
+        "prints spans to stderr; off imports nothing. OTEL_SDK_DISABLED=true also turns it off",
+    )
 
     @field_validator(
         "queues", "handlers", "api_keys", "cors_origins", "trusted_hosts", mode="before"

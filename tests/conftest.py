@@ -26,7 +26,12 @@ from app.store.scripts import Scripts
 
 TEST_TTL_S = 1.0
 
-pytest_plugins = ["tests.support.processes", "tests.support.clusters", "tests.support.memory"]
+pytest_plugins = [
+    "tests.support.processes",
+    "tests.support.clusters",
+    "tests.support.memory",
+    "tests.support.tracing",
+]
 
 
 @pytest.fixture(scope="session")

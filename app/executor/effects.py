@@ -73,6 +73,7 @@ from app.store.leases import ClaimedRun
 from app.store.progress import EffectCall, EffectOutcome, EffectStart, ProgressStore
 from app.store.refusals import describe, is_transient
 from app.store.scripts import ScriptCode
+from app.tracing import Attributes, Span, tracer
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,8 @@ class EffectLedger:
         self._on_lost = on_lost
         self._on_parked = on_parked
         self._seq: dict[str, int] | None = None
+        # the attempt's span context (set by the execution), for effects called from threads
+        self.trace_parent: str | None = None
 
     async def checkpoint(self, state: Any) -> Any:
         """Store ``state``; returns it as a later attempt will see it (its JSON round trip).
@@ -135,6 +138,14 @@ class EffectLedger:
         the result cannot be recorded, :class:`EffectOutcomeUnknown` when the run was
         parked, :class:`LeaseLost` when fenced out, and whatever ``fn`` raises.
         """
+        # a sync handler's effect_sync arrives here outside the run's context: then the
+        # attempt's span is its parent
+        parent = None if tracer().current_ids() else self.trace_parent
+        attributes: Attributes = {"leasehold.effect": name, "leasehold.idempotent": idempotent}
+        with tracer().span(f"leasehold.effect {name}", attributes, parent=parent) as span:
+            return await self._effect(name, fn, idempotent, span)
+
+    async def _effect(self, name: str, fn: EffectFn, idempotent: bool, span: Span) -> Any:
         call = await self._next_call(name, idempotent)
         await self._sink.flush()
         started = await _retrying(
@@ -143,6 +154,7 @@ class EffectLedger:
             )
         )
         if started.code == ScriptCode.REPLAYED:
+            span.set_attributes({"leasehold.replayed": True})
             return json.loads(started.result_json)
         self._check_started(started)
         if inspect.iscoroutinefunction(fn):

@@ -15,7 +15,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -36,14 +39,16 @@ from app.executor.context import RunContext
 from app.executor.courier import Courier
 from app.executor.effects import EffectLedger
 from app.executor.events import EventSink
+from app.executor.spans import attempt_span
 from app.handlers import HandlerSpec
-from app.metrics import BUDGET_FAILURES, RUNS_FINISHED
+from app.metrics import ATTEMPT_SECONDS, BUDGET_FAILURES, RUNS_FINISHED
 from app.retry import Backoff
 from app.store.codec import dumps
 from app.store.leases import ClaimedRun, HeldLease, LeaseStore, Outcome
 from app.store.progress import ProgressStore
 from app.store.scripts import ScriptCode
 from app.supervision.config import Supervision
+from app.tracing import tracer
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +155,9 @@ class RunExecution:
         self.stop_reason: str | None = None
         self._in_handler = False
         self.task: asyncio.Task[None] | None = None
+        self._started_at = time.monotonic()
+        self.span = attempt_span(claimed, deps.owner_id)
+        self.ledger.trace_parent = self.span.traceparent
 
     def start(self) -> asyncio.Task[None]:
         """Run in a task of its own."""
@@ -165,12 +173,20 @@ class RunExecution:
         """Interrupt the handler. Lease loss wins over any other reason."""
         if self.stop_reason is None or reason in ABANDONING_REASONS:
             self.stop_reason = reason
+        self.span.add_event(reason)
         self.context._signal_cancel(reason)
         if self._in_handler and self.task is not None:
             self.task.cancel()
 
     async def run(self) -> None:
-        """Execute the handler, then settle the run one way."""
+        """Execute the handler, then settle the run one way, inside the attempt's span."""
+        try:
+            with tracer().use(self.span):
+                await self._run()
+        finally:
+            self.span.end()
+
+    async def _run(self) -> None:
         try:
             result = await self._execute()
             self._deps.on_slot_freed()
@@ -228,9 +244,10 @@ class RunExecution:
     async def _call(self, spec: HandlerSpec, params: BaseModel) -> Any:
         if spec.is_async:
             return await spec.fn(self.context, params)
-        return await self._loop.run_in_executor(
-            self._deps.thread_pool, spec.fn, self.context, params
-        )
+        # the thread runs in a copy of this task's context: the handler's logs and spans
+        # see the attempt's span
+        call = functools.partial(contextvars.copy_context().run, spec.fn, self.context, params)
+        return await self._loop.run_in_executor(self._deps.thread_pool, call)
 
     async def _finish(self, result: HandlerResult) -> None:
         await self.sink.flush()
@@ -243,6 +260,7 @@ class RunExecution:
             code, code.value.lower()
         )
         RUNS_FINISHED.labels(self.claimed.queue, self.claimed.handler, status).inc()
+        self._observe(status)
         if code == ScriptCode.LOST:
             log.warning(
                 "outcome rejected: lease lost before the terminal write", extra=self._log_extra()
@@ -254,6 +272,15 @@ class RunExecution:
                 "requeued for retry" if code == ScriptCode.RETRY else status,
                 extra=self._log_extra(),
             )
+
+    def _observe(self, status: str) -> None:
+        """The attempt's duration; its trace id as the exemplar, so a slow bucket leads to it."""
+        self.span.set_attributes({"leasehold.outcome": status})
+        ids = tracer().current_ids()
+        exemplar = {"trace_id": ids["trace_id"]} if ids else None
+        ATTEMPT_SECONDS.labels(self.claimed.queue, self.claimed.handler, status).observe(
+            time.monotonic() - self._started_at, exemplar=exemplar
+        )
 
     def _outcome(self, result: HandlerResult) -> Outcome:
         run_id, fence = self.claimed.id, self.claimed.fence
@@ -305,6 +332,7 @@ class RunExecution:
                 "release failed; the lease will expire instead: %s", exc, extra=self._log_extra()
             )
             return
+        self.span.add_event("released", {"leasehold.code": str(codes[0])})
         log.info("run released: %s", codes[0], extra=self._log_extra())
 
     def _log_extra(self) -> dict[str, Any]:

@@ -39,6 +39,12 @@ class ClaimedRun:
     state: Any
     resume_input: Any
     budget: dict[str, Any] = field(default_factory=dict)
+    # for tracing: the run's stored trace context, when it was created, and the run's
+    # previous claim (a takeover's attempt links to the attempt it took over)
+    traceparent: str | None = None
+    created_at_ms: int | None = None
+    prior_fence: int | None = None
+    prior_owner: str | None = None
 
 
 @dataclass(frozen=True)
@@ -188,6 +194,10 @@ class LeaseStore:
                 state=_json_or_none(row[6]),
                 resume_input=_json_or_none(row[7]),
                 budget=_json_or_none(row[8]) or {},
+                traceparent=row[9] or None,
+                created_at_ms=int(row[10]) if row[10] else None,
+                prior_fence=int(row[11]) if row[11] else None,
+                prior_owner=row[12] or None,
             )
             for row in rows
         ]

@@ -64,6 +64,9 @@ class NewRun:
     budget: dict[str, Any] | None = None
     retention_ms: int | None = None  # None: the per-status retention of the store
     queued_ttl_ms: int | None = None  # None: the store's default
+    # W3C trace context (validated by the API) the attempts' spans are children of; not part
+    # of the fingerprint: the same body under another trace is still a replay
+    traceparent: str | None = None
 
     def fingerprint(self) -> str:
         """Hash of everything that defines the run, to tell a replay from a conflict."""
@@ -247,6 +250,7 @@ class RunStore:
                 dumps(new.budget) if new.budget else "",
                 "" if new.retention_ms is None else new.retention_ms,
                 new.queued_ttl_ms or self.queued_ttl_ms,
+                new.traceparent or "",
             ],
         )
 

@@ -21,6 +21,7 @@ honoured at once; the watchdog is not asked.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import math
@@ -42,6 +43,7 @@ from app.errors import (
 from app.metrics import VERDICTS
 from app.supervision.verdicts import Decision, Evidence, Verdict
 from app.supervision.watchdog import Watchdog
+from app.tracing import tracer
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +128,13 @@ class Operation:
     # -- lifecycle -------------------------------------------------------------------
 
     async def __aenter__(self) -> Operation:
+        # the span is current inside the block and in the watcher started below
+        self._span = tracer().start_span(
+            f"leasehold.operation {self.kind}",
+            attributes={"leasehold.kind": self.kind, "leasehold.subject": self.subject},
+        )
+        self._scope = contextlib.ExitStack()
+        self._scope.enter_context(tracer().use(self._span))
         self._target = asyncio.current_task()
         if self._target is not None:
             self._cancelling_before = self._target.cancelling()
@@ -138,6 +147,25 @@ class Operation:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
+        error = exc
+        try:
+            suppressed = await self._exit(exc_type)
+            if suppressed:
+                error = None
+            return suppressed
+        except BaseException as raised:
+            error = raised
+            raise
+        finally:
+            self._scope.close()
+            if error is not None:
+                self._span.fail(error)
+            self._span.set_attributes(
+                {"leasehold.renewals": self.renewals, "leasehold.progress": self.progress_count}
+            )
+            self._span.end()
+
+    async def _exit(self, exc_type: type[BaseException] | None) -> bool:
         interrupted = False
         try:
             await self._stop_watcher()
@@ -281,6 +309,7 @@ class Operation:
 
     async def _consult(self, now: float) -> Decision:
         evidence = self.evidence(now)
+        self._span.add_event("wait", {"leasehold.renewals": self.renewals})
         await self._emit(
             "wait",
             {
@@ -299,6 +328,14 @@ class Operation:
         decision = await self._watchdog.decide(evidence)
         self.verdicts.append(decision)
         VERDICTS.labels(decision.verdict.value, self.kind).inc()
+        self._span.add_event(
+            "verdict",
+            {
+                "leasehold.verdict": decision.verdict.value,
+                "leasehold.reason": decision.reason or "",
+                "leasehold.evaluator": decision.evaluator or "",
+            },
+        )
         await self._emit(
             "verdict",
             {

@@ -15,7 +15,10 @@
 --          again (a retry after a lost reply) answers what the first call claimed
 -- returns  {code, runs, next_due_ms}  codes: OK; runs is a list of
 --          {id, fence, handler, input, attempt, max_attempts, state, resume_input,
---          budget};
+--          budget, traceparent, created_at, prior_fence, prior_owner}; the last two
+--          name the run's previous claim (attempt_fence/attempt_owner, kept on the
+--          record so tracing can link a takeover to the lost attempt), '' if none
+--          (and on a replayed receipt)
 --          next_due_ms is the earliest delayed run's time, or -1
 -- events   claimed
 -- invariant: a claimed run leaves `ready` and gains its lease in the same atomic
@@ -50,9 +53,9 @@ local function next_due_ms()
   return -1
 end
 
-local function row(id, fence, cur)
+local function row(id, fence, cur, prior_fence, prior_owner)
   return {id, fence, cur[2], cur[3], tonumber(cur[4]), tonumber(cur[5]), cur[6] or '',
-    cur[7] or '', cur[8] or ''}
+    cur[7] or '', cur[8] or '', cur[11] or '', cur[12] or '', prior_fence, prior_owner}
 end
 
 if token ~= '' then
@@ -61,9 +64,10 @@ if token ~= '' then
     local replayed = {}
     for _, held in ipairs(cjson.decode(prior)) do
       local cur = redis.call('HMGET', KEYS[4] .. held[1], 'status', 'handler', 'input',
-        'attempt', 'max_attempts', 'state', 'resume_input', 'budget', 'owner_id', 'fence')
+        'attempt', 'max_attempts', 'state', 'resume_input', 'budget', 'owner_id', 'fence',
+        'traceparent', 'created_at')
       if cur[1] == 'running' and cur[9] == owner and tonumber(cur[10]) == held[2] then
-        replayed[#replayed + 1] = row(held[1], held[2], cur)
+        replayed[#replayed + 1] = row(held[1], held[2], cur, '', '')
       end
     end
     return {'OK', replayed, next_due_ms()}
@@ -87,7 +91,8 @@ while #claimed < want do
   for _, id in ipairs(ids) do
     local run_key = KEYS[4] .. id
     local cur = redis.call('HMGET', run_key, 'status', 'handler', 'input', 'attempt',
-      'max_attempts', 'state', 'resume_input', 'budget')
+      'max_attempts', 'state', 'resume_input', 'budget', 'attempt_fence', 'attempt_owner',
+      'traceparent', 'created_at')
     -- anything not queued (cancelled while waiting, expired) is dropped lazily here
     if cur[1] == 'queued' then
       local data = cjson.encode({owner_id = owner, attempt = tonumber(cur[4])})
@@ -95,7 +100,7 @@ while #claimed < want do
       local expires = now + ttl
       redis.call('HSET', run_key, 'status', 'running', 'owner_id', owner,
         'lease_expires_at', expires, 'lease_ttl_ms', ttl, 'started_at', now,
-        'last_renewed_at', now)
+        'last_renewed_at', now, 'attempt_fence', fence, 'attempt_owner', owner)
       -- the first claim's time stays: a run's duration spans every attempt and park
       redis.call('HSETNX', run_key, 'first_started_at', now)
       redis.call('ZADD', KEYS[3], expires, id)
@@ -104,7 +109,7 @@ while #claimed < want do
         redis.call('ZREM', unclaimed_key_of(KEYS[4]), id)
       end
       emit(run_key, KEYS[5] .. id, 'claimed', fence, now, data, ARGV[4])
-      claimed[#claimed + 1] = row(id, fence, cur)
+      claimed[#claimed + 1] = row(id, fence, cur, cur[9] or '', cur[10] or '')
     end
   end
 end

@@ -20,6 +20,7 @@
 -- ARGV[12] budget       json    run-level budgets (max_steps, max_duration_s), '' for none
 -- ARGV[13] retention_ms integer the run's own retention once it ends, '' for the per-status one
 -- ARGV[14] queued_ttl_ms integer how long it may wait unclaimed before it ends `expired`
+-- ARGV[15] traceparent  string  W3C trace context the worker parents each attempt on, '' for none
 -- returns  {code, run_id, created_at_ms}  codes: OK (created), REPLAYED (same key and
 --          same body, or this run id exists already: the earlier run's id),
 --          CONFLICT (same key, other body: the earlier run's id)
@@ -31,7 +32,7 @@
 --          budget are stored as the API encoded them (it refuses non-finite numbers).
 --- @include lib
 
-check_argc(14)
+check_argc(15)
 local run_id = run_id_arg(ARGV[1], KEYS[1], KEYS[2])
 local max_attempts = int_arg(ARGV[5], 'max_attempts', 1)
 enum_arg(ARGV[6], 'on_lease_expired', {'orphan', 'retry'})
@@ -67,7 +68,7 @@ redis.call('HSET', KEYS[1],
   'input', ARGV[4], 'attempt', 1, 'max_attempts', ARGV[5],
   'on_lease_expired', ARGV[6], 'fence', 0, 'created_at', now,
   'metadata', ARGV[7], 'idempotency_key', idem_key, 'budget', ARGV[12],
-  'retention_ms', ARGV[13])
+  'retention_ms', ARGV[13], 'traceparent', ARGV[15])
 emit(KEYS[1], KEYS[2], 'created', 0, now, data, ARGV[10])
 redis.call('ZADD', KEYS[4], now, run_id)
 redis.call('ZADD', KEYS[6], now + queued_ttl_ms, run_id)

@@ -36,6 +36,7 @@ from app.models import (
 from app.store.codec import LARGE_FIELDS, dumps
 from app.store.keys import queue_of
 from app.store.runs import NewRun
+from app.tracing import Span, parse_traceparent, tracer
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +50,17 @@ def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {code: {"model": Problem, "content": {PROBLEM_JSON: {}}} for code in codes}
 
 
-def new_run_of(body: CreateRunRequest, state: ApiState, idempotency_key: str | None) -> NewRun:
-    """Validate a create request against settings and the handler; raises on bad input."""
+def new_run_of(
+    body: CreateRunRequest,
+    state: ApiState,
+    idempotency_key: str | None,
+    traceparent: str | None = None,
+) -> NewRun:
+    """Validate a create request against settings and the handler; raises on bad input.
+
+    Bad input is a 4xx even while Redis is full: this runs before admission.
+    ``traceparent`` (already validated) is kept with the run for its workers' spans.
+    """
     if idempotency_key and body.idempotency_key and idempotency_key != body.idempotency_key:
         raise HTTPException(400, "the Idempotency-Key header and the idempotency_key field differ")
     input_size = len(dumps(body.input).encode())
@@ -74,6 +84,7 @@ def new_run_of(body: CreateRunRequest, state: ApiState, idempotency_key: str | N
         budget=body.budget.model_dump(exclude_none=True) if body.budget else None,
         retention_ms=retention_ms,
         queued_ttl_ms=queued_ttl_ms,
+        traceparent=traceparent,
     )
 
 
@@ -118,6 +129,13 @@ async def create_run(
     response: Response,
     state: State,
     idempotency_key: Annotated[str | None, Header(pattern=IDEMPOTENCY_KEY_PATTERN)] = None,
+    traceparent: Annotated[
+        str | None,
+        Header(
+            description="W3C trace context: the run's spans join this trace (a malformed "
+            "value is ignored, as the W3C spec requires, and a new trace starts)"
+        ),
+    ] = None,
 ) -> Run | Response:
     """Create a run, detached from this request; it is queued for any worker.
 
@@ -128,7 +146,22 @@ async def create_run(
     While Redis memory is past ``LEASEHOLD_MEMORY_HIGH_WATER`` it answers 503
     ``admission-refused`` with ``Retry-After``, and writes nothing.
     """
-    new = new_run_of(body, state, idempotency_key)  # bad input is a 4xx even when full
+    caller = parse_traceparent(traceparent)
+    attributes = {"leasehold.handler": body.handler, "leasehold.queue": body.queue}
+    with tracer().span("leasehold.create", attributes, parent=caller, root=True) as span:
+        # the create span's context when tracing here, else the caller's: workers continue it
+        new = new_run_of(body, state, idempotency_key, span.traceparent or caller)
+        return await _create(new, body, request, response, state, span)
+
+
+async def _create(
+    new: NewRun,
+    body: CreateRunRequest,
+    request: Request,
+    response: Response,
+    state: ApiState,
+    span: Span,
+) -> Run | Response:
     await state.queues.require(new.queue)  # 422 naming the declared ones; never declares
     # before a stream slot is taken: a refusal holds nothing
     await state.memory.admit(create_cost_bytes(len(dumps(new.input).encode())))
@@ -141,6 +174,9 @@ async def create_run(
         if streaming:
             state.slots.give_back()
         raise
+    span.set_attributes(
+        {"leasehold.run_id": created.run.id, "leasehold.replayed": created.replayed}
+    )
     headers = {"Location": f"/runs/{created.run.id}"}
     if created.replayed:
         headers["Idempotency-Replayed"] = "true"
