@@ -31,6 +31,7 @@ pytest_plugins = [
     "tests.support.clusters",
     "tests.support.memory",
     "tests.support.tracing",
+    "tests.support.otlp",
 ]
 
 
