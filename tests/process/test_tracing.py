@@ -14,7 +14,7 @@ import httpx
 
 from app.embedded import free_port
 from app.models import RunStatus
-from app.store.runs import RunStore
+from app.store.runs import NewRun, RunStore
 from tests.support.otlp import ReceivedSpan, Receiver
 from tests.support.polling import eventually, owner_pid, wait_status
 from tests.support.processes import TEST_HANDLERS, Processes
@@ -137,3 +137,37 @@ async def test_one_trace_from_post_to_terminal_across_a_kill_9_takeover(
     ]
     (logged,) = [line for line in lines if line["message"] == "traced attempt 2"]
     assert (logged["trace_id"], logged["span_id"]) == (TRACE_ID, attempt.span_id)
+
+
+async def test_a_drained_attempt_ends_released_and_the_next_claim_links_to_its_span(
+    processes: Processes, run_store: RunStore, otlp: Receiver
+) -> None:
+    env = traced_env(otlp)
+    first = processes.worker(**env, LEASEHOLD_DRAIN_TIMEOUT_S="0.2")
+    created = await run_store.create(NewRun(handler="test.traced", input={}, traceparent=CALLER))
+    run_id = created.run.id
+    await wait_status(run_store, run_id, RunStatus.RUNNING)
+    await spans_where(
+        otlp, "the first attempt's effect span", lambda s: named(s, "leasehold.effect")
+    )
+    first.signal(signal.SIGTERM)  # drain: the hanging attempt is interrupted and released
+    (released,) = named(
+        await spans_where(otlp, "the released attempt", lambda s: named(s, "leasehold.attempt")),
+        "leasehold.attempt",
+    )
+    assert [name for name, _ in released.events][-2:] == ["drain", "released"]
+    assert released.parent_id == CALLER.split("-")[2]  # a run created with a trace context
+
+    processes.worker(**env)
+    done = await wait_status(run_store, run_id, RunStatus.SUCCEEDED, RunStatus.FAILED)
+    assert done.status == RunStatus.SUCCEEDED, done.error
+    attempts = named(
+        await spans_where(otlp, "both attempts", lambda s: len(named(s, "leasehold.attempt")) == 2),
+        "leasehold.attempt",
+    )
+    (second,) = [span for span in attempts if span.span_id != released.span_id]
+    assert second.links == [(TRACE_ID, released.span_id)]
+    assert (
+        second.event("takeover")["leasehold.previous_fence"]
+        == released.attributes["leasehold.fence"]
+    )
