@@ -31,10 +31,12 @@ from app.models import (
     PurgeResult,
     QueueInfo,
     QueuePage,
+    QueueSeries,
     Run,
     RunEvent,
     RunPage,
     StatusChange,
+    WorkerDrain,
     WorkerInfo,
 )
 from app.retry import API_BACKOFF
@@ -172,7 +174,10 @@ def _get(run_id: str) -> _Call[Run]:
 
 
 def _list_runs(filters: dict[str, Any]) -> _Call[RunPage]:
-    return _Call("GET", "/runs", RunPage.model_validate, params=_present(filters))
+    params = _present({key: value for key, value in filters.items() if key != "metadata"})
+    for key, value in (filters.get("metadata") or {}).items():
+        params[f"metadata.{key}"] = value  # GET /runs?metadata.<key>=<value>
+    return _Call("GET", "/runs", RunPage.model_validate, params=params)
 
 
 def _cancel(run_id: str) -> _Call[StatusChange]:
@@ -214,6 +219,15 @@ def _queues() -> _Call[QueuePage]:
 
 def _declare_queue(name: str) -> _Call[QueueInfo]:
     return _Call("PUT", f"/queues/{name}", QueueInfo.model_validate)
+
+
+def _queue_series(name: str, minutes: int) -> _Call[QueueSeries]:
+    params = {"minutes": minutes}
+    return _Call("GET", f"/queues/{name}/series", QueueSeries.model_validate, params=params)
+
+
+def _drain_worker(worker_id: str) -> _Call[WorkerDrain]:
+    return _Call("POST", f"/workers/{worker_id}/drain", WorkerDrain.model_validate)
 
 
 class Client:
@@ -264,8 +278,9 @@ class Client:
         return self._send(_get(run_id))
 
     def list_runs(self, **filters: Any) -> RunPage:
-        """GET /runs with queue/status/handler/limit/cursor filters; summaries unless
-        ``include="input,output,metadata"`` (any of them) asks for the large fields."""
+        """GET /runs with queue/status/handler/limit/cursor filters and ``metadata={k: v}``
+        (each pair must hold); summaries unless ``include="input,output,metadata"``
+        (any of them) asks for the large fields."""
         return self._send(_list_runs(filters))
 
     def cancel(self, run_id: str) -> StatusChange:
@@ -346,6 +361,14 @@ class Client:
         """PUT /queues/{name}: declare a queue (idempotent); ApiError 409 past MAX_QUEUES."""
         return self._send(_declare_queue(name))
 
+    def queue_series(self, name: str, minutes: int = 60) -> QueueSeries:
+        """GET /queues/{name}/series: the queue's outcomes per minute, oldest first."""
+        return self._send(_queue_series(name, minutes))
+
+    def drain_worker(self, worker_id: str) -> WorkerDrain:
+        """POST /workers/{id}/drain: the worker drains as on SIGTERM (ApiError 404 if gone)."""
+        return self._send(_drain_worker(worker_id))
+
 
 class AsyncClient:
     """Asyncio client with the same methods as :class:`Client`."""
@@ -391,8 +414,9 @@ class AsyncClient:
         return await self._send(_get(run_id))
 
     async def list_runs(self, **filters: Any) -> RunPage:
-        """GET /runs with queue/status/handler/limit/cursor filters; summaries unless
-        ``include="input,output,metadata"`` (any of them) asks for the large fields."""
+        """GET /runs with queue/status/handler/limit/cursor filters and ``metadata={k: v}``
+        (each pair must hold); summaries unless ``include="input,output,metadata"``
+        (any of them) asks for the large fields."""
         return await self._send(_list_runs(filters))
 
     async def queues(self) -> QueuePage:
@@ -402,6 +426,14 @@ class AsyncClient:
     async def declare_queue(self, name: str) -> QueueInfo:
         """PUT /queues/{name}: declare a queue (idempotent); ApiError 409 past MAX_QUEUES."""
         return await self._send(_declare_queue(name))
+
+    async def queue_series(self, name: str, minutes: int = 60) -> QueueSeries:
+        """GET /queues/{name}/series; see :meth:`Client.queue_series`."""
+        return await self._send(_queue_series(name, minutes))
+
+    async def drain_worker(self, worker_id: str) -> WorkerDrain:
+        """POST /workers/{id}/drain; see :meth:`Client.drain_worker`."""
+        return await self._send(_drain_worker(worker_id))
 
     async def cancel(self, run_id: str) -> StatusChange:
         """POST /runs/{id}/cancel."""

@@ -58,6 +58,8 @@ ANSWERS: dict[str, Any] = {
     "/workers": [WORKER],
     "/runs/batch": {"items": [{"status": 201, "run": RUN}]},
     "/runs/purge": {"deleted": 1, "ids": [RUN_ID], "next_cursor": None, "done": True},
+    "/queues/default/series": {"queue": "default", "bucket_s": 60, "buckets": []},
+    "/workers/w-1-abc/drain": {"id": "w-1-abc", "drain_requested": True},
 }
 # (method, args, kwargs): every request-response method of the clients
 CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
@@ -78,6 +80,9 @@ CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
     ("queues", (), {}),
     ("declare_queue", ("default",), {}),
     ("create_many", ([{"handler": "demo.echo", "input": {"a": 1}, "queue": None}],), {}),
+    ("queue_series", ("default",), {"minutes": 5}),
+    ("drain_worker", ("w-1-abc",), {}),
+    ("list_runs", (), {"metadata": {"tenant": "acme"}, "status": None}),
 ]
 
 
@@ -141,8 +146,12 @@ async def test_every_method_sends_the_same_request_and_reads_the_same_answer() -
         "finished_before": "2026-01-01T00:00:00+00:00",
     }
     assert sync_api.seen[7][3] == {"action": "succeed", "output": {"ok": True}}
-    assert [worker.id for worker in sync_results[-4]] == ["w-1-abc"]
-    assert [queue.name for queue in sync_results[-3].items] == ["default"]
-    assert sync_api.seen[-2] == ("PUT", "/queues/default", "", None)
-    assert sync_results[-2].ready == 1
-    assert [item.run.id for item in sync_results[-1].items if item.run] == [RUN_ID]
+    assert [worker.id for worker in sync_results[-7]] == ["w-1-abc"]
+    assert [queue.name for queue in sync_results[-6].items] == ["default"]
+    assert sync_api.seen[-5] == ("PUT", "/queues/default", "", None)
+    assert sync_results[-5].ready == 1
+    assert [item.run.id for item in sync_results[-4].items if item.run] == [RUN_ID]
+    assert sync_api.seen[-3] == ("GET", "/queues/default/series", "minutes=5", None)
+    assert sync_api.seen[-2] == ("POST", "/workers/w-1-abc/drain", "", None)
+    assert sync_results[-2].drain_requested is True
+    assert sync_api.seen[-1] == ("GET", "/runs", "metadata.tenant=acme", None)

@@ -78,7 +78,7 @@ def test_the_queues_view_counts_and_charts_the_last_hour_live(
     page.screenshot(path=artifacts / "console-queues.png", full_page=True)
 
 
-def test_runs_are_found_by_metadata_and_id_and_cancelled_in_bulk(
+def test_runs_are_found_by_metadata_and_id_and_cancelled_and_deleted_in_bulk(
     processes: Processes, context: BrowserContext
 ) -> None:
     _, url = processes.api()  # no worker: every run stays queued
@@ -120,6 +120,16 @@ def test_runs_are_found_by_metadata_and_id_and_cancelled_in_bulk(
             "data-status", "cancelled"
         )
     assert httpx.get(f"{url}/runs/{other}", timeout=30).json()["status"] == "queued"
+    # now finished, the same two are deleted in one go; the queued one is untouched
+    page.get_by_label("Select every run shown").check()
+    expect(page.get_by_role("button", name="Cancel selected…")).to_be_disabled()
+    page.get_by_role("button", name="Delete 2 selected…").click()
+    expect(dialog).to_contain_text("Delete 2 runs?")
+    dialog.get_by_role("button", name="Delete runs").click()
+    expect(page.get_by_text("Deleted 2.")).to_be_visible()
+    expect(page.locator("tr[data-run-id]")).to_have_count(0)
+    for run_id in acme:
+        assert httpx.get(f"{url}/runs/{run_id}", timeout=30).status_code == 404
 
     page.get_by_label("Metadata").fill("not a pair")
     page.get_by_role("button", name="Apply").click()

@@ -159,24 +159,22 @@ export function drainWorker(worker) {
 const BULK_PARALLEL = 4;
 
 /**
- * Cancel many runs after one confirmation; resolves to {cancelled, refused} counts
- * (a run that ended meanwhile is a 409, counted as refused), or null if backed out.
+ * One call per run after one confirmation, BULK_PARALLEL at a time; resolves to
+ * {done, refused} counts (a run that moved on answers 409: refused), or null if
+ * the person backed out.
  */
-export async function cancelRuns(ids) {
+async function bulk(ids, { title, text, okLabel, call }) {
   let outcome = null;
   const done = await confirmDialog({
-    title: `Cancel ${ids.length} run${ids.length === 1 ? "" : "s"}?`,
-    text: "Queued and parked runs are cancelled at once; running ones by their worker " +
-      "within one heartbeat. Runs that already ended are left as they are.",
-    okLabel: "Cancel runs",
+    title, text, okLabel,
     send: async () => {
-      const counts = { cancelled: 0, refused: 0 };
+      const counts = { done: 0, refused: 0 };
       const queue = [...ids];
       const next = async () => {
         for (let id = queue.shift(); id !== undefined; id = queue.shift()) {
           try {
-            await api("POST", `/runs/${encodeURIComponent(id)}/cancel`);
-            counts.cancelled += 1;
+            await call(id);
+            counts.done += 1;
           } catch (error) {
             if (error.status === 401) throw error;
             counts.refused += 1;
@@ -189,6 +187,28 @@ export async function cancelRuns(ids) {
     },
   });
   return done ? outcome : null;
+}
+
+const runs = (n) => `${n} run${n === 1 ? "" : "s"}`;
+
+export function cancelRuns(ids) {
+  return bulk(ids, {
+    title: `Cancel ${runs(ids.length)}?`,
+    text: "Queued and parked runs are cancelled at once; running ones by their worker " +
+      "within one heartbeat. Runs that already ended are left as they are.",
+    okLabel: "Cancel runs",
+    call: (id) => api("POST", `/runs/${encodeURIComponent(id)}/cancel`),
+  });
+}
+
+export function deleteRuns(ids) {
+  return bulk(ids, {
+    title: `Delete ${runs(ids.length)}?`,
+    text: "Finished runs are deleted now with their events, effects and idempotency key; " +
+      "runs that have not finished are left as they are. This cannot be undone.",
+    okLabel: "Delete runs",
+    call: (id) => api("DELETE", `/runs/${encodeURIComponent(id)}`),
+  });
 }
 
 /** The RFC 3339 time of a datetime-local value (the browser's zone), or "" for none. */

@@ -5,7 +5,7 @@
 // an entry older than the row it would update (or a fetched run older than an
 // entry already applied) is recognised and ignored: nothing goes backwards.
 
-import { cancelRuns, purgeRuns } from "./actions.js";
+import { cancelRuns, deleteRuns, purgeRuns } from "./actions.js";
 import { api, follow } from "./api.js";
 import { duration, reasonOf, TERMINAL } from "./describe.js";
 import { badge, connectionText, h, serverNow } from "./dom.js";
@@ -129,6 +129,7 @@ export function renderRuns(root, params) {
     "Loading runs…")));
   const pickAll = h("input", { type: "checkbox", "aria-label": "Select every run shown" });
   const bulkCancel = h("button", { type: "button", disabled: true }, "Cancel selected…");
+  const bulkDelete = h("button", { type: "button", disabled: true }, "Delete selected…");
   const bulkDone = h("p", { class: "outcome", role: "status", "aria-live": "polite" });
   const table = h("div", { class: "table-wrap", tabindex: "0", role: "region",
     "aria-labelledby": "runs-caption" },
@@ -151,7 +152,7 @@ export function renderRuns(root, params) {
     : "";
   root.replaceChildren(h("h1", {}, "Runs"), formSlot, purge,
     h("div", { class: "actions", role: "group", "aria-label": "Selected runs" }, bulkCancel,
-      bulkDone),
+      bulkDelete, bulkDone),
     status, problem, table);
 
   const shown = () => [...rows.values()]
@@ -160,9 +161,13 @@ export function renderRuns(root, params) {
 
   const showSelection = () => {
     for (const id of [...selected]) if (!rows.has(id)) selected.delete(id);
-    bulkCancel.disabled = selected.size === 0;
-    bulkCancel.textContent = selected.size
-      ? `Cancel ${selected.size} selected…` : "Cancel selected…";
+    const picked = [...selected].map((id) => rows.get(id));
+    const live = picked.filter((run) => !TERMINAL.has(run.status)).length;
+    const ended = picked.length - live;
+    bulkCancel.disabled = live === 0;
+    bulkCancel.textContent = live ? `Cancel ${live} selected…` : "Cancel selected…";
+    bulkDelete.disabled = ended === 0;
+    bulkDelete.textContent = ended ? `Delete ${ended} selected…` : "Delete selected…";
     pickAll.checked = selected.size > 0 && selected.size === Math.min(rows.size, MAX_ROWS);
   };
 
@@ -192,14 +197,19 @@ export function renderRuns(root, params) {
     draw();
   });
 
-  bulkCancel.addEventListener("click", async () => {
-    const outcome = await cancelRuns([...selected]);
+  // each button acts on the selected runs it applies to: cancel the live, delete the ended
+  const onSelected = (button, act, verb, wanted) => button.addEventListener("click", async () => {
+    const ids = [...selected].filter((id) => wanted(rows.get(id)));
+    const outcome = await act(ids);
     if (outcome === null) return;
-    bulkDone.textContent = `Cancelled ${outcome.cancelled}` +
-      (outcome.refused ? `; ${outcome.refused} had already ended or could not be cancelled.` : ".");
+    bulkDone.textContent = `${verb} ${outcome.done}` +
+      (outcome.refused ? `; ${outcome.refused} had moved on or were refused.` : ".");
     selected.clear();
-    draw();
+    if (verb === "Deleted") load();
+    else draw();
   });
+  onSelected(bulkCancel, cancelRuns, "Cancelled", (run) => !TERMINAL.has(run.status));
+  onSelected(bulkDelete, deleteRuns, "Deleted", (run) => TERMINAL.has(run.status));
 
   const showProblem = (error) => {
     problem.textContent = error ? `Could not load runs: ${error.message}` : "";
