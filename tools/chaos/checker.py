@@ -5,8 +5,9 @@ It reads every run of the deployment straight from Redis (the record with
 it with what the harness's clients saw and what the side channel counted:
 
 * ``run_unknown`` / ``run_missing`` / ``create_unanswered``: every run created is in
-  Redis, and every run in Redis was created by a client (no duplicate from a
-  retried create);
+  Redis (unless the purge/delete workload took it: :mod:`tools.chaos.promises`
+  accounts for those), and every run in Redis was created by a client (no
+  duplicate from a retried create);
 * ``not_settled``: every run is terminal or parked (``waiting_human``,
   ``reconciliation_required``) once the system had time to settle; the detail
   says whether it still holds a live lease;
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -131,14 +133,19 @@ async def _read_runs(
         snapshot.runs[run_id] = StoredRun(run_id, fields, events)
 
 
-def check_runs_known(snapshot: Snapshot, tracked: list[Tracked]) -> list[Violation]:
-    """Every create was answered and stored; nothing is stored that nobody created."""
+def check_runs_known(
+    snapshot: Snapshot, tracked: list[Tracked], accounted: frozenset[str] = frozenset()
+) -> list[Violation]:
+    """Every create was answered and stored; nothing is stored that nobody created.
+
+    ``accounted`` are created runs whose absence is judged elsewhere (deleted).
+    """
     found: list[Violation] = []
     created = {t.run_id for t in tracked if t.run_id}
     for t in tracked:
         if t.run_id is None:
             found.append(Violation("create_unanswered", t.key, t.error or "no answer"))
-        elif t.run_id not in snapshot.runs:
+        elif t.run_id not in snapshot.runs and t.run_id not in accounted:
             found.append(Violation("run_missing", t.run_id, "created, but not in Redis"))
     for run_id in sorted(set(snapshot.runs) - created):
         found.append(Violation("run_unknown", run_id, "in Redis, but no client created it"))
@@ -247,11 +254,14 @@ def check_stale_writes(run: StoredRun, stale_owners: set[str]) -> list[Violation
     return []
 
 
-def check_effects(snapshot: Snapshot, side_dir: Path) -> tuple[list[Violation], Counter[str]]:
-    """Non-idempotent effects ran at most once per key; returns violations and counts."""
+def check_effects(run_ids: Iterable[str], side_dir: Path) -> tuple[list[Violation], Counter[str]]:
+    """Non-idempotent effects ran at most once per key; returns violations and counts.
+
+    ``run_ids``: every run created, the deleted ones too (the side channel outlives them).
+    """
     found = []
     counts: Counter[str] = Counter()
-    for run_id in snapshot.runs:
+    for run_id in run_ids:
         executions = read_executions(side_dir, run_id)
         per_key = Counter(row["key"] for row in executions if row["idempotent"] == "0")
         counts["non_idempotent"] += sum(per_key.values())
@@ -267,8 +277,8 @@ def check_follow(follow: Follow, run: StoredRun | None) -> list[Violation]:
     """A follower got each stored event exactly once, in order, whatever its reconnections."""
     if follow.error is not None:
         return [Violation("follow_failed", follow.run_id, f"{follow.mode}: {follow.error}")]
-    if run is None:
-        return []  # reported by check_runs_known
+    if run is None or follow.gone:
+        return []  # reported by check_runs_known, or judged by promises.check_gone
     got = [event_id for event_id, _, _ in follow.received]
     stored = [event.id for event in run.events]
     if len(got) != len(set(got)):

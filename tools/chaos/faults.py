@@ -14,7 +14,11 @@ signals and real sockets:
 * ``partition_worker``  the proxy between one worker and Redis blackholes for longer
                         than a lease, then heals (late delivery, or resets);
 * ``kill_api``          ``kill -9`` of the API process most clients stream from,
-                        restarted on the same port.
+                        restarted on the same port;
+* ``memory_pressure``   ``CONFIG SET maxmemory`` just above Redis's ``used_memory`` for
+                        about a lease, then the old limit again: creates meet the
+                        API's high-water mark (503) and Redis itself refuses some
+                        writes (OOM) until the limit is restored.
 
 Each fault is recorded with its window (Redis clock-comparable wall time, ms) and
 target, so the checker can name stale owners and explain detection delays.
@@ -51,12 +55,20 @@ class FaultKind(StrEnum):
     REDIS_OUTAGE = "redis_outage"
     PARTITION_WORKER = "partition_worker"
     KILL_API = "kill_api"
+    MEMORY_PRESSURE = "memory_pressure"
 
 
 # faults after which the target's process lives on as a stale owner (its leases taken over)
 STALE_KINDS = frozenset({FaultKind.PAUSE_WORKER, FaultKind.PARTITION_WORKER})
 # faults during which no reconciler can reach Redis (detection waits for it to return)
 REDIS_DOWN_KINDS = frozenset({FaultKind.RESTART_REDIS, FaultKind.REDIS_OUTAGE})
+# faults on Redis itself, which every process shares: one at a time, and any expiry
+# under way then is explained by them
+REDIS_KINDS = REDIS_DOWN_KINDS | {FaultKind.MEMORY_PRESSURE}
+# Redis's headroom above used_memory during a memory_pressure fault (fraction of used):
+# past the API's 0.85 high-water mark at once, and small enough that running runs'
+# writes can fill it
+MEMORY_HEADROOM = (0.001, 0.03)
 
 
 def now_ms() -> int:
@@ -98,6 +110,7 @@ class Injector:
             FaultKind.REDIS_OUTAGE: self._redis_outage,
             FaultKind.PARTITION_WORKER: self._partition_worker,
             FaultKind.KILL_API: self._kill_api,
+            FaultKind.MEMORY_PRESSURE: self._memory_pressure,
         }
 
     async def run(
@@ -124,7 +137,7 @@ class Injector:
             await self.inject(kind)
 
     def _free_target(self, kind: FaultKind) -> bool:
-        if kind in REDIS_DOWN_KINDS:
+        if kind in REDIS_KINDS:
             return "redis" not in self._held
         if kind == FaultKind.KILL_API:
             return any(f"api{api.index}" not in self._held for api in self.cluster.apis)
@@ -134,12 +147,12 @@ class Injector:
         """Apply one fault and wait until it is over (the target restarted, healed...)."""
         fault = Fault(kind, now_ms())
         self.faults.append(fault)
-        if kind in REDIS_DOWN_KINDS:
+        if kind in REDIS_KINDS:
             self._held.add("redis")
         try:
             await self._actions[kind](fault)
         finally:
-            self._held.discard("redis" if kind in REDIS_DOWN_KINDS else fault.target_key)
+            self._held.discard("redis" if kind in REDIS_KINDS else fault.target_key)
         fault.ended_ms = now_ms()
         return fault
 
@@ -239,3 +252,26 @@ class Injector:
         await asyncio.to_thread(slot.current.popen.wait, EXIT_WAIT_S)
         await asyncio.sleep(self.rng.uniform(0.2, 1.0))
         await asyncio.to_thread(self.cluster.start_api, slot)
+
+    async def _memory_pressure(self, fault: Fault) -> None:
+        """Redis's maxmemory just above what it uses, for one to two leases, then restored."""
+        fault.target = "redis"
+        lasting_s = self.ttl_s * self.rng.uniform(1.0, 2.0)
+        headroom = self.rng.uniform(*MEMORY_HEADROOM)
+        previous = str((await self.redis.config_get("maxmemory"))["maxmemory"])
+        used = int((await self.redis.info("memory"))["used_memory"])
+        oom_before = await self._oom_refusals()
+        limit = int(used * (1 + headroom))
+        fault.details.update(lasting_s=round(lasting_s, 2), used_bytes=used, maxmemory_bytes=limit)
+        await self.redis.config_set("maxmemory", limit)
+        try:
+            await asyncio.sleep(lasting_s)
+        finally:
+            await self.redis.config_set("maxmemory", previous)
+        fault.details["oom_refusals"] = await self._oom_refusals() - oom_before
+
+    async def _oom_refusals(self) -> int:
+        """Commands Redis refused with OOM so far (INFO errorstats)."""
+        stats = await self.redis.info("errorstats")
+        oom = stats.get("errorstat_OOM", {})
+        return int(oom.get("count", 0)) if isinstance(oom, dict) else 0

@@ -26,7 +26,7 @@ from typing import Any
 
 from tools.chaos.checker import Snapshot, StoredRun, takeover_evidence
 from tools.chaos.cluster import Process
-from tools.chaos.faults import REDIS_DOWN_KINDS, STALE_KINDS, Fault, FaultKind
+from tools.chaos.faults import REDIS_KINDS, STALE_KINDS, Fault, FaultKind
 from tools.chaos.handlers import read_ticks
 
 JITTER = 0.2  # app.reconciler.JITTER: a scan period is interval * [0.8, 1.2]
@@ -79,7 +79,7 @@ def detection_figures(
     samples: list[Detection], faults: list[Fault], *, ttl_s: float, interval_s: float
 ) -> dict[str, Any]:
     """p50/p99/max of last renewal → detection, against TTL + interval (+ jitter)."""
-    down = [(f.started_ms, f.ended_ms) for f in faults if f.kind in REDIS_DOWN_KINDS]
+    down = [(f.started_ms, f.ended_ms) for f in faults if f.kind in REDIS_KINDS]
     clean = [s for s in samples if not _overlaps(s.expires_ms, s.detected_ms, down)]
     bound_ms = int((ttl_s + interval_s) * 1000)
     jittered_ms = int((ttl_s + interval_s * (1 + JITTER)) * 1000)
@@ -126,7 +126,7 @@ def unexplained(samples: list[Detection], faults: list[Fault], *, ttl_s: float) 
         if fault.kind in (FaultKind.KILL_WORKER, FaultKind.DRAIN_WORKER):
             end = 2**62  # the process never comes back
         window = (fault.started_ms, end)
-        if fault.kind in REDIS_DOWN_KINDS:
+        if fault.kind in REDIS_KINDS:
             everyone.append(window)
         elif fault.owner_id:
             by_owner.setdefault(fault.owner_id, []).append(window)

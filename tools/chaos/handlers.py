@@ -8,12 +8,16 @@ the truth the checker compares Leasehold's promise ("a non-idempotent effect
 runs at most once per run") against.
 
 Every handler returns its owner and fence, so the checker can tell whose
-outcome the run record kept.
+outcome the run record kept, and notes what it returns in
+``$CHAOS_SIDE_DIR/<run id>.returns`` just before returning it: an outcome a
+handler produced must be the run's output, or the run must have been taken
+from that owner (nothing a handler returned is lost silently).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from pathlib import Path
@@ -58,6 +62,27 @@ def read_ticks(side_dir: Path, run_id: str) -> list[tuple[str, int, float]]:
     return [(owner, int(fence), float(at)) for owner, fence, at in rows]
 
 
+def returns_file(side_dir: Path, run_id: str) -> Path:
+    """Where a run's handlers note every output they returned: who, at which fence, what."""
+    return side_dir / f"{run_id}.returns"
+
+
+def read_returns(side_dir: Path, run_id: str) -> list[dict[str, Any]]:
+    """``{"owner", "fence", "output"}`` of every return of a run's handlers, oldest first."""
+    path = returns_file(side_dir, run_id)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _returning(ctx: RunContext, output: dict[str, Any]) -> dict[str, Any]:
+    """Note ``output`` in the side channel, then hand it back for the handler to return."""
+    side_dir = Path(os.environ[SIDE_DIR_ENV])
+    line = json.dumps({"owner": ctx.owner_id, "fence": ctx.fence, "output": output})
+    _append(returns_file(side_dir, ctx.run_id), line + "\n")
+    return output
+
+
 def _append(path: Path, line: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
@@ -98,7 +123,7 @@ async def tick(ctx: RunContext, params: TickInput) -> dict[str, Any]:
         _record_tick(ctx)
         step += 1
         await ctx.progress(step=step)
-    return _identity(ctx)
+    return _returning(ctx, _identity(ctx))
 
 
 class OrderInput(BaseModel):
@@ -128,7 +153,7 @@ async def order(ctx: RunContext, params: OrderInput) -> dict[str, Any]:
         state = {**state, "step": step}
         await ctx.checkpoint(state)
     await ctx.effect("notify", _notify(ctx), idempotent=True)
-    return {**_identity(ctx), "receipt": state["receipt"]}
+    return _returning(ctx, {**_identity(ctx), "receipt": state["receipt"]})
 
 
 def _charge(ctx: RunContext, params: OrderInput) -> Any:
@@ -164,7 +189,7 @@ class EscalateInput(BaseModel):
 async def escalate(ctx: RunContext, params: EscalateInput) -> dict[str, Any]:
     """Hang in a supervised operation until the watchdog escalates; finish once resumed."""
     if ctx.resume_input is not None:
-        return {**_identity(ctx), "resumed_with": ctx.resume_input}
+        return _returning(ctx, {**_identity(ctx), "resumed_with": ctx.resume_input})
     async with ctx.operation("tool_call", ESCALATION_SUBJECT, lease_s=params.lease_s):
         await asyncio.Event().wait()
     return _identity(ctx)

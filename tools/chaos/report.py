@@ -19,6 +19,9 @@ from typing import Any
 from tools.chaos.checker import Snapshot, Violation
 from tools.chaos.cluster import ClusterConfig
 from tools.chaos.faults import Fault
+from tools.chaos.janitor import Janitor
+from tools.chaos.promises import Gone
+from tools.chaos.tap import ActivityTap
 from tools.chaos.workload import Workload
 
 SHOWN_VIOLATIONS = 50
@@ -45,6 +48,10 @@ class ChaosReport:
     effects: dict[str, int]
     workload: Workload
     api_retries: int
+    janitor: Janitor
+    gone: Gone
+    tap: ActivityTap
+    returns_compared: int
 
     @property
     def faults_by_kind(self) -> dict[str, int]:
@@ -93,6 +100,18 @@ class ChaosReport:
                 "events_received": sum(len(f.received) for f in follows),
             },
             "cancels": self.workload.cancels,
+            "cancels_acked_202": sum(1 for t in self.workload.runs if t.cancel_acked),
+            "api_answers": dict(sorted(self.workload.api.answers.by_status.items())),
+            "creates_refused_503": self.workload.api.answers.creates_refused,
+            "janitor": {
+                **self.janitor.outcomes,
+                "deleted_in_all": len(self.janitor.deleted),
+                "gone_deleted": len(self.gone.deleted),
+                "gone_maybe_deleted": len(self.gone.maybe_deleted),
+                "gone_unexplained": len(self.gone.vanished),
+            },
+            "activity_tap": {"entries": self.tap.entries, "gaps": self.tap.gaps},
+            "handler_returns_compared": self.returns_compared,
             "person": self.workload.decisions,
             "api_retries": self.api_retries,
             "fault_log": [_fault(fault, self.started_ms) for fault in self.faults],
@@ -125,8 +144,11 @@ class ChaosReport:
             f"past lease: {_kv(s['handler_past_lease'])}",
             f"effects:   {_kv(s['effect_executions'])}",
             f"followers: {_kv(s['followers'])}",
-            f"person:    {_kv(s['person'])}; cancels {s['cancels']}; "
-            f"API calls retried {s['api_retries']}",
+            f"person:    {_kv(s['person'])}; cancels {s['cancels']} "
+            f"({s['cancels_acked_202']} answered 202); API calls retried {s['api_retries']}",
+            f"answers:   {_kv(s['api_answers'])}; creates refused 503 {s['creates_refused_503']}",
+            f"janitor:   {_kv(s['janitor'])}; tap {_kv(s['activity_tap'])}",
+            f"returns:   {s['handler_returns_compared']} handler returns compared with outputs",
         ]
         lines += [f"  fault {_kv(fault)}" for fault in s["fault_log"]]
         lines += [

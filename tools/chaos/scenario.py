@@ -2,9 +2,10 @@
 
 1. Start the cluster (Redis with AOF, APIs, workers behind proxies).
 2. For ``duration_s``: create runs through the API (some followed, some
-   cancelled, parked ones decided by the "person"), and inject faults one after
-   another: first one of each kind in ``first_faults`` (shuffled by the seed),
-   then kinds drawn at random.
+   cancelled, parked ones decided by the "person", finished ones purged or
+   deleted by the janitor), and inject faults one after another: first one of
+   each kind in ``first_faults`` (shuffled by the seed), then kinds drawn at
+   random. The activity tap records every lifecycle entry meanwhile.
 3. Settle: every worker healthy again, poll Redis until every run is terminal or
    parked (a run still running then is a violation, not a reason to wait longer).
 4. Check every invariant (:mod:`tools.chaos.checker`), wait, and check that no
@@ -28,11 +29,14 @@ from pathlib import Path
 import redis.asyncio as aioredis
 
 from app.store.connection import async_client
-from tools.chaos import checker, figures
+from app.store.keys import QueueKeys
+from tools.chaos import checker, figures, promises
 from tools.chaos.checker import Snapshot, Violation
 from tools.chaos.cluster import Cluster, ClusterConfig
-from tools.chaos.faults import STALE_KINDS, FaultKind, Injector, now_ms
+from tools.chaos.faults import QUEUE, STALE_KINDS, FaultKind, Injector, now_ms
+from tools.chaos.janitor import Janitor
 from tools.chaos.report import ChaosReport
+from tools.chaos.tap import ActivityTap
 from tools.chaos.workload import Api, Workload
 
 SETTLE_POLL_S = 0.5
@@ -97,9 +101,14 @@ class ChaosRun:
             ttl_s=config.cluster.lease_ttl_s,
             rate_per_s=config.rate_per_s,
         )
+        self.janitor = Janitor(api, random.Random(f"{config.seed}-janitor"), self.workload.runs)
+        self.tap = ActivityTap(redis_client, cluster.prefix, QUEUE)
         self.fault_rng = random.Random(f"{config.seed}-faults")
         self.injector = Injector(cluster, redis_client, self.fault_rng)
         self.injector.stream_counts = self.workload.streams_by_api
+        self._stop_tap = asyncio.Event()
+        self._tap: asyncio.Task[None] | None = None
+        self.returns_compared = 0
 
     async def attack(self) -> None:
         """Drive the workload and inject faults for ``duration_s``."""
@@ -108,6 +117,8 @@ class ChaosRun:
         deadline = self.started + self.config.duration_s
         stop_person = asyncio.Event()
         person = asyncio.create_task(self.workload.person(stop_person))
+        janitor = asyncio.create_task(self.janitor.run(stop_person))
+        self._tap = asyncio.create_task(self.tap.follow(self._stop_tap))
         await asyncio.gather(
             self.workload.create_until(deadline),
             self.injector.run(
@@ -115,13 +126,17 @@ class ChaosRun:
             ),
         )
         stop_person.set()
-        await person
+        await asyncio.gather(person, janitor)
 
     async def verdict(self) -> ChaosReport:
         """Settle, check every invariant, re-check terminal runs later, and report."""
         settled = await self._settle()
         await self.workload.finish_followers(FOLLOWERS_GRACE_S)
-        violations = self._check(settled)
+        self._stop_tap.set()
+        if self._tap is not None:
+            await self._tap
+        await self.tap.read_new()  # Redis is up and everything settled: the last entries
+        violations = self._check(settled) + await self._check_promises(settled)
         await asyncio.sleep(self.config.recheck_after_s)
         later = await checker.take_snapshot(self.redis, self.cluster.prefix)
         violations += checker.check_stable(settled, later)
@@ -139,7 +154,12 @@ class ChaosRun:
             await asyncio.sleep(SETTLE_POLL_S)
 
     def _check(self, snapshot: Snapshot) -> list[Violation]:
-        violations = checker.check_runs_known(snapshot, self.workload.runs)
+        gone = self._gone(snapshot)
+        violations = checker.check_runs_known(
+            snapshot,
+            self.workload.runs,
+            frozenset(gone.deleted | gone.maybe_deleted | gone.vanished),
+        )
         violations += checker.check_settled(snapshot)
         stale_owners = {
             fault.owner_id
@@ -149,18 +169,42 @@ class ChaosRun:
         for run in snapshot.runs.values():
             violations += checker.check_stream(run)
             violations += checker.check_stale_writes(run, stale_owners)
-        effect_violations, _ = checker.check_effects(snapshot, self.cluster.side_dir)
+        created = [t.run_id for t in self.workload.runs if t.run_id]
+        effect_violations, _ = checker.check_effects(created, self.cluster.side_dir)
         violations += effect_violations
         for follow in self.workload.follows:
             violations += checker.check_follow(follow, snapshot.runs.get(follow.run_id))
         return violations + _check_alive(self.cluster)
+
+    def _gone(self, snapshot: Snapshot) -> promises.Gone:
+        return promises.account_for_missing(snapshot, self.workload.runs, self.janitor, self.tap)
+
+    async def _check_promises(self, snapshot: Snapshot) -> list[Violation]:
+        """Issue 12/13's invariants: answers, returned outputs, cancels, deletions."""
+        violations = promises.check_gone(self._gone(snapshot), self.workload.follows)
+        violations += promises.check_answers(self.workload.api.answers, self.janitor)
+        returned, self.returns_compared = promises.check_returns(snapshot, self.cluster.side_dir)
+        violations += returned
+        violations += promises.check_cancels(self.workload.runs, snapshot, self.tap)
+        resurrected = await self._resurrected(list(self.janitor.deleted))
+        return violations + promises.check_deleted(self.janitor.deleted, self.tap, resurrected)
+
+    async def _resurrected(self, run_ids: list[str]) -> list[str]:
+        """The deleted runs any of whose keys (record, events, effects) exists now."""
+        keys = QueueKeys(self.cluster.prefix, QUEUE)
+        pipe = self.redis.pipeline(transaction=False)
+        for run_id in run_ids:
+            pipe.exists(keys.run(run_id), keys.events(run_id), keys.effects(run_id))
+        counts = await pipe.execute() if run_ids else []
+        return [run_id for run_id, n in zip(run_ids, counts, strict=True) if n]
 
     def _report(self, snapshot: Snapshot, violations: list[Violation]) -> ChaosReport:
         cluster_config = self.config.cluster
         faults = self.injector.faults
         workers = self.cluster.worker_processes()
         side_dir = self.cluster.side_dir
-        _, effect_counts = checker.check_effects(snapshot, side_dir)
+        created = [t.run_id for t in self.workload.runs if t.run_id]
+        _, effect_counts = checker.check_effects(created, side_dir)
         return ChaosReport(
             seed=self.config.seed,
             duration_s=self.config.duration_s,
@@ -189,6 +233,10 @@ class ChaosRun:
             effects=dict(effect_counts),
             workload=self.workload,
             api_retries=self.workload.api.retries,
+            janitor=self.janitor,
+            gone=self._gone(snapshot),
+            tap=self.tap,
+            returns_compared=self.returns_compared,
         )
 
 

@@ -20,6 +20,11 @@ careful client does, so a create whose answer was lost is never a second run.
 A "person" loop plays the operator: it resumes ``waiting_human`` runs, and
 resolves ``reconciliation_required`` ones from the side channel's truth (the
 effect ran: ``retry`` with ``applied``; it did not: ``fail``).
+
+Every answer any API gives the harness is counted by status (:class:`Answers`):
+the checker requires that none is a 5xx other than 503, and that every 503 says
+``Retry-After``. A cancel answered 202 is noted on its run (``cancel_acked``).
+The purge/delete workload is :mod:`tools.chaos.janitor`.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import asyncio
 import contextlib
 import random
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +78,7 @@ class Follow:
     connections: int = 0
     done: bool = False
     error: str | None = None
+    gone: bool = False  # answered 404 on a reconnection: the run was deleted meanwhile
 
 
 @dataclass
@@ -83,6 +90,7 @@ class Tracked:
     run_id: str | None = None
     follow: Follow | None = None
     error: str | None = None  # the create was never answered
+    cancel_acked: bool = False  # a cancel was answered 202 (the run was not terminal then)
 
 
 def make_plan(rng: random.Random, ttl_s: float) -> RunPlan:
@@ -125,6 +133,34 @@ def _handler_input(kind: str, rng: random.Random, ttl_s: float) -> tuple[str, di
     return "demo.fail", {"message": "flaky upstream", "retryable": True}
 
 
+@dataclass
+class Answers:
+    """Every HTTP answer the harness got, by status; the 5xx ones kept for the report."""
+
+    by_status: Counter[int] = field(default_factory=Counter)
+    # (method path, status, Retry-After) of each 5xx answer
+    server_errors: list[tuple[str, int, str | None]] = field(default_factory=list)
+    creates_refused: int = 0  # POST /runs answered 503 (memory high-water, Redis away)
+
+    def note(self, method: str, path: str, status: int, retry_after: str | None) -> None:
+        """Count one answer."""
+        self.by_status[status] += 1
+        if status == 503 and method == "POST" and path == "/runs":
+            self.creates_refused += 1
+        if status >= 500:
+            self.server_errors.append((f"{method} {path}", status, retry_after))
+
+    async def hook(self, response: httpx.Response) -> None:
+        """An httpx response hook: counts the answer without reading its body."""
+        request = response.request
+        self.note(
+            request.method,
+            request.url.path,
+            response.status_code,
+            response.headers.get("retry-after"),
+        )
+
+
 class Api:
     """Both API processes, called the way a careful client calls them.
 
@@ -137,6 +173,9 @@ class Api:
         self.urls = urls
         self.rng = rng
         self.clients = {url: AsyncClient(url, timeout_s=10) for url in urls}
+        self.answers = Answers()
+        for client in self.clients.values():
+            client.http.event_hooks["response"].append(self.answers.hook)
         self.retries = 0
 
     async def aclose(self) -> None:
@@ -234,20 +273,28 @@ class Workload:
             self._follow_tasks[task] = url
         if plan.cancel_after_s is not None:
             await asyncio.sleep(plan.cancel_after_s)
-            await self._cancel(run.id)
+            await self._cancel(tracked)
 
-    async def _cancel(self, run_id: str) -> None:
+    async def _cancel(self, tracked: Tracked) -> None:
+        assert tracked.run_id is not None
+        run_id = tracked.run_id
         with contextlib.suppress(ApiError):  # 409: it ended first
             await self.api.call(lambda client: client.cancel(run_id))
+            tracked.cancel_acked = True
             self.cancels += 1
 
     async def _follow_client(self, follow: Follow, url: str, rng: random.Random) -> None:
         """The client library's resumable iterator, from the first event to the last."""
         async with AsyncClient(url) as client:
+            client.http.event_hooks["response"].append(self.api.answers.hook)
             try:
                 async for event in client.events(follow.run_id):
                     follow.received.append((event.id, event.type, event.fence))
                 follow.done = True
+            except ApiError as exc:
+                follow.gone = exc.status == 404
+                if not follow.gone:
+                    follow.error = f"{type(exc).__name__}: {exc}"
             except Exception as exc:  # any way the follow broke is what the checker reports
                 follow.error = f"{type(exc).__name__}: {exc}"
 
@@ -259,8 +306,9 @@ class Workload:
             follow.error = f"{type(exc).__name__}: {exc}"
 
     async def _follow_raw_sessions(self, follow: Follow, url: str, rng: random.Random) -> None:
-        async with httpx.AsyncClient(timeout=STREAM_TIMEOUT) as http:
-            while not follow.done:
+        hooks = {"response": [self.api.answers.hook]}
+        async with httpx.AsyncClient(timeout=STREAM_TIMEOUT, event_hooks=hooks) as http:
+            while not follow.done and not follow.gone:
                 base = url if follow.connections == 0 else rng.choice(self.api.urls)
                 # the API died under us: resume like after any other hang-up
                 with contextlib.suppress(httpx.TransportError):
@@ -278,6 +326,9 @@ class Workload:
         async with http.stream("GET", url, headers=headers) as response:
             if response.status_code >= 500:
                 return  # Redis is away: try again shortly
+            if response.status_code == 404:
+                follow.gone = True  # deleted meanwhile: the checker asks whether by the janitor
+                return
             if response.status_code != 200:
                 follow.error = f"HTTP {response.status_code} on {url}"
                 return
