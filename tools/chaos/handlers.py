@@ -38,11 +38,8 @@ def effects_file(side_dir: Path, run_id: str) -> Path:
 
 def read_executions(side_dir: Path, run_id: str) -> list[dict[str, str]]:
     """Every recorded real execution of a run's effects, oldest first."""
-    path = effects_file(side_dir, run_id)
-    if not path.exists():
-        return []
     rows = []
-    for line in path.read_text().splitlines():
+    for line in _lines(effects_file(side_dir, run_id)):
         key, owner, fence, idempotent = line.split(" ")[:4]
         rows.append({"key": key, "owner": owner, "fence": fence, "idempotent": idempotent})
     return rows
@@ -55,10 +52,7 @@ def ticks_file(side_dir: Path, run_id: str) -> Path:
 
 def read_ticks(side_dir: Path, run_id: str) -> list[tuple[str, int, float]]:
     """(owner, fence, epoch seconds) of every step a run's handlers took."""
-    path = ticks_file(side_dir, run_id)
-    if not path.exists():
-        return []
-    rows = (line.split(" ") for line in path.read_text().splitlines())
+    rows = (line.split(" ") for line in _lines(ticks_file(side_dir, run_id)))
     return [(owner, int(fence), float(at)) for owner, fence, at in rows]
 
 
@@ -69,10 +63,12 @@ def returns_file(side_dir: Path, run_id: str) -> Path:
 
 def read_returns(side_dir: Path, run_id: str) -> list[dict[str, Any]]:
     """``{"owner", "fence", "output"}`` of every return of a run's handlers, oldest first."""
-    path = returns_file(side_dir, run_id)
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    return [json.loads(line) for line in _lines(returns_file(side_dir, run_id))]
+
+
+def _lines(path: Path) -> list[str]:
+    """A side-channel file's lines; none when nothing was ever noted there."""
+    return path.read_text().splitlines() if path.exists() else []
 
 
 def _returning(ctx: RunContext, output: dict[str, Any]) -> dict[str, Any]:
