@@ -518,15 +518,14 @@ class RunStore:
         include: frozenset[str],
     ) -> _Position | None:
         """Add a batch's matching runs to ``page``; the position to resume after if it filled."""
-        matched: list[tuple[_Position, _Position | None, dict[str, str]]] = []
+        matched: list[_Matched] = []
         previous = after
-        read = SUMMARY_FIELDS + (("metadata",) if wanted.metadata else ())
-        for position, fields in zip(batch, await self._read(batch, read), strict=True):
+        for position, fields in zip(batch, await self._read(batch, SUMMARY_FIELDS), strict=True):
             if fields is not None and wanted.matches(run_from_hash(fields)):
-                if "metadata" not in include:
-                    fields.pop("metadata", None)  # read to filter, not to return
                 matched.append((position, previous, fields))
             previous = position
+        if wanted.metadata:
+            matched = await self._with_metadata(matched, wanted.metadata)
         large = tuple(field for field in LARGE_FIELDS if field in include)
         step = LIST_LOAD_CHUNK if large else max(1, len(matched))
         for start in range(0, len(matched), step):
@@ -540,6 +539,25 @@ class RunStore:
                 if page.full:
                     return position
         return None
+
+    async def _with_metadata(
+        self, matched: list[_Matched], pairs: Mapping[str, str]
+    ) -> list[_Matched]:
+        """The runs whose metadata holds every pair, reading it ``LIST_LOAD_CHUNK`` at a time.
+
+        Metadata may be large: read only for runs the summary filters kept, a few
+        per round trip, and dropped once judged (a listing returns it only when
+        ``include`` asks), so filtering by it never holds a whole scan's metadata.
+        """
+        kept: list[_Matched] = []
+        for start in range(0, len(matched), LIST_LOAD_CHUNK):
+            chunk = matched[start : start + LIST_LOAD_CHUNK]
+            extras = await self._read([position for position, _, _ in chunk], ("metadata",))
+            for item, extra in zip(chunk, extras, strict=True):
+                metadata = run_from_hash({**item[2], **extra}).metadata if extra else None
+                if metadata is not None and _metadata_holds(metadata, pairs):
+                    kept.append(item)
+        return kept
 
     async def _read(
         self, batch: list[_Position], fields: tuple[str, ...]
@@ -705,6 +723,10 @@ class _Page:
         return True
 
 
+# a listed run on its way to a page: its position, the one before it, its summary
+_Matched = tuple["_Position", "_Position | None", dict[str, str]]
+
+
 @dataclass(frozen=True)
 class _Filter:
     """What a listing keeps: a status, a handler, metadata key=value pairs (all must hold)."""
@@ -714,17 +736,18 @@ class _Filter:
     metadata: Mapping[str, str]
 
     def matches(self, run: Run) -> bool:
-        """Whether the run passes every filter given."""
-        return (
-            (self.status is None or run.status == self.status)
-            and (self.handler is None or run.handler == self.handler)
-            and all(_metadata_equals(run.metadata, k, v) for k, v in self.metadata.items())
+        """Whether a summary passes the status and handler filters (metadata: see below)."""
+        return (self.status is None or run.status == self.status) and (
+            self.handler is None or run.handler == self.handler
         )
 
 
-def _metadata_equals(metadata: dict[str, Any], key: str, value: str) -> bool:
-    """A query string's value against a metadata value: text as is, the rest as JSON."""
-    if key not in metadata:
-        return False
-    held = metadata[key]
-    return held == value if isinstance(held, str) else dumps(held) == value
+def _metadata_holds(metadata: dict[str, Any], pairs: Mapping[str, str]) -> bool:
+    """Every pair against the metadata: a string value equals the text, the rest its JSON."""
+    for key, value in pairs.items():
+        if key not in metadata:
+            return False
+        held = metadata[key]
+        if (held != value) if isinstance(held, str) else (dumps(held) != value):
+            return False
+    return True

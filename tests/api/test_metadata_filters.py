@@ -72,3 +72,24 @@ async def test_a_repeated_metadata_key_is_422(api: httpx.AsyncClient) -> None:
     response = await api.get("/runs?metadata.tenant=a&metadata.tenant=b")
     assert response.status_code == 422
     assert "more than once" in response.json()["detail"]
+
+
+async def test_a_metadata_filter_pages_through_many_runs_without_losing_one(
+    api: httpx.AsyncClient,
+) -> None:
+    # more runs than one metadata read takes (8), some with a large metadata value
+    ids = [
+        await create(api, {"tenant": "acme" if i % 3 == 0 else "globex", "blob": "x" * 20_000})
+        for i in range(20)
+    ]
+    wanted = [run_id for i, run_id in enumerate(ids) if i % 3 == 0][::-1]
+    seen: list[str] = []
+    cursor = None
+    for _ in range(20):
+        params = {"metadata.tenant": "acme", "limit": "3", **({"cursor": cursor} if cursor else {})}
+        page = (await api.get("/runs", params=params)).json()
+        seen.extend(item["id"] for item in page["items"])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == wanted
