@@ -7,7 +7,6 @@ prints machine-readable JSON.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import math
@@ -21,34 +20,46 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from app.errors import ConfigurationError, LeaseholdError
-from app.handlers import HandlerRegistry, load_handler_modules
 from app.logs import configure_logging
 from app.models import PARKED_STATUSES, Run, RunStatus
-from app.probes import ProbeResult
-from app.render import EventPrinter
-from app.settings import DEMO_HANDLERS, Settings, load_settings
-from app.tracing import configure as configure_tracing
 
+# start-up is what `runs get` in a shell loop pays each time (BENCHMARKS.md): what only some
+# commands need (asyncio, redis through the probes and handlers, pydantic-settings, httpx,
+# rich) is imported inside those commands, not here
 if TYPE_CHECKING:
     from app.client import ApiError, Client
+    from app.handlers import HandlerRegistry
+    from app.probes import ProbeResult
+    from app.settings import Settings
 
+# plain click help (rich_markup_mode=None) on every group: typer's rich tables show each
+# flag as `--retry <bool>`, and drawing them imports rich, a good part of start-up
 app = typer.Typer(
     help="Leasehold: durable runs on Redis with fenced leases.",
+    rich_markup_mode=None,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
 runs_app = typer.Typer(
-    help="Inspect, cancel, resolve, delete and purge runs.", no_args_is_help=True
+    rich_markup_mode=None,
+    help="Inspect, cancel, resolve, delete and purge runs.",
+    no_args_is_help=True,
 )
 app.add_typer(runs_app, name="runs")
 probe_app = typer.Typer(
-    help="Health probes for containers: exit 0 when healthy, 1 when not.", no_args_is_help=True
+    rich_markup_mode=None,
+    help="Health probes for containers: exit 0 when healthy, 1 when not.",
+    no_args_is_help=True,
 )
 app.add_typer(probe_app, name="probe")
-queues_app = typer.Typer(help="List and declare queues.", no_args_is_help=True)
+queues_app = typer.Typer(
+    rich_markup_mode=None, help="List and declare queues.", no_args_is_help=True
+)
 app.add_typer(queues_app, name="queues")
-demo_app = typer.Typer(help="Scripted demonstrations on a private stack.", no_args_is_help=True)
+demo_app = typer.Typer(
+    rich_markup_mode=None, help="Scripted demonstrations on a private stack.", no_args_is_help=True
+)
 app.add_typer(demo_app, name="demo")
 
 EXIT_CONFIG = 2
@@ -68,6 +79,8 @@ ApiKey = Annotated[
 
 def settings_or_exit(**overrides: Any) -> Settings:
     """Load settings with CLI overrides; on an invalid value print it and exit 2."""
+    from app.settings import load_settings
+
     try:
         return load_settings(**overrides)
     except ConfigurationError as exc:
@@ -77,6 +90,8 @@ def settings_or_exit(**overrides: Any) -> Settings:
 
 def handlers_or_exit(settings: Settings) -> HandlerRegistry:
     """Import LEASEHOLD_HANDLERS; a module that cannot be found is a setting error (exit 2)."""
+    from app.handlers import load_handler_modules
+
     try:
         return load_handler_modules(settings.handlers)
     except ImportError as exc:
@@ -90,6 +105,8 @@ def runnable_handlers_or_exit(settings: Settings) -> HandlerRegistry:
     No handler is registered by default (the demo's are on only for ``leasehold up``), so
     a worker started without LEASEHOLD_HANDLERS would claim nothing, silently, forever.
     """
+    from app.settings import DEMO_HANDLERS
+
     registry = handlers_or_exit(settings)
     if len(registry) == 0:
         typer.echo(
@@ -104,6 +121,8 @@ def runnable_handlers_or_exit(settings: Settings) -> HandlerRegistry:
 
 def with_demo(settings: Settings) -> Settings:
     """``settings`` whose LEASEHOLD_HANDLERS names the demo first (``leasehold up``)."""
+    from app.settings import DEMO_HANDLERS
+
     if settings.demo_enabled:
         return settings
     return settings.model_copy(update={"handlers": [DEMO_HANDLERS, *settings.handlers]})
@@ -111,6 +130,8 @@ def with_demo(settings: Settings) -> Settings:
 
 def tracing_or_exit(settings: Settings, service_name: str) -> None:
     """Turn tracing on as LEASEHOLD_TRACING says; asked for without the [otel] extra: exit 2."""
+    from app.tracing import configure as configure_tracing
+
     try:
         configure_tracing(settings, service_name)
     except ConfigurationError as exc:
@@ -238,6 +259,8 @@ def worker(
     ] = False,
 ) -> None:
     """Run an executor: claim runs, hold their leases, drain on SIGTERM."""
+    import asyncio
+
     from app.executor.worker import Worker
 
     settings = settings_or_exit(
@@ -255,6 +278,8 @@ def worker(
 @app.command()
 def reconciler() -> None:
     """Run a standalone reconciler (one also runs inside every worker by default)."""
+    import asyncio
+
     from app.reconciler import run_standalone
 
     settings = settings_or_exit()
@@ -347,6 +372,8 @@ def runs_watch(
 
 def _follow(client: Client, run_id: str, as_json: bool, *, last_event_id: str | None = None) -> int:
     """Print a run's events until its terminal one; exit code 0 only if it succeeded."""
+    from app.render import EventPrinter
+
     printer = EventPrinter(sys.stdout)
     last_type = ""
     for event in client.events(run_id, last_event_id=last_event_id):

@@ -239,3 +239,34 @@ def test_a_run_parked_for_an_unknown_effect_names_the_resolve_command() -> None:
     assert lines[0].startswith("waiting   for a person: an effect's outcome is unknown")
     assert "leasehold runs resolve default.X --action retry --effect-outcome" in lines[1]
     assert _unpark_lines(run.model_copy(update={"status": RunStatus.SUCCEEDED})) == []
+
+
+def test_help_lists_flags_without_a_type_and_values_with_theirs() -> None:
+    done = leasehold("demo", "kill-worker", "--help")
+    assert done.returncode == 0, done.stderr
+    assert "<bool>" not in done.stdout
+    flag = next(line for line in done.stdout.splitlines() if "--retry" in line)
+    assert flag.split()[:2] == ["--retry", "on_lease_expired=retry:"]
+    assert "--lease-ttl-s <float>" in done.stdout
+
+
+def test_starting_the_cli_imports_nothing_only_some_commands_need() -> None:
+    # what a `runs get` loop pays at every start: redis, asyncio, httpx, rich and
+    # pydantic-settings are each ~0.1 s (BENCHMARKS.md, CLI start-up)
+    heavy = ["redis", "asyncio", "httpx", "rich", "pydantic_settings", "app.handlers"]
+    probe = (
+        "import runpy, sys\n"
+        "sys.argv = ['leasehold', 'runs', 'get', '--help']\n"
+        "try:\n    runpy.run_module('app.cli', run_name='__main__')\n"
+        "except SystemExit:\n    pass\n"
+        f"print([name for name in {heavy!r} if name in sys.modules])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_S,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]"
