@@ -37,6 +37,11 @@ _SECRET_FIELD = re.compile(r"key|url|password|secret|token", re.IGNORECASE)
 # the demo's handlers and its fake model route: a client of the demo can burn a worker's CPU
 # and hold connections, so it is on only where LEASEHOLD_HANDLERS names it (`leasehold up`)
 DEMO_HANDLERS = "app.demo"
+# Waits that bound a stream or a connection: an endless one ("inf") is the hang they exist
+# to prevent, so they are finite and at most an hour (a pool wait at most a minute: a
+# request that waits longer for a connection should have been told 503 long ago).
+WAIT_MAX_S = 3600.0
+POOL_WAIT_MAX_S = 60.0
 # host names that only a client on this machine can send (a rebinding page never does)
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 
@@ -303,10 +308,18 @@ class Settings(BaseSettings):
         description="Connections a worker's metrics port serves at once; more get 503",
     )
     sse_keepalive_s: float = Field(
-        default=15.0, gt=0, description="Keep-alive comment period on idle event streams"
+        default=15.0,
+        gt=0,
+        le=WAIT_MAX_S,
+        allow_inf_nan=False,
+        description="Keep-alive comment period on idle event streams",
     )
     sse_send_timeout_s: float = Field(
-        default=30.0, gt=0, description="A follower that cannot take a message this long is dropped"
+        default=30.0,
+        gt=0,
+        le=WAIT_MAX_S,
+        allow_inf_nan=False,
+        description="A follower that cannot take a message this long is dropped",
     )
     sse_retry_ms: int = Field(
         default=2000, ge=0, description="Reconnect delay hinted to SSE clients (retry: field)"
@@ -353,6 +366,8 @@ class Settings(BaseSettings):
     redis_pool_timeout_s: float = Field(
         default=2.0,
         gt=0,
+        le=POOL_WAIT_MAX_S,
+        allow_inf_nan=False,
         description="Longest an API request waits for a free Redis connection; past it 503 "
         "with Retry-After",
     )
@@ -363,11 +378,17 @@ class Settings(BaseSettings):
         "past it 503 with Retry-After",
     )
     api_keep_alive_s: float = Field(
-        default=5.0, gt=0, description="An idle keep-alive connection is closed after this long"
+        default=5.0,
+        gt=0,
+        le=WAIT_MAX_S,
+        allow_inf_nan=False,
+        description="An idle keep-alive connection is closed after this long",
     )
     api_header_timeout_s: float = Field(
         default=10.0,
         gt=0,
+        le=WAIT_MAX_S,
+        allow_inf_nan=False,
         description="A request's line and headers must arrive within this long, or the "
         "connection is closed",
     )

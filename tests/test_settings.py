@@ -140,6 +140,14 @@ def test_cli_flags_override_the_environment(clean_env: pytest.MonkeyPatch) -> No
         ("LEASEHOLD_PURGE_BATCH_MAX", "0"),
         ("LEASEHOLD_RETRY_BACKOFF_S", "nan"),  # a run retried after NaN seconds
         ("LEASEHOLD_RETRY_BACKOFF_MAX_S", "inf"),
+        # the waits that bound streams and connections: an endless one is the hang itself
+        ("LEASEHOLD_REDIS_POOL_TIMEOUT_S", "inf"),
+        ("LEASEHOLD_REDIS_POOL_TIMEOUT_S", "3600"),  # a request queued an hour for a connection
+        ("LEASEHOLD_API_HEADER_TIMEOUT_S", "inf"),  # half-sent headers held for ever
+        ("LEASEHOLD_API_HEADER_TIMEOUT_S", "1e300"),
+        ("LEASEHOLD_API_KEEP_ALIVE_S", "inf"),
+        ("LEASEHOLD_SSE_SEND_TIMEOUT_S", "inf"),  # a follower that never reads is never dropped
+        ("LEASEHOLD_SSE_KEEPALIVE_S", "inf"),
     ],
 )
 def test_an_invalid_value_raises_one_line_naming_the_variable(
