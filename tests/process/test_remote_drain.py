@@ -1,6 +1,8 @@
-"""POST /workers/{id}/drain against a real worker process: it drains as on SIGTERM."""
+"""Real worker processes: drained by POST /workers/{id}/drain, marked dead by GET /workers."""
 
 from __future__ import annotations
+
+import signal
 
 import httpx
 
@@ -40,3 +42,31 @@ async def test_a_drained_worker_stops_claiming_finishes_its_run_and_exits(
         assert gone.status_code == 404
         assert gone.headers["content-type"].startswith("application/problem+json")
     assert "drain requested" in worker.log()
+
+
+async def test_a_killed_worker_is_listed_not_alive_then_leaves_the_list(
+    processes: Processes,
+) -> None:
+    _, url = processes.api()
+    worker = processes.worker()
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        listed = await eventually(
+            lambda: http.get("/workers"),
+            until=lambda r: any(item["pid"] == worker.pid for item in r.json()),
+            what="the worker to advertise itself",
+        )
+        assert listed.json()[0]["alive"] is True
+        worker.signal(signal.SIGKILL)
+        # silent past its 1 s lease TTL: marked, while its advertisement (3 TTLs) lasts
+        await eventually(
+            lambda: http.get("/workers"),
+            until=lambda r: [item["alive"] for item in r.json()] == [False],
+            timeout_s=20,
+            what="the dead worker to be marked not alive",
+        )
+        await eventually(
+            lambda: http.get("/workers"),
+            until=lambda r: r.json() == [],
+            timeout_s=20,
+            what="the dead worker to leave the list",
+        )
