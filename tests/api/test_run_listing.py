@@ -68,6 +68,15 @@ async def test_include_returns_the_large_fields_asked_for(api: httpx.AsyncClient
     assert filtered.json()["items"][0]["output"] is None
 
 
+async def test_include_given_twice_returns_both_fields(api: httpx.AsyncClient) -> None:
+    await create(api, metadata={"who": "me"})
+    response = await api.get("/runs", params=[("include", "input"), ("include", "metadata")])
+    item = response.json()["items"][0]
+    assert item["input"] == {"message": "hi"} and item["metadata"] == {"who": "me"}
+    refused = await api.get("/runs", params=[("include", "input"), ("include", "state")])
+    assert refused.status_code == 422
+
+
 @pytest.mark.parametrize(
     "include", ["state", "input,bogus", "__all__", "id", "x" * 65], ids=lambda v: v[:10]
 )

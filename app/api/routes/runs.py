@@ -234,9 +234,14 @@ async def get_run(run_id: RunId, state: State) -> Run:
     return await state.store.get(run_id)
 
 
-def _included(include: str | None) -> frozenset[str]:
-    """The large fields ``?include=`` asks for; an unknown name is a 422."""
-    names = frozenset(name.strip() for name in (include or "").split(",") if name.strip())
+def _included(request: Request) -> frozenset[str]:
+    """The large fields ``?include=`` asks for; an unknown name is a 422.
+
+    Every ``include`` parameter counts (``include=input&include=output`` is both): the
+    query declaration alone would keep only the last and silently drop the others.
+    """
+    values = request.query_params.getlist("include")
+    names = frozenset(name.strip() for value in values for name in value.split(",") if name.strip())
     unknown = sorted(names - set(LARGE_FIELDS))
     if unknown:
         raise HTTPException(
@@ -306,7 +311,7 @@ async def list_runs(
     has that key with that value: a string as is, a number or boolean as JSON
     (``metadata.tenant=acme``, ``metadata.priority=3``).
     """
-    included = _included(include)
+    included = _included(request)
     metadata = _metadata_filters(request)
     page = await state.store.list_runs(
         queue=queue,
