@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
 
 from tools.chaos.checker import Event, Snapshot, StoredRun
+from tools.chaos.handlers import returns_file
 from tools.chaos.janitor import Janitor, Unanswered
 from tools.chaos.promises import (
     account_for_missing,
@@ -17,6 +19,7 @@ from tools.chaos.promises import (
     check_deleted,
     check_gone,
     check_returned,
+    check_returns,
 )
 from tools.chaos.tap import ActivityTap, Entry
 from tools.chaos.workload import Answers, Follow, RunPlan, Tracked
@@ -143,3 +146,16 @@ def test_a_run_an_unanswered_purge_may_have_taken_is_accounted_for() -> None:
     # it ended after the purge's finished_before: that purge could not have taken it
     late = tap(other=[(100, "created", 0), (450, "succeeded", 1)])
     assert account_for_missing(Snapshot({}, 0), runs, cleaner, late).vanished == {OTHER}
+
+
+def test_returns_made_under_memory_pressure_are_counted(tmp_path: Path) -> None:
+    rows = [
+        {"owner": "w1", "fence": 1, "at": 1.0, "output": {"fence": 1}},
+        {"owner": "w2", "fence": 2, "at": 5.0, "output": {"fence": 2}},
+    ]
+    returns_file(tmp_path, RUN).write_text("".join(json.dumps(row) + "\n" for row in rows))
+    run = stored(
+        "succeeded", ("claimed", 1), ("requeued", 2), ("succeeded", 2), output={"fence": 2}
+    )
+    found, counts = check_returns(Snapshot({RUN: run}, 0), tmp_path, [(4000, 6000)])
+    assert (found, dict(counts)) == ([], {"compared": 2, "under_memory_pressure": 1})

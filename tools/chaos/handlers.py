@@ -62,7 +62,10 @@ def returns_file(side_dir: Path, run_id: str) -> Path:
 
 
 def read_returns(side_dir: Path, run_id: str) -> list[dict[str, Any]]:
-    """``{"owner", "fence", "output"}`` of every return of a run's handlers, oldest first."""
+    """``{"owner", "fence", "at", "output"}`` of every return of a run's handlers, oldest first.
+
+    ``at`` is epoch seconds, so the harness can tell returns made under a fault.
+    """
     return [json.loads(line) for line in _lines(returns_file(side_dir, run_id))]
 
 
@@ -74,7 +77,8 @@ def _lines(path: Path) -> list[str]:
 def _returning(ctx: RunContext, output: dict[str, Any]) -> dict[str, Any]:
     """Note ``output`` in the side channel, then hand it back for the handler to return."""
     side_dir = Path(os.environ[SIDE_DIR_ENV])
-    line = json.dumps({"owner": ctx.owner_id, "fence": ctx.fence, "output": output})
+    noted = {"owner": ctx.owner_id, "fence": ctx.fence, "at": time.time(), "output": output}
+    line = json.dumps(noted)
     _append(returns_file(side_dir, ctx.run_id), line + "\n")
     return output
 

@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,17 +138,29 @@ def check_returned(run: StoredRun, returns: list[dict[str, Any]]) -> list[Violat
     return [Violation("output_lost", run.id, detail)]
 
 
-def check_returns(snapshot: Snapshot, side_dir: Path) -> tuple[list[Violation], int]:
-    """:func:`check_returned` for every stored run; also how many returns were compared."""
+def check_returns(
+    snapshot: Snapshot, side_dir: Path, windows_ms: list[tuple[int, int]]
+) -> tuple[list[Violation], Counter[str]]:
+    """:func:`check_returned` for every stored run.
+
+    Also counts the returns compared, and those made inside ``windows_ms`` (the
+    memory-pressure faults, and a lease after each: the terminal write that had
+    to wait for Redis to accept writes again).
+    """
     found: list[Violation] = []
-    compared = 0
+    counts: Counter[str] = Counter()
     for run in snapshot.runs.values():
         if run.status not in TERMINAL:
             continue  # parked: reported elsewhere if it should not be
         returns = read_returns(side_dir, run.id)
-        compared += len(returns)
+        counts["compared"] += len(returns)
+        counts["under_memory_pressure"] += sum(
+            1
+            for row in returns
+            if any(start <= row.get("at", 0) * 1000 <= end for start, end in windows_ms)
+        )
         found += check_returned(run, returns)
-    return found, compared
+    return found, counts
 
 
 def check_cancels(tracked: list[Tracked], snapshot: Snapshot, tap: ActivityTap) -> list[Violation]:

@@ -51,7 +51,7 @@ class ChaosReport:
     janitor: Janitor
     gone: Gone
     tap: ActivityTap
-    returns_compared: int
+    returns_compared: Counter[str]
 
     @property
     def faults_by_kind(self) -> dict[str, int]:
@@ -111,7 +111,7 @@ class ChaosReport:
                 "gone_unexplained": len(self.gone.vanished),
             },
             "activity_tap": {"entries": self.tap.entries, "gaps": self.tap.gaps},
-            "handler_returns_compared": self.returns_compared,
+            "handler_returns": dict(self.returns_compared),
             "person": self.workload.decisions,
             "api_retries": self.api_retries,
             "fault_log": [_fault(fault, self.started_ms) for fault in self.faults],
@@ -148,7 +148,7 @@ class ChaosReport:
             f"({s['cancels_acked_202']} answered 202); API calls retried {s['api_retries']}",
             f"answers:   {_kv(s['api_answers'])}; creates refused 503 {s['creates_refused_503']}",
             f"janitor:   {_kv(s['janitor'])}; tap {_kv(s['activity_tap'])}",
-            f"returns:   {s['handler_returns_compared']} handler returns compared with outputs",
+            f"returns:   {_kv(s['handler_returns'])} (handler returns checked against outputs)",
         ]
         lines += [f"  fault {_kv(fault)}" for fault in s["fault_log"]]
         lines += [

@@ -23,6 +23,7 @@ import asyncio
 import random
 import secrets
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -108,7 +109,7 @@ class ChaosRun:
         self.injector.stream_counts = self.workload.streams_by_api
         self._stop_tap = asyncio.Event()
         self._tap: asyncio.Task[None] | None = None
-        self.returns_compared = 0
+        self.returns_compared: Counter[str] = Counter()
 
     async def attack(self) -> None:
         """Drive the workload and inject faults for ``duration_s``."""
@@ -183,7 +184,14 @@ class ChaosRun:
         """Issue 12/13's invariants: answers, returned outputs, cancels, deletions."""
         violations = promises.check_gone(self._gone(snapshot), self.workload.follows)
         violations += promises.check_answers(self.workload.api.answers, self.janitor)
-        returned, self.returns_compared = promises.check_returns(snapshot, self.cluster.side_dir)
+        ttl_ms = int(self.config.cluster.lease_ttl_s * 1000)
+        pressure = [
+            (fault.started_ms, fault.ended_ms + ttl_ms)
+            for fault in self.injector.faults
+            if fault.kind == FaultKind.MEMORY_PRESSURE
+        ]
+        side_dir = self.cluster.side_dir
+        returned, self.returns_compared = promises.check_returns(snapshot, side_dir, pressure)
         violations += returned
         violations += promises.check_cancels(self.workload.runs, snapshot, self.tap)
         resurrected = await self._resurrected(list(self.janitor.deleted))
