@@ -17,9 +17,12 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from tests.deploy.files import (
+    COMPOSE,
     K8S_REDIS_CONF,
+    REDIS_CONF,
     Object,
     find,
+    load_compose,
     pod_templates,
     redis_directives,
     redis_server,
@@ -187,3 +190,49 @@ def test_a_real_redis_with_the_k8s_config_refuses_clients_without_the_password(
         assert client.config_get("protected-mode") == {"protected-mode": "yes"}
         assert client.dbsize() == 0, "the refused write left nothing behind"
         client.close()
+
+
+# --- maxmemory below the container limit (issue 13 item 3) --------------------------
+
+# Kubernetes quantities and docker's mem_limit suffixes, in bytes
+QUANTITY_UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "k": 10**3, "M": 10**6, "G": 10**9}
+DOCKER_UNITS = {"b": 1, "k": 2**10, "m": 2**20, "g": 2**30}
+
+
+def maxmemory_as_redis_reads_it(config: Path, tmp_path: Path) -> int:
+    """The maxmemory a real redis-server takes from ``config`` (its own unit parsing)."""
+    tmp_path.mkdir()
+    with redis_server(config, tmp_path=tmp_path) as socket:
+        client = redis.Redis(unix_socket_path=str(socket))
+        try:
+            return int(client.config_get("maxmemory")["maxmemory"])
+        finally:
+            client.close()
+
+
+def quantity_bytes(quantity: str) -> int:
+    for suffix, factor in QUANTITY_UNITS.items():
+        if quantity.endswith(suffix):
+            return int(quantity.removesuffix(suffix)) * factor
+    return int(quantity)
+
+
+def docker_bytes(limit: str) -> int:
+    suffix = limit[-1].lower()
+    return int(limit[:-1]) * DOCKER_UNITS[suffix] if suffix in DOCKER_UNITS else int(limit)
+
+
+def test_every_shipped_redis_stops_at_a_maxmemory_below_its_container_limit(
+    objects: list[Object], tmp_path: Path
+) -> None:
+    """Redis must refuse writes (creates get 503 first) before the kernel kills it.
+
+    Without a maxmemory, or with one at the container limit, the OOM killer ends
+    Redis mid-write instead; the headroom covers buffers, forks and fragmentation.
+    """
+    k8s_limit = quantity_bytes(redis_container(objects)["resources"]["limits"]["memory"])
+    k8s_max = maxmemory_as_redis_reads_it(K8S_REDIS_CONF, tmp_path / "k8s")
+    assert 0 < k8s_max <= 0.8 * k8s_limit, (k8s_max, k8s_limit)
+    compose_limit = docker_bytes(str(load_compose(COMPOSE)["services"]["redis"]["mem_limit"]))
+    compose_max = maxmemory_as_redis_reads_it(REDIS_CONF, tmp_path / "compose")
+    assert 0 < compose_max <= 0.8 * compose_limit, (compose_max, compose_limit)
