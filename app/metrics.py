@@ -96,6 +96,12 @@ SSE_EVENTS_SENT = Counter(
 SSE_STREAMS = Gauge(
     "leasehold_sse_streams", "SSE responses (run events and /activity) this API serves now."
 )
+SSE_DROPPED = Counter(
+    "leasehold_sse_followers_dropped_total",
+    "Followers written to directly that were dropped as too slow (they resume by id), by why: "
+    "write_buffer (LEASEHOLD_SSE_WRITE_BUFFER_MAX_BYTES) or send_timeout.",
+    ["why"],
+)
 SSE_REFUSED = Counter(
     "leasehold_sse_refused_total",
     "SSE requests refused with 503 at a per-process cap: followers, runs or queues.",

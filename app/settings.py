@@ -329,6 +329,13 @@ class Settings(BaseSettings):
         ge=10,
         description="Events a follower may lag behind before it is dropped (it resumes by id)",
     )
+    sse_write_buffer_max_bytes: int = Field(
+        default=1_048_576,
+        ge=65_536,
+        le=64 * 1024 * 1024,
+        description="Unsent bytes a follower written to directly may have queued before it is "
+        "dropped (it resumes by id); at least the socket's 64 KiB high-water mark",
+    )
     sse_block_ms: int = Field(
         default=5000, ge=10, description="How long one XREAD of an event feed blocks per call"
     )

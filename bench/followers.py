@@ -144,10 +144,17 @@ class Dechunker:
 class FollowerProtocol(asyncio.Protocol):
     """One follower on its own connection: sends the GET, parses what comes back."""
 
-    def __init__(self, request: bytes, seen: Follower, done: asyncio.Future[None]) -> None:
+    def __init__(
+        self,
+        request: bytes,
+        seen: Follower,
+        done: asyncio.Future[None],
+        attached: asyncio.Future[None],
+    ) -> None:
         self._request = request
         self._seen = seen
         self._done = done
+        self._attached = attached
         self._http = Dechunker()
         self._sse = SseParser()
         self._transport: asyncio.Transport | None = None
@@ -161,6 +168,8 @@ class FollowerProtocol(asyncio.Protocol):
         now = time.time()
         try:
             for piece in self._http.feed(data):
+                if not self._attached.done():
+                    self._attached.set_result(None)  # the replay came: the next may connect
                 for event_type, payload in self._sse.feed(piece):
                     self._seen.take(event_type, payload, now)
         except ValueError as exc:
@@ -174,14 +183,20 @@ class FollowerProtocol(asyncio.Protocol):
         self._finish()
 
     def _finish(self) -> None:
+        if not self._attached.done():
+            self._attached.set_result(None)
         if not self._done.done():
             self._done.set_result(None)
         if self._transport is not None:
             self._transport.close()
 
 
-async def follow_raw(url: str, run_id: str) -> Follower:
-    """Follow one run with :class:`FollowerProtocol`, until its terminal event or the end."""
+async def follow_raw(url: str, run_id: str, attaching: asyncio.Semaphore) -> Follower:
+    """Follow one run with :class:`FollowerProtocol`, until its terminal event or the end.
+
+    ``attaching`` bounds the followers between connecting and their replay's
+    arrival: a thousand replays at once would only measure the API's Redis pool.
+    """
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     request = (
@@ -189,13 +204,18 @@ async def follow_raw(url: str, run_id: str) -> Follower:
         "Accept: text/event-stream\r\n\r\n"
     ).encode()
     seen = Follower()
-    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+    attached: asyncio.Future[None] = loop.create_future()
     try:
-        await asyncio.wait_for(
-            loop.create_connection(lambda: FollowerProtocol(request, seen, done), host, port),
-            CONNECT_TIMEOUT_S,
-        )
+        async with attaching:
+            await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: FollowerProtocol(request, seen, done, attached), host, port
+                ),
+                CONNECT_TIMEOUT_S,
+            )
+            await asyncio.wait_for(attached, CONNECT_TIMEOUT_S)
         await asyncio.wait_for(done, READ_TIMEOUT_S)
     except (OSError, TimeoutError) as exc:
         seen.error = f"{type(exc).__name__}: {exc}"
@@ -220,7 +240,9 @@ async def follow_httpx(http: httpx.AsyncClient, run_id: str) -> Follower:
     return seen
 
 
-async def follow_all(url: str, run_id: str, count: int, client: str) -> dict[str, Any]:
+async def follow_all(
+    url: str, run_id: str, count: int, client: str, attach_concurrency: int = 50
+) -> dict[str, Any]:
     """``count`` concurrent followers of one run; their findings and this process's CPU."""
     cpu_start, wall_start = time.process_time(), time.perf_counter()
     if client == "httpx":
@@ -229,7 +251,10 @@ async def follow_all(url: str, run_id: str, count: int, client: str) -> dict[str
         async with httpx.AsyncClient(base_url=url, limits=limits, timeout=timeout) as http:
             followers = await asyncio.gather(*(follow_httpx(http, run_id) for _ in range(count)))
     else:
-        followers = await asyncio.gather(*(follow_raw(url, run_id) for _ in range(count)))
+        attaching = asyncio.Semaphore(attach_concurrency)
+        followers = await asyncio.gather(
+            *(follow_raw(url, run_id, attaching) for _ in range(count))
+        )
     return {
         "followers": [asdict(seen) for seen in followers],
         "cpu_s": time.process_time() - cpu_start,
@@ -245,10 +270,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--count", type=int, default=1)
     parser.add_argument("--client", choices=["protocol", "httpx"], default="protocol")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--attach-concurrency", type=int, default=50, help="followers connecting at once"
+    )
     args = parser.parse_args(argv)
     # uvloop, as the API uses: the followers share the machine's cores with the API, so
     # what they spend per message is taken from what is being measured
-    result = uvloop.run(follow_all(args.url, args.run, args.count, args.client))
+    result = uvloop.run(
+        follow_all(args.url, args.run, args.count, args.client, args.attach_concurrency)
+    )
     args.out.write_text(json.dumps(result))
 
 

@@ -23,6 +23,13 @@ follower processes (:mod:`bench.followers`) on loopback.
   writer gets a ``replay_unavailable`` notice in place of the trimmed events.
 * **cost**: CPU seconds of the API, the worker and the client processes over each
   measurement (from ``/proc``), i.e. what one delivered message costs each side.
+* **idle** (``--idle N``): N followers of a run that emits nothing, all in one
+  client process; the API's resident memory before and after they attach, per
+  follower. The caps (``LEASEHOLD_SSE_MAX_FOLLOWERS``, ``_API_MAX_CONNECTIONS``)
+  are raised to fit N.
+
+``--pin`` puts the API processes on core 0 and the client processes on core 1
+(``sched_setaffinity``), so that the clients take no CPU from the API they measure.
 
 The load average is recorded before every repetition: the machine is shared.
 Results are printed and appended as one JSON line (``"benchmark": "sse"``) to
@@ -30,6 +37,8 @@ Results are printed and appended as one JSON line (``"benchmark": "sse"``) to
 
     .venv/bin/python -m bench.sse                       # everything, ~4 min
     .venv/bin/python -m bench.sse --followers 1000 --reps 1 --skip tokens
+    .venv/bin/python -m bench.sse --followers 1000 --per-process 1000 --pin --skip tokens
+    .venv/bin/python -m bench.sse --idle 10000 --pin --skip latency tokens
 """
 
 from __future__ import annotations
@@ -63,6 +72,7 @@ HEALTH_TIMEOUT_S = 30.0
 FINISH_GRACE_S = 180.0
 POLL_S = 0.05
 QUIET_WAIT_S = 120.0
+IDLE_HOLD_S = 20.0  # idle followers held this long: longer than a keep-alive period
 WORKER_CONCURRENCY = 4
 SUBSCRIBERS_GAUGE = "leasehold_sse_subscribers "
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
@@ -79,12 +89,28 @@ class Stack:
     worker_pid: int
     out_dir: Path
     client: str  # bench.followers --client
+    pin: bool  # clients on core 1 (the APIs are on core 0)
 
 
 def process_cpu_s(pid: int) -> float:
     """User + system CPU seconds a running process has used (from /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_PER_S
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of a running process, MiB (from /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return float("nan")
+
+
+def pin(pid: int, core: int) -> None:
+    """Keep a process (all its threads) on one core, when the machine has it."""
+    if core < (os.cpu_count() or 1):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            os.sched_setaffinity(int(task.name), {core})
 
 
 def cpu_snapshot(stack: Stack) -> dict[str, float]:
@@ -95,10 +121,22 @@ def cpu_snapshot(stack: Stack) -> dict[str, float]:
 
 @contextlib.asynccontextmanager
 async def stack(
-    bench: Bench, out_dir: Path, *, client: str, events_maxlen: int, api_processes: int
+    bench: Bench,
+    out_dir: Path,
+    *,
+    client: str,
+    events_maxlen: int,
+    api_processes: int,
+    pinned: bool,
+    max_followers: int,
 ) -> AsyncIterator[Stack]:
     """API processes (independent replicas, as behind a load balancer) and one worker."""
     env = bench.env(LEASEHOLD_EVENTS_MAXLEN=str(events_maxlen))
+    if max_followers:
+        env |= {
+            "LEASEHOLD_SSE_MAX_FOLLOWERS": str(max_followers),
+            "LEASEHOLD_API_MAX_CONNECTIONS": str(max_followers + 100),
+        }
     worker_args = ["worker", "--concurrency", str(WORKER_CONCURRENCY)]
     with contextlib.ExitStack() as processes:
         ports = [free_port() for _ in range(api_processes)]
@@ -112,9 +150,11 @@ async def stack(
         bases = [f"http://127.0.0.1:{port}" for port in ports]
         for base, api in zip(bases, apis, strict=True):
             await asyncio.to_thread(wait_healthy, base, api, timeout_s=HEALTH_TIMEOUT_S)
+            if pinned:
+                pin(api.pid, 0)
         async with httpx.AsyncClient(base_url=bases[0], timeout=30) as http:
             pids = [api.pid for api in apis]
-            yield Stack(bench, bases, http, pids, worker.pid, out_dir, client)
+            yield Stack(bench, bases, http, pids, worker.pid, out_dir, client, pinned)
 
 
 async def subscribers(stack: Stack) -> int:
@@ -149,6 +189,8 @@ def followers(
             proc = processes.spawn(
                 f"followers-{index}", args, env=env, module="bench.followers", cwd=harness.REPO_ROOT
             )
+            if stack.pin:
+                pin(proc.pid, 1)
             procs.append((proc, out))
         yield procs
     finally:
@@ -279,6 +321,41 @@ async def latency_rep(
     return rep
 
 
+async def idle_rep(stack: Stack, *, count: int) -> dict[str, Any]:
+    """``count`` followers of a run that emits nothing yet: the API's memory for them."""
+    load = harness.load_average()
+    run_id = await create(stack, "bench.ticks", {"count": 1, "rate_per_s": 1})
+    api_pid = stack.api_pids[0]
+    before = rss_mb(api_pid)
+    with followers(stack, run_id, count, count) as procs:
+        attach_s = await wait_attached(stack, count, procs)
+        cpu_before = cpu_snapshot(stack)["api"]
+        await asyncio.sleep(IDLE_HOLD_S)  # what holding them costs: keep-alives only
+        held = {
+            "api_rss_mb": rss_mb(api_pid),
+            "client_rss_mb": rss_mb(procs[0][0].pid),
+            "api_cpu_s_idle": round(cpu_snapshot(stack)["api"] - cpu_before, 2),
+        }
+        await go(stack, run_id)  # one tick and the terminal event, to every follower
+        found = await collect(procs, FINISH_GRACE_S)
+    rep = {
+        "idle_followers": count,
+        "load_before": load,
+        "attach_s": round(attach_s, 2),
+        "api_rss_before_mb": before,
+        **held,
+        "api_kib_per_follower": round((held["api_rss_mb"] - before) * 1024 / count, 1),
+        "hold_s": IDLE_HOLD_S,
+        **completeness(found, 1),
+    }
+    log(
+        f"idle, {count} followers: API RSS {before} -> {held['api_rss_mb']} MiB "
+        f"({rep['api_kib_per_follower']} KiB each), attached in {rep['attach_s']} s, "
+        f"complete {rep['followers_complete']}/{count} (load {load[0]:.2f})"
+    )
+    return rep
+
+
 async def run_output(stack: Stack, run_id: str) -> dict[str, Any]:
     """The finished run's record (status and output) from the API."""
     response = await stack.http.get(f"/runs/{run_id}")
@@ -348,6 +425,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=1,
         help="API replicas; client processes are spread over them round-robin",
     )
+    parser.add_argument(
+        "--pin", action="store_true", help="API processes on core 0, client processes on core 1"
+    )
+    parser.add_argument(
+        "--idle", type=int, default=0, help="also hold this many idle followers (one client)"
+    )
     parser.add_argument("--client", choices=["protocol", "httpx"], default="protocol")
     parser.add_argument("--rate", type=float, default=20.0, help="tick events per second")
     parser.add_argument("--seconds", type=float, default=10.0, help="how long ticks are emitted")
@@ -388,8 +471,12 @@ async def quiet(max_load: float) -> None:
 
 async def run_all(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
     """Every measurement asked for: latency per follower count, then tokens."""
-    result: dict[str, Any] = {"latency": [], "tokens": []}
+    result: dict[str, Any] = {"latency": [], "tokens": [], "idle": []}
     for rep in range(args.reps):
+        if args.idle:
+            await quiet(args.quiet_load)
+            log(f"rep {rep + 1}/{args.reps}: {args.idle} idle followers")
+            result["idle"].append(await idle_rep(stack, count=args.idle))
         if "latency" not in args.skip:
             for count in args.followers:
                 await quiet(args.quiet_load)
@@ -420,6 +507,14 @@ def print_report(result: dict[str, Any]) -> None:
             f"{rep['followers_complete']:>4}/{rep['followers']:<4}  "
             f"{rep['api_cpu_us_per_message']:10.1f}  {rep['client_cpu_us_per_message']:12.1f}"
         )
+    for rep in result["idle"]:
+        print(
+            f"idle {rep['idle_followers']}  load {rep['load_before'][0]:4.2f}  API RSS "
+            f"{rep['api_rss_before_mb']} -> {rep['api_rss_mb']} MiB "
+            f"({rep['api_kib_per_follower']} KiB each), client RSS {rep['client_rss_mb']} MiB, "
+            f"API CPU idle {rep['api_cpu_s_idle']} s / {rep['hold_s']} s, "
+            f"complete {rep['followers_complete']}/{rep['idle_followers']}"
+        )
     print("tokens  load  emitted/s  written/s  received/s  end-to-end s  complete")
     for rep in result["tokens"]:
         print(
@@ -442,6 +537,7 @@ async def main(argv: list[str] | None = None) -> None:
             "client": args.client,
             "events_maxlen": maxlen,
             "api_processes": args.api_processes,
+            "pinned": args.pin,
         }
         async with stack(
             bench,
@@ -449,6 +545,8 @@ async def main(argv: list[str] | None = None) -> None:
             client=args.client,
             events_maxlen=maxlen,
             api_processes=args.api_processes,
+            pinned=args.pin,
+            max_followers=args.idle,
         ) as running:
             result |= await run_all(running, args)
     path = harness.record(result)

@@ -6,7 +6,9 @@ each live event a thousand times (JSON, then the SSE framing). The event feed
 follower writes the same bytes.
 
 Messages use sse-starlette's own encoder and separator (``\\r\\n``), so a
-pre-encoded message is byte for byte what the library would send.
+pre-encoded message is byte for byte what the library would send. Each frame
+also carries its message as one HTTP/1.1 chunk, byte for byte what uvicorn
+would write for it, for the followers written to directly (:mod:`app.api.fanout`).
 """
 
 from __future__ import annotations
@@ -34,15 +36,23 @@ class Frame:
     order: tuple[int, int]  # the stream id as a sortable pair
     message: bytes  # the SSE message, without a retry: field
     terminal: bool
+    chunk: bytes  # the message as one chunk of a chunked HTTP/1.1 body
+
+
+def chunked(message: bytes) -> bytes:
+    """``message`` as one chunk of a ``Transfer-Encoding: chunked`` body, as uvicorn frames it."""
+    return b"%x\r\n%b\r\n" % (len(message), message)
 
 
 def frame(event: RunEvent) -> Frame:
     """Encode a stored event (it has a stream id) for fan-out."""
+    message = encode(event)
     return Frame(
         event=event,
         order=event_id_order(event.id),
-        message=encode(event),
+        message=message,
         terminal=event.type in TERMINAL_EVENT_TYPES,
+        chunk=chunked(message),
     )
 
 
@@ -62,4 +72,6 @@ def gap(after: str, first: RunEvent) -> Frame:
         fence=first.fence,
         data={"requested_after": after, "oldest_available": first.id},
     )
-    return Frame(event=event, order=event_id_order(first.id), message=encode(event), terminal=False)
+    message = encode(event)
+    order = event_id_order(first.id)
+    return Frame(event=event, order=order, message=message, terminal=False, chunk=chunked(message))

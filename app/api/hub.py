@@ -24,6 +24,8 @@ silent gap.
 Each event is encoded once, as a :class:`~app.api.frames.Frame`, and the same
 bytes go to every subscriber; a subscriber takes what has queued up in one
 :meth:`Subscription.get_batch`, so a burst goes out in one write, not one each.
+A subscriber in direct mode (:meth:`Subscription.go_direct`, :mod:`app.api.fanout`)
+is handed each read's frames together, in the reader's own loop.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from redis.exceptions import RedisError
@@ -60,11 +62,15 @@ class Subscription(Generic[T]):
     def __init__(self, maxsize: int) -> None:
         self.queue: asyncio.Queue[T | None] = asyncio.Queue(maxsize=maxsize)
         self.dropped = False
+        # set by go_direct: the feed hands what it read to this instead of the inbox
+        self.direct: Callable[[Sequence[T]], bool] | None = None
 
     def offer(self, event: T | None) -> bool:
         """Deliver without waiting; False (and closed) if the follower is too far behind."""
         if self.dropped:
             return False
+        if self.direct is not None:
+            return event is not None and self.offer_all((event,))
         try:
             self.queue.put_nowait(event)
         except asyncio.QueueFull:
@@ -73,6 +79,28 @@ class Subscription(Generic[T]):
                 self.queue.get_nowait()
             self.queue.put_nowait(None)
             return False
+        return True
+
+    def offer_all(self, events: Sequence[T]) -> bool:
+        """Deliver events read together (one write when direct); False once closed."""
+        if self.direct is None:
+            return all(self.offer(event) for event in events)
+        if self.direct(events):
+            return True
+        self.direct, self.dropped = None, True  # the end went out, or the follower is gone
+        self.queue.put_nowait(None)  # the inbox is empty in direct mode: wakes its task
+        return False
+
+    def go_direct(self, write: Callable[[Sequence[T]], bool]) -> bool:
+        """Have the feed call ``write`` with what it reads from now on, if nothing is queued.
+
+        ``write`` returns False once the follower is done (the end sent, or it was
+        dropped); the inbox then gets the close marker. False (nothing changed)
+        while events are queued: the follower takes those first, in order.
+        """
+        if self.dropped or not self.queue.empty():
+            return False
+        self.direct = write
         return True
 
     async def get(self) -> T | None:
@@ -101,6 +129,13 @@ def fan_out(subscribers: set[Subscription[T]], item: T) -> None:
     """Offer ``item`` to every subscriber, dropping those too far behind to take it."""
     for subscription in list(subscribers):
         if not subscription.offer(item):
+            subscribers.discard(subscription)
+
+
+def fan_out_all(subscribers: set[Subscription[T]], items: Sequence[T]) -> None:
+    """Offer ``items`` (read together, in order) to every subscriber, as :func:`fan_out`."""
+    for subscription in list(subscribers):
+        if not subscription.offer_all(items):
             subscribers.discard(subscription)
 
 
@@ -349,18 +384,20 @@ class EventHub:
             feed.run_id, after=feed.position, added=feed.added, count=READ_COUNT
         )
         feed.pending = len(read.events) >= READ_COUNT
+        frames: list[Frame] = []
         if read.missing and read.events:
             log.warning(
                 "event feed fell behind the stream's cap: %s events trimmed unread",
                 read.missing if read.missing > 0 else "some",
                 extra={"run_id": feed.run_id},
             )
-            fan_out(feed.subscribers, gap(feed.position, read.events[0]))
+            frames.append(gap(feed.position, read.events[0]))
         feed.added += max(read.missing, 0) + len(read.events)
         for event in read.events:
             feed.position = event.id
-            encoded = frame(event)
-            fan_out(feed.subscribers, encoded)
-            if encoded.terminal:
-                return True
-        return False
+            frames.append(frame(event))
+            if frames[-1].terminal:
+                break
+        if frames:
+            fan_out_all(feed.subscribers, frames)
+        return bool(frames) and frames[-1].terminal

@@ -12,6 +12,10 @@ client holding a few hundred half-sent requests keeps them all open. Here:
   connection is closed (like nginx's ``client_header_timeout``);
 * ``LEASEHOLD_API_KEEP_ALIVE_S`` is uvicorn's ``timeout_keep_alive``.
 
+Each request's uvicorn cycle is also put in its ASGI scope, so that event
+streams can write pre-encoded live frames to the socket directly
+(:mod:`app.api.fanout`).
+
 Every command that starts uvicorn (``leasehold api``, and ``leasehold up``
 through it) takes its options from :func:`uvicorn_options`.
 """
@@ -24,6 +28,7 @@ from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from app.api.fanout import CYCLE_EXTENSION
 from app.settings import Settings
 
 BUSY_RETRY_AFTER_S = 1
@@ -89,6 +94,16 @@ class BoundedHttpProtocol(HttpToolsProtocol):
                 self.app, self.limit_concurrency = app, limit
             return
         super().on_headers_complete()
+        self._expose_cycle()
+
+    def _expose_cycle(self) -> None:
+        """Put the request's cycle in its scope: event streams write live frames to it directly.
+
+        Its ASGI task starts at the next turn of the loop, after this.
+        """
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is self.scope:
+            self.scope.setdefault("extensions", {})[CYCLE_EXTENSION] = cycle  # type: ignore[assignment]
 
     def _arm_header_deadline(self) -> None:
         self._disarm_header_deadline()

@@ -10,20 +10,25 @@
 
 Messages are yielded as bytes (sse-starlette passes bytes through): live events
 arrive pre-encoded from the hub (:mod:`app.api.frames`), and whatever has queued
-up for a follower (a replay chunk, a token burst) goes out as one write.
+up for a follower (a replay chunk, a token burst) goes out as one write. Under
+uvicorn, a follower that has caught up is then written to by the hub directly
+(:mod:`app.api.fanout`): the same bytes, without a pass through this generator.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping, Sequence
 from datetime import UTC, datetime
+from functools import partial
+from typing import Any
 
 from fastapi import HTTPException
 from sse_starlette import EventSourceResponse
 
 from app.api.admission import SlottedEventSourceResponse, refuse
+from app.api.fanout import DirectSink, direct_sink
 from app.api.frames import Frame, encode
-from app.api.hub import EventHub
+from app.api.hub import EventHub, Subscription
 from app.api.state import ApiState
 from app.metrics import SSE_EVENTS_SENT, SSE_SUBSCRIBERS
 from app.models import TERMINAL_EVENT_TYPES, Run, RunEvent, event_id_order, is_resume_point
@@ -52,6 +57,27 @@ class Cursor:
             self.last_id, self.order = event.id, event_id_order(event.id)
         self.ended = event.type in TERMINAL_EVENT_TYPES
         return encoded
+
+    def write(self, sink: DirectSink, frames: Sequence[Frame]) -> bool:
+        """Write the live frames not already sent to ``sink``, at once; False once done.
+
+        Called by the hub's reader for every follower in direct mode: kept to a
+        comparison, one socket write and a counter.
+        """
+        if self.order is not None and frames[0].order <= self.order:
+            order = self.order  # the replay overlapped the feed: skip what it sent
+            frames = [item for item in frames if item.order > order]
+            if not frames:
+                return True
+        data = frames[0].chunk if len(frames) == 1 else b"".join(f.chunk for f in frames)
+        if not sink.push(data):
+            return False
+        SSE_EVENTS_SENT.inc(len(frames))
+        last = frames[-1]
+        if last.event.id:
+            self.last_id, self.order = last.event.id, last.order
+        self.ended = last.terminal
+        return not last.terminal
 
     def take(self, frames: list[Frame]) -> list[bytes]:
         """Messages for the frames this follower has not been sent, up to the terminal one."""
@@ -89,12 +115,19 @@ async def replay_gap(store: RunStore, run_id: str, after: str | None) -> RunEven
 
 
 async def run_events(
-    store: RunStore, hub: EventHub, run_id: str, *, after: str | None, retry_ms: int
+    store: RunStore,
+    hub: EventHub,
+    run_id: str,
+    *,
+    after: str | None,
+    retry_ms: int,
+    sink: DirectSink | None = None,
 ) -> AsyncIterator[bytes]:
     """Every event of a run after ``after``, live, ending with the terminal event.
 
     Ends early (without a terminal event) only when this follower fell too far
-    behind; the client reconnects with Last-Event-ID and misses nothing.
+    behind; the client reconnects with Last-Event-ID and misses nothing. With a
+    ``sink``, once caught up the follower is written to by the hub directly.
     """
     subscription = await hub.subscribe(run_id)
     SSE_SUBSCRIBERS.inc()
@@ -105,12 +138,28 @@ async def run_events(
             yield send([cursor.message(gap)])
         async for chunk in replay(store, run_id, cursor):
             yield chunk
-        while not cursor.ended and (frames := await subscription.get_batch(LIVE_BATCH)):
+        while not cursor.ended:
+            if sink is not None and caught_up(cursor, sink, subscription):
+                await subscription.get()  # None: the end went out, or the follower was dropped
+                return
+            if not (frames := await subscription.get_batch(LIVE_BATCH)):
+                return
             if messages := cursor.take(frames):
                 yield send(messages)
     finally:
         SSE_SUBSCRIBERS.dec()
         hub.unsubscribe(run_id, subscription)
+
+
+def caught_up(cursor: Cursor, sink: DirectSink, subscription: Subscription[Frame]) -> bool:
+    """Hand the follower to the hub's direct writes if it has caught up; whether it was.
+
+    Caught up: its first message (the ``retry:`` hint) was sent, so the headers
+    are out, and nothing waits in its inbox.
+    """
+    if cursor.hint is not None or not sink.ready():
+        return False
+    return subscription.go_direct(partial(cursor.write, sink))
 
 
 async def replay(store: RunStore, run_id: str, cursor: Cursor) -> AsyncIterator[bytes]:
@@ -156,6 +205,16 @@ def admit_stream(state: ApiState, run_id: str | None) -> None:
             setting="LEASEHOLD_SSE_MAX_FOLLOWED_RUNS",
         )
     state.slots.take()
+
+
+def live_sink(state: ApiState, scope: MutableMapping[str, Any]) -> DirectSink | None:
+    """Where the hub may write a caught-up follower's live frames directly, if anywhere."""
+    settings = state.settings
+    return direct_sink(
+        scope,
+        max_buffer=settings.sse_write_buffer_max_bytes,
+        send_timeout_s=settings.sse_send_timeout_s,
+    )
 
 
 def event_stream_response(

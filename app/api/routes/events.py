@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Header, Query, Request
 from sse_starlette import EventSourceResponse
 
 from app.api.routes.runs import RunId, State, problems
-from app.api.streaming import admit_stream, event_stream_response, resume_point, run_events
+from app.api.streaming import (
+    admit_stream,
+    event_stream_response,
+    live_sink,
+    resume_point,
+    run_events,
+)
 
 router = APIRouter(tags=["events"])
 
@@ -30,6 +36,7 @@ SSE_DOC: dict[int | str, dict[str, Any]] = {
 async def follow_run(
     run_id: RunId,
     state: State,
+    request: Request,
     last_event_id: Annotated[str | None, Header(max_length=64)] = None,
     last_event_id_query: Annotated[str | None, Query(alias="last_event_id", max_length=64)] = None,
 ) -> EventSourceResponse:
@@ -42,7 +49,12 @@ async def follow_run(
     after = resume_point(last_event_id, last_event_id_query)
     run = await state.store.get(run_id)
     stream = run_events(
-        state.store, state.hub, run.id, after=after, retry_ms=state.settings.sse_retry_ms
+        state.store,
+        state.hub,
+        run.id,
+        after=after,
+        retry_ms=state.settings.sse_retry_ms,
+        sink=live_sink(state, request.scope),
     )
     admit_stream(state, run.id)
     return event_stream_response(state, run, stream)

@@ -15,7 +15,7 @@ from app.api.bodies import body_doc, json_body
 from app.api.memory import create_cost_bytes
 from app.api.problems import PROBLEM_JSON
 from app.api.state import ApiState, api_state
-from app.api.streaming import admit_stream, event_stream_response, run_events
+from app.api.streaming import admit_stream, event_stream_response, live_sink, run_events
 from app.errors import InvalidTransition, RunNotFound
 from app.metrics import RUNS_CREATED, RUNS_DELETED
 from app.models import (
@@ -190,6 +190,8 @@ async def _create(
             created.run.id,
             after=None,
             retry_ms=state.settings.sse_retry_ms,
+            # a follower dropped as slow must not look like one that left (and cancel the run)
+            sink=None if body.cancel_on_disconnect else live_sink(state, request.scope),
         )
         if body.cancel_on_disconnect:
             stream = cancel_if_abandoned(state, created.run.id, stream)

@@ -1,0 +1,115 @@
+"""Live frames written straight to followers' sockets: one pre-encoded chunk, many transports.
+
+Under uvicorn (how the API is served, :mod:`app.api.server`) a follower that has
+caught up (its replay sent, its ``retry:`` hint sent, its inbox empty) stops
+receiving through its own task and the ASGI layers: the feed's reader writes
+each live frame's chunk (:attr:`~app.api.frames.Frame.chunk`) to the follower's
+transport itself, in the same loop that offers it to every other follower. A
+thousand followers of one event then cost a thousand ``transport.write`` calls
+of the same bytes, not a thousand task wake-ups, each with sse-starlette's send
+and its timeout scope and Starlette's send wrappers (the profile of issue 19:
+45-80 µs per follower per event, so the last of 1,000 followers of a burst got
+it ~50 ms after the first).
+
+The bounds the per-follower path gives are kept:
+
+* a follower whose socket holds more than ``LEASEHOLD_SSE_WRITE_BUFFER_MAX_BYTES``
+  unsent bytes is dropped (its connection aborted): the direct counterpart of
+  the bounded inbox (``LEASEHOLD_SSE_QUEUE_MAX``);
+* one whose socket has taken nothing new (uvicorn's flow control paused) for
+  longer than ``LEASEHOLD_SSE_SEND_TIMEOUT_S`` is dropped at its next event:
+  the slow-client send timeout. Keep-alive comments still go through
+  sse-starlette, whose own send timeout covers a follower with no events.
+
+A dropped follower reconnects with ``Last-Event-ID`` and loses nothing. Anything
+else (another ASGI server, an in-process transport) keeps the per-follower path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import MutableMapping
+from typing import Any, Protocol, cast
+
+from app.metrics import SSE_DROPPED
+
+log = logging.getLogger(__name__)
+
+# where app.api.server's protocol puts the request's uvicorn cycle in the ASGI scope
+CYCLE_EXTENSION = "leasehold.http_cycle"
+
+
+class FlowControl(Protocol):
+    """uvicorn's flow control of one connection: paused while the socket's buffer is full."""
+
+    write_paused: bool
+
+
+class HttpCycle(Protocol):
+    """The parts of uvicorn's ``RequestResponseCycle`` a direct write relies on."""
+
+    transport: asyncio.Transport
+    flow: FlowControl
+    response_started: bool
+    response_complete: bool
+    disconnected: bool
+    chunked_encoding: bool | None
+
+
+class DirectSink:
+    """One follower's socket, written to below the ASGI layer, with the send bounds."""
+
+    def __init__(self, cycle: HttpCycle, *, max_buffer: int, send_timeout_s: float) -> None:
+        self._cycle = cycle
+        self._transport = cycle.transport
+        self._flow = cycle.flow
+        self._max_buffer = max_buffer
+        self._send_timeout_s = send_timeout_s
+        self._paused_since: float | None = None
+
+    def ready(self) -> bool:
+        """Whether frames may follow: the headers are out, the body is chunked and still open."""
+        cycle = self._cycle
+        return (
+            cycle.response_started
+            and cycle.chunked_encoding is True
+            and not cycle.response_complete
+            and not cycle.disconnected
+        )
+
+    def push(self, chunk: bytes) -> bool:
+        """Write one body chunk now; False (the follower dropped or gone) if it may not be."""
+        transport = self._transport
+        if transport.is_closing():
+            return False
+        if self._flow.write_paused:  # over the transport's high-water mark: a slow reader
+            now = time.monotonic()
+            if self._paused_since is None:
+                self._paused_since = now
+            elif now - self._paused_since > self._send_timeout_s:
+                return self._drop("send_timeout")
+            if transport.get_write_buffer_size() + len(chunk) > self._max_buffer:
+                return self._drop("write_buffer")
+        else:
+            self._paused_since = None
+        transport.write(chunk)
+        return True
+
+    def _drop(self, why: str) -> bool:
+        """Abort the connection of a follower too slow to keep: it resumes by Last-Event-ID."""
+        SSE_DROPPED.labels(why).inc()
+        log.info("slow event-stream follower dropped (%s)", why)
+        self._transport.abort()
+        return False
+
+
+def direct_sink(
+    scope: MutableMapping[str, Any], *, max_buffer: int, send_timeout_s: float
+) -> DirectSink | None:
+    """A sink for the request of ``scope`` when its server lets us write below ASGI, else None."""
+    cycle = scope.get("extensions", {}).get(CYCLE_EXTENSION)
+    if cycle is None:
+        return None
+    return DirectSink(cast(HttpCycle, cycle), max_buffer=max_buffer, send_timeout_s=send_timeout_s)
