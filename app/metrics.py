@@ -1,6 +1,6 @@
 """Prometheus metrics, one module so every name and label set is defined once.
 
-The API serves them at ``GET /metrics``; a worker serves its own on
+The API serves :data:`API_REGISTRY` at ``GET /metrics``; a worker serves :data:`WORKER_REGISTRY` on
 ``LEASEHOLD_WORKER_METRICS_PORT`` when set (``app.metrics_server``). Each process exposes what it
 observes: the API counts creations, SSE followers and (at scrape time) queue
 depth; workers count claims, outcomes, renewals, leases lost, verdicts and
@@ -11,36 +11,68 @@ updates them directly.
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+)
+
+# One registry per kind of process, so each exports only what it observes: with one global
+# registry the API served the worker's counters (renewals, leases lost, loop lag...) as
+# constant zeros, which read as "nothing wrong" on a dashboard (issue 18). A process's own
+# CPU, memory and GC series go to both.
+API_REGISTRY = CollectorRegistry(auto_describe=True)
+WORKER_REGISTRY = CollectorRegistry(auto_describe=True)
+for _registry in (API_REGISTRY, WORKER_REGISTRY):
+    for _collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+        _registry.register(_collector)
 
 RUNS_CREATED = Counter(
-    "leasehold_runs_created_total", "Runs created through the API.", ["queue", "handler"]
+    "leasehold_runs_created_total",
+    "Runs created through the API.",
+    ["queue", "handler"],
+    registry=API_REGISTRY,
 )
 RUNS_CLAIMED = Counter(
-    "leasehold_runs_claimed_total", "Runs claimed by this worker.", ["queue", "handler"]
+    "leasehold_runs_claimed_total",
+    "Runs claimed by this worker.",
+    ["queue", "handler"],
+    registry=WORKER_REGISTRY,
 )
 RUNS_FINISHED = Counter(
     "leasehold_runs_finished_total",
     "Outcomes this worker wrote: succeeded, failed, cancelled, waiting_human, retry; "
     "lost when the write was fenced out.",
     ["queue", "handler", "status"],
+    registry=WORKER_REGISTRY,
 )
 RECONCILER_SCANS = Counter(
-    "leasehold_reconciler_scans_total", "Reconciler passes over every known queue."
+    "leasehold_reconciler_scans_total",
+    "Reconciler passes over every known queue.",
+    registry=WORKER_REGISTRY,
 )
 RECONCILER_ACTIONS = Counter(
     "leasehold_reconciler_actions_total",
     "Expired leases acted on: orphaned, requeued, cancelled, reconciliation_required; "
     "and expired: runs nobody claimed within their queued time-to-live.",
     ["queue", "action"],
+    registry=WORKER_REGISTRY,
 )
 RUNS_DELETED = Counter(
     "leasehold_runs_deleted_total",
     "Finished runs deleted through the API: delete (DELETE /runs/{id}) or purge.",
     ["queue", "via"],
+    registry=API_REGISTRY,
 )
 LEASE_RENEWALS = Counter(
-    "leasehold_lease_renewals_total", "Leases renewed by the heartbeat.", ["queue"]
+    "leasehold_lease_renewals_total",
+    "Leases renewed by the heartbeat.",
+    ["queue"],
+    registry=WORKER_REGISTRY,
 )
 ATTEMPT_SECONDS = Histogram(
     "leasehold_run_attempt_seconds",
@@ -48,53 +80,77 @@ ATTEMPT_SECONDS = Histogram(
     "with tracing on, observations carry the attempt's trace_id as an OpenMetrics exemplar.",
     ["queue", "handler", "status"],
     buckets=(0.005, 0.025, 0.1, 0.5, 1, 2.5, 10, 30, 60, 300, 900, 3600),
+    registry=WORKER_REGISTRY,
 )
 RENEW_SECONDS = Histogram(
     "leasehold_lease_renew_seconds",
     "Round-trip time of one batch renewal (one per queue).",
     ["queue"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+    registry=WORKER_REGISTRY,
 )
 RENEWAL_FAILURES = Counter(
     "leasehold_renewal_failures_total",
     "Batch renewals that failed (Redis unreachable or erroring).",
+    registry=WORKER_REGISTRY,
 )
 LEASES_LOST = Counter(
     "leasehold_leases_lost_total",
     "Runs this worker stopped without writing: lease_lost (fenced out) or jeopardy "
     "(no renewal before TTL minus the safety margin).",
     ["reason"],
+    registry=WORKER_REGISTRY,
 )
 LOOP_LAG = Gauge(
     "leasehold_event_loop_lag_seconds",
     "How late the worker's event loop ran a callback (evidence, never a verdict).",
+    registry=WORKER_REGISTRY,
 )
-VERDICTS = Counter("leasehold_watchdog_verdicts_total", "Watchdog verdicts.", ["verdict", "kind"])
-BUDGET_FAILURES = Counter("leasehold_budget_failures_total", "Runs failed by a budget.", ["code"])
+VERDICTS = Counter(
+    "leasehold_watchdog_verdicts_total",
+    "Watchdog verdicts.",
+    ["verdict", "kind"],
+    registry=WORKER_REGISTRY,
+)
+BUDGET_FAILURES = Counter(
+    "leasehold_budget_failures_total",
+    "Runs failed by a budget.",
+    ["code"],
+    registry=WORKER_REGISTRY,
+)
 QUEUE_DEPTH = Gauge(
     "leasehold_queue_depth",
     "Runs per queue: ready (waiting to be claimed), delayed (retry backoff), "
     "leased (held by a worker), parked (waiting_human, reconciliation_required). "
     "Measured at scrape time.",
     ["queue", "state"],
+    registry=API_REGISTRY,
 )
 LIVE_WORKERS = Gauge(
     "leasehold_workers",
     "Live workers (heartbeat within one lease TTL) serving each declared queue, at scrape time; "
     "0 for a queue nobody serves.",
     ["queue"],
+    registry=API_REGISTRY,
 )
 OLDEST_QUEUED_AGE = Gauge(
     "leasehold_oldest_queued_age_seconds",
     "Age of the run at the head of the ready list, at scrape time.",
     ["queue"],
+    registry=API_REGISTRY,
 )
-SSE_SUBSCRIBERS = Gauge("leasehold_sse_subscribers", "Clients following a run in this API.")
+SSE_SUBSCRIBERS = Gauge(
+    "leasehold_sse_subscribers", "Clients following a run in this API.", registry=API_REGISTRY
+)
 SSE_EVENTS_SENT = Counter(
-    "leasehold_sse_events_sent_total", "Events sent to SSE followers by this API."
+    "leasehold_sse_events_sent_total",
+    "Events sent to SSE followers by this API.",
+    registry=API_REGISTRY,
 )
 SSE_STREAMS = Gauge(
-    "leasehold_sse_streams", "SSE responses (run events and /activity) this API serves now."
+    "leasehold_sse_streams",
+    "SSE responses (run events and /activity) this API serves now.",
+    registry=API_REGISTRY,
 )
 SSE_DROPPED = Counter(
     "leasehold_sse_followers_dropped_total",
@@ -106,6 +162,7 @@ SSE_REFUSED = Counter(
     "leasehold_sse_refused_total",
     "SSE requests refused with 503 at a per-process cap: followers, runs or queues.",
     ["cap"],
+    registry=API_REGISTRY,
 )
 WORKER_WRITES_REFUSED = Counter(
     "leasehold_worker_writes_refused_total",
@@ -113,26 +170,32 @@ WORKER_WRITES_REFUSED = Counter(
     "reason (out_of_memory, read_only, unavailable, error); each is kept and retried, "
     "except events, which are dropped when Redis is out of memory.",
     ["write", "reason"],
+    registry=WORKER_REGISTRY,
 )
 EVENTS_DROPPED = Counter(
     "leasehold_events_dropped_total",
     "Handler events dropped because Redis refused them for memory; the terminal event "
     "is never one of them.",
+    registry=WORKER_REGISTRY,
 )
 REDIS_MEMORY_USED = Gauge(
     "leasehold_redis_memory_used_bytes",
     "Redis used_memory (the fullest primary in a cluster), as last read by this API.",
+    registry=API_REGISTRY,
 )
 REDIS_MEMORY_MAX = Gauge(
     "leasehold_redis_memory_max_bytes",
     "Redis maxmemory of that node; 0 when none is configured (creates are never refused).",
+    registry=API_REGISTRY,
 )
 QUEUE_RUNS_STORED = Gauge(
     "leasehold_queue_runs_stored",
     "Run records a queue keeps in Redis (each with its event stream), at scrape time.",
     ["queue"],
+    registry=API_REGISTRY,
 )
 CREATES_REFUSED = Counter(
     "leasehold_creates_refused_total",
     "Creates this API refused with 503 because Redis memory was past the high-water mark.",
+    registry=API_REGISTRY,
 )

@@ -26,6 +26,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 from prometheus_client import make_wsgi_app
 
 from app.keys import bearer_credentials, key_digest, key_matches
+from app.metrics import WORKER_REGISTRY
 from app.settings import Settings
 
 # a scraper sends its request at once; a connection silent this long is dropped
@@ -49,7 +50,7 @@ class KeyedMetrics:
 
     def __init__(self, keys: Iterable[str]) -> None:
         self.key_digests = [key_digest(key.encode()) for key in keys]
-        self.metrics: WsgiApp = make_wsgi_app()
+        self.metrics: WsgiApp = make_wsgi_app(WORKER_REGISTRY)  # the worker's own, not the API's
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         """Serve the metrics, or 401 problem+json without them."""

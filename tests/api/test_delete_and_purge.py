@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 import redis.asyncio as aioredis
-from prometheus_client import REGISTRY
 
+from app.metrics import API_REGISTRY
 from app.models import RunStatus
 from app.settings import Settings
 from app.store.keys import QueueKeys
@@ -45,7 +45,7 @@ async def finish(lease_store: LeaseStore, queue: str, outcome: str, count: int =
 
 def deleted_count(via: str) -> float:
     """This process's leasehold_runs_deleted_total for the default queue (the API runs here)."""
-    value = REGISTRY.get_sample_value(
+    value = API_REGISTRY.get_sample_value(
         "leasehold_runs_deleted_total", {"queue": "default", "via": via}
     )
     return value or 0.0

@@ -9,7 +9,13 @@ from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.api.routes.runs import State
-from app.metrics import LIVE_WORKERS, OLDEST_QUEUED_AGE, QUEUE_DEPTH, QUEUE_RUNS_STORED
+from app.metrics import (
+    API_REGISTRY,
+    LIVE_WORKERS,
+    OLDEST_QUEUED_AGE,
+    QUEUE_DEPTH,
+    QUEUE_RUNS_STORED,
+)
 from app.store.workers import list_workers
 
 router = APIRouter(tags=["health"])
@@ -43,4 +49,4 @@ async def metrics(state: State) -> Response:
         QUEUE_DEPTH.labels(queue, "leased").set(depth.leased)
         QUEUE_DEPTH.labels(queue, "parked").set(depth.parked)
         OLDEST_QUEUED_AGE.labels(queue).set(depth.oldest_queued_age_s)
-    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+    return Response(generate_latest(API_REGISTRY), media_type=CONTENT_TYPE_LATEST)
