@@ -31,6 +31,7 @@ from app.api.routes import (
     batch,
     console,
     decisions,
+    docs,
     events,
     metrics,
     queues,
@@ -127,6 +128,9 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
         version=__version__,
         lifespan=lifespan,
         description="Durable runs on Redis with fenced leases.",
+        # /docs is ours (app.api.routes.docs: no CDN, a key); ReDoc would load from a CDN
+        docs_url=None,
+        redoc_url=None,
     )
     install_problem_handlers(app)
     app.include_router(batch.router)  # before runs: /runs/batch is no run id
@@ -138,6 +142,7 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
     app.include_router(activity.router)
     app.include_router(queues.router)
     console.install(app)
+    docs.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_input_bytes + BODY_OVERHEAD_BYTES)
     # added later = outermost: a request without a key is refused before its body is read,
     # and CORS preflights (which never carry a key) are answered before authentication

@@ -1,7 +1,7 @@
 """Bearer-key authentication for every route but ``/healthz``.
 
 A pure ASGI middleware rather than a FastAPI dependency, so it also covers what
-no dependency sees: streaming responses (SSE), ``/openapi.json`` and ``/docs``,
+no dependency sees: streaming responses (SSE), ``/openapi.json``,
 unknown paths, and routes other modules add later. It runs before the body is
 read, so an unauthenticated client cannot make the API parse anything.
 
@@ -16,6 +16,8 @@ deploy/ probes it with ``leasehold probe api``, which sends a configured key.
 The console's static files (``/``, ``/console``, ``/console/assets/...``) are open too:
 a browser must load the page before it can ask a person for a key. They are the
 same for everyone and hold no data; every call the page then makes needs the key.
+So are ``/docs`` and Swagger UI's files under ``/docs/assets/`` (app/api/routes/docs.py),
+for the same reason: the page asks for the key before it fetches ``/openapi.json``.
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from app.api.problems import problem
 from app.keys import bearer_credentials, key_digest, key_matches
 
-OPEN_PATHS = frozenset({"/healthz", "/", "/console"})
-# the console's static assets (app/api/routes/console.py), nothing else
-OPEN_PREFIXES = ("/console/assets/",)
+OPEN_PATHS = frozenset({"/healthz", "/", "/console", "/docs"})
+# the console's and Swagger UI's static assets (app/api/routes/console.py, docs.py)
+OPEN_PREFIXES = ("/console/assets/", "/docs/assets/")
 REALM = 'Bearer realm="leasehold"'
 WS_POLICY_VIOLATION = 1008
 CLIENT_KEY_HINT = "the leasehold CLI sends LEASEHOLD_API_KEY (or --api-key)"
