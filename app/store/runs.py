@@ -68,21 +68,33 @@ class NewRun:
     # of the fingerprint: the same body under another trace is still a replay
     traceparent: str | None = None
 
+    # the input already encoded by whoever checked its size; None: encoded when needed
+    encoded_input: str | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def input_json(self) -> str:
+        """The input as stored: encoded once per run, for its size, its cost and the script."""
+        return dumps(self.input) if self.encoded_input is None else self.encoded_input
+
     def fingerprint(self) -> str:
-        """Hash of everything that defines the run, to tell a replay from a conflict."""
+        """Hash of everything that defines the run, to tell a replay from a conflict.
+
+        The JSON array of the parts, built from the already encoded input (the
+        same text ``dumps`` of the whole list gives, so stored keys still match).
+        """
         parts = [
-            self.handler,
-            self.input,
-            self.queue,
-            self.max_attempts,
-            self.on_lease_expired,
-            self.metadata,
-            self.budget,
+            dumps(self.handler),
+            self.input_json,
+            dumps(self.queue),
+            dumps(self.max_attempts),
+            dumps(self.on_lease_expired),
+            dumps(self.metadata),
+            dumps(self.budget),
         ]
         if self.retention_ms is not None or self.queued_ttl_ms is not None:
             # only then: runs created before these existed keep their fingerprint
-            parts.extend((self.retention_ms, self.queued_ttl_ms))
-        return hashlib.sha256(dumps(parts).encode()).hexdigest()
+            parts.extend((dumps(self.retention_ms), dumps(self.queued_ttl_ms)))
+        return hashlib.sha256(f"[{','.join(parts)}]".encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -239,7 +251,7 @@ class RunStore:
                 run_id,
                 new.queue,
                 new.handler,
-                dumps(new.input),
+                new.input_json,
                 new.max_attempts,
                 new.on_lease_expired,
                 dumps(new.metadata),

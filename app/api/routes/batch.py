@@ -29,7 +29,6 @@ from app.api.state import ApiState, api_state
 from app.errors import QueueNotDeclared
 from app.metrics import RUNS_CREATED
 from app.models import CreateRunRequest, CreateRunsRequest, CreateRunsResult
-from app.store.codec import dumps
 from app.store.runs import Created, NewRun
 
 router = APIRouter(tags=["runs"])
@@ -97,7 +96,7 @@ async def create_runs(
             outcomes[i] = await _problem(request, exc)
     await _refuse_undeclared(valid, outcomes, request, state)
     if valid:
-        cost = sum(create_cost_bytes(len(dumps(new.input).encode())) for new in valid.values())
+        cost = sum(create_cost_bytes(len(new.input_json.encode())) for new in valid.values())
         await state.memory.admit(cost)  # the whole batch, or nothing (503)
         created = await state.store.create_many(list(valid.values()))
         for i, outcome in zip(valid, created, strict=True):

@@ -63,7 +63,8 @@ def new_run_of(
     """
     if idempotency_key and body.idempotency_key and idempotency_key != body.idempotency_key:
         raise HTTPException(400, "the Idempotency-Key header and the idempotency_key field differ")
-    input_size = len(dumps(body.input).encode())
+    encoded_input = dumps(body.input)
+    input_size = len(encoded_input.encode())
     if input_size > state.settings.max_input_bytes:
         raise HTTPException(
             413, f"input is {input_size} bytes; the limit is {state.settings.max_input_bytes}"
@@ -85,6 +86,7 @@ def new_run_of(
         retention_ms=retention_ms,
         queued_ttl_ms=queued_ttl_ms,
         traceparent=traceparent,
+        encoded_input=encoded_input,
     )
 
 
@@ -164,7 +166,7 @@ async def _create(
 ) -> Run | Response:
     await state.queues.require(new.queue)  # 422 naming the declared ones; never declares
     # before a stream slot is taken: a refusal holds nothing
-    await state.memory.admit(create_cost_bytes(len(dumps(new.input).encode())))
+    await state.memory.admit(create_cost_bytes(len(new.input_json.encode())))
     streaming = "text/event-stream" in request.headers.get("accept", "")
     if streaming:
         admit_stream(state, None)  # before the create: a refusal changes nothing

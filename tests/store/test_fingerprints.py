@@ -1,0 +1,44 @@
+"""A run's fingerprint never changes across versions: stored idempotency keys must still replay.
+
+An idempotency key in Redis holds the fingerprint of the request that created
+its run; if this code computed another one for the same request, a client
+retrying after an upgrade would get 409 instead of its run. The hashes below
+were computed by the code that wrote the keys already stored.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from app.store.runs import NewRun
+
+STORED = [
+    (
+        NewRun("demo.echo", {"m": "hé", "x": [1, 2.5, None]}),
+        "5fbb109908c80a771c5d389c8210cc4169b55ddeed98552a02f339304132fe88",
+    ),
+    (
+        NewRun(
+            "a.b",
+            None,
+            queue="q",
+            max_attempts=3,
+            metadata={"t": "ü"},
+            budget={"max_duration_s": 5},
+            retention_ms=1000,
+        ),
+        "9b6ecb0db477cffdb02553dd53182ea42f4d28984bdaf27042ca9138efaa00c4",
+    ),
+]
+
+
+@pytest.mark.parametrize(("new", "stored"), STORED)
+def test_the_fingerprint_is_the_one_already_stored(new: NewRun, stored: str) -> None:
+    assert new.fingerprint() == stored
+
+
+def test_an_input_encoded_up_front_gives_the_same_fingerprint() -> None:
+    new = STORED[0][0]
+    encoded = NewRun(new.handler, new.input, encoded_input=new.input_json)
+    assert encoded.fingerprint() == new.fingerprint()
+    assert encoded == new  # the encoding is a cache, not part of the run
