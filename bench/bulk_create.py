@@ -122,7 +122,7 @@ async def main(args: argparse.Namespace) -> None:
         LOG_DIR.mkdir(parents=True, exist_ok=True)
         log_path = LOG_DIR / "bulk-create-api.log"
         api = processes.spawn("api", ["api"], env=child_env(env), log_path=log_path)
-        modes = ["single", *(f"batch-{size}" for size in args.batch)]
+        modes = [*(["single"] if args.single else []), *(f"batch-{size}" for size in args.batch)]
         results: list[dict[str, Any]] = []
         try:
             url = f"http://127.0.0.1:{port}"
@@ -160,6 +160,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20_000, help="runs per mode and repetition")
     parser.add_argument("--batch", type=int, nargs="*", default=[100, 500, 1000])
+    parser.add_argument(
+        "--no-single", dest="single", action="store_false", help="skip one-run-per-request"
+    )
     parser.add_argument("--clients", type=int, default=4, help="concurrent connections")
     parser.add_argument("--reps", type=int, default=3, help="median of this many")
     parser.add_argument("--label", default="bulk-create")
