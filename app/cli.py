@@ -659,6 +659,14 @@ def queues_declare(
     typer.echo(queue.model_dump_json() if as_json else f"declared {queue.name}")
 
 
+@queues_app.command("undeclare")
+def queues_undeclare(name: str, api_url: ApiUrl = None, api_key: ApiKey = None) -> None:
+    """Undeclare an empty queue, freeing a LEASEHOLD_MAX_QUEUES slot."""
+    with _api(api_url, api_key) as client:
+        client.undeclare_queue(name)
+    typer.echo(f"undeclared {name}")
+
+
 def _print_run(run: Run, as_json: bool) -> None:
     if as_json:
         typer.echo(run.model_dump_json())

@@ -221,6 +221,10 @@ def _declare_queue(name: str) -> _Call[QueueInfo]:
     return _Call("PUT", f"/queues/{name}", QueueInfo.model_validate)
 
 
+def _undeclare_queue(name: str) -> _Call[None]:
+    return _Call("DELETE", f"/queues/{name}", _nothing)
+
+
 def _queue_series(name: str, minutes: int) -> _Call[QueueSeries]:
     params = {"minutes": minutes}
     return _Call("GET", f"/queues/{name}/series", QueueSeries.model_validate, params=params)
@@ -376,6 +380,10 @@ class Client:
         """PUT /queues/{name}: declare a queue (idempotent); ApiError 409 past MAX_QUEUES."""
         return self._send(_declare_queue(name))
 
+    def undeclare_queue(self, name: str) -> None:
+        """DELETE /queues/{name}: undeclare an empty queue; ApiError 409 if it holds runs."""
+        self._send(_undeclare_queue(name))
+
     def queue_series(self, name: str, minutes: int = 60) -> QueueSeries:
         """GET /queues/{name}/series: the queue's outcomes per minute, oldest first."""
         return self._send(_queue_series(name, minutes))
@@ -445,6 +453,10 @@ class AsyncClient:
     async def declare_queue(self, name: str) -> QueueInfo:
         """PUT /queues/{name}: declare a queue (idempotent); ApiError 409 past MAX_QUEUES."""
         return await self._send(_declare_queue(name))
+
+    async def undeclare_queue(self, name: str) -> None:
+        """DELETE /queues/{name}; see :meth:`Client.undeclare_queue`."""
+        await self._send(_undeclare_queue(name))
 
     async def queue_series(self, name: str, minutes: int = 60) -> QueueSeries:
         """GET /queues/{name}/series; see :meth:`Client.queue_series`."""

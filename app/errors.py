@@ -115,6 +115,15 @@ class QueueLimitReached(StoreError):
         self.max_queues = max_queues
 
 
+class QueueNotEmpty(StoreError):
+    """Undeclaring a queue that still holds runs, or one this API's configuration names."""
+
+    def __init__(self, queue: str, reason: str, holds: dict[str, int] | None = None) -> None:
+        super().__init__(f"cannot undeclare queue {queue!r}: {reason}")
+        self.queue = queue
+        self.holds = holds or {}
+
+
 class LeaseLost(StoreError):
     """A fenced write was rejected: this owner no longer holds the run."""
 

@@ -83,6 +83,7 @@ CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
     ("queue_series", ("default",), {"minutes": 5}),
     ("drain_worker", ("w-1-abc",), {}),
     ("list_runs", (), {"metadata": {"tenant": "acme"}, "status": None}),
+    ("undeclare_queue", ("default",), {}),
 ]
 
 
@@ -132,7 +133,7 @@ async def test_every_method_sends_the_same_request_and_reads_the_same_answer() -
         {"handler": "demo.echo", "input": {"a": 1}, "queue": "default"},
     )
     assert sync_api.seen[2] == ("GET", "/runs", "status=queued&limit=5", None)
-    assert sync_api.seen[-4] == (
+    assert sync_api.seen[-5] == (
         "POST",
         "/runs/batch",
         "",
@@ -146,12 +147,14 @@ async def test_every_method_sends_the_same_request_and_reads_the_same_answer() -
         "finished_before": "2026-01-01T00:00:00+00:00",
     }
     assert sync_api.seen[7][3] == {"action": "succeed", "output": {"ok": True}}
-    assert [worker.id for worker in sync_results[-7]] == ["w-1-abc"]
-    assert [queue.name for queue in sync_results[-6].items] == ["default"]
-    assert sync_api.seen[-5] == ("PUT", "/queues/default", "", None)
-    assert sync_results[-5].ready == 1
-    assert [item.run.id for item in sync_results[-4].items if item.run] == [RUN_ID]
-    assert sync_api.seen[-3] == ("GET", "/queues/default/series", "minutes=5", None)
-    assert sync_api.seen[-2] == ("POST", "/workers/w-1-abc/drain", "", None)
-    assert sync_results[-2].drain_requested is True
-    assert sync_api.seen[-1] == ("GET", "/runs", "metadata.tenant=acme", None)
+    assert [worker.id for worker in sync_results[-8]] == ["w-1-abc"]
+    assert [queue.name for queue in sync_results[-7].items] == ["default"]
+    assert sync_api.seen[-6] == ("PUT", "/queues/default", "", None)
+    assert sync_results[-6].ready == 1
+    assert [item.run.id for item in sync_results[-5].items if item.run] == [RUN_ID]
+    assert sync_api.seen[-4] == ("GET", "/queues/default/series", "minutes=5", None)
+    assert sync_api.seen[-3] == ("POST", "/workers/w-1-abc/drain", "", None)
+    assert sync_results[-3].drain_requested is True
+    assert sync_api.seen[-2] == ("GET", "/runs", "metadata.tenant=acme", None)
+    assert sync_api.seen[-1] == ("DELETE", "/queues/default", "", None)
+    assert sync_results[-1] is None

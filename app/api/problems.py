@@ -33,6 +33,7 @@ from app.errors import (
     MemoryPressure,
     QueueLimitReached,
     QueueNotDeclared,
+    QueueNotEmpty,
     RunNotFound,
     UnknownHandler,
 )
@@ -196,6 +197,10 @@ def _install_queue_problems(app: FastAPI) -> None:
     async def queue_limit(request: Request, exc: QueueLimitReached) -> ProblemResponse:
         return problem(409, "Too many queues are declared", str(exc), kind="queue-limit-reached")
 
+    @app.exception_handler(QueueNotEmpty)
+    async def queue_not_empty(request: Request, exc: QueueNotEmpty) -> ProblemResponse:
+        return problem(409, "Queue cannot be undeclared", str(exc), kind="queue-not-empty")
+
 
 def install_problem_handlers(app: FastAPI) -> None:
     """Map every exception the API can raise to its problem response."""
@@ -207,6 +212,7 @@ def install_problem_handlers(app: FastAPI) -> None:
             exc.status_code,
             _title(exc.status_code),
             str(exc.detail),
+            kind=_HTTP_KINDS.get(exc.status_code, "http-error"),
             headers=getattr(exc, "headers", None),
         )
 
@@ -274,6 +280,22 @@ def install_problem_handlers(app: FastAPI) -> None:
     async def unexpected(request: Request, exc: Exception) -> ProblemResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return problem(500, "Internal error", "the server could not complete the request")
+
+
+# the type of an error a route raised itself (HTTPException): never about:blank
+_HTTP_KINDS = {
+    400: "bad-request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not-found",
+    405: "method-not-allowed",
+    406: "not-acceptable",
+    409: "conflict",
+    413: "request-too-large",
+    415: "unsupported-media-type",
+    422: "invalid-request",
+    503: "service-unavailable",
+}
 
 
 def _title(status: int) -> str:

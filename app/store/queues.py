@@ -7,12 +7,21 @@ client named it. The declared set is the Redis set ``<prefix>:queues``:
   configuration) the first time it needs them;
 * ``PUT /queues/{name}`` adds one more, through the ``declare_queue`` script, which
   refuses past ``LEASEHOLD_MAX_QUEUES``;
+* ``DELETE /queues/{name}`` removes one that holds no runs, through the
+  ``undeclare_queue`` script (a configured one is refused: it would come back);
 * creating a run never adds to it: a run on an undeclared queue is refused.
 
 :func:`declared_queues` is the one reading of that set; listing runs, ``/metrics``,
 ``/activity`` and the reconciler all use it, so they agree and cost O(declared
-queues). A queue is never undeclared (there is no DELETE), so a process may cache
-the names it has seen declared.
+queues). Since a queue can be undeclared, only a process's configured queues are
+taken on trust; any other is looked up (one SISMEMBER) on every create.
+
+A create races an undeclare: the create's check and its script are two steps, so
+the queue may leave the set between them. :meth:`QueueStore.keep_declared`, run
+after every create, closes that window: the undeclare removed the queue only while
+it was empty, so a run created after it finds the queue missing and declares it
+again (past ``LEASEHOLD_MAX_QUEUES`` if need be: the run has to stay visible). The
+create wins; no run is ever left on an undeclared queue for longer than that step.
 """
 
 from __future__ import annotations
@@ -22,7 +31,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
-from app.errors import QueueLimitReached, QueueNotDeclared
+import redis.asyncio as aioredis
+
+from app.errors import QueueLimitReached, QueueNotDeclared, QueueNotEmpty
 from app.models import QueueInfo
 from app.store.connection import AsyncRedis
 from app.store.keys import GlobalKeys, QueueKeys
@@ -30,6 +41,8 @@ from app.store.scripts import ScriptCode, Scripts
 
 # runs whose memory is measured to estimate a queue's (newest first)
 MEMORY_SAMPLE_RUNS = 3
+# what undeclare_queue counts, in its order: the names a 409 reports
+HELD_INDEXES = ("ready", "delayed", "leased", "parked", "unclaimed", "stored")
 
 
 async def declared_queues(
@@ -73,7 +86,6 @@ class QueueStore:
         self.prefix = prefix
         self.configured = tuple(configured)
         self.max_queues = max_queues
-        self._seen: set[str] = set()
         self._announced = False
 
     def keys(self, queue: str) -> QueueKeys:
@@ -88,7 +100,6 @@ class QueueStore:
         """
         if not self._announced:
             await self.client.sadd(GlobalKeys(self.prefix).queues, *self.configured)
-            self._seen.update(self.configured)
             self._announced = True
 
     async def declared(self) -> list[str]:
@@ -96,25 +107,40 @@ class QueueStore:
         return await declared_queues(self.client, self.prefix, self.configured)
 
     async def is_declared(self, queue: str) -> bool:
-        """Whether runs may be created on ``queue``; one SISMEMBER until it is seen."""
-        if queue in self.configured or queue in self._seen:
+        """Whether runs may be created on ``queue``; one SISMEMBER unless it is configured.
+
+        Never cached: another process may have undeclared it since.
+        """
+        if queue in self.configured:
             return True
-        if await self.client.sismember(GlobalKeys(self.prefix).queues, queue):
-            self._seen.add(queue)
-            return True
-        return False
+        return bool(await self.client.sismember(GlobalKeys(self.prefix).queues, queue))
 
     async def undeclared(self, queues: list[str]) -> list[str]:
-        """Those of ``queues`` that are not declared, in order; one SMISMEMBER for the unseen."""
+        """Those of ``queues`` that are not declared, in order; one SMISMEMBER for the others."""
         await self.announce_configured()
-        unseen = [queue for queue in queues if queue not in self._seen]
+        unseen = [queue for queue in queues if queue not in self.configured]
         if not unseen:
             return []
         flags = cast(
             list[int], await self.client.smismember(GlobalKeys(self.prefix).queues, unseen)
         )
-        self._seen.update(queue for queue, known in zip(unseen, flags, strict=True) if known)
         return [queue for queue, known in zip(unseen, flags, strict=True) if not known]
+
+    async def keep_declared(self, queues: Iterable[str]) -> None:
+        """After a create: declare again any of ``queues`` an undeclare removed meanwhile.
+
+        Why: the create checked the queue, then wrote its run; an undeclare between
+        the two saw the queue empty and removed it. The run wins: the queue is put
+        back (unbounded, like configuration), so no run sits on an undeclared queue.
+        """
+        names = sorted(set(queues) - set(self.configured))
+        if not names:
+            return
+        key = GlobalKeys(self.prefix).queues
+        flags = cast(list[int], await self.client.smismember(key, names))
+        lost = [queue for queue, known in zip(names, flags, strict=True) if not known]
+        if lost:
+            await self.client.sadd(key, *lost)
 
     async def require(self, queue: str) -> None:
         """Raise :class:`QueueNotDeclared` (naming the declared ones) unless it is declared.
@@ -139,8 +165,64 @@ class QueueStore:
         )
         if code == ScriptCode.CONFLICT:
             raise QueueLimitReached(queue, self.max_queues)
-        self._seen.add(queue)
         return bool(code == ScriptCode.OK)
+
+    async def undeclare(self, queue: str) -> None:
+        """Undeclare an empty queue: it frees a ``LEASEHOLD_MAX_QUEUES`` slot.
+
+        Raises :class:`QueueNotDeclared` for a name nobody declared and
+        :class:`QueueNotEmpty` (with what it holds) for a queue with runs in any
+        index, or one in this process's ``LEASEHOLD_QUEUES`` (it would be declared
+        again at the next start). Atomic through ``undeclare_queue``; on a cluster
+        the declared set lives in another slot, so it is count, remove, count again
+        (and put back if a run appeared: the create's :meth:`keep_declared` covers
+        the rest of that window).
+        """
+        if queue in self.configured:
+            raise QueueNotEmpty(
+                queue,
+                "it is in this API's LEASEHOLD_QUEUES and would be declared again at "
+                "start; remove it from the configuration first",
+            )
+        keys = self.keys(queue)
+        indexes = [keys.ready, keys.delayed, keys.leases, keys.parked, keys.unclaimed, keys.runs]
+        declared_key = GlobalKeys(self.prefix).queues
+        if isinstance(self.client, aioredis.RedisCluster):
+            code, counts = await self._undeclare_across_slots(queue, declared_key)
+        else:
+            code, *counts = await self.scripts.call(
+                self.client, "undeclare_queue", [declared_key, *indexes], [queue]
+            )
+        if code == ScriptCode.NOT_FOUND:
+            raise QueueNotDeclared(queue, await self.declared())
+        if code == ScriptCode.CONFLICT:
+            holds = dict(zip(HELD_INDEXES, (int(count) for count in counts), strict=True))
+            shown = ", ".join(f"{count} {name}" for name, count in holds.items() if count)
+            raise QueueNotEmpty(
+                queue, f"it still holds runs ({shown}); cancel or delete them first", holds
+            )
+
+    async def _undeclare_across_slots(self, queue: str, key: str) -> tuple[str, list[int]]:
+        """The script's steps where it cannot run (a cluster): counts, SREM, counts again."""
+        if not await self.client.sismember(key, queue):
+            return ScriptCode.NOT_FOUND, []
+        counts = await self._held(queue)
+        if any(counts):
+            return ScriptCode.CONFLICT, counts
+        await self.client.srem(key, queue)
+        counts = await self._held(queue)
+        if any(counts):  # a create landed between the two counts: it keeps its queue
+            await self.client.sadd(key, queue)
+            return ScriptCode.CONFLICT, counts
+        return ScriptCode.OK, counts
+
+    async def _held(self, queue: str) -> list[int]:
+        keys = self.keys(queue)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.llen(keys.ready)
+        for index in (keys.delayed, keys.leases, keys.parked, keys.unclaimed, keys.runs):
+            pipe.zcard(index)
+        return [int(count) for count in await pipe.execute()]
 
     async def depth(self, queue: str) -> QueueDepth:
         """How many runs of a queue are ready, delayed, leased and parked, and the head's age.

@@ -156,6 +156,7 @@ SCRIPT_FLAGS: dict[str, str] = {
     "cancel_run": "allow-oom",
     "delete_run": "allow-oom",  # frees memory: what an operator does when Redis is full
     "expire_queued": "allow-oom",
+    "undeclare_queue": "allow-oom",  # frees a declaration: never refused for memory
     "read_events": "no-writes",
 }
 

@@ -185,3 +185,81 @@ async def test_a_parked_run_leaves_the_parked_count_when_cancelled(
     assert (await api.post(f"/runs/{run_id}/cancel")).json()["status"] == "cancelled"
     info = (await api.get("/queues/default")).json()
     assert (info["parked"], info["ready"], info["running"]) == (0, 0, 0)
+
+
+async def test_an_empty_declared_queue_is_undeclared_204_and_gone_from_the_listing(
+    small_api: httpx.AsyncClient,
+) -> None:
+    assert (await small_api.put("/queues/spare")).status_code == 201
+    response = await small_api.delete("/queues/spare")
+    assert response.status_code == 204
+    names = [queue["name"] for queue in (await small_api.get("/queues")).json()["items"]]
+    assert "spare" not in names
+    assert (await small_api.get("/queues/spare")).status_code == 404
+    refused = await small_api.post("/runs", json={**ECHO, "queue": "spare"})
+    assert refused.status_code == 422  # no process still trusts a stale "declared"
+
+
+async def test_a_queue_holding_a_run_is_409_saying_what_it_holds_and_stays_declared(
+    small_api: httpx.AsyncClient,
+) -> None:
+    assert (await small_api.put("/queues/busy")).status_code == 201
+    assert (await small_api.post("/runs", json={**ECHO, "queue": "busy"})).status_code == 201
+    response = await small_api.delete("/queues/busy")
+    assert response.status_code == 409
+    assert response.headers["content-type"].startswith("application/problem+json")
+    problem = response.json()
+    assert problem["type"].endswith("queue-not-empty")
+    assert "1 ready" in problem["detail"] and "1 stored" in problem["detail"]
+    assert (await small_api.get("/queues/busy")).status_code == 200
+
+
+async def test_a_configured_queue_is_409_it_would_come_back_at_start(
+    small_api: httpx.AsyncClient,
+) -> None:
+    response = await small_api.delete("/queues/mail")
+    assert response.status_code == 409
+    assert "LEASEHOLD_QUEUES" in response.json()["detail"]
+    assert (await small_api.get("/queues/mail")).status_code == 200
+
+
+async def test_undeclaring_unknown_is_404_and_malformed_is_422(
+    small_api: httpx.AsyncClient,
+) -> None:
+    unknown = await small_api.delete("/queues/nobody")
+    assert unknown.status_code == 404
+    assert unknown.json()["type"] != "about:blank"
+    assert (await small_api.delete("/queues/bad%20name")).status_code == 422
+    assert (await small_api.delete("/queues/" + "x" * 65)).status_code == 422
+
+
+async def test_a_full_set_frees_a_slot_when_one_queue_is_undeclared(
+    small_api: httpx.AsyncClient,
+) -> None:
+    statuses = [(await small_api.put(f"/queues/a{i}")).status_code for i in range(5)]
+    assert statuses[-1] == 409 and 201 in statuses  # the set is full
+    full = statuses.index(409)
+    assert (await small_api.delete("/queues/a0")).status_code == 204
+    assert (await small_api.put(f"/queues/a{full}")).status_code == 201
+
+
+async def test_a_create_that_loses_the_race_with_an_undeclare_declares_its_queue_again(
+    small_api: httpx.AsyncClient, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    """The create checked the queue, an undeclare removed it, then the run was written."""
+    assert (await small_api.put("/queues/racy")).status_code == 201
+    app = small_api._transport.app  # type: ignore[attr-defined]
+    state = app.state.leasehold
+    real_create = state.store.create
+
+    async def create_after_undeclare(new: NewRun) -> object:
+        assert (await small_api.delete("/queues/racy")).status_code == 204
+        return await real_create(new)
+
+    state.store.create = create_after_undeclare
+    try:
+        assert (await small_api.post("/runs", json={**ECHO, "queue": "racy"})).status_code == 201
+    finally:
+        state.store.create = real_create
+    assert "racy" in await declared(redis_client, prefix)
+    assert (await small_api.delete("/queues/racy")).status_code == 409

@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from app.settings import Settings
-from app.store.keys import QueueKeys
+from app.store.keys import GlobalKeys, QueueKeys
 from app.store.leases import HeldLease, LeaseRenewer, LeaseStore, Outcome
 from app.store.progress import EffectCall, EffectOutcome, ProgressStore
 from app.store.queues import QueueStore
@@ -259,6 +259,18 @@ async def _declare_queue(w: World) -> ScriptCall:
     return await capture(store.declare("other"))
 
 
+async def _undeclare_queue(w: World) -> ScriptCall:
+    store = QueueStore(
+        w.client,
+        scripts=w.c_runs.scripts,
+        prefix=w.settings.prefix,
+        configured=[QUEUE],
+        max_queues=3,
+    )
+    await w.client.sadd(GlobalKeys(w.settings.prefix).queues, "other")  # declared, empty
+    return await capture(store.undeclare("other"))
+
+
 async def _delete_run(w: World) -> ScriptCall:
     run_id = await w.queued(idempotency_key="k-2")
     await w.runs.cancel(run_id)
@@ -293,6 +305,7 @@ SETUPS: dict[str, Setup] = {
     "reconcile_expired": _reconcile,
     "read_events": _read_events,
     "declare_queue": _declare_queue,
+    "undeclare_queue": _undeclare_queue,
     "delete_run": _delete_run,
     "expire_queued": _expire_queued,
 }

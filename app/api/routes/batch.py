@@ -99,6 +99,7 @@ async def create_runs(
         cost = sum(create_cost_bytes(len(new.input_json.encode())) for new in valid.values())
         await state.memory.admit(cost)  # the whole batch, or nothing (503)
         created = await state.store.create_many(list(valid.values()))
+        await state.queues.keep_declared(new.queue for new in valid.values())
         for i, outcome in zip(valid, created, strict=True):
             outcomes[i] = await _answer(request, outcome)
     return Response(_items_json(outcomes), media_type="application/json")

@@ -73,3 +73,17 @@ async def declare_queue(name: QueueName, state: State, response: Response) -> Qu
     response.status_code = 201 if created else 200
     response.headers["Location"] = f"/queues/{name}"
     return await state.queues.info(name)
+
+
+@router.delete("/queues/{name}", status_code=204, responses=problems(404, 409, 422))
+async def undeclare_queue(name: QueueName, state: State) -> Response:
+    """Undeclare an empty queue, freeing a ``LEASEHOLD_MAX_QUEUES`` slot (an operator's action).
+
+    204 when it is gone; a queue holding runs in any index, or one in this API's
+    ``LEASEHOLD_QUEUES``, → 409 saying why; a name nobody declared → 404.
+    """
+    try:
+        await state.queues.undeclare(name)
+    except QueueNotDeclared as exc:
+        raise HTTPException(404, str(exc)) from None
+    return Response(status_code=204)

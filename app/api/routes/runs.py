@@ -172,6 +172,7 @@ async def _create(
         admit_stream(state, None)  # before the create: a refusal changes nothing
     try:
         created = await state.store.create(new)
+        await state.queues.keep_declared([new.queue])  # an undeclare raced it: the run wins
     except BaseException:
         if streaming:
             state.slots.give_back()
