@@ -157,6 +157,7 @@ SSE_DROPPED = Counter(
     "Followers written to directly that were dropped as too slow (they resume by id), by why: "
     "write_buffer (LEASEHOLD_SSE_WRITE_BUFFER_MAX_BYTES) or send_timeout.",
     ["why"],
+    registry=API_REGISTRY,
 )
 SSE_REFUSED = Counter(
     "leasehold_sse_refused_total",
