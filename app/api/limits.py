@@ -12,6 +12,8 @@ import json
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api.problems import PROBLEM_BASE
+
 
 class BodyTooLarge(Exception):
     """Raised inside the receive wrapper when the limit is passed."""
@@ -59,7 +61,7 @@ class BodySizeLimit:
     async def _reject(self, send: Send) -> None:
         body = json.dumps(
             {
-                "type": "about:blank",
+                "type": PROBLEM_BASE + "request-too-large",
                 "title": "Request body too large",
                 "status": 413,
                 "detail": f"the body exceeds the limit of {self.max_bytes} bytes",

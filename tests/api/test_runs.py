@@ -138,6 +138,7 @@ async def test_body_far_over_the_limit_is_refused_before_parsing(
 ) -> None:
     response = await api.post("/runs", content=b"x" * (settings.max_input_bytes * 2))
     assert response.status_code == 413
+    assert response.json()["type"].endswith("/request-too-large")
 
 
 async def test_header_and_field_idempotency_keys_that_differ_are_400(
