@@ -41,6 +41,9 @@ DEMO_HANDLERS = "app.demo"
 # to prevent, so they are finite and at most an hour (a pool wait at most a minute: a
 # request that waits longer for a connection should have been told 503 long ago).
 WAIT_MAX_S = 3600.0
+# worker timings (drain, intervals, leases, backoff): finite, at most an hour or a day
+HOUR_S = 3600.0
+DAY_S = 24 * HOUR_S
 POOL_WAIT_MAX_S = 60.0
 # host names that only a client on this machine can send (a rebinding page never does)
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
@@ -123,6 +126,8 @@ class Settings(BaseSettings):
     reconcile_interval_s: float | None = Field(
         default=None,
         gt=0,
+        le=HOUR_S,
+        allow_inf_nan=False,
         description="How often reconcilers scan for expired leases; unset means TTL/3",
     )
     lease_safety_margin_s: float | None = Field(
@@ -146,6 +151,8 @@ class Settings(BaseSettings):
     drain_timeout_s: float = Field(
         default=30.0,
         ge=0,
+        le=DAY_S,
+        allow_inf_nan=False,
         description="On SIGTERM, how long running runs may finish before being released",
     )
     retention_succeeded_s: float = Field(
@@ -228,11 +235,16 @@ class Settings(BaseSettings):
     retry_backoff_s: float = Field(
         default=1.0,
         ge=0,
+        le=DAY_S,
         allow_inf_nan=False,
         description="First delay before a retryable failure runs again",
     )
     retry_backoff_max_s: float = Field(
-        default=60.0, ge=0, allow_inf_nan=False, description="Cap of the exponential retry delay"
+        default=60.0,
+        ge=0,
+        le=DAY_S,
+        allow_inf_nan=False,
+        description="Cap of the exponential retry delay",
     )
     reconciler_enabled: bool = Field(
         default=True, description="Run a reconciler inside every worker"
@@ -240,11 +252,15 @@ class Settings(BaseSettings):
     idle_wake_s: float = Field(
         default=5.0,
         gt=0,
+        le=HOUR_S,
+        allow_inf_nan=False,
         description="Safety-net claim interval of an idle worker, for a missed pub/sub wake-up",
     )
     op_default_lease_s: float = Field(
         default=30.0,
         gt=0,
+        le=DAY_S,
+        allow_inf_nan=False,
         description="Operation lease when neither the call nor OP_LEASE_S names one for its kind",
     )
     op_lease_s: dict[str, float] = Field(
@@ -272,6 +288,8 @@ class Settings(BaseSettings):
     watchdog_suspicion_threshold: float = Field(
         default=3.0,
         gt=0,
+        le=1000,
+        allow_inf_nan=False,
         description="Suspicion (phi) of a silent operation at which the watchdog intervenes",
     )
     watchdog_evaluator: str | None = Field(
@@ -283,13 +301,21 @@ class Settings(BaseSettings):
         description="HTTP judge the watchdog POSTs evidence to (when no callable is set)",
     )
     watchdog_evaluator_timeout_s: float = Field(
-        default=15.0, gt=0, description="Hard timeout of one evaluator call; a timeout means RENEW"
+        default=15.0,
+        gt=0,
+        le=HOUR_S,
+        allow_inf_nan=False,
+        description="Hard timeout of one evaluator call; a timeout means RENEW",
     )
     watchdog_max_step_extensions: int = Field(
         default=3, ge=0, description="Times a run's max_steps may be extended, at most"
     )
     step_extension_ratio: float = Field(
-        default=0.5, gt=0, description="Each step extension adds this fraction of max_steps"
+        default=0.5,
+        gt=0,
+        le=100,
+        allow_inf_nan=False,
+        description="Each step extension adds this fraction of max_steps",
     )
     worker_metrics_port: int = Field(
         default=0,
@@ -377,6 +403,15 @@ class Settings(BaseSettings):
         allow_inf_nan=False,
         description="Longest an API request waits for a free Redis connection; past it 503 "
         "with Retry-After",
+    )
+    redis_request_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=POOL_WAIT_MAX_S,
+        allow_inf_nan=False,
+        description="Longest an API request waits for Redis to answer one command; past it "
+        "503 store-unavailable with Retry-After (a create answered so may have been written: "
+        "retry it with the same Idempotency-Key)",
     )
     api_max_connections: int = Field(
         default=2000,

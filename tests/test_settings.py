@@ -148,6 +148,18 @@ def test_cli_flags_override_the_environment(clean_env: pytest.MonkeyPatch) -> No
         ("LEASEHOLD_API_KEEP_ALIVE_S", "inf"),
         ("LEASEHOLD_SSE_SEND_TIMEOUT_S", "inf"),  # a follower that never reads is never dropped
         ("LEASEHOLD_SSE_KEEPALIVE_S", "inf"),
+        ("LEASEHOLD_REDIS_REQUEST_TIMEOUT_S", "inf"),  # a silent Redis hangs every request
+        ("LEASEHOLD_REDIS_REQUEST_TIMEOUT_S", "0"),
+        # worker timings: "inf" is never, which none of them may mean
+        ("LEASEHOLD_DRAIN_TIMEOUT_S", "inf"),  # a SIGTERM that never releases
+        ("LEASEHOLD_RECONCILE_INTERVAL_S", "inf"),  # expired leases never reconciled
+        ("LEASEHOLD_IDLE_WAKE_S", "nan"),
+        ("LEASEHOLD_OP_DEFAULT_LEASE_S", "1e300"),
+        ("LEASEHOLD_WATCHDOG_EVALUATOR_TIMEOUT_S", "inf"),  # a hung judge never means RENEW
+        ("LEASEHOLD_WATCHDOG_SUSPICION_THRESHOLD", "inf"),
+        ("LEASEHOLD_STEP_EXTENSION_RATIO", "nan"),
+        ("LEASEHOLD_RETRY_BACKOFF_S", "1e300"),
+        ("LEASEHOLD_RETRY_BACKOFF_MAX_S", "1e300"),
     ],
 )
 def test_an_invalid_value_raises_one_line_naming_the_variable(

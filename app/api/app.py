@@ -68,6 +68,8 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
             settings.resolved_redis_url(),
             max_connections=settings.redis_max_connections,
             pool_timeout_s=settings.redis_pool_timeout_s,
+            # requests never block in Redis: a silent Redis is a 503, not a hung request
+            socket_timeout_s=settings.redis_request_timeout_s,
         )
         scripts = Scripts.for_settings(settings)
         # if Redis is not up yet, /readyz says so and calls load scripts on demand

@@ -20,8 +20,13 @@ takes whatever redis-py's ``from_url`` accepts. Anything else is an
 raised before a socket is opened.
 
 Clients decode responses to ``str``. Sockets have a connect timeout, and
-keep-alive on, but no read timeout: blocking reads (XREAD BLOCK) must be allowed
-to wait longer than any fixed socket timeout would. In cluster mode a node must
+keep-alive on, but no read timeout by default: blocking reads (XREAD BLOCK) must
+be allowed to wait longer than any fixed socket timeout would. A client that
+never blocks (the API's request client) asks for one with ``socket_timeout_s``,
+so a Redis that accepts but stops answering (``CLIENT PAUSE``, a frozen node) is a
+``TimeoutError`` after that long instead of a request that waits with it; such a
+client does not resend a command that timed out, because the command may have
+run (a create sent twice would make two runs). In cluster mode a node must
 still show it is alive within the connect timeout: the handshake of a new
 connection (AUTH, CLIENT SETINFO) and the health-check PING of an idle one are
 bounded by it, so a node that accepts TCP but never answers (stopped, frozen,
@@ -79,6 +84,8 @@ DEFAULT_MAX_CONNECTIONS = 64
 # fails. Connections are opened on demand, so a high cap costs nothing when idle.
 CLUSTER_MIN_CONNECTIONS_PER_NODE = 512
 RETRY_ON = [RedisConnectionError, RedisTimeoutError, ConnectionResetError]
+# a client with a read timeout: a timed-out command may have run, so it is not resent
+RETRY_ON_CONNECT = [RedisConnectionError, ConnectionResetError]
 
 AsyncRedis: TypeAlias = aioredis.Redis | aioredis.RedisCluster
 SyncRedis: TypeAlias = redis.Redis | redis.RedisCluster
@@ -372,6 +379,7 @@ def async_client(
     *,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
     pool_timeout_s: float | None = None,
+    socket_timeout_s: float | None = None,
 ) -> AsyncRedis:
     """An asyncio client with its own pool, for the API, the worker loop and the CLI.
 
@@ -381,13 +389,18 @@ def async_client(
     which a request path sets so that a full pool is a 503, never a hang. In
     cluster mode the cap is per node and at least
     :data:`CLUSTER_MIN_CONNECTIONS_PER_NODE` (see there), and a full node's pool
-    fails at once with redis-py's ``MaxConnectionsError``. Raises :class:`InvalidRedisUrl`.
+    fails at once with redis-py's ``MaxConnectionsError``. With ``socket_timeout_s``
+    every reply must come within it (never use it for blocking reads), and a reply
+    that does not is raised, not retried: the command may have run. Raises
+    :class:`InvalidRedisUrl`.
     """
     target = parse_redis_url(url)
+    resend_on = RETRY_ON if socket_timeout_s is None else RETRY_ON_CONNECT
     options = {
-        "retry": AsyncRetry(_backoff(), RETRIES),
-        "retry_on_error": RETRY_ON,
-        **_common(socket_timeout_s=None),
+        # redis-py's Retry resends on a timeout unless told which errors it supports
+        "retry": AsyncRetry(_backoff(), RETRIES, supported_errors=tuple(resend_on)),
+        "retry_on_error": resend_on,
+        **_common(socket_timeout_s=socket_timeout_s),
     }
     if target.mode == "cluster":
         return _AsyncCluster(
