@@ -5,8 +5,9 @@ is set), writes its URL to ``state_dir/redis.url`` so that ``leasehold worker``
 in another terminal finds it, then the API and N workers as child processes,
 and says "ready" once the API answers.
 
-Stopping: Ctrl-C, SIGTERM or SIGHUP sends each child exactly one SIGTERM, so
-workers drain (finish, then release what is left) before Redis stops; a second
+Stopping: Ctrl-C, SIGTERM or SIGHUP sends each child exactly one SIGTERM, the
+workers first, so they drain (finish, then release what is left) while the API
+still serves, then the API, then Redis stops; a second
 signal is forwarded too, which cuts the workers' drain short. The children run
 in their own process groups for this reason: a terminal's Ctrl-C reaches the
 whole foreground group, and a worker that got it directly *and* from us would
@@ -249,9 +250,20 @@ class Stack:
             child.signal(sig)
 
     def _stop_children(self) -> None:
-        """One SIGTERM each, then wait: workers drain; past drain + grace, SIGKILL."""
+        """Workers first (one SIGTERM each: they drain), then the API; SIGKILL past the grace.
+
+        The API stops last so that clients following runs see the drain happen (each
+        run finishing or being released) instead of a connection refused while
+        workers still hold runs.
+        """
         grace_s = self.settings.drain_timeout_s + CHILD_STOP_GRACE_S
-        for child in stop_all(self.children.values(), grace_s):
+        workers = [child for name, child in self.children.items() if name != "api"]
+        api = [child for name, child in self.children.items() if name == "api"]
+        for child in stop_all(workers, grace_s):
+            log.warning("%s (pid %d) did not stop in time: killed it", child.name, child.pid)
+        if api:
+            log.info("workers stopped; stopping the API")
+        for child in stop_all(api, CHILD_STOP_GRACE_S):
             log.warning("%s (pid %d) did not stop in time: killed it", child.name, child.pid)
 
 

@@ -349,10 +349,16 @@ class Worker:
         )
         for courier in self._couriers.values():
             courier.stop_claiming()
+        in_flight = set(self._executions)
         await self._wait_for_executions(self.settings.drain_timeout_s)
-        for execution in list(self._executions.values()):
-            execution.stop(DRAIN)
+        finished = sorted(in_flight - set(self._executions))
+        for run_id in finished:
+            log.info("drain: run %s finished", run_id)
+        left = list(self._executions.values())
+        for execution in left:
+            execution.stop(DRAIN)  # each says "run released" once its release is written
         await self._wait_for_executions(SETTLE_AFTER_DRAIN_S)
+        log.info("drained: %d finished, %d released", len(finished), len(left))
 
     async def _wait_for_executions(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

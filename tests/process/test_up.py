@@ -271,7 +271,14 @@ async def test_ctrl_c_releases_a_run_in_flight_and_the_next_up_finishes_it(ups: 
         run_id = created.json()["id"]
         await run_until(http, run_id, "running")
     first.ctrl_c()  # the drain (2s) ends before the run: it is released, not lost
+    # the API stops last: a client sees the release happen instead of a refused connection
+    async with httpx.AsyncClient(base_url=first.url) as http:
+        released = await run_until(http, run_id, "queued")
+    assert released["fence"] == 2
     assert first.exit_code_within(DRAIN_S + STOP_SLACK_S) == 0
+    log = first.log()
+    assert "run released" in log and "drained: 0 finished, 1 released" in log, log
+    assert log.index("drained:") < log.index("workers stopped; stopping the API"), log
     second = ups.start("--workers", "1")
     await second.wait_ready()
     async with httpx.AsyncClient(base_url=second.url) as http:
