@@ -185,4 +185,6 @@ def test_bad_metrics_settings_are_refused(overrides: dict[str, object], named: s
     ],
 )
 def test_loopback_or_keyed_metrics_settings_are_accepted(overrides: dict[str, object]) -> None:
-    load_settings(**overrides)
+    settings = load_settings(**overrides)
+    assert settings.worker_metrics_port == overrides["worker_metrics_port"]
+    assert settings.worker_metrics_host == overrides.get("worker_metrics_host", "127.0.0.1")

@@ -134,8 +134,9 @@ async def test_the_reader_stops_when_the_last_follower_leaves(
             lambda: blocked_readers(redis_client), until=lambda n: n == 1, what="the reader"
         )
         hub.unsubscribe(run_id, inbox)
-        await eventually(
+        readers = await eventually(
             lambda: blocked_readers(redis_client), until=lambda n: n == 0, what="no reader"
         )
+        assert readers == 0
     finally:
         await hub.close()

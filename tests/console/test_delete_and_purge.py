@@ -49,6 +49,7 @@ def test_no_delete_button_on_a_run_that_has_not_finished(
     expect(page.locator("h1 .badge")).to_have_text("queued")
     expect(page.get_by_role("button", name="Cancel…")).to_be_visible()
     expect(page.get_by_role("button", name="Delete…")).to_have_count(0)
+    assert status_of(url, queued) == 200, "the run is still there"
 
 
 def test_purge_the_finished_runs_of_the_filter_and_keep_the_running_one(
