@@ -16,7 +16,8 @@
     │                                 is parked in reconciliation_required
     ├── HandlerError                  registry problems
     │   ├── UnknownHandler
-    │   └── InvalidInput              input fails the handler's model
+    │   ├── InvalidInput              input fails the handler's model
+    │   └── InvalidHandlerDefaults    @handler(...) was given defaults that cannot hold
     ├── InvalidEvent                  a handler emitted a reserved or malformed event
     │   └── EventTooLarge             ... or one over the configured size bound
     ├── EscalationRequested           the watchdog escalated: the run parks in waiting_human
@@ -150,6 +151,19 @@ class InvalidInput(HandlerError):
 
     def __init__(self, handler: str, problems: list[dict[str, Any]]) -> None:
         super().__init__(f"input for handler {handler!r} is invalid")
+        self.handler = handler
+        self.problems = problems
+
+
+class InvalidHandlerDefaults(HandlerError, ValueError):
+    """``@handler(...)`` was given defaults that cannot hold; raised when the module is imported.
+
+    Raised at import time, not at the first run: a typo in ``max_attempts`` must stop
+    the worker (and the API) from starting rather than surface hours later.
+    """
+
+    def __init__(self, handler: str, problems: list[str]) -> None:
+        super().__init__(f"@handler({handler!r}) defaults are invalid: {'; '.join(problems)}")
         self.handler = handler
         self.problems = problems
 

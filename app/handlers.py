@@ -4,6 +4,19 @@
 When ``params`` is annotated with a pydantic model, run input is validated
 against it by the API before a run is created (and its JSON schema is published
 by ``GET /handlers``); otherwise any JSON object is accepted.
+
+``@handler("name", max_attempts=3, on_lease_expired="retry", retry_backoff_s=2,
+retry_backoff_max_s=120, budget={"max_duration_s": 600})`` gives the handler its own
+defaults (:class:`HandlerDefaults`), so retries, backoff, budgets and lease policy need
+not be one deployment-wide setting. Precedence, per field: what the run's request
+names > the handler's default > the deployment's setting (``LEASEHOLD_DEFAULT_MAX_ATTEMPTS``,
+``LEASEHOLD_DEFAULT_ON_LEASE_EXPIRED``, ``LEASEHOLD_RETRY_BACKOFF_S``,
+``LEASEHOLD_RETRY_BACKOFF_MAX_S``; budgets have no setting). The API applies the
+create-time ones (attempts, lease policy, budgets: the run record keeps what was
+decided); the worker applies the backoff when a retryable failure is requeued. The
+defaults are validated when the decorator runs, i.e. when the module is imported:
+a bad one raises :class:`~app.errors.InvalidHandlerDefaults` naming the handler and
+the field, so a worker or API with a typo never starts.
 """
 
 from __future__ import annotations
@@ -15,9 +28,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, get_type_hints
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from app.errors import InvalidInput, UnknownHandler
+from app.errors import InvalidHandlerDefaults, InvalidInput, UnknownHandler
+from app.models import OnLeaseExpired, RunBudget
 
 HandlerFn = Callable[..., Any]
 F = TypeVar("F", bound=HandlerFn)
@@ -29,6 +43,53 @@ class AnyInput(BaseModel):
     model_config = {"extra": "allow"}
 
 
+DAY_S = 86_400.0
+
+
+class HandlerDefaults(BaseModel):
+    """A handler's own defaults; each ``None`` falls through to the deployment's setting.
+
+    The bounds are the settings' own (attempts 1-1000, backoff 0-1 day, finite), so a
+    handler can never be given what the deployment could not.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_attempts: int | None = Field(default=None, ge=1, le=1000, strict=True)
+    on_lease_expired: OnLeaseExpired | None = None
+    retry_backoff_s: float | None = Field(default=None, ge=0, le=DAY_S, allow_inf_nan=False)
+    retry_backoff_max_s: float | None = Field(default=None, ge=0, le=DAY_S, allow_inf_nan=False)
+    budget: RunBudget | None = None
+
+    @model_validator(mode="after")
+    def _backoff_in_order(self) -> HandlerDefaults:
+        first, cap = self.retry_backoff_s, self.retry_backoff_max_s
+        if first is not None and cap is not None and cap < first:
+            raise ValueError(f"retry_backoff_max_s ({cap:g}) is below retry_backoff_s ({first:g})")
+        return self
+
+    def merged_budget(self, requested: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The run's budgets: each the request names wins, the handler's fills the rest."""
+        own = self.budget.model_dump(exclude_none=True) if self.budget else {}
+        merged = {**own, **(requested or {})}
+        return merged or None
+
+
+NO_DEFAULTS = HandlerDefaults()
+
+
+def validated_defaults(name: str, given: dict[str, Any]) -> HandlerDefaults:
+    """``given`` as :class:`HandlerDefaults`; raises :class:`InvalidHandlerDefaults`."""
+    try:
+        return HandlerDefaults.model_validate(given)
+    except ValidationError as exc:
+        problems = [
+            f"{'.'.join(str(part) for part in error['loc']) or 'defaults'}: {error['msg']}"
+            for error in exc.errors(include_url=False)
+        ]
+        raise InvalidHandlerDefaults(name, problems) from None
+
+
 @dataclass(frozen=True)
 class HandlerSpec:
     """One registered handler."""
@@ -38,6 +99,7 @@ class HandlerSpec:
     is_async: bool
     input_model: type[BaseModel]
     description: str | None
+    defaults: HandlerDefaults = NO_DEFAULTS
 
     def parse_input(self, raw: Any) -> BaseModel:
         """Validate run input; raises :class:`InvalidInput` with pydantic's problems."""
@@ -61,8 +123,10 @@ class HandlerRegistry:
     def __init__(self) -> None:
         self._specs: dict[str, HandlerSpec] = {}
 
-    def register(self, name: str, fn: HandlerFn) -> HandlerSpec:
-        """Register ``fn`` under ``name``; re-registering the same function is a no-op."""
+    def register(
+        self, name: str, fn: HandlerFn, defaults: HandlerDefaults = NO_DEFAULTS
+    ) -> HandlerSpec:
+        """Register ``fn`` under ``name``; re-registering the same function replaces its spec."""
         existing = self._specs.get(name)
         if existing is not None and existing.fn is not fn:
             raise ValueError(f"handler {name!r} is already registered to {existing.fn!r}")
@@ -72,6 +136,7 @@ class HandlerRegistry:
             is_async=inspect.iscoroutinefunction(fn),
             input_model=_input_model(fn),
             description=plain_text(inspect.getdoc(fn)),
+            defaults=defaults,
         )
         self._specs[name] = spec
         return spec
@@ -122,11 +187,34 @@ def _input_model(fn: HandlerFn) -> type[BaseModel]:
 default_registry = HandlerRegistry()
 
 
-def handler(name: str, *, registry: HandlerRegistry | None = None) -> Callable[[F], F]:
-    """Decorator: register an async or sync ``(ctx, params)`` function as a handler."""
+def handler(
+    name: str,
+    *,
+    registry: HandlerRegistry | None = None,
+    max_attempts: int | None = None,
+    on_lease_expired: OnLeaseExpired | None = None,
+    retry_backoff_s: float | None = None,
+    retry_backoff_max_s: float | None = None,
+    budget: RunBudget | dict[str, Any] | None = None,
+) -> Callable[[F], F]:
+    """Decorator: register an async or sync ``(ctx, params)`` function as a handler.
+
+    The keyword arguments are the handler's defaults (see the module docstring for
+    their precedence); they are checked here, at import time, and a bad one raises
+    :class:`~app.errors.InvalidHandlerDefaults` before anything runs.
+    """
+    given = {
+        "max_attempts": max_attempts,
+        "on_lease_expired": on_lease_expired,
+        "retry_backoff_s": retry_backoff_s,
+        "retry_backoff_max_s": retry_backoff_max_s,
+        "budget": budget.model_dump(exclude_none=True) if isinstance(budget, RunBudget) else budget,
+    }
+    defaults = validated_defaults(name, {k: v for k, v in given.items() if v is not None})
 
     def decorate(fn: F) -> F:
-        (registry or default_registry).register(name, fn)
+        # `is None`, not `or`: an empty registry is falsy (it has a length)
+        (default_registry if registry is None else registry).register(name, fn, defaults)
         return fn
 
     return decorate

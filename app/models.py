@@ -395,6 +395,12 @@ class HandlerInfo(BaseModel):
     name: str
     description: str | None = None
     input_schema: dict[str, Any]
+    defaults: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The handler's own defaults from @handler(...) (max_attempts, "
+        "on_lease_expired, retry_backoff_s, retry_backoff_max_s, budget): a run's request "
+        "overrides each, and each fills in for the deployment's setting",
+    )
 
 
 class WorkerInfo(BaseModel):

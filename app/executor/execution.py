@@ -79,6 +79,20 @@ class RetryPolicy:
         backoff = Backoff(first_s=self.backoff_s, max_s=self.backoff_max_s, floor=0.5)
         return int(backoff.delay_s(attempt) * 1000)
 
+    def for_handler(self, spec: HandlerSpec | None) -> RetryPolicy:
+        """This policy with the handler's own backoff defaults, where it names them.
+
+        The handler's default wins over the deployment's setting (this policy); a
+        run's request has no backoff option, so nothing wins over the handler's.
+        """
+        if spec is None:
+            return self
+        own = spec.defaults
+        return RetryPolicy(
+            self.backoff_s if own.retry_backoff_s is None else own.retry_backoff_s,
+            self.backoff_max_s if own.retry_backoff_max_s is None else own.retry_backoff_max_s,
+        )
+
 
 @dataclass(frozen=True)
 class ExecutionDeps:
@@ -312,7 +326,7 @@ class RunExecution:
             BUDGET_FAILURES.labels(failure.code).inc()
         delay = -1
         if failure.retryable and self.claimed.attempt < self.claimed.max_attempts:
-            delay = self._deps.retry.delay_ms(self.claimed.attempt)
+            delay = self._deps.retry.for_handler(self._spec).delay_ms(self.claimed.attempt)
         error = {
             "code": failure.code,
             "message": failure.message,

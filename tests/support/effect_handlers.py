@@ -128,3 +128,56 @@ async def flaky(ctx: RunContext, params: FlakyInput) -> dict[str, int]:
             raise ConnectionError(f"upstream unavailable on attempt {ctx.attempt}")
         raise RunFailure(f"input rejected on attempt {ctx.attempt}", code="rejected")
     return {"attempt": ctx.attempt}
+
+
+@handler(
+    "test.defaults",
+    max_attempts=4,
+    on_lease_expired="retry",
+    retry_backoff_s=0.2,
+    retry_backoff_max_s=0.4,
+    budget={"max_steps": 7},
+)
+async def with_defaults(ctx: RunContext, params: FlakyInput) -> dict[str, int]:
+    """test.flaky with handler defaults: 4 attempts, retry on lease expiry, 7 steps, 0.2 s."""
+    return await flaky(ctx, params)
+
+
+def fail_flag_key(prefix: str, tag: str) -> str:
+    """While this key exists, ``test.charge_then_fail`` fails after its charge."""
+    return f"{prefix}:test:fail:{tag}"
+
+
+def tag_calls_key(prefix: str, tag: str) -> str:
+    """The idempotency keys ``test.charge_then_fail``'s side effect was really called with."""
+    return f"{prefix}:test:effect-calls-by-tag:{tag}"
+
+
+class ChargeThenFailInput(BaseModel):
+    """Which side channel the run reports through (shared by a run and its re-runs)."""
+
+    tag: str
+
+
+@handler("test.charge_then_fail")
+async def charge_then_fail(ctx: RunContext, params: ChargeThenFailInput) -> dict[str, Any]:
+    """Charge once through ``ctx.effect``; then fail while the test's fail flag is set.
+
+    The test clears the flag before it re-runs the failed run: the re-run gets past
+    the failure, and the calls list shows whether the charge was really made again.
+    """
+    prefix, url = os.environ["LEASEHOLD_PREFIX"], os.environ["LEASEHOLD_REDIS_URL"]
+
+    async def call_payment_api(key: str) -> dict[str, Any]:
+        await _append(lambda p, _run: tag_calls_key(p, params.tag), ctx.run_id, key)
+        return {"charged_by_run": ctx.run_id, "key": key}
+
+    receipt = await ctx.effect("charge", call_payment_api)
+    client = async_client(url)
+    try:
+        failing = await client.exists(fail_flag_key(prefix, params.tag))
+    finally:
+        await client.aclose()
+    if failing:
+        raise RunFailure("the order service refused the order after the charge", code="refused")
+    return {"receipt": receipt, "run_id": ctx.run_id}

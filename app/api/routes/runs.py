@@ -78,11 +78,18 @@ def new_run_of(
         handler=body.handler,
         input=body.input,
         queue=body.queue,
-        max_attempts=body.max_attempts or settings.default_max_attempts,
-        on_lease_expired=body.on_lease_expired or settings.default_on_lease_expired,
+        # run options > handler defaults > settings (app/handlers.py)
+        max_attempts=body.max_attempts
+        or spec.defaults.max_attempts
+        or settings.default_max_attempts,
+        on_lease_expired=body.on_lease_expired
+        or spec.defaults.on_lease_expired
+        or settings.default_on_lease_expired,
         idempotency_key=idempotency_key or body.idempotency_key,
         metadata=body.metadata,
-        budget=body.budget.model_dump(exclude_none=True) if body.budget else None,
+        budget=spec.defaults.merged_budget(
+            body.budget.model_dump(exclude_none=True) if body.budget else None
+        ),
         retention_ms=retention_ms,
         queued_ttl_ms=queued_ttl_ms,
         traceparent=traceparent,

@@ -29,7 +29,12 @@ router = APIRouter()
 async def list_handlers(state: State) -> list[HandlerInfo]:
     """Registered handlers with the JSON schema their input must satisfy."""
     return [
-        HandlerInfo(name=spec.name, description=spec.description, input_schema=spec.input_schema())
+        HandlerInfo(
+            name=spec.name,
+            description=spec.description,
+            input_schema=spec.input_schema(),
+            defaults=spec.defaults.model_dump(exclude_none=True),
+        )
         for spec in state.registry
     ]
 
