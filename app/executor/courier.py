@@ -43,7 +43,7 @@ from app.metrics import WORKER_WRITES_REFUSED
 from app.retry import REDIS_BACKOFF, Streak
 from app.store.leases import Claim, ClaimedRun, LeaseStore, Outcome, new_claim_token
 from app.store.refusals import describe, refusal_of
-from app.store.scripts import ScriptCode
+from app.store.transitions import LeaseAnswer
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class Courier:
         # couriers, which may have found none free while its round trip was in flight
         # (it can last a while: a WAIT for replicas, a cluster node far away)
         self._slots_returned = slots_returned
-        self._outcomes: list[tuple[Outcome, asyncio.Future[ScriptCode]]] = []
+        self._outcomes: list[tuple[Outcome, asyncio.Future[LeaseAnswer]]] = []
         self._kick = asyncio.Event()
         self._claiming = True
         self._maybe_ready = True  # ready may hold runs: claim when slots are free
@@ -120,12 +120,12 @@ class Courier:
         """Outcomes waiting for their round trip."""
         return len(self._outcomes)
 
-    async def finish(self, outcome: Outcome) -> ScriptCode:
+    async def finish(self, outcome: Outcome) -> LeaseAnswer:
         """Record a run's outcome; returns OK, RETRY, CANCEL or LOST once Redis has answered.
 
         Cancelling the caller does not cancel the write: it is sent by the courier.
         """
-        future: asyncio.Future[ScriptCode] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[LeaseAnswer] = asyncio.get_running_loop().create_future()
         self._outcomes.append((outcome, future))
         self._kick.set()
         return await future

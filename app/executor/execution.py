@@ -46,7 +46,7 @@ from app.retry import Backoff
 from app.store.codec import dumps
 from app.store.leases import ClaimedRun, HeldLease, LeaseStore, Outcome
 from app.store.progress import ProgressStore
-from app.store.scripts import ScriptCode
+from app.store.transitions import LeaseAnswer
 from app.supervision.config import Supervision
 from app.tracing import tracer
 
@@ -270,12 +270,12 @@ class RunExecution:
         outcome = self._outcome(result)
         code = await self._deps.courier_for(self.claimed.queue).finish(outcome)
         # CANCEL: the client's cancel came first, so a retry or escalation ended cancelled
-        status = {ScriptCode.OK: outcome.status, ScriptCode.CANCEL: "cancelled"}.get(
+        status = {LeaseAnswer.OK: outcome.status, LeaseAnswer.CANCEL: "cancelled"}.get(
             code, code.value.lower()
         )
         RUNS_FINISHED.labels(self.claimed.queue, self.claimed.handler, status).inc()
         self._observe(status)
-        if code == ScriptCode.LOST:
+        if code == LeaseAnswer.LOST:
             log.warning(
                 "outcome rejected: lease lost before the terminal write", extra=self._log_extra()
             )
@@ -283,7 +283,7 @@ class RunExecution:
             # DEBUG: at thousands of runs a second, a line per run costs more than the run
             log.debug(
                 "run %s",
-                "requeued for retry" if code == ScriptCode.RETRY else status,
+                "requeued for retry" if code == LeaseAnswer.RETRY else status,
                 extra=self._log_extra(),
             )
 

@@ -20,6 +20,14 @@ from app.store.connection import AsyncRedis, SyncRedis
 from app.store.keys import QueueKeys
 from app.store.retention import Retention
 from app.store.scripts import ScriptArg, ScriptCall, ScriptCode, Scripts
+from app.store.transitions import (
+    CLAIM_RUNS,
+    FINISH_RUNS,
+    ClaimArgs,
+    FinishArgs,
+    FinishGroup,
+    LeaseAnswer,
+)
 
 RECONCILE_BATCH = 500
 PROMOTE_MAX = 1000
@@ -68,16 +76,16 @@ class Outcome:
     error_json: str = ""
     retry_delay_ms: int = -1
 
-    def script_args(self) -> list[ScriptArg]:
-        """The six ARGV values finish_runs takes per run."""
-        return [
+    def group(self) -> FinishGroup:
+        """The ARGV group finish_runs takes per run."""
+        return FinishGroup(
             self.run_id,
             self.fence,
             self.status,
             self.output_json,
             self.error_json,
             self.retry_delay_ms,
-        ]
+        )
 
 
 @dataclass(frozen=True)
@@ -143,65 +151,39 @@ class LeaseStore:
         return QueueKeys(self.prefix, queue)
 
     def _claim_call(self, queue: str, owner: str, count: int, token: str) -> ScriptCall:
-        keys = self.keys(queue)
-        return ScriptCall(
-            "claim_runs",
-            [
-                keys.ready,
-                keys.delayed,
-                keys.leases,
-                keys.run_prefix,
-                keys.events_prefix,
-                keys.claim_receipt_prefix,
-            ],
-            [owner, count, self.lease_ttl_ms, self.events_maxlen, PROMOTE_MAX, token],
-        )
+        args = ClaimArgs(owner, count, self.lease_ttl_ms, self.events_maxlen, PROMOTE_MAX, token)
+        return CLAIM_RUNS.call(self.keys(queue), args)
 
     def _finish_call(self, queue: str, owner: str, outcomes: Sequence[Outcome]) -> ScriptCall:
         keys = self.keys(queue)
-        args: list[ScriptArg] = [
-            owner,
-            self.retention.script_arg(),
-            self.events_maxlen,
-            keys.wake_channel,
-        ]
-        for outcome in outcomes:
-            args.extend(outcome.script_args())
-        return ScriptCall(
-            "finish_runs",
-            [
-                keys.leases,
-                keys.ready,
-                keys.delayed,
-                keys.run_prefix,
-                keys.events_prefix,
-                keys.idem_prefix,
-            ],
-            args,
+        groups = [outcome.group() for outcome in outcomes]
+        args = FinishArgs(
+            owner, self.retention.script_arg(), self.events_maxlen, keys.wake_channel, groups
         )
+        return FINISH_RUNS.call(keys, args)
 
     def _parse_claim(self, queue: str, raw: list[Any]) -> Claim:
-        _code, rows, next_due = raw
+        reply = CLAIM_RUNS.decode(raw)
         runs = [
             ClaimedRun(
-                id=row[0],
+                id=row.id,
                 queue=queue,
-                fence=int(row[1]),
-                handler=row[2],
-                input=_json_or_none(row[3]),
-                attempt=int(row[4]),
-                max_attempts=int(row[5]),
-                state=_json_or_none(row[6]),
-                resume_input=_json_or_none(row[7]),
-                budget=_json_or_none(row[8]) or {},
-                traceparent=row[9] or None,
-                created_at_ms=int(row[10]) if row[10] else None,
-                prior_fence=int(row[11]) if row[11] else None,
-                prior_owner=row[12] or None,
+                fence=int(row.fence),
+                handler=row.handler,
+                input=_json_or_none(row.input),
+                attempt=int(row.attempt),
+                max_attempts=int(row.max_attempts),
+                state=_json_or_none(row.state),
+                resume_input=_json_or_none(row.resume_input),
+                budget=_json_or_none(row.budget) or {},
+                traceparent=row.traceparent or None,
+                created_at_ms=int(row.created_at) if row.created_at else None,
+                prior_fence=int(row.prior_fence) if row.prior_fence else None,
+                prior_owner=row.prior_owner or None,
             )
-            for row in rows
+            for row in reply.rows
         ]
-        return Claim(runs, None if int(next_due) < 0 else int(next_due))
+        return Claim(runs, reply.next_due_ms)
 
     async def claim(self, queue: str, owner: str, count: int, token: str | None = None) -> Claim:
         """Claim up to ``count`` ready runs (0 only promotes due retries).
@@ -211,8 +193,7 @@ class LeaseStore:
         call claimed instead of claiming more. None: a fresh token.
         """
         call = self._claim_call(queue, owner, count, token or new_claim_token())
-        raw = await self.scripts.call(self.client, *_unpack(call))
-        return self._parse_claim(queue, raw)
+        return self._parse_claim(queue, await self.scripts.run(self.client, call))
 
     async def finish_and_claim(
         self,
@@ -221,10 +202,10 @@ class LeaseStore:
         outcomes: Sequence[Outcome],
         count: int,
         token: str | None = None,
-    ) -> tuple[list[ScriptCode], Claim]:
+    ) -> tuple[list[LeaseAnswer], Claim]:
         """Record outcomes and claim up to ``count`` more runs, in one round trip.
 
-        Returns one code per outcome (OK, RETRY or LOST), then the claim. ``token``
+        Returns one answer per outcome (OK, RETRY, CANCEL or LOST), then the claim. ``token``
         as for :meth:`claim`: a caller that retries after a failed round trip passes
         the same one, so runs claimed by a call whose reply was lost come back.
 
@@ -240,7 +221,7 @@ class LeaseStore:
         results = await self.scripts.pipeline(self.client, calls, raise_on_error=False)
         if outcomes and isinstance(results[0], Exception):
             raise results[0]
-        codes = [ScriptCode(code) for code in results[0]] if outcomes else []
+        codes = FINISH_RUNS.decode(results[0]) if outcomes else []
         if isinstance(results[-1], Exception):
             return codes, Claim([], None, refused=results[-1])
         return codes, self._parse_claim(queue, results[-1])
@@ -350,7 +331,3 @@ class LeaseRenewer:
             self.client, "renew_leases", [keys.leases, keys.run_prefix], args
         )
         return {lease.run_id: ScriptCode(code) for lease, code in zip(leases, codes, strict=True)}
-
-
-def _unpack(call: ScriptCall) -> tuple[str, Sequence[str], Sequence[ScriptArg]]:
-    return call.name, call.keys, call.args

@@ -41,6 +41,7 @@ from app.store.keys import GlobalKeys, QueueKeys, queue_of
 from app.store.queues import declared_queues
 from app.store.retention import Retention
 from app.store.scripts import ScriptCall, ScriptCode, Scripts
+from app.store.transitions import CREATE_RUN, CreateArgs, CreateReply
 
 LIST_SCAN_CHUNK = 200
 LIST_SCAN_BUDGET = 5000
@@ -187,9 +188,11 @@ class RunStore:
         The queue must be declared (the API checks it with ``QueueStore.require``):
         creating a run never declares one.
         """
-        call = self._create_call(new)
-        reply = await self.scripts.call(self.client, call.name, call.keys, call.args)
-        return await self._created(new, call, reply)
+        args = self._create_args(new)
+        reply = await CREATE_RUN.send(self.scripts, self.client, self.keys(new.queue), args)
+        if reply.code == ScriptCode.REPLAYED:
+            return Created(await self.get(reply.run_id), replayed=True)
+        return self._queued(new, reply)
 
     async def create_many(self, news: Sequence[NewRun]) -> list[Created | Exception]:
         """Create several runs in one pipeline per queue; one outcome per run, in order.
@@ -208,16 +211,19 @@ class RunStore:
         outcomes: list[Created | Exception] = [RunNotFound("")] * len(news)
 
         async def one_queue(indexes: list[int]) -> None:
-            calls = [self._create_call(news[i]) for i in indexes]
+            keys = self.keys(news[indexes[0]].queue)
+            calls = [CREATE_RUN.call(keys, self._create_args(news[i])) for i in indexes]
             replies = await self.scripts.pipeline(self.client, calls, raise_on_error=False)
             replayed: dict[int, str] = {}
-            for i, call, reply in zip(indexes, calls, replies, strict=True):
-                if isinstance(reply, Exception):
-                    outcomes[i] = reply
-                elif reply[0] == ScriptCode.REPLAYED:
-                    replayed[i] = reply[1]
+            for i, raw in zip(indexes, replies, strict=True):
+                if isinstance(raw, Exception):
+                    outcomes[i] = raw
+                    continue
+                reply = CREATE_RUN.decode(raw)
+                if reply.code == ScriptCode.REPLAYED:
+                    replayed[i] = reply.run_id
                 else:
-                    outcomes[i] = _settled(self._queued, news[i], call, reply)
+                    outcomes[i] = _settled(self._queued, news[i], reply)
             if replayed:
                 found = await self._get_many(list(replayed.values()))
                 for i, run in zip(replayed, found, strict=True):
@@ -234,53 +240,33 @@ class RunStore:
         replies = cast(list[dict[str, str]], await pipe.execute())
         return [run_from_hash(fields) if fields else None for fields in replies]
 
-    def _create_call(self, new: NewRun) -> ScriptCall:
-        keys = self.keys(new.queue)
-        run_id = new_run_id(new.queue)
-        return ScriptCall(
-            "create_run",
-            [
-                keys.run(run_id),
-                keys.events(run_id),
-                keys.ready,
-                keys.runs,
-                keys.idem(new.idempotency_key or ""),
-                keys.unclaimed,
-            ],
-            [
-                run_id,
-                new.queue,
-                new.handler,
-                new.input_json,
-                new.max_attempts,
-                new.on_lease_expired,
-                dumps(new.metadata),
-                new.idempotency_key or "",
-                new.fingerprint(),
-                self.events_maxlen,
-                keys.wake_channel,
-                dumps(new.budget) if new.budget else "",
-                "" if new.retention_ms is None else new.retention_ms,
-                new.queued_ttl_ms or self.queued_ttl_ms,
-                new.traceparent or "",
-            ],
+    def _create_args(self, new: NewRun) -> CreateArgs:
+        return CreateArgs(
+            run_id=new_run_id(new.queue),
+            queue=new.queue,
+            handler=new.handler,
+            input=new.input_json,
+            max_attempts=new.max_attempts,
+            on_lease_expired=new.on_lease_expired,
+            metadata=dumps(new.metadata),
+            idempotency_key=new.idempotency_key or "",
+            fingerprint=new.fingerprint(),
+            maxlen=self.events_maxlen,
+            wake_channel=self.keys(new.queue).wake_channel,
+            budget=dumps(new.budget) if new.budget else "",
+            retention_ms="" if new.retention_ms is None else new.retention_ms,
+            queued_ttl_ms=new.queued_ttl_ms or self.queued_ttl_ms,
+            traceparent=new.traceparent or "",
         )
 
-    async def _created(self, new: NewRun, call: ScriptCall, reply: Any) -> Created:
-        """The outcome of one ``create_run`` reply; raises :class:`IdempotencyConflict`."""
-        if reply[0] == ScriptCode.REPLAYED:
-            return Created(await self.get(reply[1]), replayed=True)
-        return self._queued(new, call, reply)
-
-    def _queued(self, new: NewRun, call: ScriptCall, reply: Any) -> Created:
+    def _queued(self, new: NewRun, reply: CreateReply) -> Created:
         """The run a ``create_run`` reply created; raises :class:`IdempotencyConflict`."""
-        code, found_id, created_ms = reply
-        if code == ScriptCode.CONFLICT:
-            raise IdempotencyConflict(new.idempotency_key or "", found_id)
-        created_at = ms_to_datetime(created_ms)
+        if reply.code == ScriptCode.CONFLICT:
+            raise IdempotencyConflict(new.idempotency_key or "", reply.run_id)
+        created_at = ms_to_datetime(reply.created_at_ms)
         assert created_at is not None
         run = Run(
-            id=str(call.args[0]),
+            id=reply.run_id,
             queue=new.queue,
             handler=new.handler,
             status=RunStatus.QUEUED,

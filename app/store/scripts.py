@@ -116,6 +116,14 @@ class ScriptCall:
     name: str
     keys: Sequence[str]
     args: Sequence[ScriptArg]
+    # a failover must not lose it once acknowledged (see app/store/transitions.py);
+    # None: looked up in DURABLE_TRANSITIONS by name
+    durable: bool | None = None
+
+    @property
+    def is_durable(self) -> bool:
+        """Whether WAIT for replicas follows it when replica acks are asked for."""
+        return self.name in DURABLE_TRANSITIONS if self.durable is None else self.durable
 
 
 # Transitions a failover must not lose once acknowledged: a lost claim lets a run be
@@ -272,15 +280,19 @@ class Scripts:
         return all(present)
 
     def _durable(self, calls: Sequence[ScriptCall]) -> ReplicaAcks | None:
-        if self.replica_acks and any(call.name in DURABLE_TRANSITIONS for call in calls):
+        if self.replica_acks and any(call.is_durable for call in calls):
             return self.replica_acks
         return None
 
     async def call(
         self, client: AsyncRedis, name: str, keys: Sequence[str], args: Sequence[ScriptArg]
     ) -> Any:
+        """Run one transition by name (see :meth:`run`)."""
+        return await self.run(client, ScriptCall(name, keys, args))
+
+    async def run(self, client: AsyncRedis, call: ScriptCall) -> Any:
         """Run one transition (followed by WAIT when it is durable and acks are asked for)."""
-        call = ScriptCall(name, keys, args)
+        keys, args = call.keys, call.args
         if self._durable([call]):
             return (await self.pipeline(client, [call]))[0]
         script = self._resolve(call)

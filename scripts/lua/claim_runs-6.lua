@@ -7,7 +7,7 @@
 -- KEYS[5]  events_prefix  prefix  event streams are this prefix .. id
 -- KEYS[6]  receipt_prefix prefix  claim receipts are this prefix .. owner .. ':' .. token
 -- ARGV[1]  owner_id     string  the claiming worker
--- ARGV[2]  count        integer how many runs at most (0: only promote due retries)
+-- ARGV[2]  max_runs     integer how many runs at most (0: only promote due retries)
 -- ARGV[3]  lease_ttl_ms integer
 -- ARGV[4]  maxlen       integer approximate cap of each event stream
 -- ARGV[5]  promote_max  integer how many due retries to promote at most

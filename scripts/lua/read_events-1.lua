@@ -3,7 +3,7 @@
 -- KEYS[1]  events       stream  the run's events
 -- ARGV[1]  after        stream id, exclusive: the last entry the feed has read
 -- ARGV[2]  added        integer the stream's entries-added count when `after` was written
--- ARGV[3]  count        integer most entries returned
+-- ARGV[3]  max_entries  integer most entries returned
 -- returns  {code, missing, entries}  codes: OK. missing: entries written after `after` and
 --          trimmed by the stream's cap before they were read, -1 when some may have been
 --          but Redis (before 7.0) does not count them; entries: up to `count` stream

@@ -24,7 +24,8 @@ from app.store.codec import dumps
 from app.store.connection import async_client
 from app.store.leases import Claim, ClaimedRun, LeaseStore, Outcome
 from app.store.runs import NewRun, RunStore
-from app.store.scripts import ScriptCode, Scripts
+from app.store.scripts import Scripts
+from app.store.transitions import LeaseAnswer
 from tests.support.memory import SmallRedis
 from tests.support.polling import eventually
 
@@ -43,7 +44,7 @@ class LosingReplies(LeaseStore):
         outcomes: Sequence[Outcome],
         count: int,
         token: str | None = None,
-    ) -> tuple[list[ScriptCode], Claim]:
+    ) -> tuple[list[LeaseAnswer], Claim]:
         """Run the round trip; while losses remain, drop a reply that claimed runs."""
         answer = await super().finish_and_claim(queue, owner, outcomes, count, token)
         if self.losses and answer[1].runs:
@@ -115,7 +116,7 @@ class RefusingFinishes(LeaseStore):
         outcomes: Sequence[Outcome],
         count: int,
         token: str | None = None,
-    ) -> tuple[list[ScriptCode], Claim]:
+    ) -> tuple[list[LeaseAnswer], Claim]:
         """Refuse before sending anything while refusals remain, as Redis refuses a script."""
         if outcomes and self.refusals:
             self.refusals -= 1
@@ -164,7 +165,7 @@ async def test_a_terminal_write_refused_by_redis_is_retried_and_lands_with_the_h
     finally:
         await courier.close()
     assert store.refusals == 0, "Redis refused the terminal write twice first"
-    assert code == ScriptCode.OK
+    assert code == LeaseAnswer.OK
     run = await run_store.get(run_id)
     assert run.status == RunStatus.SUCCEEDED
     assert run.output == {"answer": 42, "from": "the handler"}
@@ -198,7 +199,7 @@ async def test_at_maxmemory_outcomes_land_claims_pause_and_resume_once_memory_fr
                 courier.finish(Outcome(ids[0], started[0].fence, "succeeded", output_json=output)),
                 timeout=30,
             )
-            assert code == ScriptCode.OK
+            assert code == LeaseAnswer.OK
             assert (await run_store.get(ids[0])).output == {"blob": "y" * 50_000}
             await asyncio.sleep(0.5)  # room for a wrong claim to show up
             assert [run.id for run in started] == [ids[0]], "claimed at maxmemory"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.store.scripts import ScriptCode, load_scripts, lua_dir
+from app.store.transitions import TRANSITIONS
 
 SCRIPT_FILES = sorted(lua_dir().glob("*.lua"))
 NAME = re.compile(r"^(?P<name>[a-z_]+)-(?P<numkeys>\d+)\.lua$")
@@ -153,3 +154,47 @@ def test_every_script_loads_with_its_includes_spliced_in() -> None:
     assert {path.name.split("-")[0] for path in SCRIPT_FILES} == set(scripts)
     for script in scripts.values():
         assert not re.search(r"^--- @include", script.source, re.M)
+
+
+def _argv_header(path: Path) -> tuple[list[str], list[str]]:
+    """The header's fixed ARGV names in order, and the names of a ``ARGV[n..]`` group."""
+    fixed: list[str] = []
+    group: list[str] = []
+    for line in header(path):
+        numbered = re.match(r"^-- ARGV\[(\d+)\]\s+(\S+)", line)
+        if numbered:
+            assert int(numbered[1]) == len(fixed) + 1, f"{path.name}: {line}"
+            fixed.append(numbered[2])
+            continue
+        tail = re.match(r"^-- ARGV\[(\d+)\.\.\]\s+(.*?)(?:\s{2,}|$)", line)
+        if tail:
+            assert int(tail[1]) == len(fixed) + 1, f"{path.name}: {line}"
+            group = [name.strip() for name in tail[2].split(",")]
+    return fixed, group
+
+
+@pytest.mark.parametrize("path", SCRIPT_FILES, ids=lambda p: p.name)
+def test_the_binding_names_the_header_argv_in_order(path: Path) -> None:
+    """The ARGV record's fields are the header's names, in order: the record IS the order."""
+    match = NAME.match(path.name)
+    assert match
+    binding = TRANSITIONS.get(match["name"])
+    if binding is None:
+        pytest.skip(f"{match['name']} has no binding yet")
+    fixed, group = _argv_header(path)
+    fields = list(binding.argv._fields)
+    if binding.group is not None:
+        assert fields[-1] == "groups", f"{path.name}: a grouped record ends with `groups`"
+        assert list(binding.group._fields) == group, path.name
+        fields = fields[:-1]
+    else:
+        assert group == [], f"{path.name}: the header has ARGV groups, the binding none"
+    assert fields == fixed, path.name
+    body = path.read_text()
+    argc = re.search(r"check_argc\((\d+)\)", body)
+    if argc and binding.group is None:
+        assert int(argc[1]) == len(fixed), f"{path.name}: check_argc against the record"
+
+
+def test_every_binding_has_a_script() -> None:
+    assert set(TRANSITIONS) <= set(load_scripts())

@@ -61,10 +61,8 @@ class Captured(Exception):
 class CapturingScripts(Scripts):
     """Scripts that record the first call a store makes and run nothing."""
 
-    async def call(
-        self, client: Any, name: str, keys: Sequence[str], args: Sequence[ScriptArg]
-    ) -> Any:
-        raise Captured(ScriptCall(name, list(keys), list(args)))
+    async def run(self, client: Any, call: ScriptCall) -> Any:
+        raise Captured(ScriptCall(call.name, list(call.keys), list(call.args)))
 
     async def pipeline(
         self, client: Any, calls: Sequence[ScriptCall], **_options: Any

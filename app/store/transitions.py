@@ -1,0 +1,257 @@
+"""One typed binding per Lua transition: the only place a script's call is spelled out.
+
+A :class:`Transition` names its script, builds its KEYS from :class:`QueueKeys`,
+takes a named ARGV record (a ``NamedTuple`` whose field order *is* the ARGV order,
+and whose field names are the ones in the script's header: a test compares them),
+decodes the reply into named fields, and says whether a failover must not lose
+it (``durable``: WAIT for replicas follows it when ``LEASEHOLD_REPLICA_ACKS`` asks).
+A script taking groups (``ARGV[5..] id, fence, ...``) ends its record with a
+``groups`` field of ``group`` records, flattened in order.
+
+The store, not its callers, turns a script's status code into the typed error
+(:func:`raise_for`: ``RunNotFound``, ``InvalidTransition``, ``LeaseLost``), so
+``ScriptCode`` stays inside the store. A batch write cannot raise for one of its
+items: it answers one :class:`LeaseAnswer` per lease, and ``LeaseAnswer.LOST`` is
+then the one spelling of "fenced out".
+
+Adding a script: write ``scripts/lua/<name>-<keys>.lua`` with its header, add its
+ARGV record and reply decoder here, and one ``Transition`` in :data:`TRANSITIONS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Generic, NamedTuple, TypeVar
+
+from app.errors import InvalidTransition, LeaseLost, RunNotFound
+from app.store.connection import AsyncRedis
+from app.store.keys import QueueKeys
+from app.store.scripts import ScriptArg, ScriptCall, ScriptCode, Scripts
+
+A = TypeVar("A", bound=tuple[Any, ...])
+R = TypeVar("R")
+
+# (the queue's keys, the run the call is about or '' for a queue-wide one, the ARGV record)
+KeysOf = Callable[[QueueKeys, str, A], tuple[str, ...]]
+
+
+class LeaseAnswer(StrEnum):
+    """What a fenced batch write (finish, release, renew) answered for one lease.
+
+    OK: written (renew: renewed); RETRY: requeued for another attempt (finish);
+    CANCEL: a client asked to cancel (renew: renewed, stop now; finish: it ended
+    cancelled instead of being retried or parked); LOST: fenced out, nothing written.
+    """
+
+    OK = "OK"
+    RETRY = "RETRY"
+    CANCEL = "CANCEL"
+    LOST = "LOST"
+
+
+@dataclass(frozen=True)
+class Transition(Generic[A, R]):
+    """One Lua script as Python calls it: name, KEYS, ARGV record, reply, durability."""
+
+    name: str
+    keys: KeysOf[A]
+    argv: type[A]
+    decode: Callable[[Any], R]
+    durable: bool = False
+    # the record each group of a variadic ARGV tail is (the ARGV record's last field)
+    group: type[tuple[Any, ...]] | None = None
+
+    def call(self, keys: QueueKeys, args: A, run_id: str = "") -> ScriptCall:
+        """The script call for ``args`` on ``keys``' queue (``run_id``: the run it is about)."""
+        return ScriptCall(
+            self.name, self.keys(keys, run_id, args), self.flatten(args), self.durable
+        )
+
+    async def send(
+        self, scripts: Scripts, client: AsyncRedis, keys: QueueKeys, args: A, run_id: str = ""
+    ) -> R:
+        """Run the script once and decode its reply (WAIT follows when it is durable)."""
+        return self.decode(await scripts.run(client, self.call(keys, args, run_id)))
+
+    def flatten(self, args: A) -> list[ScriptArg]:
+        """The ARGV list: the record's fields in order, the groups' fields after them."""
+        values: list[Any] = list(args)
+        if self.group is not None:
+            for group in values.pop():
+                values.extend(group)
+        return values
+
+
+def raise_for(
+    code: str, *, run_id: str, status: str = "", action: str = "", fence: int = 0
+) -> None:
+    """Raise the typed error a script's status code means; return for every other code.
+
+    The one code-to-exception mapping: NOT_FOUND is :class:`RunNotFound`, INVALID
+    :class:`InvalidTransition` (``status`` says what the run is), LOST
+    :class:`LeaseLost` (``fence`` is the one that no longer holds).
+    """
+    if code == ScriptCode.NOT_FOUND:
+        raise RunNotFound(run_id)
+    if code == ScriptCode.INVALID:
+        raise InvalidTransition(run_id, status, action)
+    if code == ScriptCode.LOST:
+        raise LeaseLost(run_id, fence)
+
+
+def _answers(reply: Sequence[str]) -> list[LeaseAnswer]:
+    return [LeaseAnswer(code) for code in reply]
+
+
+# --- create_run -------------------------------------------------------------------
+
+
+class CreateArgs(NamedTuple):
+    """ARGV of ``create_run``."""
+
+    run_id: str
+    queue: str
+    handler: str
+    input: str
+    max_attempts: int
+    on_lease_expired: str
+    metadata: str
+    idempotency_key: str
+    fingerprint: str
+    maxlen: int
+    wake_channel: str
+    budget: str
+    retention_ms: int | str
+    queued_ttl_ms: int
+    traceparent: str
+
+
+class CreateReply(NamedTuple):
+    """``create_run``'s answer: OK, REPLAYED or CONFLICT (``run_id``: the earlier run)."""
+
+    code: str
+    run_id: str
+    created_at_ms: int
+
+
+def _create_keys(k: QueueKeys, run_id: str, a: CreateArgs) -> tuple[str, ...]:
+    return (
+        k.run(a.run_id),
+        k.events(a.run_id),
+        k.ready,
+        k.runs,
+        k.idem(a.idempotency_key),
+        k.unclaimed,
+    )
+
+
+def _create_reply(reply: Sequence[Any]) -> CreateReply:
+    code, run_id, created_ms = reply
+    return CreateReply(code, run_id, int(created_ms))
+
+
+CREATE_RUN: Transition[CreateArgs, CreateReply] = Transition(
+    "create_run", _create_keys, CreateArgs, _create_reply, durable=True
+)
+
+
+# --- claim_runs -------------------------------------------------------------------
+
+
+class ClaimArgs(NamedTuple):
+    """ARGV of ``claim_runs``."""
+
+    owner_id: str
+    max_runs: int
+    lease_ttl_ms: int
+    maxlen: int
+    promote_max: int
+    token: str
+
+
+class ClaimRow(NamedTuple):
+    """One claimed run as ``claim_runs`` returns it (raw strings; '' for none)."""
+
+    id: str
+    fence: str
+    handler: str
+    input: str
+    attempt: str
+    max_attempts: str
+    state: str
+    resume_input: str
+    budget: str
+    traceparent: str
+    created_at: str
+    prior_fence: str
+    prior_owner: str
+
+
+class ClaimReply(NamedTuple):
+    """``claim_runs``' answer: the runs, and when the earliest delayed run is due (or None)."""
+
+    rows: list[ClaimRow]
+    next_due_ms: int | None
+
+
+def _claim_keys(k: QueueKeys, run_id: str, a: ClaimArgs) -> tuple[str, ...]:
+    return (
+        k.ready,
+        k.delayed,
+        k.leases,
+        k.run_prefix,
+        k.events_prefix,
+        k.claim_receipt_prefix,
+    )
+
+
+def _claim_reply(reply: Sequence[Any]) -> ClaimReply:
+    _code, rows, next_due = reply
+    due = int(next_due)
+    return ClaimReply([ClaimRow._make(row) for row in rows], None if due < 0 else due)
+
+
+CLAIM_RUNS: Transition[ClaimArgs, ClaimReply] = Transition(
+    "claim_runs", _claim_keys, ClaimArgs, _claim_reply, durable=True
+)
+
+
+# --- finish_runs ------------------------------------------------------------------
+
+
+class FinishGroup(NamedTuple):
+    """One run's outcome in ``finish_runs``' ARGV groups."""
+
+    id: str
+    fence: int
+    outcome: str
+    output: str
+    error: str
+    retry_delay_ms: int
+
+
+class FinishArgs(NamedTuple):
+    """ARGV of ``finish_runs``."""
+
+    owner_id: str
+    retention: str
+    maxlen: int
+    wake_channel: str
+    groups: Sequence[FinishGroup]
+
+
+def _finish_keys(k: QueueKeys, run_id: str, a: FinishArgs) -> tuple[str, ...]:
+    return (k.leases, k.ready, k.delayed, k.run_prefix, k.events_prefix, k.idem_prefix)
+
+
+FINISH_RUNS: Transition[FinishArgs, list[LeaseAnswer]] = Transition(
+    "finish_runs", _finish_keys, FinishArgs, _answers, durable=True, group=FinishGroup
+)
+
+
+TRANSITIONS: dict[str, Transition[Any, Any]] = {
+    t.name: t for t in (CREATE_RUN, CLAIM_RUNS, FINISH_RUNS)
+}
+"""Every binding by script name (a test holds it to ``scripts/lua``)."""
