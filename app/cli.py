@@ -301,6 +301,13 @@ def submit(
     queued_ttl_s: Annotated[
         float | None, typer.Option(help="Expire it if unclaimed this long (seconds).")
     ] = None,
+    run_at: Annotated[
+        str | None,
+        typer.Option("--run-at", help="Start no earlier than this RFC 3339 time."),
+    ] = None,
+    delay_s: Annotated[
+        float | None, typer.Option("--delay-s", help="Start no earlier than this many seconds.")
+    ] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait until the run ends.")] = False,
     follow: Annotated[
         bool, typer.Option("--follow", help="Stream its events until it ends.")
@@ -309,7 +316,10 @@ def submit(
     api_url: ApiUrl = None,
     api_key: ApiKey = None,
 ) -> None:
-    """Create a run and print it (--wait: once it has ended; --follow: stream its events)."""
+    """Create a run and print it (--wait: once it has ended; --follow: stream its events).
+
+    --run-at / --delay-s delay its start: it stays queued, with a `wait` event, until then.
+    """
     try:
         payload = json.loads(input)
     except json.JSONDecodeError as exc:
@@ -324,6 +334,8 @@ def submit(
             idempotency_key=idempotency_key,
             retention_s=retention_s,
             queued_ttl_s=queued_ttl_s,
+            run_at=run_at,
+            delay_s=delay_s,
         )
         if follow:
             if not as_json:
@@ -681,6 +693,8 @@ def _print_run(run: Run, as_json: bool) -> None:
         lines.append(f"owner     {run.owner_id}")
     if run.lease_expires_at:
         lines.append(f"lease     expires {run.lease_expires_at.isoformat()}")
+    if run.run_at and run.status == RunStatus.QUEUED:
+        lines.append(f"starts    not before {run.run_at.isoformat()}")
     if run.output is not None:
         lines.append(f"output    {json.dumps(run.output)}")
     if run.error is not None:

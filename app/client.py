@@ -139,7 +139,12 @@ class _Call(Generic[T]):
 
 
 def _present(fields: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in fields.items() if value is not None}
+    """The fields that are set, JSON-ready: a datetime (``run_at``) as RFC 3339."""
+    return {
+        key: value.isoformat() if isinstance(value, datetime) else value
+        for key, value in fields.items()
+        if value is not None
+    }
 
 
 def _models(model: type[M]) -> Callable[[Any], list[M]]:

@@ -145,6 +145,11 @@ class Run(BaseModel):
         default=None,
         description="While waiting_human: why it waits for a person (reason, evidence)",
     )
+    run_at: datetime | None = Field(
+        default=None,
+        description="A delayed start (run_at / delay_s): no worker starts it before this time. "
+        "While it waits the run is `queued` and its stream's `wait` event says until when",
+    )
 
 
 class RunEvent(BaseModel):
@@ -231,6 +236,33 @@ class CreateRunRequest(BaseModel):
         description="How long the run may wait unclaimed before it ends `expired` "
         "(default LEASEHOLD_QUEUED_TTL_S); at most LEASEHOLD_QUEUED_TTL_MAX_S",
     )
+    run_at: AwareDatetime | None = Field(
+        default=None,
+        description="Start no earlier than this time (RFC 3339 with an offset); a past time "
+        "starts at once. At most LEASEHOLD_START_MAX_AHEAD_S ahead. Not with delay_s",
+    )
+    delay_s: float | None = Field(
+        default=None,
+        ge=0,
+        strict=True,
+        allow_inf_nan=False,
+        description="Start no earlier than this many seconds after the create (Redis clock); "
+        "at most LEASEHOLD_START_MAX_AHEAD_S. Not with run_at",
+    )
+
+    @field_validator("run_at", mode="before")
+    @classmethod
+    def _rfc3339(cls, value: Any) -> Any:
+        # pydantic would read a bare number as epoch seconds (or ms): only a string is clear
+        if value is not None and not isinstance(value, str | datetime):
+            raise ValueError("run_at must be an RFC 3339 string with an offset")
+        return value
+
+    @model_validator(mode="after")
+    def _one_start_time(self) -> CreateRunRequest:
+        if self.run_at is not None and self.delay_s is not None:
+            raise ValueError("give run_at or delay_s, not both")
+        return self
 
 
 class ResumeRequest(BaseModel):

@@ -60,6 +60,14 @@ def _clock(epoch_ms: object) -> str:
 
 
 def _describe_wait(data: dict[str, Any]) -> str:
+    if "until_ms" in data:  # waits for a time (a delayed start, a schedule, a sleep)
+        until = data.get("until_ms")
+        when = (
+            datetime.fromtimestamp(until / 1000, tz=UTC).isoformat(timespec="milliseconds")
+            if isinstance(until, int | float)
+            else "?"
+        )
+        return f"waiting for {data.get('kind')} until {when}"
     since = data.get("since_progress_s")
     silence = "no progress yet" if since is None else f"{since}s since progress"
     return (

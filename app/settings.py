@@ -197,6 +197,14 @@ class Settings(BaseSettings):
         le=MAX_KEEP_S,
         description="Longest queued_ttl_s a create request may ask for (else 422)",
     )
+    start_max_ahead_s: float = Field(
+        default=365 * 24 * 3600.0,
+        gt=0,
+        le=MAX_KEEP_S,
+        allow_inf_nan=False,
+        description="Furthest ahead a create's run_at / delay_s may put a run's start "
+        "(else 422): a delayed run is held in Redis until then",
+    )
     purge_batch_max: int = Field(
         default=1000,
         ge=1,

@@ -76,6 +76,7 @@ SUMMARY_FIELDS = (
     "idempotency_key",
     "last_event_id",
     "retention_ms",
+    "run_at",
 )
 # the large fields a listing returns only when asked (GET /runs?include=...)
 LARGE_FIELDS = ("input", "output", "metadata")
@@ -110,6 +111,7 @@ def run_from_hash(fields: dict[str, str]) -> Run:
         metadata=_loads(fields.get("metadata")) or {},
         last_event_id=fields.get("last_event_id") or None,
         retention_s=int(fields["retention_ms"]) / 1000 if fields.get("retention_ms") else None,
+        run_at=ms_to_datetime(fields.get("run_at")),
         # only while it waits: after a resume the record keeps it, but it no longer applies
         escalation=_loads(fields.get("escalation"))
         if fields["status"] == RunStatus.WAITING_HUMAN.value

@@ -68,9 +68,20 @@ class NewRun:
     # W3C trace context (validated by the API) the attempts' spans are children of; not part
     # of the fingerprint: the same body under another trace is still a replay
     traceparent: str | None = None
+    # a delayed start: an absolute epoch ms (run_at) or ms after the create by the Redis
+    # clock (delay_s); at most one is set, and None for both starts at once
+    start_at_ms: int | None = None
+    delay_ms: int | None = None
 
     # the input already encoded by whoever checked its size; None: encoded when needed
     encoded_input: str | None = field(default=None, compare=False, repr=False)
+
+    def start_ms(self, created_ms: int) -> int | None:
+        """When the run may start, as create_run decides it; None when that is at once."""
+        start = self.start_at_ms
+        if start is None and self.delay_ms is not None:
+            start = created_ms + self.delay_ms
+        return start if start is not None and start > created_ms else None
 
     @property
     def input_json(self) -> str:
@@ -95,6 +106,8 @@ class NewRun:
         if self.retention_ms is not None or self.queued_ttl_ms is not None:
             # only then: runs created before these existed keep their fingerprint
             parts.extend((dumps(self.retention_ms), dumps(self.queued_ttl_ms)))
+        if self.start_at_ms is not None or self.delay_ms is not None:
+            parts.extend((dumps(self.start_at_ms), dumps(self.delay_ms)))
         return hashlib.sha256(f"[{','.join(parts)}]".encode()).hexdigest()
 
 
@@ -257,6 +270,8 @@ class RunStore:
             retention_ms="" if new.retention_ms is None else new.retention_ms,
             queued_ttl_ms=new.queued_ttl_ms or self.queued_ttl_ms,
             traceparent=new.traceparent or "",
+            start_at_ms="" if new.start_at_ms is None else new.start_at_ms,
+            delay_ms="" if new.delay_ms is None else new.delay_ms,
         )
 
     def _queued(self, new: NewRun, reply: CreateReply) -> Created:
@@ -277,6 +292,7 @@ class RunStore:
             idempotency_key=new.idempotency_key,
             metadata=new.metadata,
             retention_s=None if new.retention_ms is None else new.retention_ms / 1000,
+            run_at=ms_to_datetime(new.start_ms(int(reply.created_at_ms))),
         )
         return Created(run, replayed=False)
 

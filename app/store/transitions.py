@@ -126,6 +126,8 @@ class CreateArgs(NamedTuple):
     retention_ms: int | str
     queued_ttl_ms: int
     traceparent: str
+    start_at_ms: int | str  # '' for none
+    delay_ms: int | str  # '' for none
 
 
 class CreateReply(NamedTuple):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -74,6 +75,7 @@ def new_run_of(
     settings = state.settings
     retention_ms = _bounded_ms(body.retention_s, "retention_s", settings.retention_max_s)
     queued_ttl_ms = _bounded_ms(body.queued_ttl_s, "queued_ttl_s", settings.queued_ttl_max_s)
+    start_at_ms, delay_ms = start_of(body, settings.start_max_ahead_s)
     return NewRun(
         handler=body.handler,
         input=body.input,
@@ -94,7 +96,35 @@ def new_run_of(
         queued_ttl_ms=queued_ttl_ms,
         traceparent=traceparent,
         encoded_input=encoded_input,
+        start_at_ms=start_at_ms,
+        delay_ms=delay_ms,
     )
+
+
+def start_of(body: CreateRunRequest, max_ahead_s: float) -> tuple[int | None, int | None]:
+    """A create's delayed start as (start_at_ms, delay_ms); 422 past the furthest allowed.
+
+    A delayed run is held in Redis until its time, so how far ahead is a setting.
+    ``run_at`` is judged against this API's clock (the script starts it against
+    Redis's); a time in the past starts at once.
+    """
+    if body.delay_s is not None:
+        return None, _ahead_ms(body.delay_s, "delay_s", max_ahead_s)
+    if body.run_at is None:
+        return None, None
+    ahead_s = body.run_at.timestamp() - time.time()
+    _ahead_ms(max(0.0, ahead_s), "run_at", max_ahead_s)
+    return max(0, round(body.run_at.timestamp() * 1000)), None
+
+
+def _ahead_ms(seconds: float, name: str, max_ahead_s: float) -> int:
+    if seconds > max_ahead_s:
+        raise HTTPException(
+            422,
+            f"{name} puts the start {seconds:g} s ahead; the most this deployment allows is "
+            f"{max_ahead_s:g} s (LEASEHOLD_START_MAX_AHEAD_S)",
+        )
+    return round(seconds * 1000)
 
 
 def _bounded_ms(seconds: float | None, name: str, max_s: float) -> int | None:

@@ -197,6 +197,13 @@ local function effects_key_of(run_prefix, run_id)
   return queue_key_of(run_prefix, 'effects:' .. run_id)
 end
 
+-- A queue's delayed zset (id -> epoch ms it may start: retry backoff and delayed starts)
+-- sits beside its run records: store/keys.py builds `<tag>:delayed` from the same tag (a
+-- test holds the two equal), so create_run derives it from its run key's prefix.
+local function delayed_of(run_prefix)
+  return queue_key_of(run_prefix, 'delayed')
+end
+
 -- A queue's unclaimed index sits beside its run records: store/keys.py builds
 -- `<tag>:run:` and `<tag>:unclaimed` from the same tag (a test holds the two equal).
 -- Derived from the run prefix, so a run's first claim and finalize drop it from the
