@@ -34,10 +34,9 @@
 -- validate-then-write: every argument is checked, the record and the idempotency key
 --          looked up and the event encoded before the first SET; input, metadata and
 --          budget are stored as the API encoded them (it refuses non-finite numbers).
---          ARGV[16]/ARGV[17] may be absent (older callers): no start time then.
 --- @include lib
 
-check_argc(15)
+check_argc(17)
 local run_id = run_id_arg(ARGV[1], KEYS[1], KEYS[2])
 local max_attempts = int_arg(ARGV[5], 'max_attempts', 1)
 enum_arg(ARGV[6], 'on_lease_expired', {'orphan', 'retry'})
@@ -47,10 +46,10 @@ if ARGV[13] ~= '' then
 end
 local queued_ttl_ms = int_arg(ARGV[14], 'queued_ttl_ms', 1)
 local start_at_ms, delay_ms
-if ARGV[16] and ARGV[16] ~= '' then
+if ARGV[16] ~= '' then
   start_at_ms = int_arg(ARGV[16], 'start_at_ms', 0)
 end
-if ARGV[17] and ARGV[17] ~= '' then
+if ARGV[17] ~= '' then
   delay_ms = int_arg(ARGV[17], 'delay_ms', 0)
 end
 -- a create retried after a lost reply must not enqueue the run twice
