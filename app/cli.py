@@ -43,7 +43,7 @@ app = typer.Typer(
 )
 runs_app = typer.Typer(
     rich_markup_mode=None,
-    help="Inspect, cancel, resolve, delete and purge runs.",
+    help="Inspect, cancel, resolve, retry, delete and purge runs.",
     no_args_is_help=True,
 )
 app.add_typer(runs_app, name="runs")
@@ -601,6 +601,42 @@ def runs_resolve(
     _print_run(run, as_json)
 
 
+class CheckpointChoice(StrEnum):
+    """Where a re-run starts: the old run's last checkpoint, or the beginning."""
+
+    KEEP = "keep"
+    DROP = "drop"
+
+
+@runs_app.command("retry")
+def runs_retry(
+    run_id: str,
+    checkpoint: Annotated[
+        CheckpointChoice,
+        typer.Option("--checkpoint", help="keep: start from its last checkpoint; drop: anew."),
+    ] = CheckpointChoice.KEEP,
+    max_attempts: Annotated[
+        int | None, typer.Option(help="Attempts of the new run (default: the old run's).")
+    ] = None,
+    idempotency_key: Annotated[str | None, typer.Option(help="Idempotency key.")] = None,
+    as_json: JsonFlag = False,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+) -> None:
+    """Re-run a failed, orphaned, cancelled or expired run as a new linked run.
+
+    Recorded effects are replayed, not repeated; the old run is left as it ended.
+    """
+    with _api(api_url, api_key) as client:
+        run = client.retry(
+            run_id,
+            checkpoint=checkpoint.value,
+            max_attempts=max_attempts,
+            idempotency_key=idempotency_key,
+        )
+    _print_run(run, as_json)
+
+
 def _json_option(flag: str, raw: str | None) -> Any:
     if raw is None:
         return None
@@ -701,6 +737,10 @@ def _print_run(run: Run, as_json: bool) -> None:
         lines.append(f"error     {run.error.code}: {run.error.message}")
         if run.error.details:
             lines.append(f"evidence  {json.dumps(run.error.details)}")
+    if run.retry_of:
+        lines.append(f"retry of  {run.retry_of}")
+    if run.retried_by:
+        lines.append(f"re-run as {run.retried_by}")
     lines.extend(_unpark_lines(run))
     typer.echo("\n".join(lines))
 

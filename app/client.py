@@ -210,6 +210,11 @@ def _resolve(run_id: str, action: str, decision: dict[str, Any]) -> _Call[Run]:
     return _Call("POST", f"/runs/{run_id}/resolve", Run.model_validate, json=body)
 
 
+def _retry(run_id: str, options: dict[str, Any]) -> _Call[Run]:
+    body = _present(options) or None
+    return _Call("POST", f"/runs/{run_id}/retry", Run.model_validate, json=body)
+
+
 def _handlers() -> _Call[list[HandlerInfo]]:
     return _Call("GET", "/handlers", _models(HandlerInfo))
 
@@ -333,6 +338,13 @@ class Client:
         effect_result, note.
         """
         return self._send(_resolve(run_id, action, decision))
+
+    def retry(self, run_id: str, **options: Any) -> Run:
+        """POST /runs/{id}/retry: re-run an ended run as a new linked run; returns it.
+
+        ``options``: checkpoint ("keep" | "drop"), max_attempts, idempotency_key.
+        """
+        return self._send(_retry(run_id, options))
 
     def events(
         self, run_id: str, *, last_event_id: str | None = None, reconnect: bool = True
@@ -490,6 +502,10 @@ class AsyncClient:
     async def resolve(self, run_id: str, action: str, **decision: Any) -> Run:
         """POST /runs/{id}/resolve; see :meth:`Client.resolve`."""
         return await self._send(_resolve(run_id, action, decision))
+
+    async def retry(self, run_id: str, **options: Any) -> Run:
+        """POST /runs/{id}/retry (see :meth:`Client.retry`)."""
+        return await self._send(_retry(run_id, options))
 
     async def handlers(self) -> list[HandlerInfo]:
         """GET /handlers."""

@@ -8,6 +8,7 @@
     │   ├── RunNotFound
     │   ├── InvalidTransition         e.g. cancel of a succeeded run
     │   ├── IdempotencyConflict       same key, different body
+    │   ├── AlreadyRetried            a re-run of this run exists already
     │   ├── LeaseLost                 fenced out: another owner holds the run now
     │   ├── QueueNotDeclared          a run on a queue nobody declared
     │   ├── QueueLimitReached         PUT /queues past LEASEHOLD_MAX_QUEUES
@@ -84,6 +85,21 @@ class IdempotencyConflict(StoreError):
         )
         self.key = key
         self.run_id = run_id
+
+
+class AlreadyRetried(StoreError):
+    """``POST /runs/{id}/retry`` of a run whose re-run still exists: retry that one instead.
+
+    A run is re-run at most once at a time, so the links stay a chain
+    (``retry_of`` / ``retried_by``) and two clicks make one new run, not two.
+    """
+
+    def __init__(self, run_id: str, retried_by: str) -> None:
+        super().__init__(
+            f"run {run_id!r} was already re-run as {retried_by!r}; retry that run instead"
+        )
+        self.run_id = run_id
+        self.retried_by = retried_by
 
 
 class QueueNotDeclared(StoreError):

@@ -150,6 +150,14 @@ class Run(BaseModel):
         description="A delayed start (run_at / delay_s): no worker starts it before this time. "
         "While it waits the run is `queued` and its stream's `wait` event says until when",
     )
+    retry_of: str | None = Field(
+        default=None,
+        description="The ended run this one re-runs (POST /runs/{id}/retry); it may be gone "
+        "after its retention",
+    )
+    retried_by: str | None = Field(
+        default=None, description="The run that re-runs this one, once it was retried"
+    )
 
 
 class RunEvent(BaseModel):
@@ -315,6 +323,29 @@ class ResolveRequest(BaseModel):
         if self.effect_result is not None and self.effect_outcome != "applied":
             raise ValueError("effect_result is only accepted with effect_outcome applied")
         return self
+
+
+RETRYABLE_STATUSES = frozenset(
+    {RunStatus.FAILED, RunStatus.ORPHANED, RunStatus.CANCELLED, RunStatus.EXPIRED}
+)
+CheckpointChoice = Literal["keep", "drop"]
+
+
+class RetryRequest(BaseModel):
+    """Body of POST /runs/{id}/retry (optional): how the re-run starts.
+
+    ``checkpoint``: ``keep`` (default) starts the new run from the old run's last
+    checkpoint (``ctx.state``, and effect numbering as of it); ``drop`` starts it from
+    the beginning. Either way recorded effects are replayed, not called again.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    checkpoint: CheckpointChoice = "keep"
+    max_attempts: int | None = Field(
+        default=None, ge=1, le=1000, strict=True, description="Default: the old run's"
+    )
+    idempotency_key: str | None = Field(default=None, pattern=IDEMPOTENCY_KEY_PATTERN)
 
 
 class RunPage(BaseModel):

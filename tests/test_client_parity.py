@@ -54,6 +54,7 @@ ANSWERS: dict[str, Any] = {
     f"/runs/{RUN_ID}/cancel": {"id": RUN_ID, "status": "cancelled"},
     f"/runs/{RUN_ID}/resume": {"id": RUN_ID, "status": "queued"},
     f"/runs/{RUN_ID}/resolve": RUN,
+    f"/runs/{RUN_ID}/retry": RUN,
     "/handlers": [{"name": "demo.echo", "input_schema": {"type": "object"}}],
     "/workers": [WORKER],
     "/runs/batch": {"items": [{"status": 201, "run": RUN}]},
@@ -75,6 +76,7 @@ CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
     ),
     ("resume", (RUN_ID, {"answer": "yes"}), {}),
     ("resolve", (RUN_ID, "succeed"), {"output": {"ok": True}, "note": None}),
+    ("retry", (RUN_ID,), {"checkpoint": "drop", "idempotency_key": None}),
     ("handlers", (), {}),
     ("workers", (), {}),
     ("queues", (), {}),
@@ -147,6 +149,7 @@ async def test_every_method_sends_the_same_request_and_reads_the_same_answer() -
         "finished_before": "2026-01-01T00:00:00+00:00",
     }
     assert sync_api.seen[7][3] == {"action": "succeed", "output": {"ok": True}}
+    assert sync_api.seen[8] == ("POST", f"/runs/{RUN_ID}/retry", "", {"checkpoint": "drop"})
     assert [worker.id for worker in sync_results[-8]] == ["w-1-abc"]
     assert [queue.name for queue in sync_results[-7].items] == ["default"]
     assert sync_api.seen[-6] == ("PUT", "/queues/default", "", None)

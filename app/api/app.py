@@ -35,6 +35,7 @@ from app.api.routes import (
     events,
     metrics,
     queues,
+    retries,
     runs,
     system,
 )
@@ -136,6 +137,7 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
     )
     install_problem_handlers(app)
     app.include_router(batch.router)  # before runs: /runs/batch is no run id
+    app.include_router(retries.router)
     app.include_router(runs.router)
     app.include_router(events.router)
     app.include_router(decisions.router)

@@ -26,6 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.admission import RETRY_AFTER_S as STREAM_RETRY_AFTER_S
 from app.errors import (
+    AlreadyRetried,
     CapacityExceeded,
     IdempotencyConflict,
     InvalidInput,
@@ -202,9 +203,18 @@ def _install_queue_problems(app: FastAPI) -> None:
         return problem(409, "Queue cannot be undeclared", str(exc), kind="queue-not-empty")
 
 
+def _install_retry_problems(app: FastAPI) -> None:
+    """A second re-run of a run whose re-run still exists is a 409 naming that re-run."""
+
+    @app.exception_handler(AlreadyRetried)
+    async def already_retried(request: Request, exc: AlreadyRetried) -> ProblemResponse:
+        return problem(409, "Run was already re-run", str(exc), kind="already-retried")
+
+
 def install_problem_handlers(app: FastAPI) -> None:
     """Map every exception the API can raise to its problem response."""
     _install_queue_problems(app)
+    _install_retry_problems(app)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> ProblemResponse:

@@ -17,7 +17,8 @@ later attempt continue rather than start over:
 
 Decisions behind the contract:
 
-* **The key** of a call is ``<run id>:<name>:<ordinal>``, the ordinal counting
+* **The key** of a call is ``<run id>:<name>:<ordinal>`` (a re-run made by
+  ``POST /runs/{id}/retry`` keeps its first run's id there), the ordinal counting
   this run's calls *of that name* from 1. Counting per name keeps a key stable
   when the handler adds, removes or reorders calls of other names. The counts
   are saved with every checkpoint and restored on the next attempt, so a handler
@@ -105,6 +106,8 @@ class EffectLedger:
         self._on_lost = on_lost
         self._on_parked = on_parked
         self._seq: dict[str, int] | None = None
+        # a re-run's effect keys start with its first run's id (store/reruns.py)
+        self._key_root = ""
         # the attempt's span context (set by the execution), for effects called from threads
         self.trace_parent: str | None = None
 
@@ -181,11 +184,11 @@ class EffectLedger:
             )
         if self._seq is None:
             # the counts the last checkpoint saved: where a resumed handler continues
-            loaded = await self._store.effect_seq(self._run.queue, self._run.id)
+            loaded, root = await self._store.effect_start(self._run.queue, self._run.id)
             if self._seq is None:  # a concurrent first call may have loaded them already
-                self._seq = loaded
+                self._seq, self._key_root = loaded, root
         self._seq[name] = self._seq.get(name, 0) + 1
-        return EffectCall(self._run.id, name, self._seq[name], idempotent)
+        return EffectCall(self._run.id, name, self._seq[name], idempotent, self._key_root)
 
     def _check_started(self, started: EffectStart) -> None:
         if started.code == ScriptCode.LOST:

@@ -77,6 +77,8 @@ SUMMARY_FIELDS = (
     "last_event_id",
     "retention_ms",
     "run_at",
+    "retry_of",
+    "retried_by",
 )
 # the large fields a listing returns only when asked (GET /runs?include=...)
 LARGE_FIELDS = ("input", "output", "metadata")
@@ -112,6 +114,8 @@ def run_from_hash(fields: dict[str, str]) -> Run:
         last_event_id=fields.get("last_event_id") or None,
         retention_s=int(fields["retention_ms"]) / 1000 if fields.get("retention_ms") else None,
         run_at=ms_to_datetime(fields.get("run_at")),
+        retry_of=fields.get("retry_of") or None,
+        retried_by=fields.get("retried_by") or None,
         # only while it waits: after a resume the record keeps it, but it no longer applies
         escalation=_loads(fields.get("escalation"))
         if fields["status"] == RunStatus.WAITING_HUMAN.value

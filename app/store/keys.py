@@ -33,6 +33,8 @@ Cross-queue keys (plain commands, and one script that touches nothing else)::
     <prefix>:worker:<id>               string  the worker's advertisement (JSON, with TTL)
     <prefix>:worker:<id>:drain         string  "drain": POST /workers/{id}/drain asked it to
                                                drain (read by its heartbeat; with TTL)
+    <prefix>:operation:<id>            hash    a bulk retry's filter and progress (with TTL)
+    <prefix>:operation:<id>:lease      string  the API process driving it (with TTL)
 
 A run id embeds its queue (``<queue>.<ULID>``), so ``GET /runs/{id}`` finds the
 record without a directory lookup or a cross-slot read.
@@ -196,6 +198,14 @@ class GlobalKeys:
     def worker(self, worker_id: str) -> str:
         """One worker's advertisement."""
         return f"{self.prefix}:worker:{worker_id}"
+
+    def operation(self, operation_id: str) -> str:
+        """A bulk operation's record: its filter, progress counters and cursor."""
+        return f"{self.prefix}:operation:{operation_id}"
+
+    def operation_lease(self, operation_id: str) -> str:
+        """Who drives a bulk operation now; it expires when that process stops renewing."""
+        return f"{self.prefix}:operation:{operation_id}:lease"
 
     def worker_drain(self, worker_id: str) -> str:
         """The flag that asks one worker to drain (its heartbeat reads it each beat)."""

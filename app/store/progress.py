@@ -34,6 +34,9 @@ class EffectCall:
     name: str
     ordinal: int
     idempotent: bool
+    # the run whose id starts the key: the first run of a retry chain (store/reruns.py),
+    # so a re-run hands a side effect the key the first run would have; '' for this run
+    key_root: str = ""
 
     @property
     def field(self) -> str:
@@ -42,8 +45,8 @@ class EffectCall:
 
     @property
     def key(self) -> str:
-        """The idempotency key: the same on every attempt that makes this call."""
-        return f"{self.run_id}:{self.name}:{self.ordinal}"
+        """The idempotency key: the same on every attempt, and every re-run, of this call."""
+        return f"{self.key_root or self.run_id}:{self.name}:{self.ordinal}"
 
 
 @dataclass(frozen=True)
@@ -104,8 +107,19 @@ class ProgressStore:
 
     async def effect_seq(self, queue: str, run_id: str) -> dict[str, int]:
         """Effect calls per name as of the last checkpoint (empty before any)."""
-        raw = await self.client.hget(self.keys(queue).run(run_id), "effect_seq")
-        return cast(dict[str, int], json.loads(raw)) if raw else {}
+        return (await self.effect_start(queue, run_id))[0]
+
+    async def effect_start(self, queue: str, run_id: str) -> tuple[dict[str, int], str]:
+        """Where an attempt's effect numbering starts: counts per name, and the key root.
+
+        The counts are the last checkpoint's (empty before any); the key root is the
+        first run of the run's retry chain ('' unless it is a re-run), in one read.
+        """
+        raw, root = cast(
+            list[str | None],
+            await self.client.hmget(self.keys(queue).run(run_id), ["effect_seq", "retry_root"]),
+        )
+        return (cast(dict[str, int], json.loads(raw)) if raw else {}), root or ""
 
     async def start_effect(
         self, queue: str, *, owner: str, fence: int, call: EffectCall

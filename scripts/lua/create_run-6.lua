@@ -57,16 +57,9 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   return {'REPLAYED', run_id, 0}
 end
 local idem_key = ARGV[8]
-if idem_key ~= '' then
-  local prior = redis.call('GET', KEYS[5])
-  if prior then
-    local sep = string.find(prior, ' ', 1, true)
-    local prior_id = string.sub(prior, 1, sep - 1)
-    if string.sub(prior, sep + 1) == ARGV[9] then
-      return {'REPLAYED', prior_id, 0}
-    end
-    return {'CONFLICT', prior_id, 0}
-  end
+local prior_code, prior_id = idempotent_prior(KEYS[5], idem_key, ARGV[9])
+if prior_code then
+  return {prior_code, prior_id, 0}
 end
 
 local now = now_ms()

@@ -287,6 +287,23 @@ async def _read_events(w: World) -> ScriptCall:
     return await capture(w.c_runs.read_new_events(run_id, after="0-0", added=0))
 
 
+async def _retry_run(w: World) -> ScriptCall:
+    from app.store.reruns import Rerun, retry_call
+
+    ((run_id, fence),) = await w.held()
+    call = EffectCall(run_id, "charge", 1, idempotent=False)
+    await w.progress.start_effect(QUEUE, owner=OWNER, fence=fence, call=call)
+    await w.progress.record_effect(
+        QUEUE, owner=OWNER, fence=fence, call=call, outcome=EffectOutcome.APPLIED, result_json="1"
+    )
+    await w.progress.checkpoint(
+        QUEUE, run_id, owner=OWNER, fence=fence, state_json='{"i":1}', effect_seq_json=""
+    )
+    failed = Outcome(run_id, fence, "failed", error_json='{"code":"x"}')
+    await w.leases.finish_and_claim(QUEUE, OWNER, [failed], 0)
+    return retry_call(w.runs, Rerun(run_id, idempotency_key="k-3"))
+
+
 SETUPS: dict[str, Setup] = {
     "create_run": _create,
     "claim_runs": _claim,
@@ -306,6 +323,7 @@ SETUPS: dict[str, Setup] = {
     "undeclare_queue": _undeclare_queue,
     "delete_run": _delete_run,
     "expire_queued": _expire_queued,
+    "retry_run": _retry_run,
 }
 
 

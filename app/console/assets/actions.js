@@ -1,4 +1,4 @@
-// Cancel, resume, resolve, delete and purge: each asks for confirmation in a modal dialog, sends
+// Cancel, resume, resolve, re-run, delete and purge: each asks for confirmation in a modal dialog, sends
 // the call, and shows the API's problem+json answer readably inside the dialog
 // when it refuses (409 for a run that moved on, 422 for a bad body, ...).
 
@@ -131,6 +131,25 @@ export function resolveRun(run) {
       }
       if (note.value.trim()) body.note = note.value.trim();
       return api("POST", `/runs/${encodeURIComponent(run.id)}/resolve`, body);
+    },
+  });
+}
+
+export function retryRun(run) {
+  const checkpoint = h("select", { id: "retry-checkpoint" },
+    h("option", { value: "keep" }, "keep: start from its last checkpoint"),
+    h("option", { value: "drop" }, "drop: start from the beginning"));
+  return confirmDialog({
+    title: `Re-run ${run.id}?`,
+    text: `It ended ${run.status}; it stays as it ended. A new run with the same input is ` +
+      "queued, linked to this one; side effects this run recorded are replayed, not repeated.",
+    okLabel: "Re-run",
+    fields: [field("retry-checkpoint", "Checkpoint", checkpoint)],
+    send: async () => {
+      const created = await api("POST", `/runs/${encodeURIComponent(run.id)}/retry`,
+        { checkpoint: checkpoint.value });
+      location.hash = `#/runs/${encodeURIComponent(created.id)}`;
+      return created;
     },
   });
 }

@@ -5,7 +5,7 @@
 // watchdog's verdict, or the end of the run.
 
 import { api, follow } from "./api.js";
-import { cancelRun, deleteRun, resolveRun, resumeRun } from "./actions.js";
+import { cancelRun, deleteRun, resolveRun, resumeRun, retryRun } from "./actions.js";
 import { Attempts } from "./attempts.js";
 import {
   clock, describe, duration, HANDLER_EVENTS, PARKED, story, TERMINAL,
@@ -22,6 +22,11 @@ function runDuration(run) {
   if (!first) return null;
   const end = run.finished_at ? Date.parse(run.finished_at) : serverNow();
   return `${duration(end - Date.parse(first))}${run.finished_at ? "" : " so far"}`;
+}
+
+// a linked run (retry_of / retried_by) as a link to its page, or nothing
+function runLink(id) {
+  return id ? h("a", { href: `#/runs/${encodeURIComponent(id)}`, class: "mono" }, id) : null;
 }
 
 function fields(run) {
@@ -41,7 +46,9 @@ function fields(run) {
     row("Finished", at(run.finished_at)),
     row("Duration", runDuration(run)),
     row("Cancel requested", at(run.cancel_requested_at)),
-    row("Idempotency key", run.idempotency_key));
+    row("Idempotency key", run.idempotency_key),
+    row("Re-run of", runLink(run.retry_of)),
+    row("Re-run as", runLink(run.retried_by)));
 }
 
 function actionButtons(run, after) {
@@ -53,6 +60,9 @@ function actionButtons(run, after) {
   }
   if (run.status === "waiting_human") add("Resume…", resumeRun);
   if (run.status === "reconciliation_required") add("Resolve…", resolveRun);
+  if (["failed", "orphaned", "cancelled", "expired"].includes(run.status) && !run.retried_by) {
+    add("Re-run…", retryRun);
+  }
   if (TERMINAL.has(run.status)) {
     buttons.push(h("button", { type: "button", onclick: async () => {
       if (await deleteRun(run)) location.hash = "#/runs";

@@ -1,0 +1,108 @@
+"""Re-running what ended badly: ``retry_run``, one ended run to one new linked run.
+
+The model (README "Re-run what failed"): a retry never reopens the ended run. It
+creates a **new run** on the same queue, with the same handler, input, metadata,
+budgets, lease policy and retention, linked both ways (``retry_of`` on the new run,
+``retried_by`` on the old one), in one script. So:
+
+* the old run's stream is not touched: it still ends with its one terminal event,
+  and a client that followed it learns nothing new there (the new run's ``created``
+  event names ``retry_of``);
+* the new run gets a copy of the old run's effect records, and its effect keys keep
+  the *first* run's id (``retry_root``): a recorded effect is replayed, never called
+  again, and an effect called anew gets the key the first run would have given it;
+  one whose outcome is unknown parks the new run for a person, as a retry of the old
+  run would have;
+* ``checkpoint="keep"`` starts it from the old run's last checkpoint, ``"drop"``
+  from the beginning;
+* a run is re-run at most once at a time (a second retry is a 409 naming the re-run,
+  or, with the same idempotency key, the same new run again).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from app.errors import AlreadyRetried, IdempotencyConflict, InvalidTransition, RunNotFound
+from app.models import CheckpointChoice, Run
+from app.store.codec import dumps, new_run_id
+from app.store.keys import queue_of
+from app.store.runs import RunStore
+from app.store.scripts import ScriptCall, ScriptCode
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """What a retry asks for: which run, how the new one starts, and the request's key."""
+
+    run_id: str
+    checkpoint: CheckpointChoice = "keep"
+    max_attempts: int | None = None
+    idempotency_key: str | None = None
+
+    def fingerprint(self) -> str:
+        """Hash of the request, to tell a replay of the same key from a conflict."""
+        parts = ["retry", self.run_id, self.checkpoint, self.max_attempts]
+        return hashlib.sha256(dumps(parts).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Retried:
+    """Result of :func:`retry_run`: the new run, and whether it existed already."""
+
+    run: Run
+    replayed: bool
+
+
+def retry_call(store: RunStore, rerun: Rerun) -> ScriptCall:
+    """The ``retry_run`` call for ``rerun``; raises :class:`RunNotFound` for a malformed id."""
+    queue = queue_of(rerun.run_id)
+    if queue is None:
+        raise RunNotFound(rerun.run_id)
+    keys = store.keys(queue)
+    new_id = new_run_id(queue)
+    return ScriptCall(
+        "retry_run",
+        [
+            keys.run(rerun.run_id),
+            keys.effects(rerun.run_id),
+            keys.run(new_id),
+            keys.events(new_id),
+            keys.effects(new_id),
+            keys.ready,
+            keys.runs,
+            keys.idem(rerun.idempotency_key or ""),
+        ],
+        [
+            rerun.run_id,
+            new_id,
+            rerun.checkpoint,
+            rerun.idempotency_key or "",
+            rerun.fingerprint(),
+            "" if rerun.max_attempts is None else rerun.max_attempts,
+            store.events_maxlen,
+            keys.wake_channel,
+            store.queued_ttl_ms,
+        ],
+    )
+
+
+async def retry_run(store: RunStore, rerun: Rerun) -> Retried:
+    """Re-run an ended run as a new linked run; see the module docstring.
+
+    Raises :class:`RunNotFound`, :class:`InvalidTransition` (the run is live or
+    succeeded), :class:`AlreadyRetried` (its re-run exists; retry that one), or
+    :class:`IdempotencyConflict` (the key named another request).
+    """
+    call = retry_call(store, rerun)
+    code, run_id, detail = await store.scripts.call(store.client, call.name, call.keys, call.args)
+    if code == ScriptCode.NOT_FOUND:
+        raise RunNotFound(rerun.run_id)
+    if code == ScriptCode.INVALID:
+        raise InvalidTransition(rerun.run_id, detail, "retry")
+    if code == ScriptCode.CONFLICT and detail == "retried":
+        raise AlreadyRetried(rerun.run_id, run_id)
+    if code == ScriptCode.CONFLICT:
+        raise IdempotencyConflict(rerun.idempotency_key or "", run_id)
+    return Retried(await store.get(run_id), replayed=code == ScriptCode.REPLAYED)

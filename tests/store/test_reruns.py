@@ -1,0 +1,176 @@
+"""retry_run on a real Redis: a new linked run, the old stream untouched, effects inherited."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.errors import AlreadyRetried, IdempotencyConflict, InvalidTransition, RunNotFound
+from app.models import TERMINAL_EVENT_TYPES, RunStatus
+from app.store.leases import LeaseStore, Outcome
+from app.store.progress import EffectCall, EffectOutcome, ProgressStore
+from app.store.reruns import Rerun, retry_run
+from app.store.runs import NewRun, RunStore
+
+OWNER = "w-1"
+
+
+async def ended(
+    run_store: RunStore,
+    lease_store: LeaseStore,
+    progress: ProgressStore,
+    *,
+    status: str = "failed",
+    charge: bool = True,
+) -> str:
+    """A run that charged once (recorded), checkpointed, then ended ``status``."""
+    created = await run_store.create(
+        NewRun(handler="demo.echo", input={"n": 1}, metadata={"tenant": "acme"}, max_attempts=2)
+    )
+    run = (await lease_store.claim("default", OWNER, 1)).runs[0]
+    if charge:
+        call = EffectCall(run.id, "charge", 1, idempotent=False)
+        await progress.start_effect("default", owner=OWNER, fence=run.fence, call=call)
+        await progress.record_effect(
+            "default",
+            owner=OWNER,
+            fence=run.fence,
+            call=call,
+            outcome=EffectOutcome.APPLIED,
+            result_json='{"receipt":"r-1"}',
+        )
+        await progress.checkpoint(
+            "default",
+            run.id,
+            owner=OWNER,
+            fence=run.fence,
+            state_json='{"step":1}',
+            effect_seq_json='{"charge":1}',
+        )
+    outcome = Outcome(run.id, run.fence, status, error_json='{"code":"boom","message":"m"}')
+    await lease_store.finish_and_claim("default", OWNER, [outcome], 0)
+    return created.run.id
+
+
+async def test_a_retry_is_a_new_queued_run_linked_both_ways(
+    run_store: RunStore, lease_store: LeaseStore, progress: ProgressStore
+) -> None:
+    old_id = await ended(run_store, lease_store, progress)
+    before = await run_store.read_events(old_id)
+    retried = await retry_run(run_store, Rerun(old_id))
+    new = retried.run
+    assert not retried.replayed
+    assert new.id != old_id and new.status == RunStatus.QUEUED
+    assert (new.handler, new.input, new.metadata, new.max_attempts) == (
+        "demo.echo",
+        {"n": 1},
+        {"tenant": "acme"},
+        2,
+    )
+    assert new.retry_of == old_id
+    old = await run_store.get(old_id)
+    assert old.retried_by == new.id and old.status == RunStatus.FAILED
+    # the old stream is exactly as it was: it still ends with its one terminal event
+    after = await run_store.read_events(old_id)
+    assert after == before
+    assert after[-1].type == "failed"
+    assert [e.type for e in after if e.type in TERMINAL_EVENT_TYPES] == ["failed"]
+    (created,) = await run_store.read_events(new.id)
+    assert created.type == "created" and created.data["retry_of"] == old_id
+
+
+async def test_the_new_run_replays_the_old_runs_effects_under_the_first_runs_key(
+    run_store: RunStore, lease_store: LeaseStore, progress: ProgressStore
+) -> None:
+    old_id = await ended(run_store, lease_store, progress)
+    new_id = (await retry_run(run_store, Rerun(old_id))).run.id
+    claimed = (await lease_store.claim("default", OWNER, 1)).runs[0]
+    assert claimed.id == new_id
+    assert claimed.state == {"step": 1}  # checkpoint kept by default
+    seq, root = await progress.effect_start("default", new_id)
+    assert (seq, root) == ({"charge": 1}, old_id)
+    again = EffectCall(new_id, "charge", 1, idempotent=False, key_root=root)
+    assert again.key == f"{old_id}:charge:1"
+    started = await progress.start_effect("default", owner=OWNER, fence=claimed.fence, call=again)
+    assert started.code == "REPLAYED" and started.result_json == '{"receipt":"r-1"}'
+
+
+async def test_checkpoint_drop_starts_from_the_beginning_but_still_replays_effects(
+    run_store: RunStore, lease_store: LeaseStore, progress: ProgressStore
+) -> None:
+    old_id = await ended(run_store, lease_store, progress)
+    new_id = (await retry_run(run_store, Rerun(old_id, checkpoint="drop"))).run.id
+    claimed = (await lease_store.claim("default", OWNER, 1)).runs[0]
+    assert claimed.state is None
+    assert await progress.effect_start("default", new_id) == ({}, old_id)
+    first = EffectCall(new_id, "charge", 1, idempotent=False, key_root=old_id)
+    started = await progress.start_effect("default", owner=OWNER, fence=claimed.fence, call=first)
+    assert started.code == "REPLAYED"
+
+
+async def test_the_same_idempotency_key_gives_the_same_new_run_and_another_retry_is_refused(
+    run_store: RunStore, lease_store: LeaseStore, progress: ProgressStore
+) -> None:
+    old_id = await ended(run_store, lease_store, progress)
+    first = await retry_run(run_store, Rerun(old_id, idempotency_key="fix-1"))
+    again = await retry_run(run_store, Rerun(old_id, idempotency_key="fix-1"))
+    assert again.replayed and again.run.id == first.run.id
+    with pytest.raises(AlreadyRetried) as caught:
+        await retry_run(run_store, Rerun(old_id))
+    assert caught.value.retried_by == first.run.id
+    with pytest.raises(AlreadyRetried):
+        await retry_run(run_store, Rerun(old_id, idempotency_key="fix-2"))
+    with pytest.raises(IdempotencyConflict):  # the key names a retry of the same run with drop
+        await retry_run(run_store, Rerun(old_id, checkpoint="drop", idempotency_key="fix-1"))
+
+
+async def test_a_retry_of_a_retry_keeps_the_first_runs_key_root(
+    run_store: RunStore, lease_store: LeaseStore, progress: ProgressStore
+) -> None:
+    first_id = await ended(run_store, lease_store, progress)
+    second_id = (await retry_run(run_store, Rerun(first_id))).run.id
+    second = (await lease_store.claim("default", OWNER, 1)).runs[0]
+    await lease_store.finish_and_claim(
+        "default", OWNER, [Outcome(second.id, second.fence, "failed", error_json="{}")], 0
+    )
+    third_id = (await retry_run(run_store, Rerun(second_id))).run.id
+    assert (await run_store.get(third_id)).retry_of == second_id
+    assert (await progress.effect_start("default", third_id))[1] == first_id
+    assert (await progress.effects("default", third_id))["charge:1"]["result"] == {"receipt": "r-1"}
+
+
+async def test_once_the_re_run_is_deleted_the_old_run_may_be_retried_again(
+    run_store: RunStore, lease_store: LeaseStore, progress: ProgressStore
+) -> None:
+    old_id = await ended(run_store, lease_store, progress)
+    gone = (await retry_run(run_store, Rerun(old_id))).run.id
+    await run_store.cancel(gone)
+    await run_store.delete(gone)
+    again = await retry_run(run_store, Rerun(old_id))
+    assert again.run.id != gone
+    assert (await run_store.get(old_id)).retried_by == again.run.id
+
+
+@pytest.mark.parametrize("status", ["failed", "cancelled"])
+async def test_failed_and_cancelled_runs_can_be_retried(
+    status: str, run_store: RunStore, lease_store: LeaseStore, progress: ProgressStore
+) -> None:
+    old_id = await ended(run_store, lease_store, progress, status=status, charge=False)
+    assert (await retry_run(run_store, Rerun(old_id))).run.retry_of == old_id
+
+
+async def test_live_succeeded_and_unknown_runs_are_refused_and_nothing_is_created(
+    run_store: RunStore, lease_store: LeaseStore, progress: ProgressStore
+) -> None:
+    done = await ended(run_store, lease_store, progress, status="succeeded", charge=False)
+    queued = (await run_store.create(NewRun(handler="demo.echo", input={}))).run.id
+    with pytest.raises(InvalidTransition, match="queued"):
+        await retry_run(run_store, Rerun(queued))
+    with pytest.raises(InvalidTransition, match="succeeded"):
+        await retry_run(run_store, Rerun(done))
+    with pytest.raises(RunNotFound):
+        await retry_run(run_store, Rerun("default.01J00000000000000000000000"))
+    with pytest.raises(RunNotFound):
+        await retry_run(run_store, Rerun("not-a-run-id"))
+    page = await run_store.list_runs(queue="default", limit=50)
+    assert {run.id for run in page.items} == {queued, done}
+    assert (await run_store.get(queued)).retried_by is None
