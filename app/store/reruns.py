@@ -24,12 +24,13 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from app.errors import AlreadyRetried, IdempotencyConflict, InvalidTransition, RunNotFound
+from app.errors import AlreadyRetried, IdempotencyConflict, RunNotFound
 from app.models import CheckpointChoice, Run
 from app.store.codec import dumps, new_run_id
 from app.store.keys import queue_of
 from app.store.runs import RunStore
 from app.store.scripts import ScriptCall, ScriptCode
+from app.store.transitions import RETRY_RUN, RetryArgs, raise_for
 
 
 @dataclass(frozen=True)
@@ -61,31 +62,18 @@ def retry_call(store: RunStore, rerun: Rerun) -> ScriptCall:
     if queue is None:
         raise RunNotFound(rerun.run_id)
     keys = store.keys(queue)
-    new_id = new_run_id(queue)
-    return ScriptCall(
-        "retry_run",
-        [
-            keys.run(rerun.run_id),
-            keys.effects(rerun.run_id),
-            keys.run(new_id),
-            keys.events(new_id),
-            keys.effects(new_id),
-            keys.ready,
-            keys.runs,
-            keys.idem(rerun.idempotency_key or ""),
-        ],
-        [
-            rerun.run_id,
-            new_id,
-            rerun.checkpoint,
-            rerun.idempotency_key or "",
-            rerun.fingerprint(),
-            "" if rerun.max_attempts is None else rerun.max_attempts,
-            store.events_maxlen,
-            keys.wake_channel,
-            store.queued_ttl_ms,
-        ],
+    args = RetryArgs(
+        old_id=rerun.run_id,
+        run_id=new_run_id(queue),
+        checkpoint=rerun.checkpoint,
+        idempotency_key=rerun.idempotency_key or "",
+        fingerprint=rerun.fingerprint(),
+        max_attempts="" if rerun.max_attempts is None else rerun.max_attempts,
+        maxlen=store.events_maxlen,
+        wake_channel=keys.wake_channel,
+        queued_ttl_ms=store.queued_ttl_ms,
     )
+    return RETRY_RUN.call(keys, args, rerun.run_id)
 
 
 async def retry_run(store: RunStore, rerun: Rerun) -> Retried:
@@ -95,14 +83,10 @@ async def retry_run(store: RunStore, rerun: Rerun) -> Retried:
     succeeded), :class:`AlreadyRetried` (its re-run exists; retry that one), or
     :class:`IdempotencyConflict` (the key named another request).
     """
-    call = retry_call(store, rerun)
-    code, run_id, detail = await store.scripts.call(store.client, call.name, call.keys, call.args)
-    if code == ScriptCode.NOT_FOUND:
-        raise RunNotFound(rerun.run_id)
-    if code == ScriptCode.INVALID:
-        raise InvalidTransition(rerun.run_id, detail, "retry")
-    if code == ScriptCode.CONFLICT and detail == "retried":
-        raise AlreadyRetried(rerun.run_id, run_id)
-    if code == ScriptCode.CONFLICT:
-        raise IdempotencyConflict(rerun.idempotency_key or "", run_id)
-    return Retried(await store.get(run_id), replayed=code == ScriptCode.REPLAYED)
+    reply = RETRY_RUN.decode(await store.scripts.run(store.client, retry_call(store, rerun)))
+    raise_for(reply.code, run_id=rerun.run_id, status=reply.detail, action="retry")
+    if reply.code == ScriptCode.CONFLICT and reply.detail == "retried":
+        raise AlreadyRetried(rerun.run_id, reply.run_id)
+    if reply.code == ScriptCode.CONFLICT:
+        raise IdempotencyConflict(rerun.idempotency_key or "", reply.run_id)
+    return Retried(await store.get(reply.run_id), replayed=reply.code == ScriptCode.REPLAYED)

@@ -253,7 +253,56 @@ FINISH_RUNS: Transition[FinishArgs, list[LeaseAnswer]] = Transition(
 )
 
 
+# --- retry_run --------------------------------------------------------------------
+
+
+class RetryArgs(NamedTuple):
+    """ARGV of ``retry_run``: re-run ``old_id`` as the new run ``run_id`` (same queue)."""
+
+    old_id: str
+    run_id: str
+    checkpoint: str  # keep | drop
+    idempotency_key: str  # '' for none
+    fingerprint: str
+    max_attempts: int | str  # '' for the old run's
+    maxlen: int
+    wake_channel: str
+    queued_ttl_ms: int
+
+
+class RetryReply(NamedTuple):
+    """``retry_run``'s answer: OK / REPLAYED (``run_id``: the new run), CONFLICT
+    (``detail`` 'key' or 'retried': ``run_id`` is the run the key or the link names),
+    NOT_FOUND, INVALID (``detail``: the old run's status)."""
+
+    code: str
+    run_id: str
+    detail: str
+
+
+def _retry_keys(k: QueueKeys, run_id: str, a: RetryArgs) -> tuple[str, ...]:
+    return (
+        k.run(a.old_id),
+        k.effects(a.old_id),
+        k.run(a.run_id),
+        k.events(a.run_id),
+        k.effects(a.run_id),
+        k.ready,
+        k.runs,
+        k.idem(a.idempotency_key),
+    )
+
+
+def _retry_reply(reply: Sequence[Any]) -> RetryReply:
+    return RetryReply._make(reply)
+
+
+RETRY_RUN: Transition[RetryArgs, RetryReply] = Transition(
+    "retry_run", _retry_keys, RetryArgs, _retry_reply, durable=True
+)
+
+
 TRANSITIONS: dict[str, Transition[Any, Any]] = {
-    t.name: t for t in (CREATE_RUN, CLAIM_RUNS, FINISH_RUNS)
+    t.name: t for t in (CREATE_RUN, CLAIM_RUNS, FINISH_RUNS, RETRY_RUN)
 }
 """Every binding by script name (a test holds it to ``scripts/lua``)."""
