@@ -8,6 +8,7 @@ file and line. README "Architecture" says what each room owns.
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 import tomllib
@@ -31,3 +32,22 @@ def test_import_contracts_are_kept() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     # every contract was checked, none skipped
     assert f"Contracts: {len(contracts)} kept, 0 broken." in result.stdout, result.stdout
+
+
+def test_script_status_codes_stay_inside_the_store() -> None:
+    """Only app/store reads a Lua script's raw answer: everyone else gets typed results.
+
+    The store maps a script's code to an exception (``RunNotFound``,
+    ``InvalidTransition``, ``LeaseLost``) or a typed answer (``LeaseAnswer``,
+    ``EffectAnswer``); ``ScriptCode`` imported anywhere else is an arrow the wrong way.
+    """
+    leaks = []
+    for path in sorted((REPO_ROOT / "app").rglob("*.py")):
+        if (REPO_ROOT / "app" / "store") in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and any(
+                alias.name == "ScriptCode" for alias in node.names
+            ):
+                leaks.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}")
+    assert leaks == []

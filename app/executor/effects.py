@@ -71,9 +71,14 @@ from app.executor.events import EventSink
 from app.retry import REDIS_BACKOFF, retrying
 from app.store.codec import dumps
 from app.store.leases import ClaimedRun
-from app.store.progress import EffectCall, EffectOutcome, EffectStart, ProgressStore
+from app.store.progress import (
+    EffectAnswer,
+    EffectCall,
+    EffectOutcome,
+    EffectStart,
+    ProgressStore,
+)
 from app.store.refusals import describe, is_transient
-from app.store.scripts import ScriptCode
 from app.tracing import Attributes, Span, tracer
 
 log = logging.getLogger(__name__)
@@ -120,18 +125,19 @@ class EffectLedger:
         payload = self._encode_state(state)
         seq_json = dumps(self._seq) if self._seq is not None else ""
         await self._sink.flush()
-        seq = await _retrying(
-            lambda: self._store.checkpoint(
-                self._run.queue,
-                self._run.id,
-                owner=self._owner,
-                fence=self._run.fence,
-                state_json=payload,
-                effect_seq_json=seq_json,
+        try:
+            await _retrying(
+                lambda: self._store.checkpoint(
+                    self._run.queue,
+                    self._run.id,
+                    owner=self._owner,
+                    fence=self._run.fence,
+                    state_json=payload,
+                    effect_seq_json=seq_json,
+                )
             )
-        )
-        if seq is None:
-            raise self._lost("checkpoint")
+        except LeaseLost:
+            raise self._lost("checkpoint") from None
         return json.loads(payload)
 
     async def effect(self, name: str, fn: EffectFn, *, idempotent: bool = False) -> Any:
@@ -151,12 +157,15 @@ class EffectLedger:
     async def _effect(self, name: str, fn: EffectFn, idempotent: bool, span: Span) -> Any:
         call = await self._next_call(name, idempotent)
         await self._sink.flush()
-        started = await _retrying(
-            lambda: self._store.start_effect(
-                self._run.queue, owner=self._owner, fence=self._run.fence, call=call
+        try:
+            started = await _retrying(
+                lambda: self._store.start_effect(
+                    self._run.queue, owner=self._owner, fence=self._run.fence, call=call
+                )
             )
-        )
-        if started.code == ScriptCode.REPLAYED:
+        except LeaseLost:
+            raise self._lost("effect start") from None
+        if started.answer == EffectAnswer.REPLAYED:
             span.set_attributes({"leasehold.replayed": True})
             return json.loads(started.result_json)
         self._check_started(started)
@@ -191,9 +200,7 @@ class EffectLedger:
         return EffectCall(self._run.id, name, self._seq[name], idempotent, self._key_root)
 
     def _check_started(self, started: EffectStart) -> None:
-        if started.code == ScriptCode.LOST:
-            raise self._lost("effect start")
-        if started.code == ScriptCode.UNKNOWN:
+        if started.answer == EffectAnswer.UNKNOWN:
             record = started.record or {}
             log.warning(
                 "effect %s started before and its outcome is unknown: "
@@ -209,27 +216,26 @@ class EffectLedger:
     ) -> None:
         # shielded: the side effect happened (or certainly did not); cancelling the run
         # now must not leave its outcome unknown
-        code = await _shielded(self._write_outcome(call, outcome, result_json))
-        if code == ScriptCode.LOST:
-            raise LeaseLost(self._run.id, self._run.fence)
+        await _shielded(self._write_outcome(call, outcome, result_json))
 
     async def _write_outcome(
         self, call: EffectCall, outcome: EffectOutcome, result_json: str
-    ) -> ScriptCode:
+    ) -> None:
         await self._sink.flush()
-        code = await _retrying(
-            lambda: self._store.record_effect(
-                self._run.queue,
-                owner=self._owner,
-                fence=self._run.fence,
-                call=call,
-                outcome=outcome,
-                result_json=result_json,
+        try:
+            await _retrying(
+                lambda: self._store.record_effect(
+                    self._run.queue,
+                    owner=self._owner,
+                    fence=self._run.fence,
+                    call=call,
+                    outcome=outcome,
+                    result_json=result_json,
+                )
             )
-        )
-        if code == ScriptCode.LOST:
-            self._lost("effect result")  # said here: the caller may have been cancelled
-        return code
+        except LeaseLost:
+            # said here, in the shielded write: the caller may have been cancelled
+            raise self._lost("effect result") from None
 
     def _encode_state(self, state: Any) -> str:
         try:

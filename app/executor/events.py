@@ -33,7 +33,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from app.errors import EventTooLarge, InvalidEvent
+from app.errors import EventTooLarge, InvalidEvent, LeaseLost
 from app.metrics import EVENTS_DROPPED, WORKER_WRITES_REFUSED
 from app.retry import REDIS_BACKOFF
 from app.store.codec import dumps
@@ -131,25 +131,14 @@ class EventSink:
         while self._pending and not self._lost:
             batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
             try:
-                last_id = await self._store.append_events(
+                self.last_event_id = await self._store.append_events(
                     self._run.queue,
                     self._run.id,
                     owner=self._owner,
                     fence=self._run.fence,
                     events=batch,
                 )
-            except (RedisError, OSError) as exc:
-                if self._keep_for_retry(exc, batch):
-                    await streak.wait(
-                        exc,
-                        what="event append",
-                        why=describe(exc),
-                        logger=log,
-                        extra=self._log_extra,
-                    )
-                continue
-            streak.reset()
-            if last_id is None:
+            except LeaseLost:
                 log.warning(
                     "events rejected: lease lost",
                     extra={
@@ -162,7 +151,17 @@ class EventSink:
                 self._pending.clear()
                 self._on_lost()
                 return
-            self.last_event_id = last_id
+            except (RedisError, OSError) as exc:
+                if self._keep_for_retry(exc, batch):
+                    await streak.wait(
+                        exc,
+                        what="event append",
+                        why=describe(exc),
+                        logger=log,
+                        extra=self._log_extra,
+                    )
+                continue
+            streak.reset()
 
     def _keep_for_retry(self, exc: BaseException, batch: list[tuple[str, str]]) -> bool:
         """Put a failed batch back to retry it (True), or drop it: out of memory, or a bug."""

@@ -40,7 +40,7 @@ from app.executor.table import LeaseTable
 from app.metrics import LEASE_RENEWALS, RENEW_SECONDS, RENEWAL_FAILURES, WORKER_WRITES_REFUSED
 from app.store.leases import LeaseRenewer
 from app.store.refusals import describe, refusal_of
-from app.store.scripts import ScriptCode
+from app.store.transitions import LeaseAnswer
 
 log = logging.getLogger(__name__)
 
@@ -154,14 +154,14 @@ class Heartbeat(threading.Thread):
         except UNAVAILABLE as exc:
             log.warning("worker advertisement failed: %s", exc)
 
-    def _apply(self, answers: dict[str, ScriptCode], sent_at: float) -> None:
-        renewed = [run_id for run_id, code in answers.items() if code != ScriptCode.LOST]
+    def _apply(self, answers: dict[str, LeaseAnswer], sent_at: float) -> None:
+        renewed = [run_id for run_id, code in answers.items() if code != LeaseAnswer.LOST]
         self._table.confirm(renewed, sent_at)
         for run_id, code in answers.items():
-            if code == ScriptCode.LOST:
+            if code == LeaseAnswer.LOST:
                 self._table.remove(run_id)
                 self._loop.call_soon_threadsafe(self._callbacks.lease_lost, run_id, "lease_lost")
-            elif code == ScriptCode.CANCEL:
+            elif code == LeaseAnswer.CANCEL:
                 self._loop.call_soon_threadsafe(self._callbacks.cancel_requested, run_id)
 
     def _check_jeopardy(self) -> None:

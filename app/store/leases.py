@@ -19,14 +19,27 @@ from app.settings import Settings
 from app.store.connection import AsyncRedis, SyncRedis
 from app.store.keys import QueueKeys
 from app.store.retention import Retention
-from app.store.scripts import ScriptArg, ScriptCall, ScriptCode, Scripts
+from app.store.scripts import ScriptCall, Scripts
 from app.store.transitions import (
+    APPEND_EVENTS,
     CLAIM_RUNS,
+    EXPIRE_QUEUED,
     FINISH_RUNS,
+    RECONCILE_EXPIRED,
+    RELEASE_RUNS,
+    RENEW_LEASES,
+    AppendArgs,
     ClaimArgs,
+    EventPair,
+    ExpireArgs,
     FinishArgs,
     FinishGroup,
     LeaseAnswer,
+    LeaseGroup,
+    ReconcileArgs,
+    ReleaseArgs,
+    RenewArgs,
+    raise_for,
 )
 
 RECONCILE_BATCH = 500
@@ -228,56 +241,39 @@ class LeaseStore:
 
     async def append_events(
         self, queue: str, run_id: str, *, owner: str, fence: int, events: Sequence[tuple[str, str]]
-    ) -> str | None:
-        """Append handler events (type, data json) in order; None when fenced out."""
-        keys = self.keys(queue)
-        args: list[ScriptArg] = [owner, fence, self.events_maxlen]
-        for event_type, data in events:
-            args.extend((event_type, data))
-        code, last_id = await self.scripts.call(
-            self.client, "append_events", [keys.run(run_id), keys.events(run_id)], args
-        )
-        return last_id if code == ScriptCode.OK else None
+    ) -> str:
+        """Append handler events (type, data json) in order; returns the last event's id.
+
+        Raises :class:`~app.errors.LeaseLost` when fenced out (nothing was written).
+        """
+        args = AppendArgs(owner, fence, self.events_maxlen, [EventPair(*e) for e in events])
+        reply = await APPEND_EVENTS.send(self.scripts, self.client, self.keys(queue), args, run_id)
+        raise_for(reply.code, run_id=run_id, fence=fence)
+        return reply.value
 
     async def release(
         self, queue: str, owner: str, leases: Sequence[HeldLease], reason: str
-    ) -> list[ScriptCode]:
-        """Hand runs back to the queue (fence+1); one code per lease, OK or LOST."""
+    ) -> list[LeaseAnswer]:
+        """Hand runs back to the queue (fence+1); one answer per lease, OK or LOST."""
         keys = self.keys(queue)
-        args: list[ScriptArg] = [
+        args = ReleaseArgs(
             owner,
             self.retention.script_arg(),
             self.events_maxlen,
             reason,
             keys.wake_channel,
-        ]
-        for lease in leases:
-            args.extend((lease.run_id, lease.fence))
-        codes = await self.scripts.call(
-            self.client,
-            "release_runs",
-            [keys.leases, keys.ready, keys.run_prefix, keys.events_prefix, keys.idem_prefix],
-            args,
+            [LeaseGroup(lease.run_id, lease.fence) for lease in leases],
         )
-        return [ScriptCode(code) for code in codes]
+        return await RELEASE_RUNS.send(self.scripts, self.client, keys, args)
 
     async def reconcile(self, queue: str, limit: int = RECONCILE_BATCH) -> list[ReconcileAction]:
         """Apply the lease-expiry policy to up to ``limit`` expired leases of a queue."""
         keys = self.keys(queue)
-        _code, rows = await self.scripts.call(
-            self.client,
-            "reconcile_expired",
-            [
-                keys.leases,
-                keys.ready,
-                keys.run_prefix,
-                keys.events_prefix,
-                keys.idem_prefix,
-                keys.effects_prefix,
-            ],
-            [limit, self.retention.script_arg(), self.events_maxlen, keys.wake_channel],
+        args = ReconcileArgs(
+            limit, self.retention.script_arg(), self.events_maxlen, keys.wake_channel
         )
-        return [ReconcileAction(row[0], row[1], int(row[2])) for row in rows]
+        rows = await RECONCILE_EXPIRED.send(self.scripts, self.client, keys, args)
+        return [ReconcileAction(row.id, row.action, row.fence) for row in rows]
 
     async def expire_queued(
         self, queue: str, limit: int = RECONCILE_BATCH
@@ -287,21 +283,9 @@ class LeaseStore:
         Each becomes ``expired`` with one terminal event; a queue no worker serves
         holds no run for longer than its ``queued_ttl_s``.
         """
-        keys = self.keys(queue)
-        _code, rows = await self.scripts.call(
-            self.client,
-            "expire_queued",
-            [
-                keys.unclaimed,
-                keys.ready,
-                keys.leases,
-                keys.run_prefix,
-                keys.events_prefix,
-                keys.idem_prefix,
-            ],
-            [limit, self.retention.script_arg(), self.events_maxlen],
-        )
-        return [ReconcileAction(row[0], row[1], int(row[2])) for row in rows]
+        args = ExpireArgs(limit, self.retention.script_arg(), self.events_maxlen)
+        rows = await EXPIRE_QUEUED.send(self.scripts, self.client, self.keys(queue), args)
+        return [ReconcileAction(row.id, row.action, row.fence) for row in rows]
 
 
 class LeaseRenewer:
@@ -319,15 +303,13 @@ class LeaseRenewer:
         self.prefix = prefix
         self.lease_ttl_ms = lease_ttl_ms
 
-    def renew(self, queue: str, owner: str, leases: Sequence[HeldLease]) -> dict[str, ScriptCode]:
+    def renew(self, queue: str, owner: str, leases: Sequence[HeldLease]) -> dict[str, LeaseAnswer]:
         """Renew every lease given, in one round trip: run id -> OK, CANCEL or LOST."""
         if not leases:
             return {}
-        keys = QueueKeys(self.prefix, queue)
-        args: list[ScriptArg] = [owner, self.lease_ttl_ms]
-        for lease in leases:
-            args.extend((lease.run_id, lease.fence))
-        codes = self.scripts.call_sync(
-            self.client, "renew_leases", [keys.leases, keys.run_prefix], args
+        args = RenewArgs(
+            owner, self.lease_ttl_ms, [LeaseGroup(lease.run_id, lease.fence) for lease in leases]
         )
-        return {lease.run_id: ScriptCode(code) for lease, code in zip(leases, codes, strict=True)}
+        call = RENEW_LEASES.call(QueueKeys(self.prefix, queue), args)
+        answers = RENEW_LEASES.decode(self.scripts.run_sync(self.client, call))
+        return {lease.run_id: answer for lease, answer in zip(leases, answers, strict=True)}

@@ -17,6 +17,15 @@ from typing import Any, cast
 from app.store.connection import AsyncRedis
 from app.store.keys import QueueKeys
 from app.store.scripts import ScriptCode, Scripts
+from app.store.transitions import (
+    CHECKPOINT_RUN,
+    RECORD_EFFECT,
+    START_EFFECT,
+    CheckpointArgs,
+    RecordEffectArgs,
+    StartEffectArgs,
+    raise_for,
+)
 
 
 class EffectOutcome(StrEnum):
@@ -49,17 +58,24 @@ class EffectCall:
         return f"{self.key_root or self.run_id}:{self.name}:{self.ordinal}"
 
 
+class EffectAnswer(StrEnum):
+    """What start_effect found: run the side effect, its recorded result, or an unknown one."""
+
+    STARTED = "OK"
+    REPLAYED = "REPLAYED"
+    UNKNOWN = "UNKNOWN"
+
+
 @dataclass(frozen=True)
 class EffectStart:
-    """What start_effect answered.
+    """What start_effect answered (fenced out is :class:`~app.errors.LeaseLost`, raised).
 
-    OK: run the side effect (``starts`` counts this start); REPLAYED: it ran
+    STARTED: run the side effect (``starts`` counts this start); REPLAYED: it ran
     before, ``result_json`` is its recorded result; UNKNOWN: it started before
-    without an outcome and the run is now parked (``record`` is the evidence);
-    LOST: fenced out.
+    without an outcome and the run is now parked (``record`` is the evidence).
     """
 
-    code: ScriptCode
+    answer: EffectAnswer
     starts: int = 0
     result_json: str = ""
     record: dict[str, Any] | None = None
@@ -89,21 +105,19 @@ class ProgressStore:
         fence: int,
         state_json: str,
         effect_seq_json: str,
-    ) -> int | None:
-        """Replace the run's state; returns the checkpoint's sequence number, None if LOST.
+    ) -> int:
+        """Replace the run's state; returns the checkpoint's sequence number.
+
+        Raises :class:`~app.errors.LeaseLost` when fenced out (nothing written).
 
         ``effect_seq_json`` is the per-name count of effect calls at this point ('' keeps
         the stored counts), written with the state so a resumed attempt numbers its next
         effects as this one would have.
         """
-        keys = self.keys(queue)
-        code, seq = await self.scripts.call(
-            self.client,
-            "checkpoint_run",
-            [keys.run(run_id), keys.events(run_id)],
-            [owner, fence, state_json, effect_seq_json, self.events_maxlen],
-        )
-        return int(seq) if code == ScriptCode.OK else None
+        args = CheckpointArgs(owner, fence, state_json, effect_seq_json, self.events_maxlen)
+        reply = await CHECKPOINT_RUN.send(self.scripts, self.client, self.keys(queue), args, run_id)
+        raise_for(reply.code, run_id=run_id, fence=fence)
+        return int(reply.value)
 
     async def effect_seq(self, queue: str, run_id: str) -> dict[str, int]:
         """Effect calls per name as of the last checkpoint (empty before any)."""
@@ -124,33 +138,29 @@ class ProgressStore:
     async def start_effect(
         self, queue: str, *, owner: str, fence: int, call: EffectCall
     ) -> EffectStart:
-        """Open the effect's record, or find it; see :class:`EffectStart` for the answers."""
-        keys = self.keys(queue)
-        run_id = call.run_id
-        code, payload = await self.scripts.call(
-            self.client,
-            "start_effect",
-            [keys.run(run_id), keys.events(run_id), keys.effects(run_id), keys.leases],
-            [
-                owner,
-                fence,
-                run_id,
-                call.field,
-                call.key,
-                call.name,
-                call.ordinal,
-                1 if call.idempotent else 0,
-                self.events_maxlen,
-            ],
+        """Open the effect's record, or find it; see :class:`EffectStart` for the answers.
+
+        Raises :class:`~app.errors.LeaseLost` when fenced out (nothing written).
+        """
+        args = StartEffectArgs(
+            owner_id=owner,
+            fence=fence,
+            run_id=call.run_id,
+            field=call.field,
+            key=call.key,
+            name=call.name,
+            ordinal=call.ordinal,
+            idempotent=1 if call.idempotent else 0,
+            maxlen=self.events_maxlen,
         )
-        code = ScriptCode(code)
-        if code == ScriptCode.OK:
-            return EffectStart(code, starts=int(payload))
-        if code == ScriptCode.REPLAYED:
-            return EffectStart(code, result_json=payload)
-        if code == ScriptCode.UNKNOWN:
-            return EffectStart(code, record=json.loads(payload))
-        return EffectStart(code)
+        reply = await START_EFFECT.send(self.scripts, self.client, self.keys(queue), args)
+        raise_for(reply.code, run_id=call.run_id, fence=fence)
+        answer = EffectAnswer(reply.code)
+        if answer == EffectAnswer.STARTED:
+            return EffectStart(answer, starts=int(reply.value))
+        if answer == EffectAnswer.REPLAYED:
+            return EffectStart(answer, result_json=reply.value)
+        return EffectStart(answer, record=json.loads(reply.value))
 
     async def record_effect(
         self,
@@ -161,17 +171,22 @@ class ProgressStore:
         call: EffectCall,
         outcome: EffectOutcome,
         result_json: str = "",
-    ) -> ScriptCode:
-        """Record a started effect's outcome: OK, LOST (fenced out) or INVALID (not started)."""
-        keys = self.keys(queue)
-        run_id = call.run_id
-        code, _ = await self.scripts.call(
-            self.client,
-            "record_effect",
-            [keys.run(run_id), keys.events(run_id), keys.effects(run_id)],
-            [owner, fence, call.field, outcome.value, result_json, self.events_maxlen],
+    ) -> bool:
+        """Record a started effect's outcome; False when it was never started (nothing written).
+
+        Raises :class:`~app.errors.LeaseLost` when fenced out. Recording it again
+        (same owner and fence: a retry after a lost reply) answers True.
+        """
+        args = RecordEffectArgs(
+            owner, fence, call.field, outcome.value, result_json, self.events_maxlen
         )
-        return ScriptCode(code)
+        reply = await RECORD_EFFECT.send(
+            self.scripts, self.client, self.keys(queue), args, call.run_id
+        )
+        if reply.code == ScriptCode.INVALID:
+            return False  # no started record under this field: nothing to record
+        raise_for(reply.code, run_id=call.run_id, fence=fence)
+        return True
 
     async def effects(self, queue: str, run_id: str) -> dict[str, dict[str, Any]]:
         """Every effect record of a run by field, results decoded (for inspection)."""

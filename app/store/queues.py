@@ -38,6 +38,7 @@ from app.models import QueueInfo
 from app.store.connection import AsyncRedis
 from app.store.keys import GlobalKeys, QueueKeys
 from app.store.scripts import ScriptCode, Scripts
+from app.store.transitions import DECLARE_QUEUE, UNDECLARE_QUEUE, DeclareArgs, UndeclareArgs
 
 # runs whose memory is measured to estimate a queue's (newest first)
 MEMORY_SAMPLE_RUNS = 3
@@ -160,12 +161,11 @@ class QueueStore:
         must already match the queue-name pattern (the API checks it).
         """
         await self.announce_configured()
-        code, _count = await self.scripts.call(
-            self.client, "declare_queue", [GlobalKeys(self.prefix).queues], [queue, self.max_queues]
-        )
-        if code == ScriptCode.CONFLICT:
+        args = DeclareArgs(queue, self.max_queues)
+        reply = await DECLARE_QUEUE.send(self.scripts, self.client, self.keys(queue), args)
+        if reply.code == ScriptCode.CONFLICT:
             raise QueueLimitReached(queue, self.max_queues)
-        return bool(code == ScriptCode.OK)
+        return bool(reply.code == ScriptCode.OK)
 
     async def undeclare(self, queue: str) -> None:
         """Undeclare an empty queue: it frees a ``LEASEHOLD_MAX_QUEUES`` slot.
@@ -184,15 +184,13 @@ class QueueStore:
                 "it is in this API's LEASEHOLD_QUEUES and would be declared again at "
                 "start; remove it from the configuration first",
             )
-        keys = self.keys(queue)
-        indexes = [keys.ready, keys.delayed, keys.leases, keys.parked, keys.unclaimed, keys.runs]
-        declared_key = GlobalKeys(self.prefix).queues
         if isinstance(self.client, aioredis.RedisCluster):
-            code, counts = await self._undeclare_across_slots(queue, declared_key)
+            code, counts = await self._undeclare_across_slots(queue, GlobalKeys(self.prefix).queues)
         else:
-            code, *counts = await self.scripts.call(
-                self.client, "undeclare_queue", [declared_key, *indexes], [queue]
+            reply = await UNDECLARE_QUEUE.send(
+                self.scripts, self.client, self.keys(queue), UndeclareArgs(queue)
             )
+            code, counts = reply.code, reply.counts
         if code == ScriptCode.NOT_FOUND:
             raise QueueNotDeclared(queue, await self.declared())
         if code == ScriptCode.CONFLICT:

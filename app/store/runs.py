@@ -16,7 +16,7 @@ from typing import Any, cast
 
 from redis.exceptions import ResponseError
 
-from app.errors import IdempotencyConflict, InvalidTransition, RunNotFound
+from app.errors import IdempotencyConflict, RunNotFound
 from app.models import (
     PurgeRequest,
     PurgeResult,
@@ -40,8 +40,27 @@ from app.store.connection import AsyncRedis
 from app.store.keys import GlobalKeys, QueueKeys, queue_of
 from app.store.queues import declared_queues
 from app.store.retention import Retention
-from app.store.scripts import ScriptCall, ScriptCode, Scripts
-from app.store.transitions import CREATE_RUN, CreateArgs, CreateReply
+from app.store.scripts import ScriptCode, Scripts
+from app.store.transitions import (
+    CANCEL_RUN,
+    CREATE_RUN,
+    DELETE_RUN,
+    READ_EVENTS,
+    RESOLVE_RUN,
+    RESUME_RUN,
+    A,
+    CancelArgs,
+    CreateArgs,
+    CreateReply,
+    DeleteArgs,
+    ReadEventsArgs,
+    ReadEventsReply,
+    ResolveArgs,
+    ResumeArgs,
+    StatusReply,
+    Transition,
+    raise_for,
+)
 
 LIST_SCAN_CHUNK = 200
 LIST_SCAN_BUDGET = 5000
@@ -312,17 +331,11 @@ class RunStore:
         the run already ended in another terminal state.
         """
         keys = self.keys(_queue(run_id))
-        code, status = await self.scripts.call(
-            self.client,
-            "cancel_run",
-            [keys.run(run_id), keys.events(run_id), keys.leases, keys.delayed, keys.idem_prefix],
-            [run_id, self.retention.script_arg(), self.events_maxlen, keys.cancel_channel],
+        args = CancelArgs(
+            run_id, self.retention.script_arg(), self.events_maxlen, keys.cancel_channel
         )
-        if code == ScriptCode.NOT_FOUND:
-            raise RunNotFound(run_id)
-        if code == ScriptCode.INVALID:
-            raise InvalidTransition(run_id, status, "cancel")
-        return RunStatus(status)
+        reply = await self._on_run(CANCEL_RUN, run_id, args, "cancel")
+        return RunStatus(reply.status)
 
     async def delete(self, run_id: str) -> RunStatus:
         """Delete a finished run and every key of it now; returns the status it had.
@@ -330,28 +343,17 @@ class RunStore:
         Raises :class:`RunNotFound` (also when already deleted or expired), or
         :class:`InvalidTransition` when the run is not terminal: nothing is deleted.
         """
-        call = self._delete_call(run_id)
-        code, status = await self.scripts.call(self.client, call.name, call.keys, call.args)
-        if code == ScriptCode.NOT_FOUND:
-            raise RunNotFound(run_id)
-        if code == ScriptCode.INVALID:
-            raise InvalidTransition(run_id, status, "delete")
-        return RunStatus(status)
+        reply = await self._on_run(DELETE_RUN, run_id, DeleteArgs(run_id), "delete")
+        return RunStatus(reply.status)
 
-    def _delete_call(self, run_id: str) -> ScriptCall:
+    async def _on_run(
+        self, binding: Transition[A, StatusReply], run_id: str, args: A, action: str
+    ) -> StatusReply:
+        """Run a client's transition of one run, raising what its code means."""
         keys = self.keys(_queue(run_id))
-        return ScriptCall(
-            "delete_run",
-            [
-                keys.run(run_id),
-                keys.events(run_id),
-                keys.effects(run_id),
-                keys.runs,
-                keys.unclaimed,
-                keys.idem_prefix,
-            ],
-            [run_id],
-        )
+        reply = await binding.send(self.scripts, self.client, keys, args, run_id)
+        raise_for(reply.code, run_id=run_id, status=reply.status, action=action)
+        return reply
 
     async def purge(self, request: PurgeRequest) -> PurgeResult:
         """Delete one bounded batch of the finished runs the request's filters match.
@@ -382,9 +384,14 @@ class RunStore:
         deleted: list[str] = []
         if doomed:
             replies = await self.scripts.pipeline(
-                self.client, [self._delete_call(run_id) for run_id in doomed]
+                self.client,
+                [DELETE_RUN.call(self.keys(_queue(rid)), DeleteArgs(rid)) for rid in doomed],
             )
-            deleted = [rid for rid, (code, _) in zip(doomed, replies, strict=True) if code == "OK"]
+            deleted = [
+                rid
+                for rid, reply in zip(doomed, replies, strict=True)
+                if DELETE_RUN.decode(reply).code == ScriptCode.OK
+            ]
         return PurgeResult(
             deleted=len(deleted),
             ids=deleted,
@@ -398,16 +405,8 @@ class RunStore:
         Raises :class:`RunNotFound`, or :class:`InvalidTransition` for any other status.
         """
         keys = self.keys(_queue(run_id))
-        code, status = await self.scripts.call(
-            self.client,
-            "resume_run",
-            [keys.run(run_id), keys.events(run_id), keys.ready],
-            [run_id, dumps(resume_input), self.events_maxlen, keys.wake_channel],
-        )
-        if code == ScriptCode.NOT_FOUND:
-            raise RunNotFound(run_id)
-        if code == ScriptCode.INVALID:
-            raise InvalidTransition(run_id, status, "resume")
+        args = ResumeArgs(run_id, dumps(resume_input), self.events_maxlen, keys.wake_channel)
+        await self._on_run(RESUME_RUN, run_id, args, "resume")
 
     async def read_events(
         self, run_id: str, *, after: str | None = None, count: int = 1000
@@ -451,9 +450,11 @@ class RunStore:
         (from :meth:`feed_start`, then advanced by what each read returned and missed).
         Never blocks: :func:`app.store.feeds.wait_for_news` waits for news first.
         """
-        key = self.keys(_queue(run_id)).events(run_id)
-        reply = await self.scripts.call(self.client, "read_events", [key], [after, added, count])
-        return _feed_read(run_id, reply)
+        keys = self.keys(_queue(run_id))
+        args = ReadEventsArgs(after, added, count)
+        return _feed_read(
+            run_id, await READ_EVENTS.send(self.scripts, self.client, keys, args, run_id)
+        )
 
     async def stream_bounds(self, run_id: str) -> tuple[RunEvent | None, str | None]:
         """The oldest retained event of a run's stream and the id of its newest one."""
@@ -655,44 +656,30 @@ class RunStore:
         Raises :class:`RunNotFound`, or :class:`InvalidTransition` for any other status.
         """
         keys = self.keys(_queue(run_id))
-        code, status = await self.scripts.call(
-            self.client,
-            "resolve_run",
-            [
-                keys.run(run_id),
-                keys.events(run_id),
-                keys.effects(run_id),
-                keys.leases,
-                keys.ready,
-                keys.idem_prefix,
-            ],
-            [
-                run_id,
-                decision.action,
-                dumps(decision.output) if decision.action == "succeed" else "",
-                decision.effect_outcome or "",
-                dumps(decision.effect_result) if decision.effect_outcome == "applied" else "",
-                decision.note or "",
-                self.retention.script_arg(),
-                self.events_maxlen,
-                keys.wake_channel,
-            ],
+        args = ResolveArgs(
+            run_id=run_id,
+            action=decision.action,
+            output=dumps(decision.output) if decision.action == "succeed" else "",
+            effect_outcome=decision.effect_outcome or "",
+            effect_result=(
+                dumps(decision.effect_result) if decision.effect_outcome == "applied" else ""
+            ),
+            note=decision.note or "",
+            retention=self.retention.script_arg(),
+            maxlen=self.events_maxlen,
+            wake_channel=keys.wake_channel,
         )
-        if code == ScriptCode.NOT_FOUND:
-            raise RunNotFound(run_id)
-        if code == ScriptCode.INVALID:
-            raise InvalidTransition(run_id, status, "resolve")
+        await self._on_run(RESOLVE_RUN, run_id, args, "resolve")
         return await self.get(run_id)
 
 
-def _feed_read(run_id: str, reply: list[Any]) -> FeedRead:
-    """The reply of ``read_events``: code, missing count, entries with flat field lists."""
-    _code, missing, entries = reply
+def _feed_read(run_id: str, reply: ReadEventsReply) -> FeedRead:
+    """The events of a ``read_events`` reply (entries with flat field lists), and the gap."""
     events = [
         event_from_entry(run_id, entry_id, dict(zip(fields[::2], fields[1::2], strict=True)))
-        for entry_id, fields in entries
+        for entry_id, fields in reply.entries
     ]
-    return FeedRead(events, int(missing))
+    return FeedRead(events, reply.missing)
 
 
 def _settled(create: Callable[..., Created], *args: Any) -> Created | Exception:

@@ -116,34 +116,9 @@ class ScriptCall:
     name: str
     keys: Sequence[str]
     args: Sequence[ScriptArg]
-    # a failover must not lose it once acknowledged (see app/store/transitions.py);
-    # None: looked up in DURABLE_TRANSITIONS by name
-    durable: bool | None = None
-
-    @property
-    def is_durable(self) -> bool:
-        """Whether WAIT for replicas follows it when replica acks are asked for."""
-        return self.name in DURABLE_TRANSITIONS if self.durable is None else self.durable
-
-
-# Transitions a failover must not lose once acknowledged: a lost claim lets a run be
-# claimed twice, a lost terminal write lets it run again. Renewals and handler events
-# are left out: losing one is safe by fencing (see the README) and they are frequent.
-DURABLE_TRANSITIONS = frozenset(
-    {
-        "create_run",
-        "claim_runs",
-        "finish_runs",
-        "release_runs",
-        "reconcile_expired",
-        "cancel_run",
-        "resume_run",
-        "resolve_run",
-        "checkpoint_run",
-        "start_effect",
-        "record_effect",
-    }
-)
+    # a failover must not lose it once acknowledged: WAIT for replicas follows it when
+    # replica acks are asked for (each binding in app/store/transitions.py says)
+    durable: bool = False
 
 
 # How each transition behaves when Redis is out of memory (``used_memory`` past
@@ -225,13 +200,6 @@ class Scripts:
             raise ValueError(f"{call.name} takes {script.numkeys} keys, got {len(call.keys)}")
         return script
 
-    def command(self, name: str, keys: Sequence[str], args: Sequence[ScriptArg]) -> list[ScriptArg]:
-        """The EVALSHA command of a call, to queue in a pipeline behind other commands.
-
-        The caller handles a NOSCRIPT reply, e.g. by making the same call with :meth:`call`.
-        """
-        return self._command(ScriptCall(name, keys, args))
-
     def _command(self, call: ScriptCall, *, by_source: bool = False) -> list[ScriptArg]:
         """The EVALSHA command of a call, or the EVAL one that also caches the script."""
         script = self._resolve(call)
@@ -280,15 +248,9 @@ class Scripts:
         return all(present)
 
     def _durable(self, calls: Sequence[ScriptCall]) -> ReplicaAcks | None:
-        if self.replica_acks and any(call.is_durable for call in calls):
+        if self.replica_acks and any(call.durable for call in calls):
             return self.replica_acks
         return None
-
-    async def call(
-        self, client: AsyncRedis, name: str, keys: Sequence[str], args: Sequence[ScriptArg]
-    ) -> Any:
-        """Run one transition by name (see :meth:`run`)."""
-        return await self.run(client, ScriptCall(name, keys, args))
 
     async def run(self, client: AsyncRedis, call: ScriptCall) -> Any:
         """Run one transition (followed by WAIT when it is durable and acks are asked for)."""
@@ -374,14 +336,13 @@ class Scripts:
             answer,
         )
 
-    def call_sync(
-        self, client: SyncRedis, name: str, keys: Sequence[str], args: Sequence[ScriptArg]
-    ) -> Any:
-        """Blocking twin of :meth:`call`, for the heartbeat thread's own connection.
+    def run_sync(self, client: SyncRedis, call: ScriptCall) -> Any:
+        """Blocking twin of :meth:`run`, for the heartbeat thread's own connection.
 
         Used for renewals only, which are not durable transitions: no WAIT here.
         """
-        script = self._resolve(ScriptCall(name, keys, args))
+        keys, args = call.keys, call.args
+        script = self._resolve(call)
         source, sha = script.variant(flags=self.flags)
         try:
             return client.evalsha(sha, script.numkeys, *keys, *args)

@@ -27,7 +27,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 from app.errors import InvalidTransition, LeaseLost, RunNotFound
 from app.store.connection import AsyncRedis
-from app.store.keys import QueueKeys
+from app.store.keys import GlobalKeys, QueueKeys
 from app.store.scripts import ScriptArg, ScriptCall, ScriptCode, Scripts
 
 A = TypeVar("A", bound=tuple[Any, ...])
@@ -302,7 +302,423 @@ RETRY_RUN: Transition[RetryArgs, RetryReply] = Transition(
 )
 
 
+# --- one run, by a client: cancel, delete, resolve, resume --------------------------
+
+
+class StatusReply(NamedTuple):
+    """``{code, status}``: OK (status afterwards), NOT_FOUND, INVALID (status: what it is)."""
+
+    code: str
+    status: str
+
+
+def _status_reply(reply: Sequence[Any]) -> StatusReply:
+    code, status = reply
+    return StatusReply(code, status)
+
+
+class CancelArgs(NamedTuple):
+    """ARGV of ``cancel_run``."""
+
+    run_id: str
+    retention: str
+    maxlen: int
+    channel: str
+
+
+def _cancel_keys(k: QueueKeys, run_id: str, a: CancelArgs) -> tuple[str, ...]:
+    return (k.run(a.run_id), k.events(a.run_id), k.leases, k.delayed, k.idem_prefix)
+
+
+CANCEL_RUN: Transition[CancelArgs, StatusReply] = Transition(
+    "cancel_run", _cancel_keys, CancelArgs, _status_reply, durable=True
+)
+
+
+class DeleteArgs(NamedTuple):
+    """ARGV of ``delete_run``."""
+
+    run_id: str
+
+
+def _delete_keys(k: QueueKeys, run_id: str, a: DeleteArgs) -> tuple[str, ...]:
+    return (
+        k.run(a.run_id),
+        k.events(a.run_id),
+        k.effects(a.run_id),
+        k.runs,
+        k.unclaimed,
+        k.idem_prefix,
+    )
+
+
+DELETE_RUN: Transition[DeleteArgs, StatusReply] = Transition(
+    "delete_run", _delete_keys, DeleteArgs, _status_reply
+)
+
+
+class ResolveArgs(NamedTuple):
+    """ARGV of ``resolve_run``."""
+
+    run_id: str
+    action: str
+    output: str
+    effect_outcome: str
+    effect_result: str
+    note: str
+    retention: str
+    maxlen: int
+    wake_channel: str
+
+
+def _resolve_keys(k: QueueKeys, run_id: str, a: ResolveArgs) -> tuple[str, ...]:
+    return (
+        k.run(a.run_id),
+        k.events(a.run_id),
+        k.effects(a.run_id),
+        k.leases,
+        k.ready,
+        k.idem_prefix,
+    )
+
+
+RESOLVE_RUN: Transition[ResolveArgs, StatusReply] = Transition(
+    "resolve_run", _resolve_keys, ResolveArgs, _status_reply, durable=True
+)
+
+
+class ResumeArgs(NamedTuple):
+    """ARGV of ``resume_run``."""
+
+    run_id: str
+    resume_input: str
+    maxlen: int
+    wake_channel: str
+
+
+def _resume_keys(k: QueueKeys, run_id: str, a: ResumeArgs) -> tuple[str, ...]:
+    return (k.run(a.run_id), k.events(a.run_id), k.ready)
+
+
+RESUME_RUN: Transition[ResumeArgs, StatusReply] = Transition(
+    "resume_run", _resume_keys, ResumeArgs, _status_reply, durable=True
+)
+
+
+# --- read_events ------------------------------------------------------------------
+
+
+class ReadEventsArgs(NamedTuple):
+    """ARGV of ``read_events``."""
+
+    after: str
+    added: int
+    max_entries: int
+
+
+class ReadEventsReply(NamedTuple):
+    """Entries trimmed unread (-1: unknown, Redis before 7), and the entries read."""
+
+    missing: int
+    entries: list[tuple[str, list[str]]]
+
+
+def _read_events_keys(k: QueueKeys, run_id: str, a: ReadEventsArgs) -> tuple[str, ...]:
+    return (k.events(run_id),)
+
+
+def _read_events_reply(reply: Sequence[Any]) -> ReadEventsReply:
+    _code, missing, entries = reply
+    return ReadEventsReply(int(missing), entries)
+
+
+READ_EVENTS: Transition[ReadEventsArgs, ReadEventsReply] = Transition(
+    "read_events", _read_events_keys, ReadEventsArgs, _read_events_reply
+)
+
+
+# --- queues -----------------------------------------------------------------------
+
+
+class DeclareArgs(NamedTuple):
+    """ARGV of ``declare_queue``."""
+
+    name: str
+    max_queues: int
+
+
+class DeclareReply(NamedTuple):
+    """OK (declared now), REPLAYED (declared already), CONFLICT (max_queues reached)."""
+
+    code: str
+    declared: int
+
+
+def _declare_keys(k: QueueKeys, run_id: str, a: DeclareArgs) -> tuple[str, ...]:
+    return (GlobalKeys(k.prefix).queues,)
+
+
+def _declare_reply(reply: Sequence[Any]) -> DeclareReply:
+    code, count = reply
+    return DeclareReply(code, int(count))
+
+
+DECLARE_QUEUE: Transition[DeclareArgs, DeclareReply] = Transition(
+    "declare_queue", _declare_keys, DeclareArgs, _declare_reply
+)
+
+
+class UndeclareArgs(NamedTuple):
+    """ARGV of ``undeclare_queue``."""
+
+    name: str
+
+
+class UndeclareReply(NamedTuple):
+    """OK, NOT_FOUND or CONFLICT, and what each index held (``HELD_INDEXES`` order)."""
+
+    code: str
+    counts: list[int]
+
+
+def _undeclare_keys(k: QueueKeys, run_id: str, a: UndeclareArgs) -> tuple[str, ...]:
+    return (
+        GlobalKeys(k.prefix).queues,
+        k.ready,
+        k.delayed,
+        k.leases,
+        k.parked,
+        k.unclaimed,
+        k.runs,
+    )
+
+
+def _undeclare_reply(reply: Sequence[Any]) -> UndeclareReply:
+    code, *counts = reply
+    return UndeclareReply(code, [int(count) for count in counts])
+
+
+UNDECLARE_QUEUE: Transition[UndeclareArgs, UndeclareReply] = Transition(
+    "undeclare_queue", _undeclare_keys, UndeclareArgs, _undeclare_reply
+)
+
+
+# --- fenced writes of one run: events, checkpoints, effects ------------------------
+
+
+class CodeReply(NamedTuple):
+    """``{code, value}``: a status code and one value (an id, a count, a payload)."""
+
+    code: str
+    value: str
+
+
+def _code_reply(reply: Sequence[Any]) -> CodeReply:
+    code, value = reply
+    return CodeReply(code, "" if value is None else str(value))
+
+
+class EventPair(NamedTuple):
+    """One handler event in ``append_events``' ARGV groups."""
+
+    type: str
+    data: str
+
+
+class AppendArgs(NamedTuple):
+    """ARGV of ``append_events``."""
+
+    owner_id: str
+    fence: int
+    maxlen: int
+    groups: Sequence[EventPair]
+
+
+def _run_keys(k: QueueKeys, run_id: str, a: Any) -> tuple[str, ...]:
+    return (k.run(run_id), k.events(run_id))
+
+
+APPEND_EVENTS: Transition[AppendArgs, CodeReply] = Transition(
+    "append_events", _run_keys, AppendArgs, _code_reply, group=EventPair
+)
+
+
+class CheckpointArgs(NamedTuple):
+    """ARGV of ``checkpoint_run``."""
+
+    owner_id: str
+    fence: int
+    state: str
+    effect_seq: str
+    maxlen: int
+
+
+CHECKPOINT_RUN: Transition[CheckpointArgs, CodeReply] = Transition(
+    "checkpoint_run", _run_keys, CheckpointArgs, _code_reply, durable=True
+)
+
+
+class StartEffectArgs(NamedTuple):
+    """ARGV of ``start_effect``."""
+
+    owner_id: str
+    fence: int
+    run_id: str
+    field: str
+    key: str
+    name: str
+    ordinal: int
+    idempotent: int
+    maxlen: int
+
+
+def _start_effect_keys(k: QueueKeys, run_id: str, a: StartEffectArgs) -> tuple[str, ...]:
+    return (k.run(a.run_id), k.events(a.run_id), k.effects(a.run_id), k.leases)
+
+
+START_EFFECT: Transition[StartEffectArgs, CodeReply] = Transition(
+    "start_effect", _start_effect_keys, StartEffectArgs, _code_reply, durable=True
+)
+
+
+class RecordEffectArgs(NamedTuple):
+    """ARGV of ``record_effect``."""
+
+    owner_id: str
+    fence: int
+    field: str
+    outcome: str
+    result: str
+    maxlen: int
+
+
+def _record_effect_keys(k: QueueKeys, run_id: str, a: RecordEffectArgs) -> tuple[str, ...]:
+    return (k.run(run_id), k.events(run_id), k.effects(run_id))
+
+
+RECORD_EFFECT: Transition[RecordEffectArgs, CodeReply] = Transition(
+    "record_effect", _record_effect_keys, RecordEffectArgs, _code_reply, durable=True
+)
+
+
+# --- fenced batch writes and sweeps of a queue -------------------------------------
+
+
+class LeaseGroup(NamedTuple):
+    """One held lease in ``release_runs``' and ``renew_leases``' ARGV groups."""
+
+    id: str
+    fence: int
+
+
+class ReleaseArgs(NamedTuple):
+    """ARGV of ``release_runs``."""
+
+    owner_id: str
+    retention: str
+    maxlen: int
+    reason: str
+    wake_channel: str
+    groups: Sequence[LeaseGroup]
+
+
+def _release_keys(k: QueueKeys, run_id: str, a: ReleaseArgs) -> tuple[str, ...]:
+    return (k.leases, k.ready, k.run_prefix, k.events_prefix, k.idem_prefix)
+
+
+RELEASE_RUNS: Transition[ReleaseArgs, list[LeaseAnswer]] = Transition(
+    "release_runs", _release_keys, ReleaseArgs, _answers, durable=True, group=LeaseGroup
+)
+
+
+class RenewArgs(NamedTuple):
+    """ARGV of ``renew_leases``."""
+
+    owner_id: str
+    lease_ttl_ms: int
+    groups: Sequence[LeaseGroup]
+
+
+def _renew_keys(k: QueueKeys, run_id: str, a: RenewArgs) -> tuple[str, ...]:
+    return (k.leases, k.run_prefix)
+
+
+# not durable: losing a renewal is safe by fencing (see the README), and they are frequent
+RENEW_LEASES: Transition[RenewArgs, list[LeaseAnswer]] = Transition(
+    "renew_leases", _renew_keys, RenewArgs, _answers, group=LeaseGroup
+)
+
+
+class ActionRow(NamedTuple):
+    """What a sweep did to one run: its id, the action, the fence it did it at."""
+
+    id: str
+    action: str
+    fence: int
+
+
+def _actions(reply: Sequence[Any]) -> list[ActionRow]:
+    _code, rows = reply
+    return [ActionRow(row[0], row[1], int(row[2])) for row in rows]
+
+
+class ReconcileArgs(NamedTuple):
+    """ARGV of ``reconcile_expired``."""
+
+    limit: int
+    retention: str
+    maxlen: int
+    wake_channel: str
+
+
+def _reconcile_keys(k: QueueKeys, run_id: str, a: ReconcileArgs) -> tuple[str, ...]:
+    return (k.leases, k.ready, k.run_prefix, k.events_prefix, k.idem_prefix, k.effects_prefix)
+
+
+RECONCILE_EXPIRED: Transition[ReconcileArgs, list[ActionRow]] = Transition(
+    "reconcile_expired", _reconcile_keys, ReconcileArgs, _actions, durable=True
+)
+
+
+class ExpireArgs(NamedTuple):
+    """ARGV of ``expire_queued``."""
+
+    limit: int
+    retention: str
+    maxlen: int
+
+
+def _expire_keys(k: QueueKeys, run_id: str, a: ExpireArgs) -> tuple[str, ...]:
+    return (k.unclaimed, k.ready, k.leases, k.run_prefix, k.events_prefix, k.idem_prefix)
+
+
+EXPIRE_QUEUED: Transition[ExpireArgs, list[ActionRow]] = Transition(
+    "expire_queued", _expire_keys, ExpireArgs, _actions
+)
+
+
 TRANSITIONS: dict[str, Transition[Any, Any]] = {
-    t.name: t for t in (CREATE_RUN, CLAIM_RUNS, FINISH_RUNS, RETRY_RUN)
+    t.name: t
+    for t in (
+        CREATE_RUN,
+        CLAIM_RUNS,
+        FINISH_RUNS,
+        RETRY_RUN,
+        CANCEL_RUN,
+        DELETE_RUN,
+        RESOLVE_RUN,
+        RESUME_RUN,
+        READ_EVENTS,
+        DECLARE_QUEUE,
+        UNDECLARE_QUEUE,
+        APPEND_EVENTS,
+        CHECKPOINT_RUN,
+        START_EFFECT,
+        RECORD_EFFECT,
+        RELEASE_RUNS,
+        RENEW_LEASES,
+        RECONCILE_EXPIRED,
+        EXPIRE_QUEUED,
+    )
 }
 """Every binding by script name (a test holds it to ``scripts/lua``)."""

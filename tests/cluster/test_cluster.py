@@ -24,7 +24,7 @@ from app.store import connection
 from app.store.connection import async_client, sync_client
 from app.store.health import check_readiness
 from app.store.runs import NewRun
-from app.store.scripts import ReplicaAcks, Scripts
+from app.store.scripts import ReplicaAcks, ScriptCall, Scripts
 from tests.support.failover import Deployment, deployment, kinds, submit
 from tests.support.polling import eventually, owner_pid, wait_status
 from tools.clusters import LocalCluster
@@ -222,7 +222,10 @@ def test_the_heartbeat_client_renews_on_the_node_of_each_queue(
         scripts = Scripts()
         for queue in queues:
             keys = [f"{prefix}:{{{queue}}}:leases", f"{prefix}:{{{queue}}}:run:"]
-            assert scripts.call_sync(client, "renew_leases", keys, ["w-x-1-0000", 1000]) == []
+            assert (
+                scripts.run_sync(client, ScriptCall("renew_leases", keys, ["w-x-1-0000", 1000]))
+                == []
+            )
         pipe = client.pipeline(transaction=False)  # the advertisement: keys on other slots
         pipe.set(f"{prefix}:worker:a", "1", px=1000)
         pipe.zadd(f"{prefix}:workers", {"a": 1})

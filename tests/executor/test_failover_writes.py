@@ -34,7 +34,8 @@ from app.store.connection import async_client
 from app.store.leases import ClaimedRun, HeldLease, LeaseStore, Outcome
 from app.store.progress import ProgressStore
 from app.store.runs import NewRun, RunStore
-from app.store.scripts import ScriptCode, Scripts
+from app.store.scripts import Scripts
+from app.store.transitions import LeaseAnswer
 from tests.support.memory import SmallRedis
 from tests.support.polling import eventually
 
@@ -181,7 +182,7 @@ async def test_a_terminal_write_sent_while_the_node_is_a_replica_lands_after_pro
             finish = asyncio.create_task(courier.finish(outcome))
             await node.refused_twice()
             assert not finish.done(), "the terminal write was settled while the node was read-only"
-        assert await asyncio.wait_for(finish, timeout=30) == ScriptCode.OK
+        assert await asyncio.wait_for(finish, timeout=30) == LeaseAnswer.OK
     finally:
         await courier.close()
     run = await node.runs.get(run_id)

@@ -13,18 +13,18 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from app.executor.heartbeat import Heartbeat, HeartbeatCallbacks
 from app.executor.table import LeaseTable
 from app.store.leases import HeldLease
-from app.store.scripts import ScriptCode
+from app.store.transitions import LeaseAnswer
 
 
 class ScriptedRenewer:
     """Answers renewals the way the test says; ``fail`` makes Redis unreachable."""
 
-    def __init__(self, answer: ScriptCode = ScriptCode.OK) -> None:
+    def __init__(self, answer: LeaseAnswer = LeaseAnswer.OK) -> None:
         self.answer = answer
         self.fail = False
         self.calls: list[list[str]] = []
 
-    def renew(self, queue: str, owner: str, leases: Sequence[HeldLease]) -> dict[str, ScriptCode]:
+    def renew(self, queue: str, owner: str, leases: Sequence[HeldLease]) -> dict[str, LeaseAnswer]:
         self.calls.append([lease.run_id for lease in leases])
         if self.fail:
             raise RedisConnectionError("Redis is gone")
@@ -38,7 +38,7 @@ class SilentRedis(ScriptedRenewer):
         super().__init__()
         self.socket_timeout_s = socket_timeout_s
 
-    def renew(self, queue: str, owner: str, leases: Sequence[HeldLease]) -> dict[str, ScriptCode]:
+    def renew(self, queue: str, owner: str, leases: Sequence[HeldLease]) -> dict[str, LeaseAnswer]:
         self.calls.append([lease.run_id for lease in leases])
         return self.advertise(0.0)
 
@@ -140,7 +140,7 @@ async def test_renewals_that_succeed_keep_the_run_out_of_jeopardy() -> None:
 
 
 async def test_lost_and_cancel_answers_reach_the_loop() -> None:
-    for answer, expected in [(ScriptCode.LOST, "lease_lost"), (ScriptCode.CANCEL, "cancel")]:
+    for answer, expected in [(LeaseAnswer.LOST, "lease_lost"), (LeaseAnswer.CANCEL, "cancel")]:
         table = LeaseTable()
         table.add("default.R1", "default", 1, time.monotonic())
         done = asyncio.get_running_loop().create_future()

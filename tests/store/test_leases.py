@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
 import redis.asyncio as aioredis
 
+from app.errors import LeaseLost
 from app.models import RunStatus
 from app.store.connection import sync_client
 from app.store.leases import HeldLease, LeaseRenewer, LeaseStore, Outcome
 from app.store.retention import Retention
 from app.store.runs import NewRun, RunStore
-from app.store.scripts import ScriptCode, Scripts
+from app.store.scripts import Scripts
+from app.store.transitions import LeaseAnswer
 from tests.support.polling import eventually
 
 OWNER_A = "w-a"
@@ -68,7 +71,7 @@ async def test_finish_with_current_fence_writes_output_and_terminal_event(
     codes, _ = await lease_store.finish_and_claim(
         "default", OWNER_A, [Outcome(run_id, run.fence, "succeeded", output_json='{"ok":true}')], 0
     )
-    assert codes == [ScriptCode.OK]
+    assert codes == [LeaseAnswer.OK]
     stored = await run_store.get(run_id)
     assert stored.status == RunStatus.SUCCEEDED
     assert stored.output == {"ok": True}
@@ -83,15 +86,15 @@ async def test_a_finish_sent_again_after_a_lost_reply_is_answered_ok_and_written
     outcome = Outcome(run_id, run.fence, "succeeded", output_json='{"ok":true}')
     first, _ = await lease_store.finish_and_claim("default", OWNER_A, [outcome], 0)
     again, _ = await lease_store.finish_and_claim("default", OWNER_A, [outcome], 0)
-    assert first == again == [ScriptCode.OK]
+    assert first == again == [LeaseAnswer.OK]
     assert await event_types(run_store, run_id) == ["created", "claimed", "succeeded"]
     # another outcome, or another owner, under that fence is not the same write
     failed = Outcome(run_id, run.fence, "failed", error_json='{"code":"x","message":"x"}')
     assert (await lease_store.finish_and_claim("default", OWNER_A, [failed], 0))[0] == [
-        ScriptCode.LOST
+        LeaseAnswer.LOST
     ]
     assert (await lease_store.finish_and_claim("default", OWNER_B, [outcome], 0))[0] == [
-        ScriptCode.LOST
+        LeaseAnswer.LOST
     ]
     assert (await run_store.get(run_id)).output == {"ok": True}
 
@@ -104,7 +107,7 @@ async def test_renew_with_stale_fence_returns_lost(
     answers = renewer(redis_url, scripts, lease_store).renew(
         "default", OWNER_A, [HeldLease(run.id, run.fence - 1)]
     )
-    assert answers == {run.id: ScriptCode.LOST}
+    assert answers == {run.id: LeaseAnswer.LOST}
 
 
 async def test_renew_by_another_owner_returns_lost(
@@ -115,7 +118,7 @@ async def test_renew_by_another_owner_returns_lost(
     answers = renewer(redis_url, scripts, lease_store).renew(
         "default", OWNER_B, [HeldLease(run.id, run.fence)]
     )
-    assert answers == {run.id: ScriptCode.LOST}
+    assert answers == {run.id: LeaseAnswer.LOST}
 
 
 async def test_late_renewal_before_any_reconciler_keeps_the_run(
@@ -127,7 +130,7 @@ async def test_late_renewal_before_any_reconciler_keeps_the_run(
     answers = renewer(redis_url, scripts, lease_store).renew(
         "default", OWNER_A, [HeldLease(run.id, run.fence)]
     )
-    assert answers == {run.id: ScriptCode.OK}
+    assert answers == {run.id: LeaseAnswer.OK}
     assert await lease_store.reconcile("default") == []
     assert (await run_store.get(run.id)).status == RunStatus.RUNNING
 
@@ -142,7 +145,7 @@ async def test_a_lease_only_moves_forward(
         sync_client(redis_url), scripts=scripts, prefix=lease_store.prefix, lease_ttl_ms=10
     )
     assert short.renew("default", OWNER_A, [HeldLease(run.id, run.fence)]) == {
-        run.id: ScriptCode.OK
+        run.id: LeaseAnswer.OK
     }
     assert (await run_store.get(run.id)).lease_expires_at == before
 
@@ -166,17 +169,15 @@ async def test_expired_lease_is_orphaned_with_evidence_and_old_owner_is_fenced_o
     # every write of the old owner is now rejected
     assert renewer(redis_url, scripts, lease_store).renew(
         "default", OWNER_A, [HeldLease(run_id, run.fence)]
-    ) == {run_id: ScriptCode.LOST}
-    assert (
+    ) == {run_id: LeaseAnswer.LOST}
+    with pytest.raises(LeaseLost):
         await lease_store.append_events(
             "default", run_id, owner=OWNER_A, fence=run.fence, events=[("progress", "{}")]
         )
-        is None
-    )
     codes, _ = await lease_store.finish_and_claim(
         "default", OWNER_A, [Outcome(run_id, run.fence, "succeeded", output_json="1")], 0
     )
-    assert codes == [ScriptCode.LOST]
+    assert codes == [LeaseAnswer.LOST]
     assert (await run_store.get(run_id)).status == RunStatus.ORPHANED
     assert (await event_types(run_store, run_id))[-1] == "orphaned"
 
@@ -222,7 +223,7 @@ async def test_failed_outcome_with_retry_is_requeued_after_its_delay(
         [Outcome(run_id, run.fence, "failed", error_json=error, retry_delay_ms=300)],
         0,
     )
-    assert codes == [ScriptCode.RETRY]
+    assert codes == [LeaseAnswer.RETRY]
     assert (await lease_store.claim("default", OWNER_B, 1)).runs == []
     retried = await eventually(
         lambda: lease_store.claim("default", OWNER_B, 1),
@@ -239,7 +240,7 @@ async def test_release_requeues_at_the_front_with_fence_plus_one(
     run = (await lease_store.claim("default", OWNER_A, 1)).runs[0]
     await create(run_store)
     codes = await lease_store.release("default", OWNER_A, [HeldLease(run.id, run.fence)], "drain")
-    assert codes == [ScriptCode.OK]
+    assert codes == [LeaseAnswer.OK]
     released = await run_store.get(first_id)
     assert released.status == RunStatus.QUEUED
     assert released.fence == run.fence + 1
@@ -266,11 +267,11 @@ async def test_cancel_of_a_running_run_is_delivered_by_the_renewal(
     answers = renewer(redis_url, scripts, lease_store).renew(
         "default", OWNER_A, [HeldLease(run_id, run.fence)]
     )
-    assert answers == {run_id: ScriptCode.CANCEL}
+    assert answers == {run_id: LeaseAnswer.CANCEL}
     codes, _ = await lease_store.finish_and_claim(
         "default", OWNER_A, [Outcome(run_id, run.fence, "cancelled")], 0
     )
-    assert codes == [ScriptCode.OK]
+    assert codes == [LeaseAnswer.OK]
     assert (await run_store.get(run_id)).status == RunStatus.CANCELLED
 
 
@@ -389,13 +390,13 @@ async def test_a_retryable_failure_of_a_cancelling_run_ends_it_cancelled_not_que
         retry_delay_ms=0,
     )
     codes, _ = await lease_store.finish_and_claim("default", OWNER_A, [failed], 0)
-    assert codes == [ScriptCode.CANCEL]
+    assert codes == [LeaseAnswer.CANCEL]
     data = await _settled_once_as_cancelled(run_store, lease_store, run_id)
     assert data["superseded"] == "failed"
     assert data["error"] == {"code": "flaky", "message": "x", "retryable": True}
     # the same write sent again after a lost reply is answered the same, written once
     again, _ = await lease_store.finish_and_claim("default", OWNER_A, [failed], 0)
-    assert again == [ScriptCode.CANCEL]
+    assert again == [LeaseAnswer.CANCEL]
     await _settled_once_as_cancelled(run_store, lease_store, run_id)
 
 
@@ -406,7 +407,7 @@ async def test_an_escalation_of_a_cancelling_run_ends_it_cancelled_not_parked(
     escalation = json.dumps({"reason": "stuck", "evidence": {"silent_s": 9}})
     outcome = Outcome(run_id, fence, "waiting_human", output_json=escalation)
     codes, _ = await lease_store.finish_and_claim("default", OWNER_A, [outcome], 0)
-    assert codes == [ScriptCode.CANCEL]
+    assert codes == [LeaseAnswer.CANCEL]
     data = await _settled_once_as_cancelled(run_store, lease_store, run_id)
     assert data["superseded"] == "waiting_human"
     assert data["escalation"] == {"reason": "stuck", "evidence": {"silent_s": 9}}
@@ -417,11 +418,13 @@ async def test_a_cancelling_run_that_reached_success_or_a_final_failure_keeps_it
 ) -> None:
     succeeded_id, fence = await _cancelling_run(run_store, lease_store)
     done = Outcome(succeeded_id, fence, "succeeded", output_json='{"ok":true}')
-    assert (await lease_store.finish_and_claim("default", OWNER_A, [done], 0))[0] == [ScriptCode.OK]
+    assert (await lease_store.finish_and_claim("default", OWNER_A, [done], 0))[0] == [
+        LeaseAnswer.OK
+    ]
     assert (await run_store.get(succeeded_id)).status == RunStatus.SUCCEEDED
     failed_id, fence = await _cancelling_run(run_store, lease_store)
     final = Outcome(failed_id, fence, "failed", error_json='{"code":"x","message":"x"}')
     assert (await lease_store.finish_and_claim("default", OWNER_A, [final], 0))[0] == [
-        ScriptCode.OK
+        LeaseAnswer.OK
     ]
     assert (await run_store.get(failed_id)).status == RunStatus.FAILED

@@ -32,7 +32,7 @@ async def test_lib_lua_derives_the_keys_keys_py_builds(redis_client: aioredis.Re
     lib = (lua_dir() / "includes" / "lib.lua").read_text()
     for queue in ("default", "some.queue", "a-b_c"):
         keys = QueueKeys("lh:test", queue)
-        derived = await redis_client.eval(  # type: ignore[misc]
+        derived = await redis_client.eval(
             lib + DERIVED, 0, keys.run_prefix, keys.events(RUN_ID), RUN_ID, MINUTE
         )
         assert derived == [
@@ -51,7 +51,7 @@ async def test_count_outcome_writes_the_series_key_keys_py_reads(
     """count_outcome's own minute bucket (by the Redis clock) is a ``QueueKeys.series`` name."""
     lib = (lua_dir() / "includes" / "lib.lua").read_text()
     keys = QueueKeys(prefix, "default")
-    minute = await redis_client.eval(  # type: ignore[misc]
+    minute = await redis_client.eval(
         lib + "\nlocal now = now_ms()\ncount_outcome(ARGV[1], 'succeeded', now)\n"
         "return math.floor(now / 60000)",
         0,

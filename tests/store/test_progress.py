@@ -8,12 +8,12 @@ import json
 import pytest
 import redis.asyncio as aioredis
 
-from app.errors import InvalidTransition, RunNotFound
+from app.errors import InvalidTransition, LeaseLost, RunNotFound
 from app.models import ResolveRequest, RunStatus
 from app.store.leases import ClaimedRun, HeldLease, LeaseStore, Outcome
-from app.store.progress import EffectCall, EffectOutcome, EffectStart, ProgressStore
+from app.store.progress import EffectAnswer, EffectCall, EffectOutcome, EffectStart, ProgressStore
 from app.store.runs import NewRun, RunStore
-from app.store.scripts import ScriptCode
+from app.store.transitions import LeaseAnswer
 from tests.support.reconciliation import park_on_unknown_effect
 
 OWNER_A = "w-a"
@@ -55,7 +55,7 @@ async def record(
     call: EffectCall,
     result: object,
     owner: str = OWNER_A,
-) -> ScriptCode:
+) -> bool:
     return await progress.record_effect(
         "default",
         owner=owner,
@@ -68,7 +68,7 @@ async def record(
 
 async def checkpoint(
     progress: ProgressStore, run: ClaimedRun, state_json: str, effect_seq_json: str = ""
-) -> int | None:
+) -> int:
     """Owner A checkpoints ``run`` at the fence it claimed it with."""
     return await progress.checkpoint(
         "default",
@@ -103,8 +103,8 @@ async def test_checkpoint_with_stale_fence_is_lost_and_changes_nothing(
     await checkpoint(progress, run, '"mine"')
     new = await reclaim(lease_store, run)
     before = await events(run_store, run.id)
-    seq = await checkpoint(progress, run, '"stale"')
-    assert seq is None
+    with pytest.raises(LeaseLost):
+        await checkpoint(progress, run, '"stale"')
     assert await events(run_store, run.id) == before
     assert new.state == "mine"
 
@@ -124,11 +124,11 @@ async def test_a_recorded_effect_is_replayed_to_the_next_owner(
     run = await claimed_run(run_store, lease_store)
     call = charge(run)
     started = await start(progress, run, call)
-    assert (started.code, started.starts) == (ScriptCode.OK, 1)
-    assert await record(progress, run, call, {"charged": 12345678901234567}) == ScriptCode.OK
+    assert (started.answer, started.starts) == (EffectAnswer.STARTED, 1)
+    assert await record(progress, run, call, {"charged": 12345678901234567}) is True
     new = await reclaim(lease_store, run)
     replay = await start(progress, new, charge(new), owner=OWNER_B)
-    assert replay.code == ScriptCode.REPLAYED
+    assert replay.answer == EffectAnswer.REPLAYED
     # the result comes back byte for byte: Lua never re-encodes a handler's numbers
     assert json.loads(replay.result_json) == {"charged": 12345678901234567}
     phases = [data["phase"] for kind, data in await events(run_store, run.id) if kind == "effect"]
@@ -142,7 +142,7 @@ async def test_an_unknown_non_idempotent_effect_parks_the_run_with_evidence(
     await start(progress, run, charge(run))
     new = await reclaim(lease_store, run)
     answer = await start(progress, new, charge(new), owner=OWNER_B)
-    assert answer.code == ScriptCode.UNKNOWN
+    assert answer.answer == EffectAnswer.UNKNOWN
     assert answer.record is not None and answer.record["key"] == f"{run.id}:charge:1"
     parked = await run_store.get(run.id)
     assert parked.status == RunStatus.RECONCILIATION_REQUIRED
@@ -162,7 +162,7 @@ async def test_an_unknown_non_idempotent_effect_parks_the_run_with_evidence(
     codes, _ = await lease_store.finish_and_claim(
         "default", OWNER_B, [Outcome(run.id, new.fence, "succeeded")], 0
     )
-    assert codes == [ScriptCode.LOST]
+    assert codes == [LeaseAnswer.LOST]
     assert (await lease_store.claim("default", OWNER_A, 1)).runs == []
 
 
@@ -173,7 +173,7 @@ async def test_an_unknown_idempotent_effect_is_started_again_with_the_same_key(
     await start(progress, run, charge(run, idempotent=True))
     new = await reclaim(lease_store, run)
     again = await start(progress, new, charge(new, idempotent=True), owner=OWNER_B)
-    assert (again.code, again.starts) == (ScriptCode.OK, 2)
+    assert (again.answer, again.starts) == (EffectAnswer.STARTED, 2)
     records = await progress.effects("default", run.id)
     assert records["charge:1"]["fence"] == new.fence
     assert records["charge:1"]["key"] == f"{run.id}:charge:1"
@@ -187,9 +187,11 @@ async def test_a_stale_owner_cannot_start_or_record_an_effect(
     await start(progress, run, call)
     new = await reclaim(lease_store, run)
     await start(progress, new, call, owner=OWNER_B)
-    assert await record(progress, new, call, "new owner's", owner=OWNER_B) == ScriptCode.OK
-    assert await record(progress, run, call, "stale owner's") == ScriptCode.LOST
-    assert (await start(progress, run, charge(run, ordinal=2))).code == ScriptCode.LOST
+    assert await record(progress, new, call, "new owner's", owner=OWNER_B) is True
+    with pytest.raises(LeaseLost):
+        await record(progress, run, call, "stale owner's")
+    with pytest.raises(LeaseLost):
+        await start(progress, run, charge(run, ordinal=2))
     records = await progress.effects("default", run.id)
     assert records["charge:1"]["result"] == "new owner's"
     assert "charge:2" not in records
@@ -201,10 +203,9 @@ async def test_not_applied_drops_the_record_so_the_effect_runs_again(
     run = await claimed_run(run_store, lease_store)
     call = charge(run)
     await start(progress, run, call)
-    code = await progress.record_effect(
+    assert await progress.record_effect(
         "default", owner=OWNER_A, fence=run.fence, call=call, outcome=EffectOutcome.NOT_APPLIED
     )
-    assert code == ScriptCode.OK
     new = await reclaim(lease_store, run)
     assert (await start(progress, new, charge(new), owner=OWNER_B)).starts == 1
 
@@ -213,7 +214,7 @@ async def test_recording_an_effect_that_was_not_started_is_invalid(
     run_store: RunStore, lease_store: LeaseStore, progress: ProgressStore
 ) -> None:
     run = await claimed_run(run_store, lease_store)
-    assert await record(progress, run, charge(run), 1) == ScriptCode.INVALID
+    assert await record(progress, run, charge(run), 1) is False
 
 
 async def test_reconciler_parks_an_expired_run_with_an_unknown_effect_despite_retry(
@@ -297,7 +298,7 @@ async def test_resolve_retry_applied_records_the_effect_and_queues_with_a_new_fe
     }
     again = (await lease_store.claim("default", OWNER_A, 1)).runs[0]
     replay = await start(progress, again, charge(again))
-    assert replay.code == ScriptCode.REPLAYED
+    assert replay.answer == EffectAnswer.REPLAYED
     assert json.loads(replay.result_json) == {"id": "ch_1"}
 
 
@@ -307,7 +308,7 @@ async def test_resolve_retry_not_applied_lets_the_effect_run_again(
     stuck = await parked_run(run_store, lease_store, progress)
     await run_store.resolve(stuck.id, ResolveRequest(action="retry", effect_outcome="not_applied"))
     again = (await lease_store.claim("default", OWNER_A, 1)).runs[0]
-    assert (await start(progress, again, charge(again))).code == ScriptCode.OK
+    assert (await start(progress, again, charge(again))).answer == EffectAnswer.STARTED
 
 
 async def test_resolve_succeed_ends_the_run_with_the_output(
@@ -376,9 +377,9 @@ async def test_a_repeated_start_or_record_by_the_same_owner_is_taken_as_done(
     call = charge(run)
     await start(progress, run, call)
     again = await start(progress, run, call)
-    assert (again.code, again.starts) == (ScriptCode.OK, 1)
-    assert await record(progress, run, call, "ok") == ScriptCode.OK
-    assert await record(progress, run, call, "ok") == ScriptCode.OK
+    assert (again.answer, again.starts) == (EffectAnswer.STARTED, 1)
+    assert await record(progress, run, call, "ok") is True
+    assert await record(progress, run, call, "ok") is True
     assert (await run_store.get(run.id)).status == RunStatus.RUNNING
     phases = [data["phase"] for kind, data in await events(run_store, run.id) if kind == "effect"]
     assert phases == ["started", "recorded"]
@@ -396,12 +397,12 @@ async def test_a_run_resumed_after_waiting_for_a_person_keeps_its_checkpoint_and
     codes, _ = await lease_store.finish_and_claim(
         "default", OWNER_A, [Outcome(run.id, run.fence, "waiting_human", output_json=escalation)], 0
     )
-    assert codes == [ScriptCode.OK]
+    assert codes == [LeaseAnswer.OK]
     await run_store.resume(run.id, {"go": True})
     resumed = (await lease_store.claim("default", OWNER_B, 1)).runs[0]
     assert resumed.fence > run.fence
     assert resumed.state == {"step": 1}
     assert await progress.effect_seq("default", run.id) == {"charge": 1}
     replay = await start(progress, resumed, charge(resumed), owner=OWNER_B)
-    assert replay.code == ScriptCode.REPLAYED
+    assert replay.answer == EffectAnswer.REPLAYED
     assert json.loads(replay.result_json) == {"id": "ch_1"}

@@ -84,7 +84,7 @@ async def claimed_with_effect(s: Stores, idem: str, **options: object) -> tuple[
     assert run.id == created.run.id
     call = EffectCall(run.id, "charge", 1, idempotent=False)
     await s.progress.start_effect("default", owner=OWNER, fence=run.fence, call=call)
-    code = await s.progress.record_effect(
+    recorded = await s.progress.record_effect(
         "default",
         owner=OWNER,
         fence=run.fence,
@@ -92,7 +92,7 @@ async def claimed_with_effect(s: Stores, idem: str, **options: object) -> tuple[
         outcome=EffectOutcome.APPLIED,
         result_json="{}",
     )
-    assert code == "OK"
+    assert recorded
     return run.id, run.fence
 
 

@@ -17,7 +17,8 @@ from app.settings import Settings
 from app.store.connection import async_client, sync_client
 from app.store.leases import HeldLease, LeaseRenewer, LeaseStore, Outcome
 from app.store.runs import NewRun, RunStore
-from app.store.scripts import SCRIPT_FLAGS, ScriptCode, Scripts, load_scripts
+from app.store.scripts import SCRIPT_FLAGS, Scripts, load_scripts
+from app.store.transitions import LeaseAnswer
 from tests.support.memory import SmallRedis
 
 
@@ -74,11 +75,11 @@ async def run_one_life(url: str, prefix: str, tmp_path: Path, scripts: Scripts) 
         fence = claim.runs[0].fence
         renewer = LeaseRenewer(renewing, scripts=Scripts(), prefix=prefix, lease_ttl_ms=5_000)
         assert renewer.renew("default", "w-1", [HeldLease(run_id, fence)]) == {
-            run_id: ScriptCode.OK
+            run_id: LeaseAnswer.OK
         }
         outcome = Outcome(run_id, fence, "succeeded", output_json='{"a": 1}')
         codes, _ = await leases.finish_and_claim("default", "w-1", [outcome], 0)
-        assert codes == [ScriptCode.OK]
+        assert codes == [LeaseAnswer.OK]
         assert [event.type for event in await runs.read_events(run_id)][-1] == "succeeded"
         return (await runs.get(run_id)).status.value
     finally:

@@ -69,10 +69,8 @@ class CapturingScripts(Scripts):
     ) -> list[Any]:
         raise Captured(calls[0])
 
-    def call_sync(
-        self, client: Any, name: str, keys: Sequence[str], args: Sequence[ScriptArg]
-    ) -> Any:
-        raise Captured(ScriptCall(name, list(keys), list(args)))
+    def run_sync(self, client: Any, call: ScriptCall) -> Any:
+        raise Captured(ScriptCall(call.name, list(call.keys), list(call.args)))
 
 
 async def capture(action: Awaitable[Any]) -> ScriptCall:
@@ -367,7 +365,7 @@ async def test_a_script_that_errors_wrote_nothing(
     for label, mutate in variants(len(call.args)):
         before = await snapshot(redis_client, prefix)
         try:
-            await scripts.call(redis_client, name, call.keys, mutate(call.args))
+            await scripts.run(redis_client, ScriptCall(name, call.keys, mutate(call.args)))
         except ResponseError as exc:
             refused += 1
             after = await snapshot(redis_client, prefix)
@@ -388,7 +386,7 @@ async def test_resume_with_a_non_finite_input_is_refused_and_changes_nothing(
     args = list(call.args)
     args[1] = '{"x":1e400}'
     with pytest.raises(ResponseError, match="bad argument resume_input"):
-        await Scripts().call(redis_client, "resume_run", call.keys, args)
+        await Scripts().run(redis_client, ScriptCall("resume_run", call.keys, args))
     assert not changes(before, await snapshot(redis_client, settings.prefix))
     run_id = str(call.args[0])
     await world.runs.resume(run_id, {"x": 1})  # and a good resume still works afterwards

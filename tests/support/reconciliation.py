@@ -8,9 +8,8 @@ unknown, so the start_effect script parks the run.
 from __future__ import annotations
 
 from app.store.leases import ClaimedRun, HeldLease, LeaseStore
-from app.store.progress import EffectCall, ProgressStore
+from app.store.progress import EffectAnswer, EffectCall, ProgressStore
 from app.store.runs import NewRun, RunStore
-from app.store.scripts import ScriptCode
 
 OWNER_A = "w-a"
 OWNER_B = "w-b"
@@ -28,5 +27,5 @@ async def park_on_unknown_effect(
     await lease_store.release(queue, OWNER_A, [HeldLease(first.id, first.fence)], "drain")
     second = (await lease_store.claim(queue, OWNER_B, 1)).runs[0]
     found = await progress.start_effect(queue, owner=OWNER_B, fence=second.fence, call=call)
-    assert found.code == ScriptCode.UNKNOWN
+    assert found.answer == EffectAnswer.UNKNOWN
     return second
