@@ -7,7 +7,7 @@ import pytest
 from app.errors import AlreadyRetried, IdempotencyConflict, InvalidTransition, RunNotFound
 from app.models import TERMINAL_EVENT_TYPES, RunStatus
 from app.store.leases import LeaseStore, Outcome
-from app.store.progress import EffectCall, EffectOutcome, ProgressStore
+from app.store.progress import EffectAnswer, EffectCall, EffectOutcome, ProgressStore
 from app.store.reruns import Rerun, retry_run
 from app.store.runs import NewRun, RunStore
 
@@ -91,7 +91,7 @@ async def test_the_new_run_replays_the_old_runs_effects_under_the_first_runs_key
     again = EffectCall(new_id, "charge", 1, idempotent=False, key_root=root)
     assert again.key == f"{old_id}:charge:1"
     started = await progress.start_effect("default", owner=OWNER, fence=claimed.fence, call=again)
-    assert started.code == "REPLAYED" and started.result_json == '{"receipt":"r-1"}'
+    assert started.answer == EffectAnswer.REPLAYED and started.result_json == '{"receipt":"r-1"}'
 
 
 async def test_checkpoint_drop_starts_from_the_beginning_but_still_replays_effects(
@@ -104,7 +104,7 @@ async def test_checkpoint_drop_starts_from_the_beginning_but_still_replays_effec
     assert await progress.effect_start("default", new_id) == ({}, old_id)
     first = EffectCall(new_id, "charge", 1, idempotent=False, key_root=old_id)
     started = await progress.start_effect("default", owner=OWNER, fence=claimed.fence, call=first)
-    assert started.code == "REPLAYED"
+    assert started.answer == EffectAnswer.REPLAYED
 
 
 async def test_the_same_idempotency_key_gives_the_same_new_run_and_another_retry_is_refused(
