@@ -12,6 +12,8 @@
     │   ├── LeaseLost                 fenced out: another owner holds the run now
     │   ├── QueueNotDeclared          a run on a queue nobody declared
     │   ├── QueueLimitReached         PUT /queues past LEASEHOLD_MAX_QUEUES
+    │   ├── RateLimitsFull            PUT /rate-limits past LEASEHOLD_MAX_RATE_LIMITS
+    │   ├── RateLimitNotDeclared      a rate-limit key no declaration covers
     │   ├── MemoryPressure            Redis memory is past the high-water mark: creates wait
     │   └── EffectOutcomeUnknown      an effect started and was never recorded: the run
     │                                 is parked in reconciliation_required
@@ -23,6 +25,8 @@
     │   └── EventTooLarge             ... or one over the configured size bound
     ├── EscalationRequested           the watchdog escalated: the run parks in waiting_human
     ├── CapacityExceeded              an API process's cap on streams is reached (503)
+    ├── RateLimitRelease              a handler gives its run back until a bucket lets it
+    │                                 in (ctx.rate_limit / ctx.rate_limited): no attempt spent
     └── RunFailure                    why a run ended ``failed``; carried in ``run.error``
         ├── HandlerFailed             the handler raised something untyped
         ├── InvalidCheckpoint         ctx.checkpoint() got state that is not JSON
@@ -130,6 +134,28 @@ class QueueLimitReached(StoreError):
         )
         self.queue = queue
         self.max_queues = max_queues
+
+
+class RateLimitsFull(StoreError):
+    """Declaring one more rate-limit key would pass ``LEASEHOLD_MAX_RATE_LIMITS``."""
+
+    def __init__(self, key: str, max_keys: int) -> None:
+        super().__init__(
+            f"cannot declare rate-limit key {key!r}: {max_keys} are declared, "
+            "the most LEASEHOLD_MAX_RATE_LIMITS allows"
+        )
+        self.key = key
+        self.max_keys = max_keys
+
+
+class RateLimitNotDeclared(StoreError):
+    """No declared rate-limit key or template covers this key."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(
+            f"rate-limit key {key!r} is not declared (PUT /rate-limits/{{key}} declares it)"
+        )
+        self.key = key
 
 
 class QueueNotEmpty(StoreError):
@@ -368,6 +394,22 @@ class EffectNotApplied(RunFailure):
 
     code = "effect_not_applied"
     retryable = True
+
+
+class RateLimitRelease(LeaseholdError):
+    """The handler gives its run back to the queue until a rate-limit bucket lets it in.
+
+    Raised by ``ctx.rate_limited(..., release=True)`` after an upstream 429, and by
+    ``ctx.rate_limit`` when the token is further away than LEASEHOLD_RATE_LIMIT_MAX_WAIT_S.
+    Let it propagate: the worker releases the run (fence+1) to start again
+    ``delay_ms`` later by the Redis clock, and the attempt is not counted.
+    """
+
+    def __init__(self, key: str, delay_ms: int, reason: str) -> None:
+        super().__init__(f"rate-limited on {key!r}: the run is released for {delay_ms} ms")
+        self.key = key
+        self.delay_ms = delay_ms
+        self.reason = reason
 
 
 class CapacityExceeded(LeaseholdError):

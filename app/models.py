@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -19,6 +19,17 @@ HANDLER_NAME_PATTERN = r"^[A-Za-z0-9_.\-]{1,128}$"
 RUN_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}\.[0-9A-HJKMNP-TV-Z]{26}$"
 WORKER_ID_PATTERN = r"^[A-Za-z0-9_.\-]{1,128}$"
 RUN_ID = re.compile(RUN_ID_PATTERN)
+# A rate-limit key: segments of letters, digits, `_`, `.`, `-`, joined by `:`
+# (`openai`, `crm:acme`). A template names a segment `{name}` to stand for any one
+# segment (`crm:{tenant}` covers `crm:acme`, not `crm:acme:eu`). No `{`/`}` in a key
+# itself: a handler bucket's Redis key puts it inside a hash tag.
+RATE_LIMIT_KEY_PATTERN = r"^[A-Za-z0-9_.\-]{1,64}(:[A-Za-z0-9_.\-]{1,64}){0,3}$"
+RATE_LIMIT_TEMPLATE_PATTERN = (
+    r"^([A-Za-z0-9_.\-]{1,64}|\{[a-z_]{1,32}\})(:([A-Za-z0-9_.\-]{1,64}|\{[a-z_]{1,32}\})){0,3}$"
+)
+RATE_LIMIT_KEY = re.compile(RATE_LIMIT_KEY_PATTERN)
+RATE_LIMIT_TEMPLATE = re.compile(RATE_LIMIT_TEMPLATE_PATTERN)
+MAX_RUN_RATE_LIMITS = 8  # rate-limit keys one run may name for its start
 EVENT_ID_PATTERN = r"^\d{1,20}-\d{1,20}$"
 EVENT_ID = re.compile(EVENT_ID_PATTERN)
 MAX_STREAM_ID_PART = 2**64 - 1
@@ -271,6 +282,15 @@ class CreateRunRequest(BaseModel):
         if self.run_at is not None and self.delay_s is not None:
             raise ValueError("give run_at or delay_s, not both")
         return self
+
+    rate_limits: list[Annotated[str, Field(pattern=RATE_LIMIT_KEY_PATTERN)]] = Field(
+        default_factory=list,
+        max_length=MAX_RUN_RATE_LIMITS,
+        description="Declared rate-limit keys (PUT /rate-limits/{key}; a template's instance "
+        "such as crm:acme) whose start buckets gate this run's start, one token each: a run "
+        "not yet eligible waits in the queue's delayed set until its exact start time, with "
+        "a `wait` event (kind rate_limited). At most 8",
+    )
 
 
 class ResumeRequest(BaseModel):
@@ -587,3 +607,62 @@ class ReadinessReport(BaseModel):
         default=None, description="Memory use and whether creates are refused, when readable"
     )
     problems: list[str] = Field(default_factory=list)
+
+
+class RateLimitSpec(BaseModel):
+    """How fast one rate-limit key (or every key of a template) lets tokens pass.
+
+    GCRA: after an idle spell ``burst`` tokens pass at once, then one every
+    ``period_s / limit``; over any window of one period at most ``limit + burst`` pass.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    limit: int = Field(ge=1, le=1_000_000_000, strict=True, description="tokens per period")
+    period_s: float = Field(
+        default=1.0,
+        ge=0.001,
+        le=86_400 * 366,
+        strict=True,
+        allow_inf_nan=False,
+        description="seconds",
+    )
+    burst: int = Field(
+        default=1,
+        ge=1,
+        strict=True,
+        le=1_000_000_000,
+        description="tokens an idle bucket lets pass at once (the most one take may cost)",
+    )
+
+    @property
+    def period_ms(self) -> int:
+        """The period in whole ms (at least 1), as the scripts take it."""
+        return max(1, round(self.period_s * 1000))
+
+
+class BucketState(BaseModel):
+    """One bucket read at one moment, by the Redis clock."""
+
+    bucket: str = Field(description="the concrete key (a template's instance, e.g. crm:acme)")
+    available: int = Field(description="tokens an immediate take would find")
+    next_token_at: datetime = Field(description="when one token passes (now, if available)")
+
+
+class RateLimitInfo(BaseModel):
+    """A declared rate-limit key or template, as GET /rate-limits reports it."""
+
+    key: str
+    template: bool = Field(description="a template (`crm:{tenant}`): its buckets are per instance")
+    spec: RateLimitSpec
+    state: BucketState | None = Field(
+        default=None,
+        description="its handler bucket now (None for a template: GET /rate-limits/{instance})",
+    )
+
+
+class RateLimitPage(BaseModel):
+    """Answer of GET /rate-limits: every declared key and template, by name."""
+
+    items: list[RateLimitInfo]
+    max_rate_limits: int = Field(description="LEASEHOLD_MAX_RATE_LIMITS: most PUT may declare")

@@ -117,6 +117,21 @@ class Settings(BaseSettings):
         description="Most queues PUT /queues/{name} may declare (else 409); listing and "
         "/metrics cost one read per declared queue",
     )
+    max_rate_limits: int = Field(
+        default=1000,
+        ge=1,
+        le=100_000,
+        description="Most rate-limit keys and templates PUT /rate-limits/{key} may declare "
+        "(else 409); GET /rate-limits reads one bucket per declared key",
+    )
+    rate_limit_max_wait_s: float = Field(
+        default=60.0,
+        ge=0,
+        le=86_400,
+        allow_inf_nan=False,
+        description="Longest ctx.rate_limit waits for a token holding its lease; a later "
+        "token releases the run until then instead, without spending an attempt",
+    )
     lease_ttl_s: float = Field(
         default=30.0,
         gt=0,

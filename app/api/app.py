@@ -35,6 +35,7 @@ from app.api.routes import (
     events,
     metrics,
     queues,
+    ratelimits,
     retries,
     runs,
     system,
@@ -45,6 +46,7 @@ from app.settings import Settings
 from app.store.activity import ActivityStore
 from app.store.connection import async_client
 from app.store.queues import QueueStore
+from app.store.ratelimits import RateLimitStore
 from app.store.runs import RunStore
 from app.store.scripts import Scripts
 
@@ -117,6 +119,9 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
             queues=queues,
             slots=StreamSlots(settings.sse_max_followers),
             memory=admission,
+            rate_limits=RateLimitStore(
+                client, scripts=scripts, prefix=settings.prefix, max_keys=settings.max_rate_limits
+            ),
         )
         try:
             yield
@@ -145,6 +150,7 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
     app.include_router(metrics.router)
     app.include_router(activity.router)
     app.include_router(queues.router)
+    app.include_router(ratelimits.router)
     console.install(app)
     docs.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_input_bytes + BODY_OVERHEAD_BYTES)

@@ -35,6 +35,8 @@ from app.errors import (
     QueueLimitReached,
     QueueNotDeclared,
     QueueNotEmpty,
+    RateLimitNotDeclared,
+    RateLimitsFull,
     RunNotFound,
     UnknownHandler,
 )
@@ -211,10 +213,28 @@ def _install_retry_problems(app: FastAPI) -> None:
         return problem(409, "Run was already re-run", str(exc), kind="already-retried")
 
 
+def _install_rate_limit_problems(app: FastAPI) -> None:
+    """A run naming an undeclared rate-limit key is the caller's mistake (422); full: 409."""
+
+    @app.exception_handler(RateLimitNotDeclared)
+    async def undeclared_key(request: Request, exc: RateLimitNotDeclared) -> ProblemResponse:
+        status = 404 if request.url.path.startswith("/rate-limits/") else 422
+        return problem(
+            status, "Rate-limit key is not declared", str(exc), kind="rate-limit-not-declared"
+        )
+
+    @app.exception_handler(RateLimitsFull)
+    async def keys_full(request: Request, exc: RateLimitsFull) -> ProblemResponse:
+        return problem(
+            409, "Too many rate-limit keys are declared", str(exc), kind="rate-limits-full"
+        )
+
+
 def install_problem_handlers(app: FastAPI) -> None:
     """Map every exception the API can raise to its problem response."""
     _install_queue_problems(app)
     _install_retry_problems(app)
+    _install_rate_limit_problems(app)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> ProblemResponse:

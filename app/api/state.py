@@ -15,6 +15,7 @@ from app.handlers import HandlerRegistry
 from app.settings import Settings
 from app.store.connection import AsyncRedis
 from app.store.queues import QueueStore
+from app.store.ratelimits import RateLimitStore
 from app.store.runs import RunStore
 from app.store.scripts import Scripts
 
@@ -37,6 +38,8 @@ class ApiState:
     slots: StreamSlots
     # refuses creates while Redis memory is past the high-water mark
     memory: MemoryAdmission
+    # declared rate-limit keys: start gates of created runs, and GET /rate-limits
+    rate_limits: RateLimitStore
     # detached work (e.g. cancel-on-disconnect) that no request may cancel
     background: set[asyncio.Task[object]] = field(default_factory=set)
 

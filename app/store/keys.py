@@ -18,6 +18,8 @@ script touches a single Redis Cluster slot::
     <prefix>:{<queue>}:claim:<owner>:<token>  string  a claim's receipt (ids, fences), for one TTL
     <prefix>:{<queue>}:series:<minute>  hash  status (or lease_expired) -> runs that came to it
                                                in that epoch minute; expires after 61 min
+    <prefix>:{<queue>}:rl:<bucket>     string  a start bucket's GCRA TAT (ms): gates the starts
+                                               of the queue's runs that name <bucket>
 
 Pub/sub channels of a queue (broadcast; not keys)::
 
@@ -35,6 +37,10 @@ Cross-queue keys (plain commands, and one script that touches nothing else)::
                                                drain (read by its heartbeat; with TTL)
     <prefix>:operation:<id>            hash    a bulk retry's filter and progress (with TTL)
     <prefix>:operation:<id>:lease      string  the API process driving it (with TTL)
+    <prefix>:ratelimits                hash    declared rate-limit key or template -> spec JSON
+                                               (declare_rate_limit; PUT /rate-limits/{key})
+    <prefix>:rl:{<bucket>}             string  a handler bucket's GCRA TAT (ms), under a hash
+                                               tag of its own: shared by every queue
 
 A run id embeds its queue (``<queue>.<ULID>``), so ``GET /runs/{id}`` finds the
 record without a directory lookup or a cross-slot read.
@@ -162,6 +168,14 @@ class QueueKeys:
         """
         return f"{self.tag}:series:{minute}"
 
+    def start_bucket(self, bucket: str) -> str:
+        """A start bucket of the queue: the GCRA TAT gating starts of runs naming ``bucket``.
+
+        ``rate_gate`` in lib.lua derives it from ``run_prefix`` (``start_bucket_of``): it
+        must stay ``<tag>:rl:<bucket>`` beside ``<tag>:run:<id>``.
+        """
+        return f"{self.tag}:rl:{bucket}"
+
     def run(self, run_id: str) -> str:
         """The run record."""
         return f"{self.run_prefix}{run_id}"
@@ -206,6 +220,15 @@ class GlobalKeys:
     def operation_lease(self, operation_id: str) -> str:
         """Who drives a bulk operation now; it expires when that process stops renewing."""
         return f"{self.prefix}:operation:{operation_id}:lease"
+
+    @property
+    def rate_limits(self) -> str:
+        """Hash of declared rate-limit keys and templates -> spec JSON (store/ratelimits.py)."""
+        return f"{self.prefix}:ratelimits"
+
+    def bucket(self, bucket: str) -> str:
+        """A handler bucket (``ctx.rate_limit``): its own hash tag, shared by every queue."""
+        return f"{self.prefix}:rl:{{{bucket}}}"
 
     def worker_drain(self, worker_id: str) -> str:
         """The flag that asks one worker to drain (its heartbeat reads it each beat)."""

@@ -39,6 +39,7 @@ from app.store.codec import (
 from app.store.connection import AsyncRedis
 from app.store.keys import GlobalKeys, QueueKeys, queue_of
 from app.store.queues import declared_queues
+from app.store.ratelimits import StartGate, start_gates_arg
 from app.store.retention import Retention
 from app.store.scripts import ScriptCode, Scripts
 from app.store.transitions import (
@@ -91,6 +92,8 @@ class NewRun:
     # clock (delay_s); at most one is set, and None for both starts at once
     start_at_ms: int | None = None
     delay_ms: int | None = None
+    # start gates (store/ratelimits.py StartGate): the buckets the run's start waits on
+    rate_limits: tuple[StartGate, ...] = ()
 
     # the input already encoded by whoever checked its size; None: encoded when needed
     encoded_input: str | None = field(default=None, compare=False, repr=False)
@@ -127,6 +130,8 @@ class NewRun:
             parts.extend((dumps(self.retention_ms), dumps(self.queued_ttl_ms)))
         if self.start_at_ms is not None or self.delay_ms is not None:
             parts.extend((dumps(self.start_at_ms), dumps(self.delay_ms)))
+        if self.rate_limits:
+            parts.append(dumps([gate.bucket for gate in self.rate_limits]))
         return hashlib.sha256(f"[{','.join(parts)}]".encode()).hexdigest()
 
 
@@ -291,6 +296,7 @@ class RunStore:
             traceparent=new.traceparent or "",
             start_at_ms="" if new.start_at_ms is None else new.start_at_ms,
             delay_ms="" if new.delay_ms is None else new.delay_ms,
+            rate_limits=start_gates_arg(new.rate_limits),
         )
 
     def _queued(self, new: NewRun, reply: CreateReply) -> Created:

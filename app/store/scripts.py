@@ -53,6 +53,7 @@ class ScriptCode(StrEnum):
     REPLAYED = "REPLAYED"
     CONFLICT = "CONFLICT"
     UNKNOWN = "UNKNOWN"
+    LIMITED = "LIMITED"
 
 
 def lua_dir() -> Path:
@@ -140,6 +141,8 @@ SCRIPT_FLAGS: dict[str, str] = {
     "delete_run": "allow-oom",  # frees memory: what an operator does when Redis is full
     "expire_queued": "allow-oom",
     "undeclare_queue": "allow-oom",  # frees a declaration: never refused for memory
+    # a 429 must slow everyone even when Redis is full: one bounded SET, and it stops work
+    "push_bucket": "allow-oom",
     "read_events": "no-writes",
 }
 

@@ -128,6 +128,7 @@ class CreateArgs(NamedTuple):
     traceparent: str
     start_at_ms: int | str  # '' for none
     delay_ms: int | str  # '' for none
+    rate_limits: str  # '' for none (store/ratelimits.py start_gates_arg)
 
 
 class CreateReply(NamedTuple):
@@ -697,6 +698,80 @@ EXPIRE_QUEUED: Transition[ExpireArgs, list[ActionRow]] = Transition(
 )
 
 
+# --- rate limits (store/ratelimits.py) ------------------------------------------
+# Buckets and declarations are cross-queue keys: their KEYS come from GlobalKeys of the
+# QueueKeys' prefix, and the subject a call is about (``run_id``) is the bucket's key.
+
+
+class TakeArgs(NamedTuple):
+    """ARGV of ``take_tokens``."""
+
+    limit: int
+    period_ms: int
+    burst: int
+    cost: int
+    max_wait_ms: int
+
+
+class TakeReply(NamedTuple):
+    """``take_tokens``' answer: taken (OK) or not (LIMITED), by the Redis clock."""
+
+    granted: bool
+    wait_ms: int
+    now_ms: int
+    remaining: int
+
+
+def _bucket_keys(k: QueueKeys, bucket: str, a: object) -> tuple[str, ...]:
+    return (GlobalKeys(k.prefix).bucket(bucket),)
+
+
+def _take_reply(reply: Sequence[Any]) -> TakeReply:
+    code, wait_ms, now_ms, remaining = reply
+    return TakeReply(code == ScriptCode.OK, int(wait_ms), int(now_ms), int(remaining))
+
+
+TAKE_TOKENS: Transition[TakeArgs, TakeReply] = Transition(
+    "take_tokens", _bucket_keys, TakeArgs, _take_reply
+)
+
+
+class PushArgs(NamedTuple):
+    """ARGV of ``push_bucket``."""
+
+    limit: int
+    period_ms: int
+    burst: int
+    retry_after_ms: int
+
+
+def _push_reply(reply: Sequence[Any]) -> int:
+    _code, until_ms, _now = reply
+    return int(until_ms)
+
+
+PUSH_BUCKET: Transition[PushArgs, int] = Transition(
+    "push_bucket", _bucket_keys, PushArgs, _push_reply
+)
+
+
+class DeclareRateLimitArgs(NamedTuple):
+    """ARGV of ``declare_rate_limit``."""
+
+    name: str
+    spec: str
+    max_keys: int
+
+
+def _declarations_keys(k: QueueKeys, subject: str, a: object) -> tuple[str, ...]:
+    return (GlobalKeys(k.prefix).rate_limits,)
+
+
+DECLARE_RATE_LIMIT: Transition[DeclareRateLimitArgs, DeclareReply] = Transition(
+    "declare_rate_limit", _declarations_keys, DeclareRateLimitArgs, _declare_reply
+)
+
+
 TRANSITIONS: dict[str, Transition[Any, Any]] = {
     t.name: t
     for t in (
@@ -719,6 +794,9 @@ TRANSITIONS: dict[str, Transition[Any, Any]] = {
         RENEW_LEASES,
         RECONCILE_EXPIRED,
         EXPIRE_QUEUED,
+        TAKE_TOKENS,
+        PUSH_BUCKET,
+        DECLARE_RATE_LIMIT,
     )
 }
 """Every binding by script name (a test holds it to ``scripts/lua``)."""

@@ -20,7 +20,8 @@
 --          record so tracing can link a takeover to the lost attempt), '' if none
 --          (and on a replayed receipt)
 --          next_due_ms is the earliest delayed run's time, or -1
--- events   claimed
+-- events   claimed; wait ({kind = rate_limited, key, until_ms}) on a run its start
+--          buckets hold back (rate_hold in lib.lua): it moves to `delayed` at that time
 -- invariant: a claimed run leaves `ready` and gains its lease in the same atomic
 --          step: there is no moment when it is neither queued nor leased. Run keys
 --          are derived from KEYS[4]/KEYS[5] because a claim cannot know in advance
@@ -83,18 +84,22 @@ if #due > 0 then
 end
 
 local claimed = {}
-while #claimed < want do
-  local ids = redis.call('LPOP', KEYS[1], want - #claimed)
+-- runs the rate gate holds back are looked at but not claimed: bound the looking
+local visits = 2 * want + 64
+while #claimed < want and visits > 0 do
+  local ids = redis.call('LPOP', KEYS[1], math.min(want - #claimed, visits))
   if not ids then
     break
   end
+  visits = visits - #ids
   for _, id in ipairs(ids) do
     local run_key = KEYS[4] .. id
     local cur = redis.call('HMGET', run_key, 'status', 'handler', 'input', 'attempt',
       'max_attempts', 'state', 'resume_input', 'budget', 'attempt_fence', 'attempt_owner',
       'traceparent', 'created_at')
-    -- anything not queued (cancelled while waiting, expired) is dropped lazily here
-    if cur[1] == 'queued' then
+    -- anything not queued (cancelled while waiting, expired) is dropped lazily here; a
+    -- run its rate-limit buckets hold back waits in `delayed` for its exact start time
+    if cur[1] == 'queued' and not rate_hold(KEYS[4], KEYS[5], KEYS[2], id, now, ARGV[4]) then
       local data = cjson.encode({owner_id = owner, attempt = tonumber(cur[4])})
       local fence = redis.call('HINCRBY', run_key, 'fence', 1)
       local expires = now + ttl

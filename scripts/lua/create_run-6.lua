@@ -25,6 +25,8 @@
 -- ARGV[17] delay_ms     integer ms from now (the Redis clock) before it may start, '' for none;
 --          a run with a start time in the future waits in the queue's delayed zset (derived
 --          from KEYS[1]'s prefix, as claim_runs' retries do) and its queued TTL counts from then
+-- ARGV[18] rate_limits  json    the start buckets the run waits on, '' for none: a list of
+--          [bucket, limit, period_ms, burst, cost] (rate_gate in lib.lua), at most 8
 -- returns  {code, run_id, created_at_ms}  codes: OK (created), REPLAYED (same key and
 --          same body, or this run id exists already: the earlier run's id),
 --          CONFLICT (same key, other body: the earlier run's id)
@@ -36,7 +38,7 @@
 --          budget are stored as the API encoded them (it refuses non-finite numbers).
 --- @include lib
 
-check_argc(17)
+check_argc(18)
 local run_id = run_id_arg(ARGV[1], KEYS[1], KEYS[2])
 local max_attempts = int_arg(ARGV[5], 'max_attempts', 1)
 enum_arg(ARGV[6], 'on_lease_expired', {'orphan', 'retry'})
@@ -51,6 +53,9 @@ if ARGV[16] ~= '' then
 end
 if ARGV[17] ~= '' then
   delay_ms = int_arg(ARGV[17], 'delay_ms', 0)
+end
+if ARGV[18] ~= '' then
+  rate_limits_arg(ARGV[18])
 end
 -- a create retried after a lost reply must not enqueue the run twice
 if redis.call('EXISTS', KEYS[1]) == 1 then
@@ -78,7 +83,7 @@ redis.call('HSET', KEYS[1],
   'input', ARGV[4], 'attempt', 1, 'max_attempts', ARGV[5],
   'on_lease_expired', ARGV[6], 'fence', 0, 'created_at', now,
   'metadata', ARGV[7], 'idempotency_key', idem_key, 'budget', ARGV[12],
-  'retention_ms', ARGV[13], 'traceparent', ARGV[15])
+  'retention_ms', ARGV[13], 'traceparent', ARGV[15], 'rate_limits', ARGV[18])
 emit(KEYS[1], KEYS[2], 'created', 0, now, data, ARGV[10])
 redis.call('ZADD', KEYS[4], now, run_id)
 -- a delayed run's time-to-live unclaimed counts from its start time, not from now

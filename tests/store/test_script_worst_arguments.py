@@ -19,11 +19,13 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
+from app.models import RateLimitSpec
 from app.settings import Settings
 from app.store.keys import GlobalKeys, QueueKeys
 from app.store.leases import HeldLease, LeaseRenewer, LeaseStore, Outcome
 from app.store.progress import EffectCall, EffectOutcome, ProgressStore
 from app.store.queues import QueueStore
+from app.store.ratelimits import Declared, RateLimitStore
 from app.store.runs import NewRun, RunStore
 from app.store.scripts import ScriptArg, ScriptCall, Scripts
 from tests.support.reconciliation import park_on_unknown_effect
@@ -302,6 +304,29 @@ async def _retry_run(w: World) -> ScriptCall:
     return retry_call(w.runs, Rerun(run_id, idempotency_key="k-3"))
 
 
+def _rate_limits(w: World, scripts: Scripts) -> RateLimitStore:
+    return RateLimitStore(w.client, scripts=scripts, prefix=w.settings.prefix, max_keys=3)
+
+
+OPENAI = Declared("openai", "openai", RateLimitSpec(limit=10, period_s=1.0, burst=2))
+
+
+async def _take_tokens(w: World) -> ScriptCall:
+    await _rate_limits(w, Scripts()).take(OPENAI, cost=1, max_wait_ms=0)  # a TAT exists
+    return await capture(_rate_limits(w, w.c_runs.scripts).take(OPENAI, cost=2, max_wait_ms=500))
+
+
+async def _push_bucket(w: World) -> ScriptCall:
+    await _rate_limits(w, Scripts()).take(OPENAI, cost=1, max_wait_ms=0)
+    return await capture(_rate_limits(w, w.c_runs.scripts).push(OPENAI, retry_after_ms=2000))
+
+
+async def _declare_rate_limit(w: World) -> ScriptCall:
+    await _rate_limits(w, Scripts()).declare("openai", OPENAI.spec)
+    spec = RateLimitSpec(limit=5, period_s=60, burst=5)
+    return await capture(_rate_limits(w, w.c_runs.scripts).declare("crm:{tenant}", spec))
+
+
 SETUPS: dict[str, Setup] = {
     "create_run": _create,
     "claim_runs": _claim,
@@ -322,6 +347,9 @@ SETUPS: dict[str, Setup] = {
     "delete_run": _delete_run,
     "expire_queued": _expire_queued,
     "retry_run": _retry_run,
+    "take_tokens": _take_tokens,
+    "push_bucket": _push_bucket,
+    "declare_rate_limit": _declare_rate_limit,
 }
 
 

@@ -24,9 +24,9 @@ from pydantic import TypeAdapter
 
 from app.api.bodies import body_doc, content_errors, raw_json_body, validate_json
 from app.api.memory import create_cost_bytes
-from app.api.routes.runs import new_run_of, problems
+from app.api.routes.runs import new_run_of, problems, with_start_gates
 from app.api.state import ApiState, api_state
-from app.errors import QueueNotDeclared
+from app.errors import QueueNotDeclared, RateLimitNotDeclared
 from app.metrics import RUNS_CREATED
 from app.models import CreateRunRequest, CreateRunsRequest, CreateRunsResult
 from app.store.runs import Created, NewRun
@@ -95,6 +95,7 @@ async def create_runs(
         except Exception as exc:  # each is answered as its problem; a bug re-raises
             outcomes[i] = await _problem(request, exc)
     await _refuse_undeclared(valid, outcomes, request, state)
+    await _gate_starts(valid, items, outcomes, request, state)
     if valid:
         cost = sum(create_cost_bytes(len(new.input_json.encode())) for new in valid.values())
         await state.memory.admit(cost)  # the whole batch, or nothing (503)
@@ -128,6 +129,26 @@ async def _refuse_undeclared(
     declared = await state.queues.declared()
     for i in [i for i, new in valid.items() if new.queue in undeclared]:
         outcomes[i] = await _problem(request, QueueNotDeclared(valid.pop(i).queue, declared))
+
+
+async def _gate_starts(
+    valid: dict[int, NewRun],
+    items: list[object],
+    outcomes: list[Outcome | None],
+    request: Request,
+    state: ApiState,
+) -> None:
+    """Resolve each item's ``rate_limits`` (declarations are cached); refuse the undeclared."""
+    for i in list(valid):
+        item = items[i]
+        names = item.get("rate_limits") if isinstance(item, dict) else None
+        if not names:
+            continue
+        try:
+            valid[i] = await with_start_gates(valid[i], names, state)
+        except (RateLimitNotDeclared, HTTPException) as exc:
+            del valid[i]
+            outcomes[i] = await _problem(request, exc)
 
 
 async def _answer(request: Request, outcome: Created | Exception) -> Outcome:

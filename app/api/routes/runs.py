@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import re
 import time
@@ -36,6 +37,7 @@ from app.models import (
 )
 from app.store.codec import LARGE_FIELDS, dumps
 from app.store.keys import queue_of
+from app.store.ratelimits import StartGate
 from app.store.runs import NewRun
 from app.tracing import Span, parse_traceparent, tracer
 
@@ -127,6 +129,20 @@ def _ahead_ms(seconds: float, name: str, max_ahead_s: float) -> int:
     return round(seconds * 1000)
 
 
+async def with_start_gates(new: NewRun, names: list[str], state: ApiState) -> NewRun:
+    """``new`` with the start gates its ``rate_limits`` name, resolved now.
+
+    Raises :class:`RateLimitNotDeclared` (422) for a key no declaration covers, and
+    422 for a key named twice. The spec is fixed on the run when it is created.
+    """
+    if not names:
+        return new
+    if len(set(names)) != len(names):
+        raise HTTPException(422, "rate_limits names a key twice")
+    gates = [StartGate.of(await state.rate_limits.resolve(name)) for name in names]
+    return dataclasses.replace(new, rate_limits=tuple(gates))
+
+
 def _bounded_ms(seconds: float | None, name: str, max_s: float) -> int | None:
     """A per-run duration in ms, refused (422) past its setting's bound.
 
@@ -202,6 +218,7 @@ async def _create(
     span: Span,
 ) -> Run | Response:
     await state.queues.require(new.queue)  # 422 naming the declared ones; never declares
+    new = await with_start_gates(new, body.rate_limits, state)
     # before a stream slot is taken: a refusal holds nothing
     await state.memory.admit(create_cost_bytes(len(new.input_json.encode())))
     streaming = "text/event-stream" in request.headers.get("accept", "")
