@@ -637,6 +637,93 @@ def runs_retry(
     _print_run(run, as_json)
 
 
+class RetryableChoice(StrEnum):
+    """The ended statuses a bulk retry may re-run."""
+
+    FAILED = "failed"
+    ORPHANED = "orphaned"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+
+
+OPERATION_POLL_S = 0.5
+
+
+@runs_app.command("retry-many")
+def runs_retry_many(
+    queue: Annotated[str | None, typer.Option(help="Only this queue.")] = None,
+    handler: Annotated[str | None, typer.Option(help="Only this handler.")] = None,
+    status: Annotated[
+        list[RetryableChoice] | None,
+        typer.Option(help="Only these statuses (repeat it; default failed and orphaned)."),
+    ] = None,
+    error_code: Annotated[
+        str | None, typer.Option(help="Only runs whose error.code is this.")
+    ] = None,
+    finished_after: Annotated[
+        str | None, typer.Option(help="Only runs finished at or after this RFC 3339 time.")
+    ] = None,
+    finished_before: Annotated[
+        str | None, typer.Option(help="Only runs finished before this RFC 3339 time.")
+    ] = None,
+    limit: Annotated[int | None, typer.Option(help="Re-run at most this many.", min=1)] = None,
+    checkpoint: Annotated[
+        CheckpointChoice, typer.Option("--checkpoint", help="keep or drop, for every re-run.")
+    ] = CheckpointChoice.KEEP,
+    wait: Annotated[bool, typer.Option("--wait", help="Follow it until it is done.")] = False,
+    as_json: JsonFlag = False,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+) -> None:
+    """Re-run every ended run the filters match, as a tracked operation (see `runs operation`)."""
+    filters = {
+        "queue": queue,
+        "handler": handler,
+        "status": [choice.value for choice in status] if status else None,
+        "error_code": error_code,
+        "finished_after": finished_after,
+        "finished_before": finished_before,
+        "limit": limit,
+        "checkpoint": checkpoint.value,
+    }
+    with _api(api_url, api_key) as client:
+        operation = client.retry_many(**filters)
+        while wait and operation.status in ("running", "stalled"):
+            if not as_json:
+                typer.echo(_operation_line(operation))
+            time.sleep(OPERATION_POLL_S)
+            operation = client.operation(operation.id)
+    typer.echo(operation.model_dump_json() if as_json else _operation_line(operation))
+
+
+@runs_app.command("operation")
+def runs_operation(
+    operation_id: str,
+    resume: Annotated[bool, typer.Option("--resume", help="Go on with a stalled one.")] = False,
+    cancel: Annotated[bool, typer.Option("--cancel", help="Stop it after its step.")] = False,
+    as_json: JsonFlag = False,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+) -> None:
+    """Show a bulk retry's progress; --resume a stalled one, or --cancel it."""
+    with _api(api_url, api_key) as client:
+        if resume:
+            operation = client.resume_operation(operation_id)
+        elif cancel:
+            operation = client.cancel_operation(operation_id)
+        else:
+            operation = client.operation(operation_id)
+    typer.echo(operation.model_dump_json() if as_json else _operation_line(operation))
+
+
+def _operation_line(operation: Any) -> str:
+    return (
+        f"operation {operation.id} {operation.status}: {operation.retried} re-run, "
+        f"{operation.skipped} skipped, {operation.errors} errors of {operation.matched} matched "
+        f"({operation.looked_at} looked at, limit {operation.limit})"
+    )
+
+
 def _json_option(flag: str, raw: str | None) -> Any:
     if raw is None:
         return None

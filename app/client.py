@@ -32,6 +32,7 @@ from app.models import (
     QueueInfo,
     QueuePage,
     QueueSeries,
+    RetryOperation,
     Run,
     RunEvent,
     RunPage,
@@ -215,6 +216,20 @@ def _retry(run_id: str, options: dict[str, Any]) -> _Call[Run]:
     return _Call("POST", f"/runs/{run_id}/retry", Run.model_validate, json=body)
 
 
+def _retry_many(filters: dict[str, Any]) -> _Call[RetryOperation]:
+    body = {
+        key: value.isoformat() if isinstance(value, datetime) else value
+        for key, value in _present(filters).items()
+    }
+    return _Call("POST", "/runs/retry", RetryOperation.model_validate, json=body)
+
+
+def _operation(operation_id: str, action: str | None = None) -> _Call[RetryOperation]:
+    if action is None:
+        return _Call("GET", f"/operations/{operation_id}", RetryOperation.model_validate)
+    return _Call("POST", f"/operations/{operation_id}/{action}", RetryOperation.model_validate)
+
+
 def _handlers() -> _Call[list[HandlerInfo]]:
     return _Call("GET", "/handlers", _models(HandlerInfo))
 
@@ -345,6 +360,27 @@ class Client:
         ``options``: checkpoint ("keep" | "drop"), max_attempts, idempotency_key.
         """
         return self._send(_retry(run_id, options))
+
+    def retry_many(self, **filters: Any) -> RetryOperation:
+        """POST /runs/retry: re-run every ended run the filters match, as an operation.
+
+        ``filters``: queue, handler, status (a list), error_code, finished_after,
+        finished_before (datetimes or RFC 3339), limit, checkpoint. Follow it with
+        :meth:`operation` until its status is done.
+        """
+        return self._send(_retry_many(filters))
+
+    def operation(self, operation_id: str) -> RetryOperation:
+        """GET /operations/{id}: a bulk retry's progress."""
+        return self._send(_operation(operation_id))
+
+    def resume_operation(self, operation_id: str) -> RetryOperation:
+        """POST /operations/{id}/resume: go on with a stalled bulk retry."""
+        return self._send(_operation(operation_id, "resume"))
+
+    def cancel_operation(self, operation_id: str) -> RetryOperation:
+        """POST /operations/{id}/cancel: stop a bulk retry after its current step."""
+        return self._send(_operation(operation_id, "cancel"))
 
     def events(
         self, run_id: str, *, last_event_id: str | None = None, reconnect: bool = True
@@ -506,6 +542,22 @@ class AsyncClient:
     async def retry(self, run_id: str, **options: Any) -> Run:
         """POST /runs/{id}/retry (see :meth:`Client.retry`)."""
         return await self._send(_retry(run_id, options))
+
+    async def retry_many(self, **filters: Any) -> RetryOperation:
+        """POST /runs/retry (see :meth:`Client.retry_many`)."""
+        return await self._send(_retry_many(filters))
+
+    async def operation(self, operation_id: str) -> RetryOperation:
+        """GET /operations/{id}."""
+        return await self._send(_operation(operation_id))
+
+    async def resume_operation(self, operation_id: str) -> RetryOperation:
+        """POST /operations/{id}/resume."""
+        return await self._send(_operation(operation_id, "resume"))
+
+    async def cancel_operation(self, operation_id: str) -> RetryOperation:
+        """POST /operations/{id}/cancel."""
+        return await self._send(_operation(operation_id, "cancel"))
 
     async def handlers(self) -> list[HandlerInfo]:
         """GET /handlers."""

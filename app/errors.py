@@ -9,6 +9,8 @@
     │   ├── InvalidTransition         e.g. cancel of a succeeded run
     │   ├── IdempotencyConflict       same key, different body
     │   ├── AlreadyRetried            a re-run of this run exists already
+    │   ├── OperationNotFound         no bulk operation with this id (or it expired)
+    │   ├── OperationConflict         the operation is finished, or another process drives it
     │   ├── LeaseLost                 fenced out: another owner holds the run now
     │   ├── QueueNotDeclared          a run on a queue nobody declared
     │   ├── QueueLimitReached         PUT /queues past LEASEHOLD_MAX_QUEUES
@@ -104,6 +106,23 @@ class AlreadyRetried(StoreError):
         )
         self.run_id = run_id
         self.retried_by = retried_by
+
+
+class OperationNotFound(StoreError):
+    """No bulk operation with this id (never made, or its record's retention ended)."""
+
+    def __init__(self, operation_id: str) -> None:
+        super().__init__(f"operation {operation_id!r} not found")
+        self.operation_id = operation_id
+
+
+class OperationConflict(StoreError):
+    """The operation cannot do that now: it is finished, or another process drives it."""
+
+    def __init__(self, operation_id: str, reason: str) -> None:
+        super().__init__(f"operation {operation_id!r}: {reason}")
+        self.operation_id = operation_id
+        self.reason = reason
 
 
 class QueueNotDeclared(StoreError):

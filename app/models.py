@@ -368,6 +368,105 @@ class RetryRequest(BaseModel):
     idempotency_key: str | None = Field(default=None, pattern=IDEMPOTENCY_KEY_PATTERN)
 
 
+RetryableStatus = Literal["failed", "orphaned", "cancelled", "expired"]
+ERROR_CODE_PATTERN = r"^[A-Za-z0-9_.:\-]{1,128}$"
+OPERATION_ID_PATTERN = r"^[0-9A-HJKMNP-TV-Z]{26}$"
+DEFAULT_RETRY_STATUSES: tuple[RetryableStatus, ...] = ("failed", "orphaned")
+
+
+class RetryFilter(BaseModel):
+    """Body of POST /runs/retry: which ended runs a bulk retry re-runs, and how.
+
+    Every filter given must hold: ``queue``, ``handler``, ``status`` (default failed
+    and orphaned), ``error_code`` (the run's ``error.code``), and a finish-time range
+    ``[finished_after, finished_before)`` (RFC 3339 with a zone). ``limit`` caps the
+    runs re-run (default and most: ``LEASEHOLD_RETRY_OPERATION_MAX_RUNS``). Runs created
+    after the operation started are never looked at, its own re-runs included.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    queue: str | None = Field(default=None, pattern=QUEUE_NAME_PATTERN)
+    handler: str | None = Field(default=None, pattern=HANDLER_NAME_PATTERN)
+    status: list[RetryableStatus] = Field(
+        default_factory=lambda: list(DEFAULT_RETRY_STATUSES), min_length=1, max_length=4
+    )
+    error_code: str | None = Field(default=None, pattern=ERROR_CODE_PATTERN)
+    finished_after: AwareDatetime | None = None
+    finished_before: AwareDatetime | None = None
+    limit: int | None = Field(default=None, ge=1, strict=True)
+    checkpoint: CheckpointChoice = "keep"
+
+    @model_validator(mode="after")
+    def _range_in_order(self) -> RetryFilter:
+        after, before = self.finished_after, self.finished_before
+        if after is not None and before is not None and after >= before:
+            raise ValueError("finished_after must be before finished_before")
+        if len(set(self.status)) != len(self.status):
+            raise ValueError("status names a status more than once")
+        return self
+
+    def matches(self, run: Run) -> bool:
+        """Whether an ended run is one this filter re-runs (not yet re-run, in range)."""
+        finished = run.finished_at
+        return (
+            run.status.value in self.status
+            and (self.queue is None or run.queue == self.queue)
+            and (self.handler is None or run.handler == self.handler)
+            and (
+                self.error_code is None
+                or (run.error is not None and run.error.code == self.error_code)
+            )
+            and (
+                self.finished_after is None
+                or (finished is not None and finished >= self.finished_after)
+            )
+            and (
+                self.finished_before is None
+                or (finished is not None and finished < self.finished_before)
+            )
+        )
+
+
+OperationStatus = Literal["running", "stalled", "done", "cancelled"]
+
+
+class RetriedPair(BaseModel):
+    """One run a bulk retry re-ran, and its new run."""
+
+    run_id: str
+    retried_as: str
+
+
+class RetryOperation(BaseModel):
+    """A bulk retry (POST /runs/retry) and its progress: GET /operations/{id}.
+
+    ``running`` while an API process drives it step by step; ``stalled`` when the
+    process driving it stopped (its lease ran out): ``POST /operations/{id}/resume``
+    continues it from its last saved step; ``done`` once nothing older is left or
+    ``limit`` runs were re-run; ``cancelled`` by ``POST /operations/{id}/cancel``.
+    """
+
+    id: str
+    kind: Literal["retry"] = "retry"
+    status: OperationStatus
+    filter: RetryFilter
+    limit: int = Field(description="Most runs it re-runs")
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None = None
+    steps: int = Field(0, description="Steps done (each saved its progress)")
+    looked_at: int = Field(0, description="Runs looked at")
+    matched: int = Field(0, description="Runs the filter matched")
+    retried: int = Field(0, description="Runs re-run (a new linked run each)")
+    skipped: int = Field(0, description="Matched but re-run already, or no longer ended")
+    errors: int = Field(0, description="Re-runs Redis refused (see last_error)")
+    last_error: str | None = None
+    recent: list[RetriedPair] = Field(
+        default_factory=list, description="The last few runs re-run, newest last"
+    )
+
+
 class RunPage(BaseModel):
     """One page of GET /runs; pass ``next_cursor`` back to get the next page."""
 

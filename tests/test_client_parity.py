@@ -46,6 +46,15 @@ QUEUE = {
     "oldest_queued_age_s": 0.5,
     "memory_bytes": 1024,
 }
+OP_ID = "01M8NMVX0F2FBPYNB2A04QJM1Z"
+OPERATION = {
+    "id": OP_ID,
+    "status": "running",
+    "filter": {"handler": "demo.echo"},
+    "limit": 10,
+    "created_at": "2026-01-01T00:00:00Z",
+    "updated_at": "2026-01-01T00:00:01Z",
+}
 ANSWERS: dict[str, Any] = {
     "/queues": {"items": [QUEUE], "max_queues": 100},
     "/queues/default": QUEUE,
@@ -55,6 +64,10 @@ ANSWERS: dict[str, Any] = {
     f"/runs/{RUN_ID}/resume": {"id": RUN_ID, "status": "queued"},
     f"/runs/{RUN_ID}/resolve": RUN,
     f"/runs/{RUN_ID}/retry": RUN,
+    "/runs/retry": OPERATION,
+    f"/operations/{OP_ID}": OPERATION,
+    f"/operations/{OP_ID}/resume": OPERATION,
+    f"/operations/{OP_ID}/cancel": OPERATION,
     "/handlers": [{"name": "demo.echo", "input_schema": {"type": "object"}}],
     "/workers": [WORKER],
     "/runs/batch": {"items": [{"status": 201, "run": RUN}]},
@@ -77,6 +90,14 @@ CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
     ("resume", (RUN_ID, {"answer": "yes"}), {}),
     ("resolve", (RUN_ID, "succeed"), {"output": {"ok": True}, "note": None}),
     ("retry", (RUN_ID,), {"checkpoint": "drop", "idempotency_key": None}),
+    (
+        "retry_many",
+        (),
+        {"handler": "demo.echo", "finished_after": datetime(2026, 1, 1, tzinfo=UTC), "limit": None},
+    ),
+    ("operation", (OP_ID,), {}),
+    ("resume_operation", (OP_ID,), {}),
+    ("cancel_operation", (OP_ID,), {}),
     ("handlers", (), {}),
     ("workers", (), {}),
     ("queues", (), {}),
@@ -150,6 +171,17 @@ async def test_every_method_sends_the_same_request_and_reads_the_same_answer() -
     }
     assert sync_api.seen[7][3] == {"action": "succeed", "output": {"ok": True}}
     assert sync_api.seen[8] == ("POST", f"/runs/{RUN_ID}/retry", "", {"checkpoint": "drop"})
+    assert sync_api.seen[9][1:] == (
+        "/runs/retry",
+        "",
+        {"handler": "demo.echo", "finished_after": "2026-01-01T00:00:00+00:00"},
+    )
+    assert [seen[:2] for seen in sync_api.seen[10:13]] == [
+        ("GET", f"/operations/{OP_ID}"),
+        ("POST", f"/operations/{OP_ID}/resume"),
+        ("POST", f"/operations/{OP_ID}/cancel"),
+    ]
+    assert sync_results[10].filter.handler == "demo.echo"
     assert [worker.id for worker in sync_results[-8]] == ["w-1-abc"]
     assert [queue.name for queue in sync_results[-7].items] == ["default"]
     assert sync_api.seen[-6] == ("PUT", "/queues/default", "", None)

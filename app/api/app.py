@@ -24,6 +24,7 @@ from app.api.hub import EventHub
 from app.api.limits import BodySizeLimit
 from app.api.memory import MemoryAdmission
 from app.api.openapi import complete_openapi
+from app.api.operations import RetryDrivers
 from app.api.origins import CrossSiteWrites
 from app.api.problems import install_problem_handlers
 from app.api.routes import (
@@ -123,9 +124,12 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
                 client, scripts=scripts, prefix=settings.prefix, max_keys=settings.max_rate_limits
             ),
         )
+        # bulk retries this process drives (POST /runs/retry); stopped before the client
+        app.state.leasehold_retries = RetryDrivers.for_settings(store, settings)
         try:
             yield
         finally:
+            await app.state.leasehold_retries.close()
             await activity_hub.close()
             await hub.close()
             await stream_client.aclose()

@@ -32,6 +32,8 @@ from app.errors import (
     InvalidInput,
     InvalidTransition,
     MemoryPressure,
+    OperationConflict,
+    OperationNotFound,
     QueueLimitReached,
     QueueNotDeclared,
     QueueNotEmpty,
@@ -206,11 +208,20 @@ def _install_queue_problems(app: FastAPI) -> None:
 
 
 def _install_retry_problems(app: FastAPI) -> None:
-    """A second re-run of a run whose re-run still exists is a 409 naming that re-run."""
+    """Re-runs: a second re-run of a run whose re-run still exists is a 409 naming it;
+    a bulk retry that is unknown is a 404, one that is finished or driven elsewhere a 409."""
 
     @app.exception_handler(AlreadyRetried)
     async def already_retried(request: Request, exc: AlreadyRetried) -> ProblemResponse:
         return problem(409, "Run was already re-run", str(exc), kind="already-retried")
+
+    @app.exception_handler(OperationNotFound)
+    async def no_operation(request: Request, exc: OperationNotFound) -> ProblemResponse:
+        return problem(404, "Operation not found", str(exc), kind="operation-not-found")
+
+    @app.exception_handler(OperationConflict)
+    async def operation_conflict(request: Request, exc: OperationConflict) -> ProblemResponse:
+        return problem(409, "Operation cannot do that now", str(exc), kind="operation-conflict")
 
 
 def _install_rate_limit_problems(app: FastAPI) -> None:

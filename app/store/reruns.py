@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Any
 
-from app.errors import AlreadyRetried, IdempotencyConflict, RunNotFound
+from app.errors import AlreadyRetried, IdempotencyConflict, RunNotFound, StoreError
 from app.models import CheckpointChoice, Run
 from app.store.codec import dumps, new_run_id
 from app.store.keys import queue_of
@@ -76,6 +77,27 @@ def retry_call(store: RunStore, rerun: Rerun) -> ScriptCall:
     return RETRY_RUN.call(keys, args, rerun.run_id)
 
 
+def settle(rerun: Rerun, raw: Any) -> tuple[str, bool] | Exception:
+    """What one ``retry_run`` reply means: (the new run's id, replayed), or the error.
+
+    An error is returned, not raised, so a pipeline of re-runs (a bulk retry) counts
+    each on its own: :class:`RunNotFound`, :class:`InvalidTransition`,
+    :class:`AlreadyRetried`, :class:`IdempotencyConflict`, or the error reply itself.
+    """
+    if isinstance(raw, Exception):
+        return raw
+    reply = RETRY_RUN.decode(raw)
+    if reply.code == ScriptCode.CONFLICT and reply.detail == "retried":
+        return AlreadyRetried(rerun.run_id, reply.run_id)
+    if reply.code == ScriptCode.CONFLICT:
+        return IdempotencyConflict(rerun.idempotency_key or "", reply.run_id)
+    try:
+        raise_for(reply.code, run_id=rerun.run_id, status=reply.detail, action="retry")
+    except StoreError as exc:
+        return exc
+    return reply.run_id, reply.code == ScriptCode.REPLAYED
+
+
 async def retry_run(store: RunStore, rerun: Rerun) -> Retried:
     """Re-run an ended run as a new linked run; see the module docstring.
 
@@ -83,10 +105,8 @@ async def retry_run(store: RunStore, rerun: Rerun) -> Retried:
     succeeded), :class:`AlreadyRetried` (its re-run exists; retry that one), or
     :class:`IdempotencyConflict` (the key named another request).
     """
-    reply = RETRY_RUN.decode(await store.scripts.run(store.client, retry_call(store, rerun)))
-    raise_for(reply.code, run_id=rerun.run_id, status=reply.detail, action="retry")
-    if reply.code == ScriptCode.CONFLICT and reply.detail == "retried":
-        raise AlreadyRetried(rerun.run_id, reply.run_id)
-    if reply.code == ScriptCode.CONFLICT:
-        raise IdempotencyConflict(rerun.idempotency_key or "", reply.run_id)
-    return Retried(await store.get(reply.run_id), replayed=reply.code == ScriptCode.REPLAYED)
+    outcome = settle(rerun, await store.scripts.run(store.client, retry_call(store, rerun)))
+    if isinstance(outcome, Exception):
+        raise outcome
+    run_id, replayed = outcome
+    return Retried(await store.get(run_id), replayed=replayed)

@@ -772,6 +772,41 @@ DECLARE_RATE_LIMIT: Transition[DeclareRateLimitArgs, DeclareReply] = Transition(
 )
 
 
+# --- commit_operation -------------------------------------------------------------
+
+
+class CommitOperationArgs(NamedTuple):
+    """ARGV of ``commit_operation``: one step's progress of a bulk operation."""
+
+    operation_id: str
+    driver: str
+    lease_ms: int
+    retention_ms: int
+    fields: str  # JSON object: strings and finite numbers
+    force: int  # 1: whoever drives it (a cancel)
+
+
+class CommitOperationReply(NamedTuple):
+    """OK, NOT_FOUND, INVALID (``detail``: its status) or CONFLICT (``detail``: the driver)."""
+
+    code: str
+    detail: str
+
+
+def _commit_operation_keys(k: QueueKeys, run_id: str, a: CommitOperationArgs) -> tuple[str, ...]:
+    # an operation spans queues: its one key is a global one, built from the prefix alone
+    return (GlobalKeys(k.prefix).operation(a.operation_id),)
+
+
+def _commit_operation_reply(reply: Sequence[Any]) -> CommitOperationReply:
+    return CommitOperationReply._make(reply)
+
+
+COMMIT_OPERATION: Transition[CommitOperationArgs, CommitOperationReply] = Transition(
+    "commit_operation", _commit_operation_keys, CommitOperationArgs, _commit_operation_reply
+)
+
+
 TRANSITIONS: dict[str, Transition[Any, Any]] = {
     t.name: t
     for t in (
@@ -797,6 +832,7 @@ TRANSITIONS: dict[str, Transition[Any, Any]] = {
         TAKE_TOKENS,
         PUSH_BUCKET,
         DECLARE_RATE_LIMIT,
+        COMMIT_OPERATION,
     )
 }
 """Every binding by script name (a test holds it to ``scripts/lua``)."""

@@ -327,6 +327,28 @@ async def _declare_rate_limit(w: World) -> ScriptCall:
     return await capture(_rate_limits(w, w.c_runs.scripts).declare("crm:{tenant}", spec))
 
 
+async def _commit_operation(w: World) -> ScriptCall:
+    from app.models import RetryFilter
+    from app.store.operations import OperationStore
+
+    fake = OperationStore(
+        w.client, scripts=w.c_runs.scripts, prefix=w.settings.prefix, retention_ms=9
+    )
+    real = OperationStore(
+        w.client, scripts=w.runs.scripts, prefix=w.settings.prefix, retention_ms=9
+    )
+    progress = await real.create(RetryFilter(), limit=5)
+    await real.commit(progress.operation_id, driver="api-1", lease_ms=60_000, fields={"steps": 1})
+    return await capture(
+        fake.commit(
+            progress.operation_id,
+            driver="api-1",
+            lease_ms=60_000,
+            fields={"steps": 2, "cursor": "c", "status": "done"},
+        )
+    )
+
+
 SETUPS: dict[str, Setup] = {
     "create_run": _create,
     "claim_runs": _claim,
@@ -350,6 +372,7 @@ SETUPS: dict[str, Setup] = {
     "take_tokens": _take_tokens,
     "push_bucket": _push_bucket,
     "declare_rate_limit": _declare_rate_limit,
+    "commit_operation": _commit_operation,
 }
 
 

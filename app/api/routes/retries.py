@@ -9,18 +9,37 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, HTTPException, Response
+from fastapi import APIRouter, Depends, Header, HTTPException, Path, Request, Response
 
-from app.api.bodies import body_doc, optional_json_body
+from app.api.bodies import body_doc, json_body, optional_json_body
 from app.api.memory import create_cost_bytes
+from app.api.operations import RetryDrivers
 from app.api.routes.runs import RunId, State, problems
-from app.errors import RunNotFound
+from app.errors import OperationConflict, RunNotFound
 from app.metrics import RUNS_CREATED
-from app.models import IDEMPOTENCY_KEY_PATTERN, RetryRequest, Run
+from app.models import (
+    IDEMPOTENCY_KEY_PATTERN,
+    OPERATION_ID_PATTERN,
+    RetryFilter,
+    RetryOperation,
+    RetryRequest,
+    Run,
+)
 from app.store.keys import queue_of
 from app.store.reruns import Rerun, retry_run
 
 router = APIRouter(tags=["runs"])
+
+OperationId = Annotated[str, Path(pattern=OPERATION_ID_PATTERN, description="a ULID")]
+
+
+def drivers(request: Request) -> RetryDrivers:
+    """FastAPI dependency: the bulk retries this API process drives."""
+    found: RetryDrivers = request.app.state.leasehold_retries
+    return found
+
+
+Drivers = Annotated[RetryDrivers, Depends(drivers)]
 
 
 @router.post(
@@ -76,3 +95,90 @@ async def retry_one(
     else:
         RUNS_CREATED.labels(retried.run.queue, retried.run.handler).inc()
     return retried.run
+
+
+@router.post(
+    "/runs/retry",
+    status_code=202,
+    response_model=RetryOperation,
+    responses=problems(400, 413, 415, 422, 503),
+    openapi_extra=body_doc(RetryFilter),
+)
+async def retry_many(
+    body: Annotated[RetryFilter, Depends(json_body(RetryFilter))],
+    state: State,
+    running: Drivers,
+    response: Response,
+) -> RetryOperation:
+    """Re-run every ended run a filter matches, as a tracked operation (202, ``Location``).
+
+    Filters (all must hold): ``queue``, ``handler``, ``status`` (failed, orphaned,
+    cancelled, expired; default failed and orphaned), ``error_code``, and
+    ``[finished_after, finished_before)``. Each match becomes a new linked run, as
+    ``POST /runs/{id}/retry`` makes it (``checkpoint`` applies to all); runs re-run
+    already are skipped. It goes on in steps of ``LEASEHOLD_RETRY_BATCH_SIZE`` runs,
+    each saved: ``GET /operations/{id}`` shows its progress. At most ``limit`` runs
+    (at most ``LEASEHOLD_RETRY_OPERATION_MAX_RUNS``, else 422). While this process
+    drives ``LEASEHOLD_RETRY_OPERATIONS_MAX`` of them → 503 with Retry-After.
+    """
+    most = state.settings.retry_operation_max_runs
+    if body.limit is not None and body.limit > most:
+        raise HTTPException(
+            422, f"limit is {body.limit}; the most one bulk retry may re-run is {most}"
+        )
+    if body.queue is not None:
+        await state.queues.require(body.queue)
+    running.admit()  # before anything is written: a refusal leaves no record
+    await state.queues.announce_configured()  # a fresh API's own queues are searched too
+    progress = await running.operations.create(body, limit=body.limit or most)
+    await running.start(progress)
+    response.headers["Location"] = f"/operations/{progress.operation_id}"
+    return await running.operations.get(progress.operation_id)
+
+
+@router.get(
+    "/operations/{operation_id}", response_model=RetryOperation, responses=problems(404, 422)
+)
+async def get_operation(operation_id: OperationId, running: Drivers) -> RetryOperation:
+    """A bulk retry's filter and progress; ``stalled`` when the process driving it stopped."""
+    return await running.operations.get(operation_id)
+
+
+@router.post(
+    "/operations/{operation_id}/resume",
+    status_code=202,
+    response_model=RetryOperation,
+    responses=problems(404, 409, 422, 503),
+)
+async def resume_operation(
+    operation_id: OperationId, state: State, running: Drivers
+) -> RetryOperation:
+    """Go on with a ``stalled`` bulk retry from its last saved step, in this process.
+
+    Nothing is re-run twice (each re-run's idempotency key is derived from the
+    operation and the run). Running elsewhere, done or cancelled → 409.
+    """
+    current = await running.operations.get(operation_id)
+    if current.status != "stalled":
+        raise OperationConflict(operation_id, f"it is {current.status}, not stalled")
+    await state.queues.announce_configured()  # a fresh API's own queues are searched too
+    await running.start(await running.operations.progress(operation_id))
+    return await running.operations.get(operation_id)
+
+
+@router.post(
+    "/operations/{operation_id}/cancel",
+    status_code=202,
+    response_model=RetryOperation,
+    responses=problems(404, 409, 422),
+)
+async def cancel_operation(operation_id: OperationId, running: Drivers) -> RetryOperation:
+    """Stop a bulk retry after its current step; the runs it re-ran stay. Finished → 409."""
+    await running.operations.commit(
+        operation_id,
+        driver=running.driver,
+        lease_ms=1,
+        fields={"status": "cancelled"},
+        force=True,
+    )
+    return await running.operations.get(operation_id)
