@@ -22,6 +22,7 @@ import typer
 from app.errors import ConfigurationError, LeaseholdError
 from app.logs import configure_logging
 from app.models import PARKED_STATUSES, Run, RunStatus
+from app.startup import settle
 
 # start-up is what `runs get` in a shell loop pays each time (BENCHMARKS.md): what only some
 # commands need (asyncio, redis through the probes and handlers, pydantic-settings, httpx,
@@ -206,6 +207,7 @@ def up(
     else:
         handlers_or_exit(settings)
     configure_logging(settings.log_level, settings.log_format)
+    settle()
     try:
         Stack(settings, workers=workers).run()
     except LeaseholdError as exc:
@@ -237,6 +239,7 @@ def api(
             "no handlers (LEASEHOLD_HANDLERS is empty): every POST /runs gets 422"
         )
     tracing_or_exit(settings, "leasehold-api")
+    settle()
     uvicorn.run(
         application,
         host=settings.api_host,
@@ -284,6 +287,7 @@ def reconciler() -> None:
 
     settings = settings_or_exit()
     configure_logging(settings.log_level, settings.log_format)
+    settle()
     asyncio.run(run_standalone(settings))
 
 

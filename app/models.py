@@ -11,7 +11,21 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AwareDatetime, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel as PydanticModel
+
+
+class BaseModel(PydanticModel):
+    """Every model here: its validator and serializer are built on first use, not at import.
+
+    Building them is most of what importing this module costs (~20 ms for ~30 models),
+    and a worker uses two or three of these models while every process imports them
+    all: ``leasehold worker`` and ``runs get`` pay for start-up each time (issue 19).
+    Subclasses keep their own ``model_config``; pydantic merges it with this one.
+    """
+
+    model_config = ConfigDict(defer_build=True)
+
 
 QUEUE_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 IDEMPOTENCY_KEY_PATTERN = r"^[A-Za-z0-9_.:\-]{1,128}$"

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import os
 import secrets
@@ -48,11 +47,11 @@ from app.executor.slots import Slots
 from app.executor.table import LeaseTable
 from app.handlers import HandlerRegistry
 from app.metrics import LEASES_LOST, LOOP_LAG, RUNS_CLAIMED
-from app.metrics_server import start_metrics_server
 from app.models import WorkerInfo
 from app.reconciler import Reconciler
 from app.retry import REDIS_BACKOFF, retrying
 from app.settings import Settings
+from app.startup import settle
 from app.store import workers
 from app.store.connection import AsyncRedis, async_client, sync_client
 from app.store.leases import ClaimedRun, LeaseRenewer, LeaseStore
@@ -115,7 +114,7 @@ class Worker:
         await _connect(client, scripts, queues)
         # start-up objects (modules, handler models, settings) live as long as the
         # process: freeze them, so each GC pass scans only short-lived run objects
-        gc.freeze()
+        settle()
         lease_store = LeaseStore.for_settings(client, scripts, self.settings)
         run_store = RunStore.for_settings(client, scripts, self.settings)
         # no single call of the heartbeat may outlast the safety margin: not a read, not a
@@ -151,6 +150,9 @@ class Worker:
         metrics_server = None
         try:
             if self.settings.worker_metrics_port:
+                # imported only when on: its HTTP server modules are start-up time otherwise
+                from app.metrics_server import start_metrics_server
+
                 # a daemon thread; it serves the same registry the heartbeat updates
                 metrics_server = start_metrics_server(self.settings)
             heartbeat.start()

@@ -1,0 +1,17 @@
+"""The ``leasehold`` console script: the CLI, started behind a quiet collector.
+
+Nothing but this module and :mod:`app.startup` is imported before the collector is
+quieted; why that pays is in :mod:`app.startup`.
+"""
+
+from __future__ import annotations
+
+from app.startup import quiet_collector
+
+
+def main() -> None:
+    """Console-script entry point: ``app.cli.main`` behind a quiet collector."""
+    quiet_collector()
+    from app.cli import main as cli_main
+
+    cli_main()

@@ -1,0 +1,102 @@
+"""What a process imports and does before it serves: ``leasehold worker`` start-up (issue 19).
+
+Structural checks, not timings (those are in BENCHMARKS.md, ``bench.worker_startup``):
+each runs a fresh interpreter, so nothing this test session imported counts.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+
+from tests.support.processes import REPO_ROOT
+
+PROBE_TIMEOUT_S = 60.0
+
+
+def probe(code: str) -> str:
+    """The last line ``code`` prints in a fresh interpreter started in the checkout."""
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=PROBE_TIMEOUT_S,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()[-1]
+
+
+def test_a_worker_imports_no_http_server_or_client() -> None:
+    # what `leasehold worker` imports before it claims: the CLI, the worker, a handler
+    # module; the API, its server and the HTTP client are a third of a second more
+    heavy = [
+        "fastapi",
+        "starlette",
+        "uvicorn",
+        "sse_starlette",
+        "httpx",
+        "rich",
+        "app.api",
+        "app.client",
+        "app.metrics_server",
+    ]
+    code = (
+        "import sys\n"
+        "import app.cli, app.executor.worker, app.demo\n"
+        f"print([name for name in {heavy!r} if name in sys.modules])\n"
+    )
+    assert probe(code) == "[]"
+
+
+def test_models_are_built_when_first_used_not_at_import() -> None:
+    code = (
+        "import app.models as m\n"
+        "before = m.Run.__pydantic_complete__\n"
+        "run = m.Run.model_validate({'id': 'q.X', 'queue': 'q', 'handler': 'h',\n"
+        "    'status': 'queued', 'created_at': '2026-12-01T00:00:00Z'})\n"
+        "print(before, m.Run.__pydantic_complete__, run.status.value, run.fence)\n"
+    )
+    assert probe(code) == "False True queued 0"
+
+
+def test_the_console_script_starts_behind_a_quiet_collector() -> None:
+    scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["leasehold"] == "app.launch:main"
+    # raised while modules load; settle() freezes them and puts the defaults back
+    code = (
+        "import gc\n"
+        "from app import startup as launch\n"
+        "default = gc.get_threshold()\n"
+        "launch.quiet_collector()\n"
+        "quiet = gc.get_threshold()[0]\n"
+        "launch.settle()\n"
+        "print(quiet == launch.START_UP_THRESHOLD, gc.get_threshold() == default,\n"
+        "      gc.get_freeze_count() > 0)\n"
+    )
+    assert probe(code) == "True True True"
+
+
+def test_settle_without_a_quiet_start_leaves_the_thresholds_alone() -> None:
+    # python -m app.cli, tests, an embedding application: only the freeze happens
+    code = (
+        "import gc\n"
+        "gc.set_threshold(1234, 5, 6)\n"
+        "from app import startup as launch\n"
+        "launch.settle()\n"
+        "print(gc.get_threshold())\n"
+    )
+    assert probe(code) == "(1234, 5, 6)"
+
+
+def test_the_console_script_runs_the_cli() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from app.launch import main; main()", "--help"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=PROBE_TIMEOUT_S,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "worker" in done.stdout and "Leasehold" in done.stdout
