@@ -302,7 +302,7 @@ def test_the_wheel_ships_the_lua_scripts_the_image_runs() -> None:
     pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
     force_include = pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
     assert force_include["scripts/lua"] == "app/lua"
-    assert pyproject["project"]["scripts"]["leasehold"] == "app.cli:main"
+    assert pyproject["project"]["scripts"]["leasehold"] == "app.launch:main"
 
 
 # --- deploy/k8s -------------------------------------------------------------------
