@@ -11,7 +11,7 @@ import pytest
 
 from app.embedded import free_port
 from app.models import QueuePage, Run, RunPage, RunStatus
-from tests.support.processes import REPO_ROOT, Processes
+from tests.support.processes import REPO_ROOT, Processes, python_prints
 
 CLI_TIMEOUT_S = 60
 
@@ -261,12 +261,4 @@ def test_starting_the_cli_imports_nothing_only_some_commands_need() -> None:
         "except SystemExit:\n    pass\n"
         f"print([name for name in {heavy!r} if name in sys.modules])\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_S,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[-1] == "[]"
+    assert python_prints(probe) == "[]"

@@ -10,27 +10,12 @@ import subprocess
 import sys
 import tomllib
 
-from tests.support.processes import REPO_ROOT
-
-PROBE_TIMEOUT_S = 60.0
-
-
-def probe(code: str) -> str:
-    """The last line ``code`` prints in a fresh interpreter started in the checkout."""
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=PROBE_TIMEOUT_S,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.splitlines()[-1]
+from tests.support.processes import PROBE_TIMEOUT_S, REPO_ROOT, python_prints
 
 
 def test_a_worker_imports_no_http_server_or_client() -> None:
     # what `leasehold worker` imports before it claims: the CLI, the worker, a handler
-    # module; the API, its server and the HTTP client are a third of a second more
+    # module; the API, its server and the HTTP client are not needed to claim or run
     heavy = [
         "fastapi",
         "starlette",
@@ -47,7 +32,7 @@ def test_a_worker_imports_no_http_server_or_client() -> None:
         "import app.cli, app.executor.worker, app.demo\n"
         f"print([name for name in {heavy!r} if name in sys.modules])\n"
     )
-    assert probe(code) == "[]"
+    assert python_prints(code) == "[]"
 
 
 def test_models_are_built_when_first_used_not_at_import() -> None:
@@ -58,7 +43,7 @@ def test_models_are_built_when_first_used_not_at_import() -> None:
         "    'status': 'queued', 'created_at': '2026-12-01T00:00:00Z'})\n"
         "print(before, m.Run.__pydantic_complete__, run.status.value, run.fence)\n"
     )
-    assert probe(code) == "False True queued 0"
+    assert python_prints(code) == "False True queued 0"
 
 
 def test_the_console_script_starts_behind_a_quiet_collector() -> None:
@@ -75,7 +60,7 @@ def test_the_console_script_starts_behind_a_quiet_collector() -> None:
         "print(quiet == launch.START_UP_THRESHOLD, gc.get_threshold() == default,\n"
         "      gc.get_freeze_count() > 0)\n"
     )
-    assert probe(code) == "True True True"
+    assert python_prints(code) == "True True True"
 
 
 def test_settle_without_a_quiet_start_leaves_the_thresholds_alone() -> None:
@@ -87,7 +72,7 @@ def test_settle_without_a_quiet_start_leaves_the_thresholds_alone() -> None:
         "launch.settle()\n"
         "print(gc.get_threshold())\n"
     )
-    assert probe(code) == "(1234, 5, 6)"
+    assert python_prints(code) == "(1234, 5, 6)"
 
 
 def test_the_console_script_runs_the_cli() -> None:

@@ -9,6 +9,8 @@ with ``leasehold up``, the demo, the benchmarks and the soak.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +22,24 @@ from app.processes import Child, child_env, spawn, wait_healthy
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEST_HANDLERS = "app.demo,tests.support.handlers,tests.support.effect_handlers"
+PROBE_TIMEOUT_S = 60.0
+
+
+def python_prints(code: str) -> str:
+    """The last line ``code`` prints in a fresh interpreter started in the checkout.
+
+    For what a process imports or sets up at start: nothing this test session
+    imported counts there.
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=PROBE_TIMEOUT_S,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()[-1]
 
 
 @dataclass
