@@ -31,6 +31,7 @@
     │                                 in (ctx.rate_limit / ctx.rate_limited): no attempt spent
     └── RunFailure                    why a run ended ``failed``; carried in ``run.error``
         ├── HandlerFailed             the handler raised something untyped
+        ├── InvalidRateLimitUse       ctx.rate_limit cost outside 1..burst, bad Retry-After
         ├── InvalidCheckpoint         ctx.checkpoint() got state that is not JSON
         │   └── CheckpointTooLarge    ... or more than LEASEHOLD_MAX_CHECKPOINT_BYTES
         ├── InvalidEffect             ctx.effect() got a malformed name
@@ -263,6 +264,12 @@ class RunFailure(LeaseholdError):
         if retryable is not None:
             self.retryable = retryable
         self.details = details or {}
+
+
+class InvalidRateLimitUse(RunFailure):
+    """``ctx.rate_limit`` with a cost outside 1..burst, or a bad Retry-After: a handler bug."""
+
+    code = "invalid_rate_limit_use"
 
 
 class HandlerFailed(RunFailure):

@@ -200,3 +200,23 @@ CREATES_REFUSED = Counter(
     "Creates this API refused with 503 because Redis memory was past the high-water mark.",
     registry=API_REGISTRY,
 )
+# rate limits, labelled by the *declared* name (a key, or a template such as crm:{tenant}),
+# never by a template's instance: at most LEASEHOLD_MAX_RATE_LIMITS label values
+RATE_LIMIT_WAITS = Counter(
+    "leasehold_rate_limit_waits_total",
+    "ctx.rate_limit takes that had to wait for their token (outcome: waited, released).",
+    ["key", "outcome"],
+    registry=WORKER_REGISTRY,
+)
+RATE_LIMIT_WAIT_SECONDS = Counter(
+    "leasehold_rate_limit_wait_seconds_total",
+    "Seconds handlers waited for rate-limit tokens, holding their leases.",
+    ["key"],
+    registry=WORKER_REGISTRY,
+)
+RATE_LIMIT_PUSHES = Counter(
+    "leasehold_rate_limit_pushes_total",
+    "Upstream 429s reported with ctx.rate_limited: each pushed the key's bucket forward.",
+    ["key"],
+    registry=WORKER_REGISTRY,
+)

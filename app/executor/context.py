@@ -13,11 +13,15 @@ that can reject writes from a stale executor (Kleppmann's fencing token).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import threading
+from collections.abc import AsyncIterator
 from typing import Any
 
 from app.executor.effects import EffectFn, EffectLedger
 from app.executor.events import EventSink
+from app.executor.rates import RateLimiter
 from app.supervision.config import Supervision
 from app.supervision.operation import Operation, run_supervised
 from app.supervision.steps import StepBudget
@@ -43,6 +47,7 @@ class RunContext:
         ledger: EffectLedger,
         loop: asyncio.AbstractEventLoop,
         supervision: Supervision,
+        rates: RateLimiter,
         max_steps: int | None = None,
     ) -> None:
         self.run_id = run_id
@@ -61,6 +66,7 @@ class RunContext:
         self._cancelled = threading.Event()
         self._cancel_reason: str | None = None
         self._supervision = supervision
+        self._rates = rates
         self.nudges: list[str] = []
         self._steps = StepBudget(
             max_steps,
@@ -147,6 +153,8 @@ class RunContext:
         first_progress_s: float | None = None,
         idle_s: float | None = None,
         max_duration_s: float | None = None,
+        rate_limit: str | None = None,
+        rate_cost: int = 1,
     ) -> Operation:
         """Supervise a block of work (``async with ctx.operation(...) as op``).
 
@@ -155,7 +163,9 @@ class RunContext:
         When the lease (``lease_s``, else LEASEHOLD_OP_LEASE_S__<KIND>) runs out, a
         ``wait`` event goes out and the watchdog decides; nothing is cancelled unless
         it says INTERVENE or ESCALATE, or a budget runs out (each budget raises its
-        own typed, non-retryable error).
+        own typed, non-retryable error). ``rate_limit`` takes ``rate_cost`` tokens of
+        that key first (as :meth:`rate_limit`): the operation's lease and budgets
+        start once they are granted, so the wait counts against none of them.
         """
         limits = self._supervision.limits(
             kind,
@@ -164,6 +174,9 @@ class RunContext:
             idle_s=idle_s,
             max_duration_s=max_duration_s,
         )
+        before = None
+        if rate_limit is not None:
+            before = functools.partial(self._rates.acquire, rate_limit, rate_cost)
         return Operation(
             kind=kind,
             subject=subject,
@@ -171,6 +184,7 @@ class RunContext:
             watchdog=self._supervision.watchdog,
             emit=self.emit,
             nudges=self.nudges,
+            before=before,
         )
 
     async def supervise(
@@ -198,6 +212,40 @@ class RunContext:
             max_duration_s=max_duration_s,
         )
         return await run_supervised(operation, work)
+
+    @contextlib.asynccontextmanager
+    async def rate_limit(self, key: str, cost: int = 1) -> AsyncIterator[None]:
+        """Wait for ``cost`` tokens of a declared rate-limit key, then run the block.
+
+        ``async with ctx.rate_limit("openai"): await client.chat(...)``. Every worker
+        and queue shares the key's bucket (GCRA in Redis): over any window of one
+        period at most limit + burst pass. While it waits the lease keeps renewing
+        and the run's stream has a ``wait`` event (``kind: rate_limited``, ``key``,
+        ``until_ms``). A token further away than LEASEHOLD_RATE_LIMIT_MAX_WAIT_S
+        releases the run until then instead (:class:`~app.errors.RateLimitRelease`:
+        let it propagate; no attempt is spent). Inside ``ctx.operation`` use its
+        ``rate_limit=`` argument, so the wait is not counted against its budgets.
+        Raises :class:`~app.errors.RateLimitNotDeclared` for an undeclared key and
+        :class:`~app.errors.InvalidRateLimitUse` for a cost above the key's burst.
+        """
+        await self._rates.acquire(key, cost)
+        yield
+
+    def rate_limit_sync(self, key: str, cost: int = 1) -> None:
+        """``rate_limit`` for sync handlers: blocks their thread until the tokens are due."""
+        future = asyncio.run_coroutine_threadsafe(self._rates.acquire(key, cost), self._loop)
+        future.result()
+
+    async def rate_limited(self, key: str, *, retry_after_s: float, release: bool = True) -> int:
+        """An upstream answered 429: slow every worker using ``key`` for ``retry_after_s``.
+
+        Nobody takes a token of the key before then; afterwards it refills one token
+        at a time. With ``release`` (the default) raises
+        :class:`~app.errors.RateLimitRelease`: let it propagate, and the run goes back
+        to the queue until then without spending an attempt (a ``wait`` event says
+        so). ``release=False`` returns the epoch ms (Redis clock) a token passes again.
+        """
+        return await self._rates.report_429(key, retry_after_s=retry_after_s, release=release)
 
     def take_nudges(self) -> list[str]:
         """Notes the watchdog left (NUDGE) since the last call, oldest first."""

@@ -33,12 +33,14 @@ from app.errors import (
     EscalationRequested,
     HandlerFailed,
     InvalidInput,
+    RateLimitRelease,
     RunFailure,
 )
 from app.executor.context import RunContext
 from app.executor.courier import Courier
 from app.executor.effects import EffectLedger
 from app.executor.events import EventSink
+from app.executor.rates import RateLimiter
 from app.executor.spans import attempt_span
 from app.handlers import HandlerSpec
 from app.metrics import ATTEMPT_SECONDS, BUDGET_FAILURES, RUNS_FINISHED
@@ -46,6 +48,7 @@ from app.retry import Backoff
 from app.store.codec import dumps
 from app.store.leases import ClaimedRun, HeldLease, LeaseStore, Outcome
 from app.store.progress import ProgressStore
+from app.store.ratelimits import RateLimitStore
 from app.store.transitions import LeaseAnswer
 from app.supervision.config import Supervision
 from app.tracing import tracer
@@ -108,6 +111,9 @@ class ExecutionDeps:
     on_slot_freed: Callable[[], None]
     on_settled: Callable[[str], None]
     supervision: Supervision
+    # the shared rate-limit buckets (ctx.rate_limit) and the longest wait holding a lease
+    rate_limits: RateLimitStore
+    rate_limit_max_wait_ms: int
 
 
 @dataclass(frozen=True)
@@ -164,6 +170,9 @@ class RunExecution:
             ledger=self.ledger,
             loop=self._loop,
             supervision=deps.supervision,
+            rates=RateLimiter(
+                deps.rate_limits, emit=self.sink.add, max_wait_ms=deps.rate_limit_max_wait_ms
+            ),
             max_steps=claimed.budget.get("max_steps"),
         )
         self.stop_reason: str | None = None
@@ -211,6 +220,11 @@ class RunExecution:
                 return
             if result.interrupted and self.stop_reason == DRAIN:
                 await self._release()
+                return
+            if isinstance(result.error, RateLimitRelease):
+                # the wait event must land before the release moves the fence past us
+                await self.sink.flush()
+                await self._release(result.error.reason, delay_ms=result.error.delay_ms)
                 return
             await self._finish(result)
         finally:
@@ -335,11 +349,12 @@ class RunExecution:
         }
         return Outcome(run_id, fence, "failed", error_json=dumps(error), retry_delay_ms=delay)
 
-    async def _release(self) -> None:
+    async def _release(self, reason: str = DRAIN, *, delay_ms: int = 0) -> None:
+        """Hand the run back (fence+1, attempt kept): at once for a drain, later for a rate."""
         lease = HeldLease(self.claimed.id, self.claimed.fence)
         try:
             codes = await self._deps.lease_store.release(
-                self.claimed.queue, self._deps.owner_id, [lease], DRAIN
+                self.claimed.queue, self._deps.owner_id, [lease], reason, delay_ms=delay_ms
             )
         except (RedisError, OSError) as exc:
             log.warning(

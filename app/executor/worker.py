@@ -56,6 +56,7 @@ from app.store import workers
 from app.store.connection import AsyncRedis, async_client, sync_client
 from app.store.leases import ClaimedRun, LeaseRenewer, LeaseStore
 from app.store.queues import QueueStore
+from app.store.ratelimits import RateLimitStore
 from app.store.refusals import describe, is_transient
 from app.store.runs import RunStore
 from app.store.scripts import Scripts
@@ -145,6 +146,13 @@ class Worker:
             on_slot_freed=self._slot_freed,
             on_settled=self._settled,
             supervision=Supervision.from_settings(self.settings),
+            rate_limits=RateLimitStore(
+                client,
+                scripts=scripts,
+                prefix=self.settings.prefix,
+                max_keys=self.settings.max_rate_limits,
+            ),
+            rate_limit_max_wait_ms=round(self.settings.rate_limit_max_wait_s * 1000),
         )
         background = []
         metrics_server = None

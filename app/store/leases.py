@@ -252,9 +252,20 @@ class LeaseStore:
         return reply.value
 
     async def release(
-        self, queue: str, owner: str, leases: Sequence[HeldLease], reason: str
+        self,
+        queue: str,
+        owner: str,
+        leases: Sequence[HeldLease],
+        reason: str,
+        *,
+        delay_ms: int = 0,
     ) -> list[LeaseAnswer]:
-        """Hand runs back to the queue (fence+1); one answer per lease, OK or LOST."""
+        """Hand runs back to the queue (fence+1); one answer per lease, OK or LOST.
+
+        ``delay_ms`` 0 puts them at the head of the line (a drain); more keeps them in
+        the delayed set that long by the Redis clock (a rate limit's token is due
+        then). The attempt count is kept either way.
+        """
         keys = self.keys(queue)
         args = ReleaseArgs(
             owner,
@@ -262,6 +273,7 @@ class LeaseStore:
             self.events_maxlen,
             reason,
             keys.wake_channel,
+            delay_ms,
             [LeaseGroup(lease.run_id, lease.fence) for lease in leases],
         )
         return await RELEASE_RUNS.send(self.scripts, self.client, keys, args)

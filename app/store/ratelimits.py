@@ -211,16 +211,17 @@ class RateLimitStore:
         )
         return Token(reply.granted, reply.wait_ms, reply.now_ms, reply.remaining)
 
-    async def push(self, declared: Declared, *, retry_after_ms: int) -> int:
+    async def push(self, declared: Declared, *, retry_after_ms: int) -> Token:
         """An upstream said 429: nobody takes from the bucket for ``retry_after_ms``.
 
-        Returns the epoch ms (Redis clock) at which a token passes again.
+        Returns when a token passes again (``until_ms``, Redis clock); nothing is taken.
         """
         spec = declared.spec
         args = PushArgs(spec.limit, spec.period_ms, spec.burst, retry_after_ms)
-        return await PUSH_BUCKET.send(
+        reply = await PUSH_BUCKET.send(
             self.scripts, self.client, self._binding_keys, args, declared.key
         )
+        return Token(False, reply.until_ms - reply.now_ms, reply.now_ms, 0)
 
     async def state(self, declared: Declared) -> BucketState:
         """The handler bucket now: tokens available and when the next one passes."""

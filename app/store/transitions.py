@@ -620,6 +620,7 @@ class ReleaseArgs(NamedTuple):
     maxlen: int
     reason: str
     wake_channel: str
+    delay_ms: int
     groups: Sequence[LeaseGroup]
 
 
@@ -745,12 +746,19 @@ class PushArgs(NamedTuple):
     retry_after_ms: int
 
 
-def _push_reply(reply: Sequence[Any]) -> int:
-    _code, until_ms, _now = reply
-    return int(until_ms)
+class PushReply(NamedTuple):
+    """``push_bucket``'s answer: when a token passes again, and now (both Redis clock, ms)."""
+
+    until_ms: int
+    now_ms: int
 
 
-PUSH_BUCKET: Transition[PushArgs, int] = Transition(
+def _push_reply(reply: Sequence[Any]) -> PushReply:
+    _code, until_ms, now_ms = reply
+    return PushReply(int(until_ms), int(now_ms))
+
+
+PUSH_BUCKET: Transition[PushArgs, PushReply] = Transition(
     "push_bucket", _bucket_keys, PushArgs, _push_reply
 )
 

@@ -75,6 +75,7 @@ class Operation:
         emit: Emit,
         nudges: list[str],
         clock: Callable[[], float] = time.monotonic,
+        before: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.kind = kind
         self.subject = subject
@@ -83,6 +84,8 @@ class Operation:
         self._emit = emit
         self._nudges = nudges
         self._clock = clock
+        # awaited on entry before the lease and budgets start (a rate limit's token)
+        self._before = before
         self.started_at = clock()
         self.renewals = 0
         self.progress_count = 0
@@ -128,6 +131,9 @@ class Operation:
     # -- lifecycle -------------------------------------------------------------------
 
     async def __aenter__(self) -> Operation:
+        if self._before is not None:
+            await self._before()
+            self.started_at = self._clock()  # waiting for a token counts against no budget
         # the span is current inside the block and in the watcher started below
         self._span = tracer().start_span(
             f"leasehold.operation {self.kind}",

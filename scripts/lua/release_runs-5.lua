@@ -1,4 +1,4 @@
--- release_runs: a draining worker hands its unfinished runs back to the queue.
+-- release_runs: a worker hands runs back to the queue (draining, or rate-limited).
 --
 -- KEYS[1]  leases       zset    id -> lease expiry ms
 -- KEYS[2]  ready        list    runnable ids (FIFO)
@@ -11,29 +11,34 @@
 -- ARGV[3]  maxlen       integer
 -- ARGV[4]  reason       string  why the runs are released (e.g. drain)
 -- ARGV[5]  wake_channel string  pub/sub channel idle workers of the queue listen on
--- ARGV[6..] id, fence   pairs, one per released run
+-- ARGV[6]  delay_ms     integer 0: at the head of the line now (drain); more: in the queue's
+--          delayed set (derived from KEYS[3]) until now + delay_ms (a rate limit's token)
+-- ARGV[7..] id, fence   pairs, one per released run
 -- returns  a list with one code per pair, in order: OK (released, or cancelled if a
 --          cancel was pending), LOST (fenced out: nothing written)
 -- events   released, or cancelled
 -- invariant: a released run is queued again at the head of the line with fence+1,
---          so another worker takes it at once and this owner can write nothing more.
+--          so another worker takes it at once and this owner can write nothing more;
+--          with a delay it waits in `delayed` instead. Its attempt count is kept: a
+--          release is not a failure.
 -- validate-then-write: the numbers and pairs are checked before the first write;
 --          each run is read and its event encoded before its own writes.
 --- @include lib
 
-check_argc(5)
+check_argc(6)
 local k = {leases = KEYS[1], run_prefix = KEYS[3], events_prefix = KEYS[4],
   idem_prefix = KEYS[5]}
 local owner = ARGV[1]
 local retention = retention_arg(ARGV[2])
 int_arg(ARGV[3], 'maxlen', 0)
-check_groups(6, 2)
-for i = 6, #ARGV, 2 do
+local delay_ms = int_arg(ARGV[6], 'delay_ms', 0)
+check_groups(7, 2)
+for i = 7, #ARGV, 2 do
   run_id_arg(ARGV[i])
 end
 local now = now_ms()
 local answers = {}
-for i = 6, #ARGV, 2 do
+for i = 7, #ARGV, 2 do
   local id, fence = ARGV[i], ARGV[i + 1]
   local run_key = KEYS[3] .. id
   if not holds(run_key, owner, fence) then
@@ -45,13 +50,19 @@ for i = 6, #ARGV, 2 do
       local new_fence = redis.call('HINCRBY', run_key, 'fence', 1)
       finalize(k, id, 'cancelled', new_fence, now, {}, data, retention, ARGV[3])
     else
-      local data = cjson.encode({owner_id = owner, reason = ARGV[4]})
+      local data = cjson.encode({owner_id = owner, reason = ARGV[4],
+        run_at_ms = delay_ms > 0 and now + delay_ms or nil})
       local new_fence = redis.call('HINCRBY', run_key, 'fence', 1)
       redis.call('HSET', run_key, 'status', 'queued')
       redis.call('HDEL', run_key, 'owner_id', 'lease_expires_at')
       redis.call('ZREM', KEYS[1], id)
       emit(run_key, KEYS[4] .. id, 'released', new_fence, now, data, ARGV[3])
-      make_ready(KEYS[2], ARGV[5], id, true)
+      if delay_ms > 0 then
+        redis.call('ZADD', delayed_of(KEYS[3]), now + delay_ms, id)
+        redis.call('PUBLISH', ARGV[5], 'ready')  -- idle workers learn the new due time
+      else
+        make_ready(KEYS[2], ARGV[5], id, true)
+      end
     end
     answers[#answers + 1] = 'OK'
   end

@@ -40,6 +40,9 @@ HANDLER_SURFACE = {
             "CheckpointTooLarge",
             "InvalidEffect",
             "InvalidEffectResult",
+            "RateLimitRelease",
+            "RateLimitNotDeclared",
+            "InvalidRateLimitUse",
         )
     },
 }

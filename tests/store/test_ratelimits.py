@@ -102,7 +102,7 @@ async def test_a_429_push_blocks_every_taker_until_retry_after_then_refills_grad
     bucket = Declared("openai", "openai", RateLimitSpec(limit=100, period_s=1.0, burst=50))
     rate = store(redis_client, settings)
     assert (await rate.state(bucket)).available == 50
-    until_ms = await rate.push(bucket, retry_after_ms=2000)
+    until_ms = (await rate.push(bucket, retry_after_ms=2000)).until_ms
     token = await rate.take(bucket, cost=1, max_wait_ms=0)
     assert not token.granted
     assert token.until_ms >= until_ms - 1
@@ -112,7 +112,7 @@ async def test_a_429_push_blocks_every_taker_until_retry_after_then_refills_grad
     assert reserved.granted and reserved.until_ms >= until_ms
     assert reserved.remaining == 0
     # a push never moves the bucket back
-    assert await rate.push(bucket, retry_after_ms=10) >= until_ms
+    assert (await rate.push(bucket, retry_after_ms=10)).until_ms >= until_ms
 
 
 async def test_a_cost_above_the_burst_is_refused_and_takes_nothing(
