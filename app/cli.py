@@ -891,6 +891,14 @@ def demo_effect_unknown(
     _story_ended(lambda: effect_unknown(ttl_s=lease_ttl_s, out=sys.stdout))
 
 
+@demo_app.command("rerun")
+def demo_rerun() -> None:
+    """Start a private stack, fail an order after its charge, re-run it: charged once."""
+    from app.demo.walkthrough import rerun
+
+    _story_ended(lambda: rerun(out=sys.stdout))
+
+
 def _story_ended(story: Callable[[], Run]) -> None:
     """Run a demo story and print how its run ended, or exit 1 with what went wrong."""
     import httpx

@@ -37,6 +37,12 @@ RUNS_CREATED = Counter(
     ["queue", "handler"],
     registry=API_REGISTRY,
 )
+RETRY_OPERATIONS_RUNNING = Gauge(
+    "leasehold_retry_operations_running",
+    "Bulk retries (POST /runs/retry) this API process drives now; "
+    "at LEASEHOLD_RETRY_OPERATIONS_MAX one more is refused with 503.",
+    registry=API_REGISTRY,
+)
 RUNS_CLAIMED = Counter(
     "leasehold_runs_claimed_total",
     "Runs claimed by this worker.",

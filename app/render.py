@@ -77,7 +77,10 @@ def _describe_wait(data: dict[str, Any]) -> str:
 
 
 DESCRIBE: dict[str, Callable[[dict[str, Any]], str]] = {
-    "created": lambda d: f"created: handler {d.get('handler')} on queue {d.get('queue')}",
+    "created": lambda d: (
+        f"created: handler {d.get('handler')} on queue {d.get('queue')}"
+        + (f", re-run of {d['retry_of']}" if d.get("retry_of") else "")
+    ),
     "claimed": lambda d: f"claimed by {d.get('owner_id')} (attempt {d.get('attempt')})",
     "progress": lambda d: f"progress {_compact(d)}",
     "cancel_requested": lambda d: f"cancel requested (owner {d.get('owner_id')})",

@@ -129,3 +129,20 @@ def test_the_demo_judge_escalates_the_approval_wait_and_renews_anything_else() -
         "reason": "an approval needs a person",
     }
     assert escalate_approvals({"kind": "tool_call", "subject": "crm.search"})["verdict"] == "RENEW"
+
+
+def test_rerun_fails_an_order_after_its_charge_and_the_re_run_charges_nothing_again() -> None:
+    result = demo(story="rerun")
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    failed = next(i for i, line in enumerate(lines) if "== failed: shipping_unavailable" in line)
+    assert re.search(r"-- effect (\S+):charge:1 recorded", lines[failed - 1])
+    first = lines[1].split()[1]
+    assert lines[failed + 2] == f"-> leasehold runs retry {first}"
+    after = lines[failed + 3 :]
+    assert f"re-run of {first}" in after[1]
+    # the re-run gets the recorded charge under the first run's key: no second charge
+    assert f"-- effect {first}:charge:1 replayed" in after[3]
+    assert "== succeeded" in after[4]
+    assert sum(":charge:1 started" in line for line in lines) == 1
+    assert after[-2].startswith(f"{first} stays failed, re-run as ")

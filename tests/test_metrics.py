@@ -20,6 +20,7 @@ API_METRICS = {
     "leasehold_oldest_queued_age_seconds",
     "leasehold_sse_subscribers",
     "leasehold_sse_events_sent",
+    "leasehold_retry_operations_running",
 }
 WORKER_METRICS = {
     "leasehold_runs_claimed",

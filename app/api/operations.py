@@ -29,6 +29,7 @@ from fastapi import HTTPException
 from redis.exceptions import RedisError
 
 from app.errors import OperationConflict, StoreError
+from app.metrics import RETRY_OPERATIONS_RUNNING
 from app.models import RETRYABLE_STATUSES, RetriedPair, Run, RunStatus
 from app.settings import Settings
 from app.store.operations import OperationStore, Progress
@@ -94,7 +95,12 @@ class RetryDrivers:
         await self._save(progress)
         task = asyncio.create_task(self._drive(progress), name=f"retry-op:{progress.operation_id}")
         self.running[progress.operation_id] = task
-        task.add_done_callback(lambda _: self.running.pop(progress.operation_id, None))
+        RETRY_OPERATIONS_RUNNING.set(len(self.running))
+        task.add_done_callback(lambda _: self._finished(progress.operation_id))
+
+    def _finished(self, operation_id: str) -> None:
+        self.running.pop(operation_id, None)
+        RETRY_OPERATIONS_RUNNING.set(len(self.running))
 
     async def close(self) -> None:
         """Stop every driver (their leases run out; a resume goes on from the last step)."""

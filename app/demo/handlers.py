@@ -8,6 +8,9 @@
   ESCALATE (``app.demo.judge``) the run parks in ``waiting_human`` until resumed.
 * ``demo.charge`` calls a slow fake payment provider through ``ctx.effect``: a
   worker killed during the call leaves the run in ``reconciliation_required``.
+* ``demo.order`` charges through ``ctx.effect``, then ships: while the fake shipping
+  service is down the run fails *after* the charge, and a re-run
+  (``POST /runs/{id}/retry``) ships it without charging again.
 """
 
 from __future__ import annotations
@@ -70,6 +73,13 @@ class ChargeInput(BaseModel):
 
     amount: float = Field(default=42.0, gt=0, le=1_000_000)
     provider_s: float = Field(default=1.0, ge=0, le=86_400)
+
+
+class OrderInput(BaseModel):
+    """What to charge, and until when (epoch seconds) the shipping service is down."""
+
+    amount: float = Field(default=42.0, gt=0, le=1_000_000)
+    shipping_down_until: float = Field(default=0.0, ge=0, le=1e11)
 
 
 @handler("demo.echo")
@@ -138,3 +148,21 @@ async def charge(ctx: RunContext, params: ChargeInput) -> dict[str, Any]:
 
     receipt = await ctx.effect("charge", call_provider)
     return {"receipt": receipt}
+
+
+@handler("demo.order")
+async def order(ctx: RunContext, params: OrderInput) -> dict[str, Any]:
+    """Charge once through ``ctx.effect``, then ship; fail while shipping is down.
+
+    The failure comes after the charge was recorded: a re-run of the failed run
+    (``leasehold runs retry ID``) replays the recorded charge under the same key
+    and ships, so the customer is charged once.
+    """
+
+    async def call_provider(key: str) -> dict[str, Any]:
+        return {"charge_id": f"ch-{key}", "amount": params.amount, "idempotency_key": key}
+
+    receipt = await ctx.effect("charge", call_provider)
+    if time.time() < params.shipping_down_until:
+        raise RunFailure("the shipping service is down", code="shipping_unavailable")
+    return {"receipt": receipt, "shipped_by": ctx.run_id}

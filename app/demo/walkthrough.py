@@ -15,6 +15,9 @@ end, whatever happens.
 * ``effect-unknown``: the owner is killed while a payment effect is in flight; the
   reconciler parks the run in ``reconciliation_required``; a person resolves it as
   applied and the retry finishes without charging twice.
+* ``rerun``: an order is charged, then fails because shipping is down; once it is
+  back, ``leasehold runs retry`` re-runs the failed run as a new linked run, which
+  replays the recorded charge (same key) and ships: charged once, two runs linked.
 """
 
 from __future__ import annotations
@@ -229,3 +232,36 @@ def _check(run: Run, retry: bool) -> Run:
     if not retry and (run.error is None or run.error.code != "lease_expired"):
         raise WalkthroughFailed(f"unexpected error on the orphaned run: {run.error}")
     return run
+
+
+# how long the demo's shipping service stays down after the order is posted
+SHIPPING_DOWN_S = 2.0
+
+
+def rerun(*, out: TextIO) -> Run:
+    """The re-run story; returns the new run as it ended. Raises WalkthroughFailed."""
+    with _stack(ESCALATE_TTL_S) as (url, _), Client(url) as client:
+        say = out.write
+        _until(lambda: len(client.workers()) == 2, "the API and two workers")
+        say(f"stack up: API {url}\n")
+        down_until = time.time() + SHIPPING_DOWN_S
+        run = client.create("demo.order", {"amount": 42, "shipping_down_until": down_until})
+        say(f"posted {run.id} (demo.order: charge, then ship; shipping is down for a while)\n")
+        printer = EventPrinter(out)
+        for event in client.events(run.id):
+            printer.show(event)
+        failed = _expect(client.get(run.id), RunStatus.FAILED)
+        time.sleep(max(0.0, down_until - time.time()))
+        say(f"   shipping is back\n-> leasehold runs retry {run.id}\n")
+        new = client.retry(run.id)
+        say(f"   {new.id} is its re-run (retry_of {new.retry_of})\n")
+        for event in client.events(new.id):
+            printer.show(event)
+        done = _expect(client.get(new.id), RunStatus.SUCCEEDED)
+        old = client.get(failed.id)
+    receipt = (done.output or {}).get("receipt", {})
+    if receipt.get("idempotency_key") != f"{failed.id}:charge:1" or old.retried_by != done.id:
+        raise WalkthroughFailed(f"the re-run did not replay the first charge: {done.output}")
+    say(f"output {json.dumps(done.output)} (the first run's charge: charged once)\n")
+    say(f"{failed.id} stays failed, re-run as {old.retried_by}\n")
+    return done

@@ -80,7 +80,8 @@ function waitText(data) {
 }
 
 const DESCRIBE = {
-  created: (d) => `created: handler ${d.handler} on queue ${d.queue}`,
+  created: (d) => `created: handler ${d.handler} on queue ${d.queue}` +
+    (d.retry_of ? `, re-run of ${d.retry_of}` : ""),
   claimed: (d) => `claimed by ${d.owner_id} (attempt ${d.attempt})`,
   progress: (d) => `progress ${JSON.stringify(d)}`,
   cancel_requested: (d) => `cancel requested (owner ${d.owner_id})`,
