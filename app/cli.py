@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -423,6 +424,16 @@ def _unpark_lines(run: Run) -> list[str]:
             f"waiting   for a person: {reason}",
             f"unpark    leasehold runs resume {run.id} --input JSON  (what you decided)",
         ]
+    wait = run.waiting_for or {}
+    if run.status == RunStatus.WAITING and wait.get("kind") == "sleep":
+        until = datetime.fromtimestamp(wait.get("until_ms", 0) / 1000, tz=UTC)
+        return [f"waiting   asleep until {until.isoformat()} (no lease held)"]
+    if run.status == RunStatus.WAITING and wait.get("kind") == "signal":
+        name = wait.get("subject")
+        return [
+            f"waiting   for signal {name} (no lease held)",
+            f"signal    leasehold runs signal {run.id} {name} --payload JSON",
+        ]
     if run.status == RunStatus.RECONCILIATION_REQUIRED:
         return [
             "waiting   for a person: an effect's outcome is unknown (did it happen?)",
@@ -553,6 +564,27 @@ def runs_resume(
     with _api(api_url, api_key) as client:
         result = client.resume(run_id, payload)
     typer.echo(result.model_dump_json() if as_json else f"{result.id}: {result.status.value}")
+
+
+@runs_app.command("signal")
+def runs_signal(
+    run_id: str,
+    name: str,
+    payload: Annotated[str, typer.Option("--payload", help="What it carries, as JSON.")] = "null",
+    as_json: JsonFlag = False,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+) -> None:
+    """Send a run signal NAME: wakes its ctx.wait_for_signal(NAME), or waits in its inbox."""
+    try:
+        value = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        raise _fail(f"--payload is not JSON: {exc}") from None
+    with _api(api_url, api_key) as client:
+        result = client.signal(run_id, name, value)
+    typer.echo(
+        result.model_dump_json() if as_json else f"{result.id}: signal {name} {result.outcome}"
+    )
 
 
 class ResolveChoice(StrEnum):

@@ -36,6 +36,7 @@ from app.models import (
     Run,
     RunEvent,
     RunPage,
+    SignalResult,
     StatusChange,
     WorkerDrain,
     WorkerInfo,
@@ -206,6 +207,11 @@ def _resume(run_id: str, resume_input: Any) -> _Call[StatusChange]:
     return _Call("POST", path, StatusChange.model_validate, json={"input": resume_input})
 
 
+def _signal(run_id: str, name: str, payload: Any) -> _Call[SignalResult]:
+    path = f"/runs/{run_id}/signals/{name}"
+    return _Call("POST", path, SignalResult.model_validate, json={"payload": payload})
+
+
 def _resolve(run_id: str, action: str, decision: dict[str, Any]) -> _Call[Run]:
     body = {"action": action, **_present(decision)}
     return _Call("POST", f"/runs/{run_id}/resolve", Run.model_validate, json=body)
@@ -345,6 +351,10 @@ class Client:
     def resume(self, run_id: str, resume_input: Any = None) -> StatusChange:
         """POST /runs/{id}/resume: queue a waiting_human run again with a person's input."""
         return self._send(_resume(run_id, resume_input))
+
+    def signal(self, run_id: str, name: str, payload: Any = None) -> SignalResult:
+        """POST /runs/{id}/signals/{name}: wake its wait_for_signal(name), or buffer it."""
+        return self._send(_signal(run_id, name, payload))
 
     def resolve(self, run_id: str, action: str, **decision: Any) -> Run:
         """POST /runs/{id}/resolve: retry | fail | succeed a reconciliation_required run.
@@ -534,6 +544,10 @@ class AsyncClient:
     async def resume(self, run_id: str, resume_input: Any = None) -> StatusChange:
         """POST /runs/{id}/resume."""
         return await self._send(_resume(run_id, resume_input))
+
+    async def signal(self, run_id: str, name: str, payload: Any = None) -> SignalResult:
+        """POST /runs/{id}/signals/{name}; see :meth:`Client.signal`."""
+        return await self._send(_signal(run_id, name, payload))
 
     async def resolve(self, run_id: str, action: str, **decision: Any) -> Run:
         """POST /runs/{id}/resolve; see :meth:`Client.resolve`."""

@@ -17,6 +17,7 @@
     │   ├── RateLimitsFull            PUT /rate-limits past LEASEHOLD_MAX_RATE_LIMITS
     │   ├── RateLimitNotDeclared      a rate-limit key no declaration covers
     │   ├── MemoryPressure            Redis memory is past the high-water mark: creates wait
+    │   ├── SignalInboxFull           a run holds LEASEHOLD_MAX_PENDING_SIGNALS unread (429)
     │   └── EffectOutcomeUnknown      an effect started and was never recorded: the run
     │                                 is parked in reconciliation_required
     ├── HandlerError                  registry problems
@@ -37,6 +38,9 @@
         ├── InvalidEffect             ctx.effect() got a malformed name
         │   └── InvalidEffectResult   ... or its function returned what cannot be recorded
         ├── EffectNotApplied          an effect's function says it certainly did not happen
+        ├── InvalidWait               ctx.sleep / wait_for_signal / ask_human got a bad
+        │                             name, duration, time or question
+        ├── SignalTimeout             ctx.wait_for_signal's timeout passed without the signal
         ├── BudgetExceeded            a budget ran out (non-retryable by default)
         │   ├── FirstProgressTimeout  no first progress signal within first_progress_s
         │   ├── IdleTimeout           no progress signal for idle_s after the last one
@@ -436,6 +440,44 @@ class RateLimitRelease(LeaseholdError):
         self.key = key
         self.delay_ms = delay_ms
         self.reason = reason
+
+
+class InvalidWait(RunFailure):
+    """A durable wait was asked for with what cannot be recorded or kept.
+
+    A name that is not ``[A-Za-z0-9_.-]{1,128}``, a negative, non-finite or
+    longer-than-LEASEHOLD_MAX_WAIT_S duration, a time that is not a number or an
+    aware datetime, a question that is not JSON or is larger than an event may be.
+    Non-retryable: the same code asks for the same wait again.
+    """
+
+    code = "invalid_wait"
+    retryable = False
+
+
+class SignalTimeout(RunFailure):
+    """``ctx.wait_for_signal(name, timeout_s=...)``: the time passed and no signal came.
+
+    Raised in the handler when it resumes at the deadline (and again on every
+    replay of that wait: the timeout is recorded). Non-retryable by default: a
+    retry would wait for a signal whose time is over (DESIGN §1 rule 6); catch it
+    to carry on without the signal.
+    """
+
+    code = "signal_timeout"
+    retryable = False
+
+
+class SignalInboxFull(StoreError):
+    """A run already holds as many unread signals as LEASEHOLD_MAX_PENDING_SIGNALS allows."""
+
+    def __init__(self, run_id: str, pending: int) -> None:
+        super().__init__(
+            f"run {run_id!r} holds {pending} signals no wait has taken yet "
+            "(LEASEHOLD_MAX_PENDING_SIGNALS): nothing was written"
+        )
+        self.run_id = run_id
+        self.pending = pending
 
 
 class CapacityExceeded(LeaseholdError):

@@ -32,6 +32,9 @@ IDEMPOTENCY_KEY_PATTERN = r"^[A-Za-z0-9_.:\-]{1,128}$"
 HANDLER_NAME_PATTERN = r"^[A-Za-z0-9_.\-]{1,128}$"
 RUN_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}\.[0-9A-HJKMNP-TV-Z]{26}$"
 WORKER_ID_PATTERN = r"^[A-Za-z0-9_.\-]{1,128}$"
+# a durable wait's or signal's name (ctx.sleep(name=), wait_for_signal, /signals/{name})
+WAIT_NAME_PATTERN = r"^[A-Za-z0-9_.\-]{1,128}$"
+WAIT_NAME = re.compile(WAIT_NAME_PATTERN)
 RUN_ID = re.compile(RUN_ID_PATTERN)
 # A rate-limit key: segments of letters, digits, `_`, `.`, `-`, joined by `:`
 # (`openai`, `crm:acme`). A template names a segment `{name}` to stand for any one
@@ -85,6 +88,7 @@ class RunStatus(StrEnum):
     RUNNING = "running"
     CANCELLING = "cancelling"
     WAITING_HUMAN = "waiting_human"
+    WAITING = "waiting"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -168,7 +172,13 @@ class Run(BaseModel):
     )
     escalation: dict[str, Any] | None = Field(
         default=None,
-        description="While waiting_human: why it waits for a person (reason, evidence)",
+        description="While waiting_human: why it waits for a person (reason, evidence; "
+        "reason ask_human: the handler's question)",
+    )
+    waiting_for: dict[str, Any] | None = Field(
+        default=None,
+        description="While waiting: what the parked run waits for (kind sleep or signal, "
+        "subject: the sleep's or signal's name, step, until_ms: when it wakes anyway)",
     )
     run_at: datetime | None = Field(
         default=None,
@@ -313,6 +323,29 @@ class ResumeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     input: Any = None
+
+
+class SignalRequest(BaseModel):
+    """Body of POST /runs/{id}/signals/{name}: what the signal carries to the handler."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    payload: Any = Field(
+        default=None,
+        description="Any JSON; ctx.wait_for_signal(name) returns it. At most "
+        "LEASEHOLD_MAX_SIGNAL_BYTES encoded",
+    )
+
+
+class SignalResult(BaseModel):
+    """Answer of POST /runs/{id}/signals/{name}: what became of the signal."""
+
+    id: str
+    name: str
+    outcome: Literal["delivered", "buffered"] = Field(
+        description="delivered: the run waited for it and is queued again; buffered: kept in "
+        "the run's inbox, in order, for its next wait_for_signal of that name"
+    )
 
 
 ResolveAction = Literal["retry", "fail", "succeed"]

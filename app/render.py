@@ -60,6 +60,10 @@ def _clock(epoch_ms: object) -> str:
 
 
 def _describe_wait(data: dict[str, Any]) -> str:
+    if data.get("kind") in ("sleep", "signal"):  # a durable wait (ctx.sleep, wait_for_signal)
+        until = data.get("until_ms")
+        when = f" until {_clock(until)}" if until else ""
+        return f"parked for {data.get('kind')} {data.get('subject')}{when} (no lease held)"
     if "until_ms" in data:  # waits for a time (a delayed start, a schedule, a sleep)
         until = data.get("until_ms")
         when = (
@@ -92,7 +96,16 @@ DESCRIBE: dict[str, Callable[[dict[str, Any]], str]] = {
     "requeued": _describe_requeued,
     "checkpoint": lambda d: f"checkpoint {d.get('seq')} ({d.get('size_bytes')} bytes)",
     "effect": _describe_effect,
-    "waiting_human": lambda d: f"waiting for a person: {d.get('reason')}",
+    "waiting_human": lambda d: (
+        f"asks a person: {json.dumps(d.get('question'))}"
+        if d.get("reason") == "ask_human"
+        else f"waiting for a person: {d.get('reason')}"
+    ),
+    "signal": lambda d: (
+        f"signal {d.get('name')} delivered: the run wakes"
+        if d.get("delivered")
+        else f"signal {d.get('name')} kept for a later wait ({d.get('pending')} unread)"
+    ),
     "resumed": lambda d: f"resumed by a person, input {json.dumps(d.get('input'))}",
     "reconciliation_required": lambda d: f"needs a person: {_error_text(d)}",
     "resolved": _describe_resolved,

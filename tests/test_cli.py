@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -262,3 +263,28 @@ def test_starting_the_cli_imports_nothing_only_some_commands_need() -> None:
         f"print([name for name in {heavy!r} if name in sys.modules])\n"
     )
     assert python_prints(probe) == "[]"
+
+
+def test_runs_signal_wakes_a_waiting_run_and_a_finished_one_is_one_error_line(
+    live_api_url: str,
+) -> None:
+    submitted = leasehold(
+        "submit", "demo.review", "--input", '{"timeout_s": 600}', "--json", api_url=live_api_url
+    )
+    run_id = Run.model_validate_json(submitted.stdout).id
+    deadline = time.monotonic() + CLI_TIMEOUT_S
+    shown = leasehold("runs", "get", run_id, api_url=live_api_url)
+    while "waiting   for signal review" not in shown.stdout and time.monotonic() < deadline:
+        shown = leasehold("runs", "get", run_id, api_url=live_api_url)
+    assert f"leasehold runs signal {run_id} review --payload JSON" in shown.stdout, shown.stdout
+    done = leasehold("runs", "signal", run_id, "review", "--payload", '"ok"', api_url=live_api_url)
+    assert done.stdout.strip() == f"{run_id}: signal review delivered", done.stderr
+    finished = leasehold("runs", "watch", run_id, api_url=live_api_url)
+    assert finished.returncode == 0, finished.stdout
+    run = Run.model_validate_json(
+        leasehold("runs", "get", run_id, "--json", api_url=live_api_url).stdout
+    )
+    assert run.output == {"subject": "draft #1", "decision": "ok", "by": "signal"}
+    late = leasehold("runs", "signal", run_id, "review", api_url=live_api_url)
+    assert late.returncode != 0
+    assert "succeeded" in one_error_line(late)

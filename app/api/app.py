@@ -39,6 +39,7 @@ from app.api.routes import (
     ratelimits,
     retries,
     runs,
+    signals,
     system,
 )
 from app.api.state import ApiState
@@ -150,6 +151,7 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
     app.include_router(runs.router)
     app.include_router(events.router)
     app.include_router(decisions.router)
+    app.include_router(signals.router)
     app.include_router(system.router)
     app.include_router(metrics.router)
     app.include_router(activity.router)

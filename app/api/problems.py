@@ -40,11 +40,15 @@ from app.errors import (
     RateLimitNotDeclared,
     RateLimitsFull,
     RunNotFound,
+    SignalInboxFull,
     UnknownHandler,
 )
 from app.store.connection import PoolExhausted, TlsHandshakeFailed
 from app.store.refusals import Refusal, refusal_of
 from app.store.runs import InvalidCursor
+
+# a full signal inbox empties as the run's waits take its signals
+SIGNAL_RETRY_AFTER_S = 5
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +195,17 @@ async def at_capacity(request: Request, exc: Exception) -> ProblemResponse:
     )
 
 
+async def inbox_full(request: Request, exc: Exception) -> ProblemResponse:
+    """429 for a run's full signal inbox: its waits take signals, so later there may be room."""
+    return problem(
+        429,
+        "Signal inbox is full",
+        str(exc),
+        kind="signal-inbox-full",
+        headers={"Retry-After": str(SIGNAL_RETRY_AFTER_S)},
+    )
+
+
 def _install_queue_problems(app: FastAPI) -> None:
     """A run on an undeclared queue is the caller's mistake (422); a full set is 409."""
 
@@ -305,6 +320,7 @@ def install_problem_handlers(app: FastAPI) -> None:
         return problem(400, "Invalid cursor", str(exc), kind="invalid-cursor")
 
     app.add_exception_handler(CapacityExceeded, at_capacity)
+    app.add_exception_handler(SignalInboxFull, inbox_full)
     app.add_exception_handler(RedisConnectionError, store_unavailable)
     app.add_exception_handler(RedisTimeoutError, store_unavailable)
     # more specific than ConnectionError, so these win for a full pool

@@ -2,3 +2,4 @@
 
 from app.demo import agent as agent
 from app.demo import handlers as handlers
+from app.demo import waits as waits

@@ -29,11 +29,13 @@ from app.errors import (
     InvalidEffectResult,
     InvalidEvent,
     InvalidRateLimitUse,
+    InvalidWait,
     LeaseholdError,
     OperationIntervened,
     RateLimitNotDeclared,
     RateLimitRelease,
     RunFailure,
+    SignalTimeout,
 )
 from app.executor.context import RunContext
 from app.handlers import handler
@@ -54,6 +56,7 @@ __all__ = [
     "InvalidEffectResult",
     "InvalidEvent",
     "InvalidRateLimitUse",
+    "InvalidWait",
     "LeaseholdError",
     "Operation",
     "OperationIntervened",
@@ -61,5 +64,6 @@ __all__ = [
     "RateLimitRelease",
     "RunContext",
     "RunFailure",
+    "SignalTimeout",
     "handler",
 ]

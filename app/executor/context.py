@@ -17,11 +17,13 @@ import contextlib
 import functools
 import threading
 from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Any
 
 from app.executor.effects import EffectFn, EffectLedger
 from app.executor.events import EventSink
 from app.executor.rates import RateLimiter
+from app.executor.waits import Waits
 from app.supervision.config import Supervision
 from app.supervision.operation import Operation, run_supervised
 from app.supervision.steps import StepBudget
@@ -45,6 +47,7 @@ class RunContext:
         resume_input: Any,
         sink: EventSink,
         ledger: EffectLedger,
+        waits: Waits,
         loop: asyncio.AbstractEventLoop,
         supervision: Supervision,
         rates: RateLimiter,
@@ -62,6 +65,7 @@ class RunContext:
         self.resume_input = resume_input
         self._sink = sink
         self._ledger = ledger
+        self._waits = waits
         self._loop = loop
         self._cancelled = threading.Event()
         self._cancel_reason: str | None = None
@@ -143,6 +147,40 @@ class RunContext:
             self._ledger.effect(name, fn, idempotent=idempotent), self._loop
         )
         return future.result()
+
+    async def sleep(self, seconds: float, *, name: str = "sleep") -> None:
+        """Park the run for ``seconds`` without holding a worker, then go on.
+
+        The lease and the worker's slot are given back at once (a ``wait`` event says
+        until when); the run wakes when the time comes and **the handler is called
+        again from the top**, its earlier waits and effects replaying their recorded
+        outcomes and this sleep returning. Checkpoint before a sleep what must not be
+        done again. Sleeps are numbered per ``name`` like effects. Raises
+        :class:`~app.errors.InvalidWait` for a negative, non-finite or too long sleep.
+        """
+        await self._waits.sleep(seconds, name=name)
+
+    async def sleep_until(self, when: datetime | float, *, name: str = "sleep") -> None:
+        """``sleep`` until ``when``: an aware datetime, or epoch seconds."""
+        await self._waits.sleep_until(when, name=name)
+
+    async def wait_for_signal(self, name: str, *, timeout_s: float | None = None) -> Any:
+        """Park the run until ``POST /runs/{id}/signals/{name}`` comes; return its JSON payload.
+
+        A signal sent earlier (while the run was queued or running) waits in the run's
+        inbox and is taken at once. Past ``timeout_s`` raises
+        :class:`~app.errors.SignalTimeout` (non-retryable unless caught). Parks and
+        replays like :meth:`sleep`.
+        """
+        return await self._waits.signal(name, timeout_s=timeout_s)
+
+    async def ask_human(self, question: Any, *, name: str = "ask") -> Any:
+        """Park the run in ``waiting_human``, ``question`` (JSON) in its event; return the answer.
+
+        ``POST /runs/{id}/resume`` with ``{"input": ...}`` answers it: the handler runs
+        again and this call returns that input. Parks and replays like :meth:`sleep`.
+        """
+        return await self._waits.ask(question, name=name)
 
     def operation(
         self,

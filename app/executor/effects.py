@@ -126,7 +126,7 @@ class EffectLedger:
         seq_json = dumps(self._seq) if self._seq is not None else ""
         await self._sink.flush()
         try:
-            await _retrying(
+            await send_until_taken(
                 lambda: self._store.checkpoint(
                     self._run.queue,
                     self._run.id,
@@ -158,7 +158,7 @@ class EffectLedger:
         call = await self._next_call(name, idempotent)
         await self._sink.flush()
         try:
-            started = await _retrying(
+            started = await send_until_taken(
                 lambda: self._store.start_effect(
                     self._run.queue, owner=self._owner, fence=self._run.fence, call=call
                 )
@@ -191,13 +191,24 @@ class EffectLedger:
                 f"effect name {name!r} must match {EFFECT_NAME.pattern}",
                 details={"name": name},
             )
+        ordinal = await self.next_ordinal(name)
+        return EffectCall(self._run.id, name, ordinal, idempotent, self._key_root)
+
+    async def next_ordinal(self, counter: str) -> int:
+        """The next call's ordinal of ``counter`` (an effect's name, or a wait's step kind).
+
+        The counts start where the last checkpoint saved them, and every checkpoint
+        saves them all: durable waits (:mod:`app.executor.waits`) count here too, under
+        names an effect cannot have (``sleep:<name>``...), so a handler resuming from
+        its checkpoint numbers its waits as the interrupted attempt did.
+        """
         if self._seq is None:
             # the counts the last checkpoint saved: where a resumed handler continues
             loaded, root = await self._store.effect_start(self._run.queue, self._run.id)
             if self._seq is None:  # a concurrent first call may have loaded them already
                 self._seq, self._key_root = loaded, root
-        self._seq[name] = self._seq.get(name, 0) + 1
-        return EffectCall(self._run.id, name, self._seq[name], idempotent, self._key_root)
+        self._seq[counter] = self._seq.get(counter, 0) + 1
+        return self._seq[counter]
 
     def _check_started(self, started: EffectStart) -> None:
         if started.answer == EffectAnswer.UNKNOWN:
@@ -223,7 +234,7 @@ class EffectLedger:
     ) -> None:
         await self._sink.flush()
         try:
-            await _retrying(
+            await send_until_taken(
                 lambda: self._store.record_effect(
                     self._run.queue,
                     owner=self._owner,
@@ -290,7 +301,7 @@ def _consume_error(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
-async def _retrying(write: Callable[[], Awaitable[T]]) -> T:
+async def send_until_taken(write: Callable[[], Awaitable[T]]) -> T:
     """Send a write until Redis takes it; each script takes a repeat of it as done.
 
     Retried while the refusal is transient (:func:`~app.store.refusals.is_transient`:

@@ -42,6 +42,7 @@ from app.executor.effects import EffectLedger
 from app.executor.events import EventSink
 from app.executor.rates import RateLimiter
 from app.executor.spans import attempt_span
+from app.executor.waits import RunParked, Waits
 from app.handlers import HandlerSpec
 from app.metrics import ATTEMPT_SECONDS, BUDGET_FAILURES, RUNS_FINISHED
 from app.retry import Backoff
@@ -50,6 +51,7 @@ from app.store.leases import ClaimedRun, HeldLease, LeaseStore, Outcome
 from app.store.progress import ProgressStore
 from app.store.ratelimits import RateLimitStore
 from app.store.transitions import LeaseAnswer
+from app.store.waits import WaitStore
 from app.supervision.config import Supervision
 from app.tracing import tracer
 
@@ -62,7 +64,9 @@ DRAIN = "drain"
 # the run is parked for a person: its owner no longer holds it
 RECONCILIATION_REQUIRED = "reconciliation_required"
 RUN_DURATION = "run_duration_exceeded"
-ABANDONING_REASONS = frozenset({LEASE_LOST, JEOPARDY, RECONCILIATION_REQUIRED})
+# a durable wait parked the run (app/executor/waits.py): its lease is given back
+PARKED = "parked"
+ABANDONING_REASONS = frozenset({LEASE_LOST, JEOPARDY, RECONCILIATION_REQUIRED, PARKED})
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,7 @@ class ExecutionDeps:
     # the shared rate-limit buckets (ctx.rate_limit) and the longest wait holding a lease
     rate_limits: RateLimitStore
     rate_limit_max_wait_ms: int
+    max_wait_s: float = 30 * 24 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -141,19 +146,30 @@ class RunExecution:
             on_lost=lambda: self.stop(LEASE_LOST),
         )
         lease_store = deps.lease_store
+        progress = ProgressStore(
+            lease_store.client,
+            scripts=lease_store.scripts,
+            prefix=lease_store.prefix,
+            events_maxlen=lease_store.events_maxlen,
+        )
         self.ledger = EffectLedger(
-            ProgressStore(
-                lease_store.client,
-                scripts=lease_store.scripts,
-                prefix=lease_store.prefix,
-                events_maxlen=lease_store.events_maxlen,
-            ),
+            progress,
             claimed,
             owner=deps.owner_id,
             sink=self.sink,
             max_bytes=deps.max_checkpoint_bytes,
             on_lost=lambda: self.stop(LEASE_LOST),
             on_parked=lambda: self.stop(RECONCILIATION_REQUIRED),
+        )
+        waits = Waits(
+            WaitStore(progress.client, progress.scripts, progress.prefix, progress.events_maxlen),
+            claimed,
+            owner=deps.owner_id,
+            ledger=self.ledger,
+            sink=self.sink,
+            max_wait_s=deps.max_wait_s,
+            max_question_bytes=deps.max_event_bytes,
+            on_stop=self.interrupt,
         )
         self.context = RunContext(
             run_id=claimed.id,
@@ -168,6 +184,7 @@ class RunExecution:
             resume_input=claimed.resume_input,
             sink=self.sink,
             ledger=self.ledger,
+            waits=waits,
             loop=self._loop,
             supervision=deps.supervision,
             rates=RateLimiter(
@@ -201,6 +218,18 @@ class RunExecution:
         if self._in_handler and self.task is not None:
             self.task.cancel()
 
+    def interrupt(self, reason: str) -> None:
+        """Stop from inside the handler's own call, which then unwinds by raising.
+
+        A durable wait that parked the run (or found it cancelling) raises
+        :class:`RunParked` itself, so the task is not cancelled (a cancel requested from
+        inside the task would hit the settling that follows).
+        """
+        if self.stop_reason is None or reason in ABANDONING_REASONS:
+            self.stop_reason = reason
+        self.span.add_event(reason)
+        self.context._signal_cancel(reason)
+
     async def run(self) -> None:
         """Execute the handler, then settle the run one way, inside the attempt's span."""
         try:
@@ -213,6 +242,9 @@ class RunExecution:
         try:
             result = await self._execute()
             self._deps.on_slot_freed()
+            if self.stop_reason == PARKED:
+                log.debug("run parked: its lease is given back", extra=self._log_extra())
+                return
             if self.abandoned:
                 log.warning(
                     "run stopped without writing: %s", self.stop_reason, extra=self._log_extra()
@@ -254,6 +286,8 @@ class RunExecution:
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()
+            return HandlerResult(interrupted=True)
+        except RunParked:
             return HandlerResult(interrupted=True)
         except Exception as exc:
             return HandlerResult(error=exc)

@@ -153,6 +153,7 @@ class Worker:
                 max_keys=self.settings.max_rate_limits,
             ),
             rate_limit_max_wait_ms=round(self.settings.rate_limit_max_wait_s * 1000),
+            max_wait_s=self.settings.max_wait_s,
         )
         background = []
         metrics_server = None

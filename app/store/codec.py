@@ -68,6 +68,7 @@ SUMMARY_FIELDS = (
     "fence",
     "lease_expires_at",
     "lease_ttl_ms",
+    "waiting_for",
     "created_at",
     "started_at",
     "first_started_at",
@@ -119,6 +120,9 @@ def run_from_hash(fields: dict[str, str]) -> Run:
         # only while it waits: after a resume the record keeps it, but it no longer applies
         escalation=_loads(fields.get("escalation"))
         if fields["status"] == RunStatus.WAITING_HUMAN.value
+        else None,
+        waiting_for=_loads(fields.get("waiting_for"))
+        if fields["status"] == RunStatus.WAITING.value
         else None,
     )
 

@@ -14,6 +14,8 @@ script touches a single Redis Cluster slot::
                                                reconciliation_required runs (for counts)
     <prefix>:{<queue>}:idem:<key>      string  idempotency key -> "<run id> <fingerprint>"
     <prefix>:{<queue>}:effects:<id>    hash    memoized effects: "<name>:<ordinal>" -> record
+    <prefix>:{<queue>}:waits:<id>      hash    durable waits: "<kind>:<name>:<ordinal>" -> record,
+                                               "inbox:<name>" -> pending signals (park_run)
     <prefix>:{<queue>}:activity        stream  every run's lifecycle events, capped (~1000)
     <prefix>:{<queue>}:claim:<owner>:<token>  string  a claim's receipt (ids, fences), for one TTL
     <prefix>:{<queue>}:series:<minute>  hash  status (or lease_expired) -> runs that came to it
@@ -187,6 +189,14 @@ class QueueKeys:
     def effects(self, run_id: str) -> str:
         """The run's memoized effects (hash: ``<name>:<ordinal>`` -> record JSON)."""
         return f"{self.effects_prefix}{run_id}"
+
+    def waits(self, run_id: str) -> str:
+        """The run's waits: sleeps, signals and questions by step, and its signal inbox.
+
+        ``waits_key_of`` in lib.lua derives it from ``run_prefix``: it must stay
+        ``<tag>:waits:<id>`` beside ``<tag>:run:<id>``.
+        """
+        return f"{self.tag}:waits:{run_id}"
 
     def idem(self, idempotency_key: str) -> str:
         """Where an idempotency key remembers its run."""

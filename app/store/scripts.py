@@ -54,6 +54,8 @@ class ScriptCode(StrEnum):
     CONFLICT = "CONFLICT"
     UNKNOWN = "UNKNOWN"
     LIMITED = "LIMITED"
+    TIMEOUT = "TIMEOUT"
+    FULL = "FULL"
 
 
 def lua_dir() -> Path:
@@ -137,6 +139,7 @@ SCRIPT_FLAGS: dict[str, str] = {
     "reconcile_expired": "allow-oom",
     "checkpoint_run": "allow-oom",
     "record_effect": "allow-oom",
+    "park_run": "allow-oom",  # a running handler gives its lease back: it frees, not grows
     "cancel_run": "allow-oom",
     "delete_run": "allow-oom",  # frees memory: what an operator does when Redis is full
     "expire_queued": "allow-oom",

@@ -815,6 +815,52 @@ COMMIT_OPERATION: Transition[CommitOperationArgs, CommitOperationReply] = Transi
 )
 
 
+# --- park_run / signal_run (durable waits: store/waits.py) --------------------------
+
+
+class ParkArgs(NamedTuple):
+    """ARGV of ``park_run``."""
+
+    owner_id: str
+    fence: int
+    run_id: str
+    kind: str
+    ordinal: int
+    name: str
+    duration_ms: int | str  # '' for none
+    at_ms: int | str  # '' for none
+    question: str  # '' but for a question
+    maxlen: int
+    wake_channel: str
+
+
+class SignalArgs(NamedTuple):
+    """ARGV of ``signal_run``."""
+
+    run_id: str
+    name: str
+    payload: str
+    max_pending: int
+    maxlen: int
+    wake_channel: str
+
+
+def _park_keys(k: QueueKeys, run_id: str, a: ParkArgs) -> tuple[str, ...]:
+    return (k.run(a.run_id), k.events(a.run_id), k.waits(a.run_id), k.leases, k.delayed)
+
+
+def _signal_keys(k: QueueKeys, run_id: str, a: SignalArgs) -> tuple[str, ...]:
+    return (k.run(a.run_id), k.events(a.run_id), k.waits(a.run_id), k.delayed)
+
+
+PARK_RUN: Transition[ParkArgs, CodeReply] = Transition(
+    "park_run", _park_keys, ParkArgs, _code_reply, durable=True
+)
+SIGNAL_RUN: Transition[SignalArgs, CodeReply] = Transition(
+    "signal_run", _signal_keys, SignalArgs, _code_reply, durable=True
+)
+
+
 TRANSITIONS: dict[str, Transition[Any, Any]] = {
     t.name: t
     for t in (
@@ -841,6 +887,8 @@ TRANSITIONS: dict[str, Transition[Any, Any]] = {
         PUSH_BUCKET,
         DECLARE_RATE_LIMIT,
         COMMIT_OPERATION,
+        PARK_RUN,
+        SIGNAL_RUN,
     )
 }
 """Every binding by script name (a test holds it to ``scripts/lua``)."""

@@ -99,7 +99,9 @@ while #claimed < want and visits > 0 do
       'traceparent', 'created_at')
     -- anything not queued (cancelled while waiting, expired) is dropped lazily here; a
     -- run its rate-limit buckets hold back waits in `delayed` for its exact start time
-    if cur[1] == 'queued' and not rate_hold(KEYS[4], KEYS[5], KEYS[2], id, now, ARGV[4]) then
+    -- (a waiting run, park_run's, whose time came is claimed like a queued one)
+    if (cur[1] == 'queued' or cur[1] == 'waiting')
+        and not rate_hold(KEYS[4], KEYS[5], KEYS[2], id, now, ARGV[4]) then
       local data = cjson.encode({owner_id = owner, attempt = tonumber(cur[4])})
       local fence = redis.call('HINCRBY', run_key, 'fence', 1)
       local expires = now + ttl

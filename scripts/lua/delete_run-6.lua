@@ -3,6 +3,7 @@
 -- KEYS[1]  run          hash    the run's record
 -- KEYS[2]  events       stream  the run's events
 -- KEYS[3]  effects      hash    the run's memoized effects
+--          (its waits hash, park_run's, is derived from KEYS[1] and deleted with it)
 -- KEYS[4]  runs         zset    every run of the queue by created_at ms (the listing index)
 -- KEYS[5]  unclaimed    zset    id -> epoch ms when an unclaimed run expires
 -- KEYS[6]  idem_prefix  prefix  idempotency keys are this prefix .. key
@@ -37,7 +38,8 @@ if cur[2] and cur[2] ~= '' then
   end
 end
 
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3],
+  waits_key_of(string.sub(KEYS[1], 1, #KEYS[1] - #run_id), run_id))
 if idem_key then
   redis.call('DEL', idem_key)
 end

@@ -11,10 +11,13 @@
 --          waiting for a person: status says what it is)
 -- events   resumed
 -- invariant: only a waiting_human run can be resumed; it is queued again at the head
---          of the line with fence+1 and keeps its attempt, checkpoint and effects.
+--          of the line with fence+1 and keeps its attempt, checkpoint and effects. When
+--          it waits on ctx.ask_human (park_run), the input is recorded as the answer of
+--          that question (in its waits hash, derived from KEYS[1]), in the same step.
 -- validate-then-write: the input is decoded and the event encoded (cjson refuses to
---          encode NaN, Infinity or nesting past 1000 levels), the stream cap checked
---          and the record read before the fence moves.
+--          encode NaN, Infinity or nesting past 1000 levels), the stream cap checked,
+--          the record and the question's wait read and its answer encoded before the
+--          fence moves.
 --- @include lib
 
 check_argc(4)
@@ -29,8 +32,28 @@ if status ~= 'waiting_human' then
   return {'INVALID', status}
 end
 local now = now_ms()
+-- a question the handler asked (ctx.ask_human, park_run): the input is its answer,
+-- recorded on the question's step so the handler's replay of it returns the answer
+local waits_key, asked_json
+local asked = redis.call('HGET', KEYS[1], 'waiting_for')
+if asked then
+  local wait = cjson.decode(asked)
+  waits_key = waits_key_of(string.sub(KEYS[1], 1, #KEYS[1] - #ARGV[1]), ARGV[1])
+  local raw = wait.kind == 'human' and redis.call('HGET', waits_key, wait.step)
+  local record = raw and cjson.decode(raw)
+  if record and record.status == 'waiting' then
+    record.status, record.payload, record.ended_ms = 'done', ARGV[2], now
+    asked_json = {wait.step, cjson.encode(record)}
+  end
+end
 local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
 redis.call('HSET', KEYS[1], 'status', 'queued', 'resume_input', ARGV[2], 'resumed_at', now)
+if asked then
+  redis.call('HDEL', KEYS[1], 'waiting_for')
+end
+if asked_json then
+  redis.call('HSET', waits_key, asked_json[1], asked_json[2])
+end
 redis.call('ZREM', parked_of(string.sub(KEYS[1], 1, #KEYS[1] - #ARGV[1])), ARGV[1])
 emit(KEYS[1], KEYS[2], 'resumed', fence, now, data, ARGV[3])
 make_ready(KEYS[3], ARGV[4], ARGV[1], true)

@@ -11,6 +11,7 @@ from tools.chaos.checker import (
     Snapshot,
     StoredRun,
     check_follow,
+    check_parked_hold_nothing,
     check_settled,
     check_stable,
     check_stale_writes,
@@ -86,6 +87,14 @@ def test_a_running_run_is_unsettled_and_its_lease_is_described() -> None:
     assert "no lease" in check_settled(snapshot)[0].detail
     snapshot.leases[RUN] = 12_000
     assert "expires in 2000 ms" in check_settled(snapshot)[0].detail
+
+
+def test_a_waiting_run_that_still_holds_a_lease_is_caught() -> None:
+    waiting = run("waiting", ("created", 0), ("claimed", 1), ("wait", 2))
+    snapshot = Snapshot({RUN: waiting}, now_ms=10_000)
+    assert check_parked_hold_nothing(snapshot) == []
+    snapshot.leases[RUN] = 12_000
+    assert kinds(check_parked_hold_nothing(snapshot)) == ["parked_holds_lease"]
 
 
 def test_followers_must_see_each_stored_event_once_in_order() -> None:

@@ -43,6 +43,8 @@ HANDLER_SURFACE = {
             "RateLimitRelease",
             "RateLimitNotDeclared",
             "InvalidRateLimitUse",
+            "InvalidWait",
+            "SignalTimeout",
         )
     },
 }

@@ -1,7 +1,7 @@
 """The key names lib.lua derives by string-matching are the ones store/keys.py builds.
 
 Scripts derive a queue's sibling keys (activity stream, parked and unclaimed
-indexes, effects hashes, per-minute series) from a run prefix or an events key
+indexes, effects and waits hashes, per-minute series) from a run prefix or an events key
 instead of taking a KEYS slot for each. Those derivations run here, in Redis, on
 the names :class:`QueueKeys` builds, so the two layouts cannot drift apart.
 """
@@ -23,6 +23,7 @@ return {
   parked_of(ARGV[1]),
   unclaimed_key_of(ARGV[1]),
   effects_key_of(ARGV[1], ARGV[3]),
+  waits_key_of(ARGV[1], ARGV[3]),
   queue_key_of(ARGV[1], 'series:' .. ARGV[4]),
 }
 """
@@ -41,6 +42,7 @@ async def test_lib_lua_derives_the_keys_keys_py_builds(redis_client: aioredis.Re
             keys.parked,
             keys.unclaimed,
             keys.effects(RUN_ID),
+            keys.waits(RUN_ID),
             keys.series(MINUTE),
         ], queue
 

@@ -28,6 +28,7 @@ from app.store.queues import QueueStore
 from app.store.ratelimits import Declared, RateLimitStore
 from app.store.runs import NewRun, RunStore
 from app.store.scripts import ScriptArg, ScriptCall, Scripts
+from app.store.waits import WaitCall, WaitKind, WaitStore
 from tests.support.reconciliation import park_on_unknown_effect
 from tests.support.snapshots import changes, snapshot
 
@@ -100,6 +101,8 @@ class World:
         self.c_progress = ProgressStore(
             client, scripts=fake, prefix=settings.prefix, events_maxlen=settings.events_maxlen
         )
+        self.waits = WaitStore(client, real, settings.prefix, settings.events_maxlen)
+        self.c_waits = WaitStore(client, fake, settings.prefix, settings.events_maxlen)
         self.c_renewer = LeaseRenewer(
             None,  # type: ignore[arg-type]  # never used: the call is captured first
             scripts=fake,
@@ -349,6 +352,22 @@ async def _commit_operation(w: World) -> ScriptCall:
     )
 
 
+async def _park(w: World) -> ScriptCall:
+    ((run_id, fence),) = await w.held()
+    slept = WaitCall(run_id, WaitKind.SLEEP, "nap", 1, duration_ms=0)  # over at once
+    await w.waits.park(QUEUE, owner=OWNER, fence=fence, call=slept)
+    await w.c_runs.client.hset(w.keys.waits(run_id), "inbox:go", '["1"]')
+    asked = WaitCall(run_id, WaitKind.HUMAN, "ask", 1, question_json='{"q":[1,2.5]}')
+    return await capture(w.c_waits.park(QUEUE, owner=OWNER, fence=fence, call=asked))
+
+
+async def _signal(w: World) -> ScriptCall:
+    ((run_id, fence),) = await w.held()
+    wait = WaitCall(run_id, WaitKind.SIGNAL, "go", 1, duration_ms=60_000)
+    await w.waits.park(QUEUE, owner=OWNER, fence=fence, call=wait)
+    return await capture(w.c_waits.signal(run_id, "go", '{"ok":[1,2.5]}', max_pending=3))
+
+
 SETUPS: dict[str, Setup] = {
     "create_run": _create,
     "claim_runs": _claim,
@@ -373,6 +392,8 @@ SETUPS: dict[str, Setup] = {
     "push_bucket": _push_bucket,
     "declare_rate_limit": _declare_rate_limit,
     "commit_operation": _commit_operation,
+    "park_run": _park,
+    "signal_run": _signal,
 }
 
 

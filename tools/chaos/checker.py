@@ -11,6 +11,9 @@ it with what the harness's clients saw and what the side channel counted:
 * ``not_settled``: every run is terminal or parked (``waiting_human``,
   ``reconciliation_required``) once the system had time to settle; the detail
   says whether it still holds a live lease;
+* ``parked_holds_lease``: a run parked without an owner (``waiting``: a durable
+  sleep or signal wait; ``waiting_human``, ``reconciliation_required``) holds no
+  lease: parking gave it back in the same script;
 * ``terminal_events`` / ``terminal_not_last`` / ``terminal_mismatch``: a terminal
   run has exactly one terminal event, last in its stream, naming its status; a
   parked run none, and its stream ends with the event that parked it;
@@ -162,6 +165,18 @@ def check_settled(snapshot: Snapshot) -> list[Violation]:
         lease = "no lease" if expiry is None else f"lease expires in {expiry - snapshot.now_ms} ms"
         found.append(Violation("not_settled", run.id, f"status {run.status}, {lease}"))
     return found
+
+
+UNOWNED = {*PARKED, RunStatus.WAITING.value}
+
+
+def check_parked_hold_nothing(snapshot: Snapshot) -> list[Violation]:
+    """A parked run (a durable wait, or waiting for a person) holds no lease."""
+    return [
+        Violation("parked_holds_lease", run.id, f"status {run.status}, lease in the leases zset")
+        for run in snapshot.runs.values()
+        if run.status in UNOWNED and run.id in snapshot.leases
+    ]
 
 
 def check_stream(run: StoredRun) -> list[Violation]:

@@ -126,6 +126,21 @@ async def tick(ctx: RunContext, params: TickInput) -> dict[str, Any]:
     return _returning(ctx, _identity(ctx))
 
 
+class NapInput(BaseModel):
+    """How long to sleep durably (parked, holding nothing) between two ticks."""
+
+    seconds: float = Field(default=0.5, ge=0)
+
+
+@handler("chaos.nap")
+async def nap(ctx: RunContext, params: NapInput) -> dict[str, Any]:
+    """Tick, park in ``ctx.sleep`` (no lease, no slot), and finish on whoever woke it."""
+    _record_tick(ctx)
+    await ctx.sleep(params.seconds)
+    _record_tick(ctx)
+    return _returning(ctx, _identity(ctx))
+
+
 class OrderInput(BaseModel):
     """An order: a non-idempotent charge, checkpoints, an idempotent notification.
 

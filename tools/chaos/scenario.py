@@ -162,6 +162,7 @@ class ChaosRun:
             frozenset(gone.deleted | gone.maybe_deleted | gone.vanished),
         )
         violations += checker.check_settled(snapshot)
+        violations += checker.check_parked_hold_nothing(snapshot)
         stale_owners = {
             fault.owner_id
             for fault in self.injector.faults

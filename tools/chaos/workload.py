@@ -8,7 +8,9 @@ Runs are created at a steady rate, each from a seeded plan:
 * ``order``    ``chaos.order``: a non-idempotent charge (async, or sync in a thread),
                checkpoints, and an idempotent notification;
 * ``escalate`` ``chaos.escalate``: parks in ``waiting_human``; the harness resumes it;
-* ``flaky``    ``demo.fail`` with a retryable error and two attempts.
+* ``flaky``    ``demo.fail`` with a retryable error and two attempts;
+* ``nap``      ``chaos.nap``: parks in a durable ``ctx.sleep`` for about a lease and
+               must wake, on whichever worker is alive, whatever faults land meanwhile.
 
 Long, cpu and order runs ask for ``on_lease_expired`` ``retry`` or ``orphan`` at
 random; some are cancelled mid-way. Some runs are followed over SSE, by the
@@ -52,7 +54,15 @@ CALL_DEADLINE_S = 90.0
 STREAM_TIMEOUT = httpx.Timeout(10.0, read=30.0)
 PERSON_PERIOD_S = 1.0
 # (kind, weight)
-MIX = [("short", 30), ("long", 20), ("cpu", 6), ("order", 30), ("escalate", 6), ("flaky", 8)]
+MIX = [
+    ("short", 30),
+    ("long", 20),
+    ("cpu", 6),
+    ("order", 30),
+    ("escalate", 6),
+    ("flaky", 8),
+    ("nap", 6),
+]
 
 
 @dataclass(frozen=True)
@@ -130,6 +140,8 @@ def _handler_input(kind: str, rng: random.Random, ttl_s: float) -> tuple[str, di
         }
     if kind == "escalate":
         return "chaos.escalate", {"lease_s": 0.3}
+    if kind == "nap":
+        return "chaos.nap", {"seconds": rng.uniform(0.5, 2.0) * ttl_s}
     return "demo.fail", {"message": "flaky upstream", "retryable": True}
 
 

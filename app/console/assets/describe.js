@@ -71,6 +71,11 @@ function errorText(data) {
 }
 
 function waitText(data) {
+  if (data.kind === "sleep" || data.kind === "signal") {  // a durable wait: parked, no lease
+    const what = data.kind === "sleep" ? `sleep ${data.subject}` : `signal ${data.subject}`;
+    const until = data.until_ms ? ` until ${new Date(data.until_ms).toISOString()}` : "";
+    return `parked for ${what}${until} (no lease held)`;
+  }
   const since =
     data.since_progress_s === null || data.since_progress_s === undefined
       ? "no progress yet"
@@ -91,7 +96,12 @@ const DESCRIBE = {
   verdict: (d) =>
     `watchdog on ${d.kind} ${d.subject}: ${d.verdict} (${d.reason}) after ${d.renewals} renewals` +
     (d.evaluator ? `, by ${d.evaluator}` : ""),
-  waiting_human: (d) => `waiting for a person: ${d.reason || "escalated"}`,
+  waiting_human: (d) => d.reason === "ask_human"
+    ? `asks a person: ${JSON.stringify(d.question)}`
+    : `waiting for a person: ${d.reason || "escalated"}`,
+  signal: (d) => d.delivered
+    ? `signal ${d.name} delivered: the run wakes`
+    : `signal ${d.name} kept for a later wait (${d.pending} unread)`,
   resumed: (d) => `resumed by a person with input ${JSON.stringify(d.input)}`,
   reconciliation_required: (d) => `needs a person: ${errorText(d)}`,
   resolved: (d) => `resolved by a person: ${d.action}` +

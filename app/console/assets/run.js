@@ -55,7 +55,8 @@ function actionButtons(run, after) {
   const buttons = [];
   const add = (label, act) => buttons.push(h("button", { type: "button",
     onclick: async () => { if (await act(run)) after(); } }, label));
-  if (["queued", "running", "waiting_human", "reconciliation_required"].includes(run.status)) {
+  if (["queued", "running", "waiting", "waiting_human", "reconciliation_required"]
+    .includes(run.status)) {
     add("Cancel…", cancelRun);
   }
   if (run.status === "waiting_human") add("Resume…", resumeRun);

@@ -11,7 +11,7 @@ import { duration, reasonOf, TERMINAL } from "./describe.js";
 import { badge, connectionText, h, serverNow } from "./dom.js";
 
 const STATUSES = [
-  "queued", "running", "cancelling", "waiting_human", "reconciliation_required",
+  "queued", "running", "cancelling", "waiting", "waiting_human", "reconciliation_required",
   "succeeded", "failed", "cancelled", "orphaned", "expired",
 ];
 const PAGE = 50;

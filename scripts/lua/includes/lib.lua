@@ -204,6 +204,23 @@ local function delayed_of(run_prefix)
   return queue_key_of(run_prefix, 'delayed')
 end
 
+-- A run's waits hash (durable sleeps, signals, questions: `<kind>:<name>:<ordinal>` ->
+-- record, and the signal inbox `inbox:<name>` -> pending payloads) sits beside its
+-- record: store/keys.py builds `<tag>:waits:<id>` from the same tag (a test holds the
+-- two equal), so every script that ends a run expires it with the run.
+local function waits_key_of(run_prefix, run_id)
+  return queue_key_of(run_prefix, 'waits:' .. run_id)
+end
+
+-- A wait's or signal's name (ctx.sleep(name=...), ctx.wait_for_signal(name)): what the
+-- API's route and the handler's context accept, so a step field never holds a ':'.
+local function wait_name_arg(value)
+  if type(value) ~= 'string' or #value > 128 or not string.match(value, '^[A-Za-z0-9_.%-]+$') then
+    bad_argument('name', value)
+  end
+  return value
+end
+
 -- A queue's unclaimed index sits beside its run records: store/keys.py builds
 -- `<tag>:run:` and `<tag>:unclaimed` from the same tag (a test holds the two equal).
 -- Derived from the run prefix, so a run's first claim and finalize drop it from the
@@ -261,6 +278,7 @@ local function finalize(k, run_id, status, fence, now, fields, data, retention, 
   redis.call('PEXPIRE', run_key, retention_ms)
   redis.call('PEXPIRE', events_key, retention_ms)
   redis.call('PEXPIRE', effects_key_of(k.run_prefix, run_id), retention_ms)
+  redis.call('PEXPIRE', waits_key_of(k.run_prefix, run_id), retention_ms)
   local idem = redis.call('HGET', run_key, 'idempotency_key')
   if idem and idem ~= '' then
     redis.call('PEXPIRE', k.idem_prefix .. idem, retention_ms)

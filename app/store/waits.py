@@ -1,0 +1,159 @@
+"""Durable waits: a handler parks its run (``park_run``), a client signals it (``signal_run``).
+
+A wait is one *step* of the run, named ``<kind>:<name>:<ordinal>`` (kind ``sleep``,
+``signal`` or ``human``; the ordinal counts the run's waits of that kind and name
+from 1, as effects count theirs). Its record lives in the run's waits hash
+(``…:waits:<id>``) with the deadline fixed by its first call, so a handler that is
+run again from the top after the wake finds the step over and goes on: a sleep
+returns, a signal returns its payload, a question returns its answer. Signals that
+arrive before their wait are kept, in order, in the same hash (``inbox:<name>``),
+bounded per run. Payloads stay JSON *text* end to end: Lua never re-encodes (or
+re-rounds) a client's numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, cast
+
+from app.errors import RunNotFound, SignalInboxFull
+from app.store.connection import AsyncRedis
+from app.store.keys import QueueKeys, queue_of
+from app.store.scripts import ScriptCode, Scripts
+from app.store.transitions import PARK_RUN, SIGNAL_RUN, ParkArgs, SignalArgs, raise_for
+
+
+class WaitKind(StrEnum):
+    """What a parked run waits for."""
+
+    SLEEP = "sleep"
+    SIGNAL = "signal"
+    HUMAN = "human"
+
+
+@dataclass(frozen=True)
+class WaitCall:
+    """One wait of a run: its step, and the deadline its first call sets.
+
+    ``duration_ms`` counts from the Redis clock's now (``ctx.sleep``,
+    ``wait_for_signal``'s timeout); ``at_ms`` is an epoch ms (``ctx.sleep_until``);
+    a question has neither and carries ``question_json``.
+    """
+
+    run_id: str
+    kind: WaitKind
+    name: str
+    ordinal: int
+    duration_ms: int | None = None
+    at_ms: int | None = None
+    question_json: str = ""
+
+    @property
+    def step(self) -> str:
+        """Its field in the run's waits hash."""
+        return f"{self.kind.value}:{self.name}:{self.ordinal}"
+
+
+class WaitOutcome(StrEnum):
+    """What became of a wait when its handler reached it."""
+
+    PARKED = "parked"  # the run is parked: its lease is gone, the handler must unwind
+    OVER = "over"  # the sleep ended, the signal came, the question was answered
+    TIMED_OUT = "timed_out"  # the signal did not come by its deadline
+    CANCELLING = "cancelling"  # a client is cancelling the run: it was not parked
+
+
+@dataclass(frozen=True)
+class WaitAnswer:
+    """What park_run answered: ``payload_json`` for OVER ('' for a sleep), ``until_ms``."""
+
+    outcome: WaitOutcome
+    payload_json: str = ""
+    until_ms: int | None = None
+
+
+_OUTCOMES = {
+    ScriptCode.OK: WaitOutcome.PARKED,
+    ScriptCode.REPLAYED: WaitOutcome.OVER,
+    ScriptCode.TIMEOUT: WaitOutcome.TIMED_OUT,
+    ScriptCode.CANCEL: WaitOutcome.CANCELLING,
+}
+
+
+class SignalDelivery(StrEnum):
+    """What became of a signal: it woke its wait, or waits in the run's inbox."""
+
+    DELIVERED = "delivered"
+    BUFFERED = "buffered"
+
+
+@dataclass(frozen=True)
+class WaitStore:
+    """Parks runs (the executor) and delivers signals to them (the API), on one client."""
+
+    client: AsyncRedis
+    scripts: Scripts
+    prefix: str
+    events_maxlen: int
+
+    def keys(self, queue: str) -> QueueKeys:
+        """The queue's key names (the run's waits hash among them)."""
+        return QueueKeys(self.prefix, queue)
+
+    async def park(self, queue: str, *, owner: str, fence: int, call: WaitCall) -> WaitAnswer:
+        """Park the run on ``call`` (fenced), or find the wait over; see :class:`WaitOutcome`.
+
+        Raises :class:`~app.errors.LeaseLost` when fenced out (nothing written).
+        """
+        args = ParkArgs(
+            owner_id=owner,
+            fence=fence,
+            run_id=call.run_id,
+            kind=call.kind.value,
+            ordinal=call.ordinal,
+            name=call.name,
+            duration_ms="" if call.duration_ms is None else call.duration_ms,
+            at_ms="" if call.at_ms is None else call.at_ms,
+            question=call.question_json,
+            maxlen=self.events_maxlen,
+            wake_channel=self.keys(queue).wake_channel,
+        )
+        code, value = await PARK_RUN.send(self.scripts, self.client, self.keys(queue), args)
+        raise_for(code, run_id=call.run_id, fence=fence)
+        outcome = _OUTCOMES[ScriptCode(code)]
+        if outcome == WaitOutcome.OVER:
+            return WaitAnswer(outcome, payload_json=value)
+        return WaitAnswer(outcome, until_ms=int(float(value)) if value else None)
+
+    async def signal(
+        self, run_id: str, name: str, payload_json: str, *, max_pending: int
+    ) -> SignalDelivery:
+        """Send signal ``name`` to a run: wake the wait for it, or keep it in the inbox.
+
+        Raises :class:`RunNotFound`, :class:`InvalidTransition` (the run finished or
+        is being cancelled: no wait can take it) and :class:`SignalInboxFull`.
+        """
+        queue = queue_of(run_id)
+        if queue is None:
+            raise RunNotFound(run_id)
+        keys = self.keys(queue)
+        args = SignalArgs(
+            run_id=run_id,
+            name=name,
+            payload=payload_json,
+            max_pending=max_pending,
+            maxlen=self.events_maxlen,
+            wake_channel=keys.wake_channel,
+        )
+        code, value = await SIGNAL_RUN.send(self.scripts, self.client, keys, args)
+        raise_for(code, run_id=run_id, status=value, action="signal")
+        if code == ScriptCode.FULL:
+            raise SignalInboxFull(run_id, int(value))
+        return SignalDelivery(value)
+
+    async def waits(self, queue: str, run_id: str) -> dict[str, Any]:
+        """A run's wait records by step and its inbox, decoded (for inspection and tests)."""
+        raw = cast(dict[str, str], await self.client.hgetall(self.keys(queue).waits(run_id)))
+        return {field: json.loads(value) for field, value in raw.items()}

@@ -1,0 +1,162 @@
+-- park_run: a handler waits (ctx.sleep, ctx.wait_for_signal, ctx.ask_human): the run is
+--          parked without a lease until its time, its signal or a person's answer.
+--
+-- KEYS[1]  run          hash    the run's record
+-- KEYS[2]  events       stream  the run's events
+-- KEYS[3]  waits        hash    the run's waits: '<kind>:<name>:<ordinal>' -> record json,
+--                               'inbox:<name>' -> json list of pending signal payloads,
+--                               'inbox_count' -> pending signals in all
+-- KEYS[4]  leases       zset    id -> lease expiry ms
+-- KEYS[5]  delayed      zset    id -> epoch ms it may run (the promotion path claims use)
+-- ARGV[1]  owner_id     string
+-- ARGV[2]  fence        integer
+-- ARGV[3]  run_id       string
+-- ARGV[4]  kind         string  sleep | signal | human
+-- ARGV[5]  ordinal      integer this call's place among the run's waits of that kind and name
+-- ARGV[6]  name         string  the sleep's or question's name, or the signal's
+-- ARGV[7]  duration_ms  integer how long from now (the Redis clock) the wait lasts, '' for none
+-- ARGV[8]  at_ms        integer epoch ms the wait ends at (sleep_until), '' for none; a sleep
+--          needs one of the two, a signal may have one (its timeout), a question none. Only
+--          the first call of a step sets the deadline: a replay keeps the recorded one
+-- ARGV[9]  question     json    what ctx.ask_human asks ('' for the other kinds)
+-- ARGV[10] maxlen       integer approximate cap of the event stream
+-- ARGV[11] wake_channel string  pub/sub channel idle workers of the queue listen on
+-- returns  {code, value}  codes: OK (parked: status waiting, or waiting_human for a
+--          question; value is until_ms or ''), REPLAYED (the wait is over: its sleep ended,
+--          its signal came, or its question was answered; value is the payload json, ''
+--          for a sleep), TIMEOUT (the signal did not come by until_ms: value), CANCEL (a
+--          client is cancelling the run: not parked), LOST (fenced out: nothing written)
+-- events   wait {kind, subject, step, until_ms} (sleep, signal), waiting_human
+--          {reason: ask_human, question, step} (question)
+-- invariant: a parked run holds no lease (ZREM leases, fence+1, owner dropped), so its
+--          former owner can write nothing more; it is woken only through the delayed set
+--          (its time) or signal_run / resume_run. A signal already in the inbox is
+--          consumed here instead of parking, in the same step that would park, so no
+--          signal is lost between a handler's check and its park. A step's record, once
+--          done or timed out, answers every later call of it the same (the replay).
+-- validate-then-write: every argument is checked and the question decoded, the record,
+--          the inbox and the status read, and every record, event and field encoded,
+--          before the first write (records and inboxes were encoded by these scripts
+--          and decode).
+--- @include lib
+
+check_argc(11)
+local owner, fence = ARGV[1], ARGV[2]
+local run_id = run_id_arg(ARGV[3], KEYS[1], KEYS[2])
+local kind = enum_arg(ARGV[4], 'kind', {'sleep', 'signal', 'human'})
+local ordinal = int_arg(ARGV[5], 'ordinal', 1)
+local name = wait_name_arg(ARGV[6])
+local duration_ms, at_ms
+if ARGV[7] ~= '' then
+  duration_ms = int_arg(ARGV[7], 'duration_ms', 0)
+end
+if ARGV[8] ~= '' then
+  at_ms = int_arg(ARGV[8], 'at_ms', 0)
+end
+if (duration_ms and at_ms) or (kind == 'sleep' and not (duration_ms or at_ms))
+    or (kind == 'human' and (duration_ms or at_ms)) then
+  bad_argument('duration_ms / at_ms for a ' .. kind, ARGV[7] .. '/' .. ARGV[8])
+end
+local question
+if kind == 'human' then
+  question = json_arg(ARGV[9], 'question')
+end
+local maxlen = int_arg(ARGV[10], 'maxlen', 0)
+local step = kind .. ':' .. name .. ':' .. ordinal
+
+local cur = redis.call('HMGET', KEYS[1], 'status', 'owner_id', 'fence')
+if not ((cur[1] == 'running' or cur[1] == 'cancelling') and cur[2] == owner
+    and cur[3] == fence) then
+  return {'LOST', ''}
+end
+local raw = redis.call('HGET', KEYS[3], step)
+local record = raw and cjson.decode(raw)
+if record and record.status == 'done' then
+  return {'REPLAYED', record.payload or ''}
+end
+if record and record.status == 'timed_out' then
+  return {'TIMEOUT', tostring(record.until_ms)}
+end
+if cur[1] == 'cancelling' then
+  return {'CANCEL', ''}
+end
+
+local now = now_ms()
+local until_ms
+if record then
+  until_ms = record.until_ms
+elseif duration_ms then
+  until_ms = now + duration_ms
+else
+  until_ms = at_ms
+end
+record = record or {kind = kind, name = name, step = step, until_ms = until_ms,
+  started_ms = now}
+
+local inbox = {}
+if kind == 'signal' then
+  local pending = redis.call('HGET', KEYS[3], 'inbox:' .. name)
+  inbox = pending and cjson.decode(pending) or {}
+end
+
+-- the wait is already over: record it, answer, and keep the lease
+local function finish_step(status, fields, answer)
+  record.status = status
+  record.ended_ms = now
+  local encoded = cjson.encode(record)
+  redis.call('HSET', KEYS[3], step, encoded, unpack(fields))
+  return answer
+end
+
+if kind == 'sleep' and until_ms <= now then
+  return finish_step('done', {}, {'REPLAYED', ''})
+end
+if kind == 'signal' then
+  if #inbox > 0 then
+    record.payload = table.remove(inbox, 1)
+    local rest = #inbox > 0 and cjson.encode(inbox) or nil
+    local count = math.max(0, (tonumber(redis.call('HGET', KEYS[3], 'inbox_count')) or 1) - 1)
+    local answer = finish_step('done', {'inbox_count', count}, {'REPLAYED', record.payload})
+    if rest then
+      redis.call('HSET', KEYS[3], 'inbox:' .. name, rest)
+    else
+      redis.call('HDEL', KEYS[3], 'inbox:' .. name)
+    end
+    return answer
+  end
+  if until_ms and until_ms <= now then
+    return finish_step('timed_out', {}, {'TIMEOUT', tostring(until_ms)})
+  end
+end
+
+record.status = 'waiting'
+local record_json = cjson.encode(record)
+local run_prefix = string.sub(KEYS[1], 1, #KEYS[1] - #run_id)
+local k = {leases = KEYS[4], run_prefix = run_prefix,
+  events_prefix = string.sub(KEYS[2], 1, #KEYS[2] - #run_id)}
+if kind == 'human' then
+  local escalation = cjson.encode({reason = 'ask_human', question = question, step = step})
+  local waiting_for = cjson.encode({kind = kind, subject = name, step = step, since_ms = now})
+  redis.call('HSET', KEYS[3], step, record_json)
+  -- flow: release held (concurrency slots, singleton) once lib.lua gives it back in one call
+  park(k, run_id, 'waiting_human', now, {'escalation', escalation, 'waiting_for', waiting_for},
+    escalation, maxlen)
+  return {'OK', ''}
+end
+
+local data = cjson.encode({kind = kind, subject = name, step = step, until_ms = until_ms})
+local waiting_for = cjson.encode({kind = kind, subject = name, step = step,
+  until_ms = until_ms, since_ms = now})
+redis.call('HSET', KEYS[3], step, record_json)
+local new_fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
+redis.call('HSET', KEYS[1], 'status', 'waiting', 'waiting_for', waiting_for)
+redis.call('HDEL', KEYS[1], 'owner_id', 'lease_expires_at')
+redis.call('ZREM', KEYS[4], run_id)
+-- flow: release held (concurrency slots, singleton) once lib.lua gives it back in one call
+emit(KEYS[1], KEYS[2], 'wait', new_fence, now, data, maxlen)
+if until_ms then
+  redis.call('ZADD', KEYS[5], until_ms, run_id)
+  -- idle workers claim once and learn the earliest delayed time (their timer's next wake)
+  redis.call('PUBLISH', ARGV[11], 'ready')
+end
+return {'OK', until_ms and tostring(until_ms) or ''}

@@ -1,0 +1,80 @@
+-- signal_run: a client sends a named signal with a JSON payload to a run
+--          (POST /runs/{id}/signals/{name}).
+--
+-- KEYS[1]  run          hash    the run's record
+-- KEYS[2]  events       stream  the run's events
+-- KEYS[3]  waits        hash    the run's waits (park_run): step records and the inbox
+-- KEYS[4]  delayed      zset    id -> epoch ms it may run (the promotion path claims use)
+-- ARGV[1]  run_id       string
+-- ARGV[2]  name         string  the signal's name
+-- ARGV[3]  payload      json    what the signal carries (bounded by the API)
+-- ARGV[4]  max_pending  integer how many signals a run may hold unread (its inbox bound)
+-- ARGV[5]  maxlen       integer approximate cap of the event stream
+-- ARGV[6]  wake_channel string  pub/sub channel idle workers of the queue listen on
+-- returns  {code, value}  codes: OK (value: delivered: the run waited for this signal and
+--          is queued again; or buffered: kept in its inbox until a wait for it consumes
+--          it), NOT_FOUND, INVALID (the run finished or is being cancelled, so no wait can
+--          ever take it: value is its status), FULL (the inbox holds max_pending signals
+--          already: nothing written)
+-- events   signal {name, delivered, step | pending}
+-- invariant: a signal is never dropped silently: it wakes the wait that asks for it, or
+--          is kept in order in the inbox (bounded), or is refused. A woken run is queued
+--          through the delayed set at the Redis clock's now, so the claim path (and its
+--          slots and limits) takes it; a run already promoted is not queued twice.
+-- validate-then-write: the run id, name, payload and numbers are checked, the record,
+--          its wait and the inbox read and decoded (written by these scripts), and every
+--          record and event encoded, before the first write.
+--- @include lib
+
+check_argc(6)
+local run_id = run_id_arg(ARGV[1], KEYS[1], KEYS[2])
+local name = wait_name_arg(ARGV[2])
+json_arg(ARGV[3], 'payload')
+local max_pending = int_arg(ARGV[4], 'max_pending', 0)
+local maxlen = int_arg(ARGV[5], 'maxlen', 0)
+
+local cur = redis.call('HMGET', KEYS[1], 'status', 'waiting_for', 'fence')
+local status = cur[1]
+if not status then
+  return {'NOT_FOUND', ''}
+end
+if TERMINAL[status] or status == 'cancelling' then
+  return {'INVALID', status}
+end
+local now = now_ms()
+local wait = status == 'waiting' and cur[2] and cjson.decode(cur[2])
+local waited = wait and wait.kind == 'signal' and wait.subject == name
+local raw = waited and redis.call('HGET', KEYS[3], wait.step)
+local record = raw and cjson.decode(raw)
+local pending = redis.call('HGET', KEYS[3], 'inbox:' .. name)
+local inbox = pending and cjson.decode(pending) or {}
+
+if waited then
+  record = record or {kind = 'signal', name = name, step = wait.step}
+  record.status = 'done'
+  record.payload = ARGV[3]
+  record.ended_ms = now
+  local record_json = cjson.encode(record)
+  local data = cjson.encode({name = name, delivered = true, step = wait.step})
+  redis.call('HSET', KEYS[3], wait.step, record_json)
+  redis.call('HSET', KEYS[1], 'status', 'queued')
+  redis.call('HDEL', KEYS[1], 'waiting_for')
+  emit(KEYS[1], KEYS[2], 'signal', cur[3], now, data, maxlen)
+  -- a timeout already due was promoted to the ready queue by a claim: it is there
+  if redis.call('ZSCORE', KEYS[4], run_id) or not wait.until_ms then
+    redis.call('ZADD', KEYS[4], now, run_id)
+  end
+  redis.call('PUBLISH', ARGV[6], 'ready')
+  return {'OK', 'delivered'}
+end
+
+local count = tonumber(redis.call('HGET', KEYS[3], 'inbox_count')) or 0
+if count >= max_pending then
+  return {'FULL', tostring(count)}
+end
+inbox[#inbox + 1] = ARGV[3]
+local inbox_json = cjson.encode(inbox)
+local data = cjson.encode({name = name, delivered = false, pending = count + 1})
+redis.call('HSET', KEYS[3], 'inbox:' .. name, inbox_json, 'inbox_count', count + 1)
+emit(KEYS[1], KEYS[2], 'signal', cur[3], now, data, maxlen)
+return {'OK', 'buffered'}
