@@ -11,6 +11,8 @@
 * ``demo.order`` charges through ``ctx.effect``, then ships: while the fake shipping
   service is down the run fails *after* the charge, and a re-run
   (``POST /runs/{id}/retry``) ships it without charging again.
+* ``demo.quota`` makes calls under ``ctx.rate_limit``: several runs share a declared
+  key's bucket, and each wait is a ``wait`` event (``kind: rate_limited``).
 """
 
 from __future__ import annotations
@@ -80,6 +82,23 @@ class OrderInput(BaseModel):
 
     amount: float = Field(default=42.0, gt=0, le=1_000_000)
     shipping_down_until: float = Field(default=0.0, ge=0, le=1e11)
+
+
+class QuotaInput(BaseModel):
+    """How many calls to make on a declared rate-limit key (PUT /rate-limits/{key})."""
+
+    key: str = Field(default="demo.model", max_length=300)
+    calls: int = Field(default=5, ge=0, le=1000)
+
+
+@handler("demo.quota")
+async def quota(ctx: RunContext, params: QuotaInput) -> dict[str, Any]:
+    """Make ``calls`` calls, each under one token of ``key``, shared by every worker."""
+    started = time.monotonic()
+    for call in range(1, params.calls + 1):
+        async with ctx.rate_limit(params.key):
+            await ctx.progress(call=call, at_s=round(time.monotonic() - started, 3))
+    return {"calls": params.calls, "took_s": round(time.monotonic() - started, 3)}
 
 
 @handler("demo.echo")

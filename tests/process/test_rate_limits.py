@@ -147,3 +147,15 @@ async def test_an_operation_budget_does_not_count_the_wait_for_its_token(
     processes.worker()
     ids = await create(run_store, "test.rate_call", 2, key="slow", calls=1, first_progress_s=1.0)
     await finish_all(run_store, ids)
+
+
+async def test_the_demo_quota_handler_shares_one_bucket_and_says_when_it_waits(
+    processes: Processes, run_store: RunStore, redis_client: aioredis.Redis, settings: Settings
+) -> None:
+    await declare(redis_client, settings, "demo.model", RateLimitSpec(limit=10, burst=1))
+    processes.worker()
+    ids = await create(run_store, "demo.quota", 2, calls=3)
+    await finish_all(run_store, ids)
+    events = [event for run_id in ids for event in await run_store.read_events(run_id)]
+    assert len([event for event in events if event.type == "progress"]) == 6
+    assert any(event.type == "wait" and event.data["key"] == "demo.model" for event in events)

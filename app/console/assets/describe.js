@@ -70,7 +70,19 @@ function errorText(data) {
   return `${error.code || "error"}: ${error.message || ""}`;
 }
 
+/** A rate-limit wait (ctx.rate_limit, a start gate, a 429): which key, until when. */
+export function rateWaitText(data) {
+  const until = `${clock(data.until_ms)} (${duration(data.wait_ms)})`;
+  if (data.released) {
+    const why = data.reason === "upstream_429" ? "an upstream 429" : "a long wait";
+    return `rate-limited on ${data.key}: released until ${until} after ${why}; ` +
+      "no attempt spent";
+  }
+  return `rate-limited on ${data.key}: waiting for its token until ${until}`;
+}
+
 function waitText(data) {
+  if (data.kind === "rate_limited") return rateWaitText(data);
   if (data.kind === "sleep" || data.kind === "signal") {  // a durable wait: parked, no lease
     const what = data.kind === "sleep" ? `sleep ${data.subject}` : `signal ${data.subject}`;
     const until = data.until_ms ? ` until ${new Date(data.until_ms).toISOString()}` : "";

@@ -8,7 +8,7 @@ import { api, follow } from "./api.js";
 import { cancelRun, deleteRun, resolveRun, resumeRun, retryRun } from "./actions.js";
 import { Attempts } from "./attempts.js";
 import {
-  clock, describe, duration, HANDLER_EVENTS, PARKED, story, TERMINAL,
+  clock, describe, duration, HANDLER_EVENTS, PARKED, rateWaitText, story, TERMINAL,
 } from "./describe.js";
 import { badge, connectionText, h, jsonBlock, serverNow } from "./dom.js";
 
@@ -79,7 +79,9 @@ class WaitBanners {
   }
 
   wait(event) {
-    const key = `${event.data.kind} ${event.data.subject}`;
+    const { data } = event;
+    const key = data.kind === "rate_limited" ? `rate_limited ${data.key}`
+      : `${data.kind} ${data.subject}`;
     this.waits.set(key, { data: event.data, since: serverNow() });
     this.draw();
   }
@@ -91,7 +93,15 @@ class WaitBanners {
   }
 
   draw() {
+    for (const [key, { data }] of this.waits) {
+      // a rate-limit wait ends when its token is due: nothing else says so
+      if (data.kind === "rate_limited" && data.until_ms <= serverNow()) this.waits.delete(key);
+    }
     const items = [...this.waits.values()].map(({ data, since }) => {
+      if (data.kind === "rate_limited") {
+        return h("div", { class: "wait", "data-kind": data.kind, "data-subject": data.key },
+          h("strong", {}, `Waiting on rate limit ${data.key}`), ` — ${rateWaitText(data)}.`);
+      }
       const elapsed = Number(data.elapsed_s || 0) * 1000 + (serverNow() - since);
       const progress = data.since_progress_s === null || data.since_progress_s === undefined
         ? "no progress yet"
