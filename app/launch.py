@@ -15,3 +15,7 @@ def main() -> None:
     from app.cli import main as cli_main
 
     cli_main()
+
+
+if __name__ == "__main__":  # python -m app.launch: the console script without installing it
+    main()

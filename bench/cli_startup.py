@@ -5,8 +5,9 @@ times (hyperfine-style: one warm-up, then repeated wall-clock timings of a fresh
 process) and prints min / median / max in ms. The commands are ``leasehold --help``,
 ``leasehold runs get ID --help`` and ``leasehold runs get ID`` against an address
 nobody listens on (so the time is start-up plus one refused connection, not the
-API's). ``--root DIR`` runs another checkout (e.g. a ``git worktree`` of an older
-commit) with this interpreter, to measure before and after a change.
+API's), each as ``python -m app.launch`` (what the ``leasehold`` script runs).
+``--root DIR`` runs another checkout (e.g. a ``git worktree`` of an older commit)
+with this interpreter, to measure before and after a change.
 
 Where the time goes: ``python -X importtime -m app.cli --help``.
 """
@@ -44,8 +45,10 @@ def time_ms(args: list[str], root: Path) -> tuple[float, float]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("LEASEHOLD_")}
     env["PYTHONPATH"] = str(root)
     started = time.perf_counter()
+    # what the `leasehold` script runs (app.launch), or app.cli in a checkout from before it
+    module = "app.launch" if (root / "app" / "launch.py").exists() else "app.cli"
     child = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", *args],
+        [sys.executable, "-m", module, *args],
         cwd=root,
         env=env,
         stdout=subprocess.DEVNULL,
