@@ -207,9 +207,13 @@ def _resume(run_id: str, resume_input: Any) -> _Call[StatusChange]:
     return _Call("POST", path, StatusChange.model_validate, json={"input": resume_input})
 
 
-def _signal(run_id: str, name: str, payload: Any) -> _Call[SignalResult]:
+def _signal(
+    run_id: str, name: str, payload: Any, idempotency_key: str | None
+) -> _Call[SignalResult]:
     path = f"/runs/{run_id}/signals/{name}"
-    return _Call("POST", path, SignalResult.model_validate, json={"payload": payload})
+    body = _present({"payload": payload, "idempotency_key": idempotency_key})
+    body.setdefault("payload", None)
+    return _Call("POST", path, SignalResult.model_validate, json=body)
 
 
 def _resolve(run_id: str, action: str, decision: dict[str, Any]) -> _Call[Run]:
@@ -352,9 +356,14 @@ class Client:
         """POST /runs/{id}/resume: queue a waiting_human run again with a person's input."""
         return self._send(_resume(run_id, resume_input))
 
-    def signal(self, run_id: str, name: str, payload: Any = None) -> SignalResult:
-        """POST /runs/{id}/signals/{name}: wake its wait_for_signal(name), or buffer it."""
-        return self._send(_signal(run_id, name, payload))
+    def signal(
+        self, run_id: str, name: str, payload: Any = None, *, idempotency_key: str | None = None
+    ) -> SignalResult:
+        """POST /runs/{id}/signals/{name}: wake its wait_for_signal(name), or buffer it.
+
+        With ``idempotency_key`` a resend (after a lost answer) is answered, not sent twice.
+        """
+        return self._send(_signal(run_id, name, payload, idempotency_key))
 
     def resolve(self, run_id: str, action: str, **decision: Any) -> Run:
         """POST /runs/{id}/resolve: retry | fail | succeed a reconciliation_required run.
@@ -545,9 +554,11 @@ class AsyncClient:
         """POST /runs/{id}/resume."""
         return await self._send(_resume(run_id, resume_input))
 
-    async def signal(self, run_id: str, name: str, payload: Any = None) -> SignalResult:
+    async def signal(
+        self, run_id: str, name: str, payload: Any = None, *, idempotency_key: str | None = None
+    ) -> SignalResult:
         """POST /runs/{id}/signals/{name}; see :meth:`Client.signal`."""
-        return await self._send(_signal(run_id, name, payload))
+        return await self._send(_signal(run_id, name, payload, idempotency_key))
 
     async def resolve(self, run_id: str, action: str, **decision: Any) -> Run:
         """POST /runs/{id}/resolve; see :meth:`Client.resolve`."""

@@ -469,12 +469,18 @@ class SignalTimeout(RunFailure):
 
 
 class SignalInboxFull(StoreError):
-    """A run already holds as many unread signals as LEASEHOLD_MAX_PENDING_SIGNALS allows."""
+    """A run holds as many unread signals as LEASEHOLD_MAX_PENDING_SIGNALS allows.
 
-    def __init__(self, run_id: str, pending: int) -> None:
+    (``pending`` None: as many waits and signal keys as LEASEHOLD_MAX_WAITS_PER_RUN.)
+    """
+
+    def __init__(self, run_id: str, pending: int | None) -> None:
         super().__init__(
             f"run {run_id!r} holds {pending} signals no wait has taken yet "
             "(LEASEHOLD_MAX_PENDING_SIGNALS): nothing was written"
+            if pending is not None
+            else f"run {run_id!r} holds as many waits and signal keys as it may "
+            "(LEASEHOLD_MAX_WAITS_PER_RUN): nothing was written"
         )
         self.run_id = run_id
         self.pending = pending

@@ -335,6 +335,12 @@ class SignalRequest(BaseModel):
         description="Any JSON; ctx.wait_for_signal(name) returns it. At most "
         "LEASEHOLD_MAX_SIGNAL_BYTES encoded",
     )
+    idempotency_key: str | None = Field(
+        default=None,
+        pattern=IDEMPOTENCY_KEY_PATTERN,
+        description="Or the Idempotency-Key header: the same key again answers 200 with what "
+        "became of the first signal and writes nothing; with another name or payload 409",
+    )
 
 
 class SignalResult(BaseModel):

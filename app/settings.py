@@ -281,6 +281,13 @@ class Settings(BaseSettings):
         description="Longest durable wait a handler may ask for (ctx.sleep, sleep_until, "
         "wait_for_signal's timeout; else InvalidWait): a parked run is kept in Redis till then",
     )
+    max_waits_per_run: int = Field(
+        default=10_000,
+        ge=1,
+        le=1_000_000,
+        description="Most durable waits (and pending signal names) one run records; one more "
+        "raises InvalidWait: a handler replays its waits from the top on every wake",
+    )
     max_signal_bytes: int = Field(
         default=65_536,
         ge=64,

@@ -119,6 +119,7 @@ class ExecutionDeps:
     rate_limits: RateLimitStore
     rate_limit_max_wait_ms: int
     max_wait_s: float = 30 * 24 * 3600.0
+    max_waits_per_run: int = 10_000
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,13 @@ class RunExecution:
             on_parked=lambda: self.stop(RECONCILIATION_REQUIRED),
         )
         waits = Waits(
-            WaitStore(progress.client, progress.scripts, progress.prefix, progress.events_maxlen),
+            WaitStore(
+                progress.client,
+                progress.scripts,
+                progress.prefix,
+                progress.events_maxlen,
+                max_waits=deps.max_waits_per_run,
+            ),
             claimed,
             owner=deps.owner_id,
             ledger=self.ledger,

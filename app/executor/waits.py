@@ -145,6 +145,13 @@ class Waits:
             raise
         if answer.outcome in (WaitOutcome.OVER, WaitOutcome.TIMED_OUT):
             return answer
+        if answer.outcome == WaitOutcome.FULL:
+            raise InvalidWait(
+                f"the run already holds {self._store.max_waits} waits and signals "
+                "(LEASEHOLD_MAX_WAITS_PER_RUN): a handler that waits in a loop should end and "
+                "start a new run (e.g. from a schedule)",
+                details={"step": call.step, "limit": self._store.max_waits},
+            )
         if answer.outcome == WaitOutcome.CANCELLING:
             self._on_stop("cancel_requested")
             raise RunParked(call.step)

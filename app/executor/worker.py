@@ -154,6 +154,7 @@ class Worker:
             ),
             rate_limit_max_wait_ms=round(self.settings.rate_limit_max_wait_s * 1000),
             max_wait_s=self.settings.max_wait_s,
+            max_waits_per_run=self.settings.max_waits_per_run,
         )
         background = []
         metrics_server = None

@@ -832,6 +832,7 @@ class ParkArgs(NamedTuple):
     question: str  # '' but for a question
     maxlen: int
     wake_channel: str
+    max_waits: int
 
 
 class SignalArgs(NamedTuple):
@@ -843,6 +844,8 @@ class SignalArgs(NamedTuple):
     max_pending: int
     maxlen: int
     wake_channel: str
+    signal_id: str  # '' for none
+    max_waits: int
 
 
 def _park_keys(k: QueueKeys, run_id: str, a: ParkArgs) -> tuple[str, ...]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, cast
 
-from app.errors import RunNotFound, SignalInboxFull
+from app.errors import IdempotencyConflict, RunNotFound, SignalInboxFull
 from app.store.connection import AsyncRedis
 from app.store.keys import QueueKeys, queue_of
 from app.store.scripts import ScriptCode, Scripts
@@ -63,6 +63,7 @@ class WaitOutcome(StrEnum):
     OVER = "over"  # the sleep ended, the signal came, the question was answered
     TIMED_OUT = "timed_out"  # the signal did not come by its deadline
     CANCELLING = "cancelling"  # a client is cancelling the run: it was not parked
+    FULL = "full"  # a new step past the run's bound of waits: nothing written
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ _OUTCOMES = {
     ScriptCode.REPLAYED: WaitOutcome.OVER,
     ScriptCode.TIMEOUT: WaitOutcome.TIMED_OUT,
     ScriptCode.CANCEL: WaitOutcome.CANCELLING,
+    ScriptCode.FULL: WaitOutcome.FULL,
 }
 
 
@@ -97,6 +99,8 @@ class WaitStore:
     scripts: Scripts
     prefix: str
     events_maxlen: int
+    # fields a run's waits hash may hold (steps and inbox): LEASEHOLD_MAX_WAITS_PER_RUN
+    max_waits: int = 10_000
 
     def keys(self, queue: str) -> QueueKeys:
         """The queue's key names (the run's waits hash among them)."""
@@ -119,21 +123,28 @@ class WaitStore:
             question=call.question_json,
             maxlen=self.events_maxlen,
             wake_channel=self.keys(queue).wake_channel,
+            max_waits=self.max_waits,
         )
         code, value = await PARK_RUN.send(self.scripts, self.client, self.keys(queue), args)
         raise_for(code, run_id=call.run_id, fence=fence)
         outcome = _OUTCOMES[ScriptCode(code)]
         if outcome == WaitOutcome.OVER:
             return WaitAnswer(outcome, payload_json=value)
+        if outcome == WaitOutcome.FULL:
+            return WaitAnswer(outcome)
         return WaitAnswer(outcome, until_ms=int(float(value)) if value else None)
 
     async def signal(
-        self, run_id: str, name: str, payload_json: str, *, max_pending: int
-    ) -> SignalDelivery:
+        self, run_id: str, name: str, payload_json: str, *, max_pending: int, signal_id: str = ""
+    ) -> tuple[SignalDelivery, bool]:
         """Send signal ``name`` to a run: wake the wait for it, or keep it in the inbox.
 
-        Raises :class:`RunNotFound`, :class:`InvalidTransition` (the run finished or
-        is being cancelled: no wait can take it) and :class:`SignalInboxFull`.
+        Returns what became of it and whether that was a replay: ``signal_id`` (a
+        client's idempotency key, '' for none) seen before answers what the first
+        signal with it did, writing nothing. Raises :class:`RunNotFound`,
+        :class:`InvalidTransition` (the run finished or is being cancelled: no wait can
+        take it), :class:`SignalInboxFull` and :class:`IdempotencyConflict` (the key
+        came with another name or payload).
         """
         queue = queue_of(run_id)
         if queue is None:
@@ -146,12 +157,16 @@ class WaitStore:
             max_pending=max_pending,
             maxlen=self.events_maxlen,
             wake_channel=keys.wake_channel,
+            signal_id=signal_id,
+            max_waits=self.max_waits,
         )
         code, value = await SIGNAL_RUN.send(self.scripts, self.client, keys, args)
         raise_for(code, run_id=run_id, status=value, action="signal")
         if code == ScriptCode.FULL:
-            raise SignalInboxFull(run_id, int(value))
-        return SignalDelivery(value)
+            raise SignalInboxFull(run_id, int(value) if value.isdigit() else None)
+        if code == ScriptCode.CONFLICT:
+            raise IdempotencyConflict(signal_id, run_id)
+        return SignalDelivery(value), code == ScriptCode.REPLAYED
 
     async def waits(self, queue: str, run_id: str) -> dict[str, Any]:
         """A run's wait records by step and its inbox, decoded (for inspection and tests)."""

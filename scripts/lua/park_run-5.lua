@@ -21,11 +21,14 @@
 -- ARGV[9]  question     json    what ctx.ask_human asks ('' for the other kinds)
 -- ARGV[10] maxlen       integer approximate cap of the event stream
 -- ARGV[11] wake_channel string  pub/sub channel idle workers of the queue listen on
+-- ARGV[12] max_waits    integer how many fields the waits hash may hold (steps and inbox):
+--          a new step past it is refused (LEASEHOLD_MAX_WAITS_PER_RUN)
 -- returns  {code, value}  codes: OK (parked: status waiting, or waiting_human for a
 --          question; value is until_ms or ''), REPLAYED (the wait is over: its sleep ended,
 --          its signal came, or its question was answered; value is the payload json, ''
 --          for a sleep), TIMEOUT (the signal did not come by until_ms: value), CANCEL (a
---          client is cancelling the run: not parked), LOST (fenced out: nothing written)
+--          client is cancelling the run: not parked), FULL (a new step past max_waits: value
+--          is the count; nothing written), LOST (fenced out: nothing written)
 -- events   wait {kind, subject, step, until_ms} (sleep, signal), waiting_human
 --          {reason: ask_human, question, step} (question)
 -- invariant: a parked run holds no lease (ZREM leases, fence+1, owner dropped), so its
@@ -40,7 +43,7 @@
 --          and decode).
 --- @include lib
 
-check_argc(11)
+check_argc(12)
 local owner, fence = ARGV[1], ARGV[2]
 local run_id = run_id_arg(ARGV[3], KEYS[1], KEYS[2])
 local kind = enum_arg(ARGV[4], 'kind', {'sleep', 'signal', 'human'})
@@ -62,6 +65,7 @@ if kind == 'human' then
   question = json_arg(ARGV[9], 'question')
 end
 local maxlen = int_arg(ARGV[10], 'maxlen', 0)
+local max_waits = int_arg(ARGV[12], 'max_waits', 1)
 local step = kind .. ':' .. name .. ':' .. ordinal
 
 local cur = redis.call('HMGET', KEYS[1], 'status', 'owner_id', 'fence')
@@ -79,6 +83,13 @@ if record and record.status == 'timed_out' then
 end
 if cur[1] == 'cancelling' then
   return {'CANCEL', ''}
+end
+
+if not record then
+  local count = redis.call('HLEN', KEYS[3])
+  if count >= max_waits then
+    return {'FULL', tostring(count)}
+  end
 end
 
 local now = now_ms()

@@ -142,3 +142,26 @@ async def test_cancelling_a_sleeping_run_ends_it_at_once_and_drops_its_wake(
     assert await run_store.cancel(run_id) == RunStatus.CANCELLED
     assert await redis_client.zscore(keys.delayed, run_id) is None
     assert await redis_client.pttl(keys.waits(run_id)) > 0  # expires with the run
+
+
+async def test_a_resent_signal_with_its_idempotency_key_is_answered_not_sent_twice(
+    api: httpx.AsyncClient, run_store: RunStore, settings: Settings, redis_client: aioredis.Redis
+) -> None:
+    run_id = await queued(run_store)
+    url = f"/runs/{run_id}/signals/go"
+    first = await api.post(url, json={"payload": {"n": 1}}, headers={"Idempotency-Key": "sig-1"})
+    assert first.status_code == 202
+    before = await snapshot(redis_client, settings.prefix)
+    again = await api.post(url, json={"payload": {"n": 1}, "idempotency_key": "sig-1"})
+    assert again.status_code == 200
+    assert again.headers["idempotency-replayed"] == "true"
+    assert again.json() == first.json() == {"id": run_id, "name": "go", "outcome": "buffered"}
+    other = await api.post(url, json={"payload": {"n": 2}}, headers={"Idempotency-Key": "sig-1"})
+    assert other.status_code == 409
+    assert not changes(before, await snapshot(redis_client, settings.prefix))
+    # a resend after the run ended still gets its answer, not a 409
+    await run_store.cancel(run_id)
+    late = await api.post(url, json={"payload": {"n": 1}}, headers={"Idempotency-Key": "sig-1"})
+    assert late.status_code == 200
+    bad = await api.post(url, json={"payload": 1}, headers={"Idempotency-Key": "no spaces"})
+    assert bad.status_code == 422

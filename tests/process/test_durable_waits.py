@@ -91,13 +91,19 @@ async def test_signals_sent_before_and_after_their_wait_both_arrive(
     store = waits(settings, redis_client)
     run_id = await submit(run_store, "test.two_signals")
     # before any worker runs it: kept in the run's inbox
-    assert await store.signal(run_id, "a", '{"n":1}', max_pending=4) == SignalDelivery.BUFFERED
+    assert await store.signal(run_id, "a", '{"n":1}', max_pending=4) == (
+        SignalDelivery.BUFFERED,
+        False,
+    )
     processes.worker()
     events = await events_until(run_store, run_id, "wait")
     assert [e.data["subject"] for e in events if e.type == "wait"] == ["b"]  # a was taken at once
     waiting = await run_store.get(run_id)
     assert waiting.status == RunStatus.WAITING
-    assert await store.signal(run_id, "b", '{"n":2}', max_pending=4) == SignalDelivery.DELIVERED
+    assert await store.signal(run_id, "b", '{"n":2}', max_pending=4) == (
+        SignalDelivery.DELIVERED,
+        False,
+    )
     done = await wait_status(run_store, run_id, RunStatus.SUCCEEDED, RunStatus.FAILED)
     assert done.output == {"first": {"n": 1}, "second": {"n": 2}}
     # the second attempt replayed a's recorded payload without waiting for it again

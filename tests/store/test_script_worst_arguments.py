@@ -365,7 +365,10 @@ async def _signal(w: World) -> ScriptCall:
     ((run_id, fence),) = await w.held()
     wait = WaitCall(run_id, WaitKind.SIGNAL, "go", 1, duration_ms=60_000)
     await w.waits.park(QUEUE, owner=OWNER, fence=fence, call=wait)
-    return await capture(w.c_waits.signal(run_id, "go", '{"ok":[1,2.5]}', max_pending=3))
+    await w.waits.signal(run_id, "later", "1", max_pending=3, signal_id="sig-0")
+    return await capture(
+        w.c_waits.signal(run_id, "go", '{"ok":[1,2.5]}', max_pending=3, signal_id="sig-1")
+    )
 
 
 SETUPS: dict[str, Setup] = {

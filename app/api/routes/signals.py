@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Path
+from fastapi import APIRouter, Depends, Header, HTTPException, Path, Response
 
 from app.api.bodies import body_doc, optional_json_body
 from app.api.routes.runs import RunId, State, problems
-from app.models import WAIT_NAME_PATTERN, SignalRequest, SignalResult
+from app.models import IDEMPOTENCY_KEY_PATTERN, WAIT_NAME_PATTERN, SignalRequest, SignalResult
 from app.store.codec import dumps
 from app.store.waits import WaitStore
 
@@ -46,12 +46,19 @@ async def signal_run(
     run_id: RunId,
     name: SignalName,
     state: State,
+    response: Response,
     body: Annotated[SignalRequest | None, Depends(optional_json_body(SignalRequest))],
+    idempotency_key: Annotated[str | None, Header(pattern=IDEMPOTENCY_KEY_PATTERN)] = None,
 ) -> SignalResult:
     """Deliver signal ``name`` to the run's ``ctx.wait_for_signal(name)``, or keep it for one.
 
     See the module docstring for what happens to a signal the run is not waiting for.
+    With an ``Idempotency-Key`` (header or field) a repeat answers 200 with what became
+    of the first signal (``Idempotency-Replayed: true``) and writes nothing.
     """
+    key = body.idempotency_key if body is not None else None
+    if idempotency_key and key and idempotency_key != key:
+        raise HTTPException(400, "the Idempotency-Key header and the idempotency_key field differ")
     payload_json = dumps(body.payload if body is not None else None)
     size = len(payload_json.encode())
     limit = state.settings.max_signal_bytes
@@ -59,10 +66,22 @@ async def signal_run(
         raise HTTPException(
             413, f"the payload is {size} bytes; the limit is {limit} (LEASEHOLD_MAX_SIGNAL_BYTES)"
         )
+    settings = state.settings
     store = WaitStore(
-        state.client, state.scripts, state.settings.prefix, state.settings.events_maxlen
+        state.client,
+        state.scripts,
+        settings.prefix,
+        settings.events_maxlen,
+        max_waits=settings.max_waits_per_run,
     )
-    outcome = await store.signal(
-        run_id, name, payload_json, max_pending=state.settings.max_pending_signals
+    outcome, replayed = await store.signal(
+        run_id,
+        name,
+        payload_json,
+        max_pending=state.settings.max_pending_signals,
+        signal_id=idempotency_key or key or "",
     )
+    if replayed:
+        response.status_code = 200
+        response.headers["Idempotency-Replayed"] = "true"
     return SignalResult(id=run_id, name=name, outcome=outcome.value)
