@@ -72,7 +72,7 @@ async def test_gated_starts_never_pass_limit_plus_burst_and_each_run_waits_once(
     await asyncio.wait_for(asyncio.gather(claimer("w-1"), claimer("w-2")), timeout=60)
     assert worst_window(list(started.values()), 1000) <= SPEC.limit + SPEC.burst
     for run_id in ids:
-        # a reservation holds: nobody is sent back to wait a second time (no spinning)
+        # a slot holds: nobody on time is sent back to wait a second time (no spinning)
         assert len(await waits(redis_client, keys, run_id)) <= 1
 
 
@@ -94,3 +94,23 @@ async def test_lua_derives_the_start_bucket_key_as_store_keys_builds_it(
         lib + "\nreturn start_bucket_of(ARGV[1], ARGV[2])", 0, keys.run_prefix, "crm:acme"
     )
     assert derived == keys.start_bucket("crm:acme")
+
+
+async def test_a_late_claim_starts_no_more_than_the_burst_however_many_slots_passed(
+    run_store: RunStore, lease_store: LeaseStore, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    """Slots are a schedule, not tokens: tokens are taken at the start, by the Redis clock."""
+    ids = await gated(run_store, 8)
+    first = await lease_store.claim(QUEUE, "w-1", 10)
+    assert len(first.runs) == SPEC.burst
+    await asyncio.sleep(1.5)  # every slot (200 ms apart) is due: a worker that was away
+    late = await lease_store.claim(QUEUE, "w-1", 10)
+    assert len(late.runs) <= SPEC.burst
+    started = [
+        int(await redis_client.hget(QueueKeys(prefix, QUEUE).run(run_id), "started_at"))
+        for run_id in ids
+        if await redis_client.hget(QueueKeys(prefix, QUEUE).run(run_id), "started_at")
+    ]
+    assert worst_window(started, 1000) <= SPEC.limit + SPEC.burst
+    # the rest lined up again, staggered, and no run was lost
+    assert await redis_client.zcard(QueueKeys(prefix, QUEUE).delayed) == 8 - len(started)

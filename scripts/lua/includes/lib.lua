@@ -459,51 +459,65 @@ end
 -- written by create_run from declarations the API resolved) lists
 -- [bucket, limit, period_ms, burst, cost] per bucket it names.
 -- Returns 0 (and '') when the run may start now: its tokens are taken in every bucket,
--- here. Otherwise returns the epoch ms at which it may start and the bucket that holds
--- it back: its tokens are reserved for that time (TATs committed), recorded on the run
--- (`rate_reserved_at`), and the caller must ZADD it to the queue's delayed set with that
--- score and write nothing else for it; when the delayed run is claimed again at that
--- time, rate_gate lets it start on its reservation without taking tokens again. So N
--- runs held back by one bucket get N staggered times: no herd, no spinning claim.
--- A reservation is never given back (a run cancelled while delayed leaves its token
--- spent): a bucket can under-admit, never over-admit. Call it after the run's reads,
--- before its own writes; it reads only the run's record and its buckets, and an
--- undecodable field counts as no gate (create_run validated it).
+-- here, at its start, so over any window the starts of a bucket never pass
+-- limit + burst, however late a worker claims. Otherwise returns the epoch ms at which
+-- it may start and the bucket that holds it back: the caller must ZADD it to the queue's
+-- delayed set with that score and write nothing else for it. That time is a *slot* in
+-- each bucket's schedule (`<bucket>:next`, the first free slot): held-back runs line up
+-- one emission interval apart, so N of them get N staggered times (no herd, no spinning
+-- claim), and a new run waits behind those already in line (FIFO). A run claimed at or
+-- after its slot (`rate_slot_at`) only checks the bucket; if a late claim finds it full
+-- after all, the run takes a new slot at the end of the line. A run cancelled in line
+-- leaves its slot unused: a bucket may under-admit, never over-admit. Call it after the
+-- run's reads, before its own writes; an undecodable field counts as no gate
+-- (create_run validated it).
 local function rate_gate(run_key, run_prefix, now)
-  local cur = redis.call('HMGET', run_key, 'rate_limits', 'rate_reserved_at')
+  local cur = redis.call('HMGET', run_key, 'rate_limits', 'rate_slot_at')
   if not cur[1] or cur[1] == '' then
-    return 0, ''
-  end
-  local reserved = tonumber(cur[2])
-  if reserved then
-    if reserved > now then
-      return reserved, ''
-    end
-    redis.call('HDEL', run_key, 'rate_reserved_at')
     return 0, ''
   end
   local ok, specs = pcall(cjson.decode, cur[1])
   if not ok or type(specs) ~= 'table' then
     return 0, ''
   end
-  local eligible, holder, commits = now, '', {}
+  local slotted = tonumber(cur[2])
+  if slotted and slotted > now then
+    return slotted, ''  -- promoted before its slot (it cannot be, but never start early)
+  end
+  local eligible, holder, buckets = now, '', {}
   for i, spec in ipairs(specs) do
     local key = start_bucket_of(run_prefix, tostring(spec[1]))
     local allow_at, new_tat = gcra_check(key, now, spec[2], spec[3], spec[4], spec[5])
-    if allow_at > eligible then
-      eligible, holder = allow_at, tostring(spec[1])
+    local line = tonumber(redis.call('GET', key .. ':next') or '') or 0
+    -- a run already in line goes at its slot; a new one behind the runs in line
+    local at = slotted and allow_at or math.max(allow_at, line)
+    if at > eligible then
+      eligible, holder = at, tostring(spec[1])
     end
-    commits[i] = {key, new_tat}
-  end
-  for _, commit in ipairs(commits) do
-    gcra_commit(commit[1], now, commit[2])
+    buckets[i] = {key = key, new_tat = new_tat, line = line, t = spec[3] / spec[2] * spec[5]}
   end
   if eligible <= now then
+    for _, b in ipairs(buckets) do
+      gcra_commit(b.key, now, b.new_tat)
+    end
+    if slotted then
+      redis.call('HDEL', run_key, 'rate_slot_at')
+    end
     return 0, ''
   end
-  eligible = math.ceil(eligible)
-  redis.call('HSET', run_key, 'rate_reserved_at', eligible)
-  return eligible, holder
+  local slot = math.ceil(eligible)
+  for _, b in ipairs(buckets) do
+    if slot < b.line then
+      slot = math.ceil(b.line)  -- a late run re-queued: at the end of every line
+    end
+  end
+  for _, b in ipairs(buckets) do
+    local next_free = math.max(b.line, slot) + b.t
+    redis.call('SET', b.key .. ':next', string.format('%.17g', next_free), 'PX',
+      math.ceil(next_free - now) + 1)
+  end
+  redis.call('HSET', run_key, 'rate_slot_at', slot)
+  return slot, holder
 end
 
 -- The whole start gate for a claim, in one call: a run its buckets hold back (rate_gate)
