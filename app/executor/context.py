@@ -182,6 +182,22 @@ class RunContext:
         """
         return await self._waits.ask(question, name=name)
 
+    def sleep_sync(self, seconds: float, *, name: str = "sleep") -> None:
+        """``sleep`` for sync handlers: parks the run and unwinds the thread's call."""
+        asyncio.run_coroutine_threadsafe(self._waits.sleep(seconds, name=name), self._loop).result()
+
+    def wait_for_signal_sync(self, name: str, *, timeout_s: float | None = None) -> Any:
+        """``wait_for_signal`` for sync handlers running in the worker's thread pool."""
+        future = asyncio.run_coroutine_threadsafe(
+            self._waits.signal(name, timeout_s=timeout_s), self._loop
+        )
+        return future.result()
+
+    def ask_human_sync(self, question: Any, *, name: str = "ask") -> Any:
+        """``ask_human`` for sync handlers running in the worker's thread pool."""
+        future = asyncio.run_coroutine_threadsafe(self._waits.ask(question, name=name), self._loop)
+        return future.result()
+
     def operation(
         self,
         kind: str,

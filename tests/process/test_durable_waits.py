@@ -171,3 +171,20 @@ async def test_hostile_waits_fail_the_run_as_invalid_wait_and_never_park_it(
         assert run.error is not None and run.error.code == "invalid_wait", case
         kinds = [e.type for e in await run_store.read_events(run_id)]
         assert "wait" not in kinds and "waiting_human" not in kinds, case
+
+
+async def test_a_sync_handler_sleeps_and_waits_for_a_signal_durably_too(
+    processes: Processes, run_store: RunStore, redis_client: aioredis.Redis, settings: Settings
+) -> None:
+    processes.worker()
+    run_id = await submit(run_store, "test.sync_nap", seconds=0.5)
+    waiting = await eventually(
+        lambda: run_store.get(run_id),
+        until=lambda run: (run.waiting_for or {}).get("kind") == "signal",
+        what="the sync handler to wait for its signal",
+    )
+    assert waiting.status == RunStatus.WAITING and waiting.owner_id is None
+    await waits(settings, redis_client).signal(run_id, "go", '"on"', max_pending=4)
+    done = await wait_status(run_store, run_id, RunStatus.SUCCEEDED, RunStatus.FAILED)
+    # claimed, parked (sleep), claimed, parked (signal), claimed: fence 5
+    assert done.output == {"payload": "on", "fence": 5}

@@ -109,3 +109,11 @@ async def bad_wait(ctx: RunContext, params: BadWaitInput) -> None:
         await ctx.wait_for_signal("go", timeout_s=float(value) if isinstance(value, str) else value)
     elif params.kind == "question":
         await ctx.ask_human("x" * int(value))
+
+
+@handler("test.sync_nap")
+def sync_nap(ctx: RunContext, params: NapInput) -> dict[str, Any]:
+    """A sync handler's durable sleep and signal: the thread's call unwinds at the park."""
+    ctx.sleep_sync(params.seconds)
+    payload = ctx.wait_for_signal_sync("go")
+    return {"payload": payload, "fence": ctx.fence}
