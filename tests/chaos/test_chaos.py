@@ -36,6 +36,7 @@ async def test_a_minute_of_every_fault_breaks_no_invariant(tmp_path: Path) -> No
     assert set(report.faults_by_kind) == {kind.value for kind in FaultKind}
     assert report.snapshot.runs, "the workload created no run"
     assert report.janitor.deleted, "the janitor deleted no run: the delete invariants saw nothing"
+    assert report.reruns["reruns"], "nothing was re-run: the re-run invariants saw nothing"
     assert report.violations == [], report.text()
 
 

@@ -9,15 +9,17 @@ from typing import Any, cast
 
 import pytest
 
-from tools.chaos.checker import Event, Snapshot, StoredRun
-from tools.chaos.handlers import returns_file
+from tools.chaos.checker import Event, Snapshot, StoredRun, check_effects
+from tools.chaos.handlers import effects_file, returns_file
 from tools.chaos.janitor import Janitor, Unanswered
 from tools.chaos.promises import (
+    Gone,
     account_for_missing,
     check_answers,
     check_cancels,
     check_deleted,
     check_gone,
+    check_reruns,
     check_returned,
     check_returns,
 )
@@ -159,3 +161,45 @@ def test_returns_made_under_memory_pressure_are_counted(tmp_path: Path) -> None:
     )
     found, counts = check_returns(Snapshot({RUN: run}, 0), tmp_path, [(4000, 6000)])
     assert (found, dict(counts)) == ([], {"compared": 2, "under_memory_pressure": 1})
+
+
+def linked(run_id: str, **links: str) -> StoredRun:
+    return StoredRun(run_id, {"status": "failed", **links}, [])
+
+
+THIRD = "default.01M8NMVX0F2FBPYNB2A04QJM3B"
+
+
+def test_runs_that_name_each_other_and_one_answer_per_key_pass() -> None:
+    snapshot = Snapshot({RUN: linked(RUN, retried_by=OTHER), OTHER: linked(OTHER, retry_of=RUN)}, 0)
+    assert check_reruns(snapshot, {RUN: {OTHER}}, Gone()) == []
+    # the old run purged, or the re-run deleted: a link to nothing is no broken link
+    assert check_reruns(Snapshot({OTHER: linked(OTHER, retry_of=RUN)}, 0), {}, Gone()) == []
+
+
+def test_a_fork_and_a_one_way_link_are_caught() -> None:
+    snapshot = Snapshot(
+        {
+            RUN: linked(RUN, retried_by=THIRD),
+            OTHER: linked(OTHER, retry_of=RUN),
+            THIRD: linked(THIRD, retry_of=RUN),
+        },
+        0,
+    )
+    assert kinds(check_reruns(snapshot, {RUN: {OTHER, THIRD}}, Gone())) == [
+        "rerun_forked",
+        "rerun_link_broken",
+    ]
+    # the first re-run was deleted meanwhile: the old run could be re-run again
+    assert kinds(check_reruns(snapshot, {RUN: {OTHER, THIRD}}, Gone(deleted={OTHER}))) == [
+        "rerun_link_broken"
+    ]
+
+
+def test_an_effect_key_run_again_by_a_re_run_is_a_repeat(tmp_path: Path) -> None:
+    key = f"{RUN}:charge:1"
+    effects_file(tmp_path, RUN).write_text(f"{key} w-1 1 0\n")
+    effects_file(tmp_path, OTHER).write_text(f"{key} w-2 1 0\n")
+    found, counts = check_effects([RUN, OTHER], tmp_path)
+    assert kinds(found) == ["effect_repeated"] and counts["non_idempotent"] == 2
+    assert check_effects([RUN], tmp_path)[0] == []

@@ -276,15 +276,21 @@ def check_effects(run_ids: Iterable[str], side_dir: Path) -> tuple[list[Violatio
     """
     found = []
     counts: Counter[str] = Counter()
+    # by key across runs: a re-run (POST /runs/{id}/retry) keeps its first run's keys
+    rows: dict[str, list[tuple[str, dict[str, str]]]] = {}
     for run_id in run_ids:
         executions = read_executions(side_dir, run_id)
-        per_key = Counter(row["key"] for row in executions if row["idempotent"] == "0")
-        counts["non_idempotent"] += sum(per_key.values())
-        counts["idempotent"] += len(executions) - sum(per_key.values())
-        for key, times in per_key.items():
-            if times > 1:
-                owners = [r["owner"] + "@" + r["fence"] for r in executions if r["key"] == key]
-                found.append(Violation("effect_repeated", run_id, f"{key} ran {times}x: {owners}"))
+        non_idempotent = [row for row in executions if row["idempotent"] == "0"]
+        counts["non_idempotent"] += len(non_idempotent)
+        counts["idempotent"] += len(executions) - len(non_idempotent)
+        for row in non_idempotent:
+            rows.setdefault(row["key"], []).append((run_id, row))
+    for key, ran in rows.items():
+        if len(ran) > 1:
+            owners = [f"{r['owner']}@{r['fence']}" for _, r in ran]
+            found.append(
+                Violation("effect_repeated", ran[0][0], f"{key} ran {len(ran)}x: {owners}")
+            )
     return found, counts
 
 

@@ -15,7 +15,11 @@
 * ``run_vanished`` (in place of ``run_missing``): a created run is gone from Redis
   although no answered purge or DELETE took it and no unanswered one may have;
 * ``follow_gone``: a follower was answered 404 for a run nobody deleted;
-* ``janitor_refused``: a well-formed purge or DELETE was answered 4xx (not 409/404).
+* ``janitor_refused``: a well-formed purge or DELETE was answered 4xx (not 409/404);
+* ``rerun_forked`` / ``rerun_link_broken`` (issue 16): a re-run sent twice with one
+  idempotency key named one new run (unless the first was deleted meanwhile), and
+  ``retry_of`` / ``retried_by`` of the stored runs name each other
+  (:mod:`tools.chaos.rerunner`).
 """
 
 from __future__ import annotations
@@ -189,4 +193,31 @@ def check_answers(answers: Answers, janitor: Janitor) -> list[Violation]:
         elif retry_after is None:
             found.append(Violation("no_retry_after", call, "503 without Retry-After"))
     found += [Violation("janitor_refused", "-", error) for error in janitor.errors]
+    return found
+
+
+def check_reruns(snapshot: Snapshot, answered: dict[str, set[str]], gone: Gone) -> list[Violation]:
+    """One new run per re-run request (and key); the links of stored runs agree.
+
+    ``answered``: each re-run old run id -> every new run id its answers named. A
+    re-run deleted (or maybe deleted) meanwhile frees the old run to be re-run again,
+    so only the ids still accounted for as stored count toward a fork.
+    """
+    found = []
+    removed = gone.deleted | gone.maybe_deleted
+    for old_id, named in sorted(answered.items()):
+        kept = sorted(named - removed)
+        if len(kept) > 1:
+            found.append(Violation("rerun_forked", old_id, f"one key, new runs {kept}"))
+    for run in snapshot.runs.values():
+        retry_of = run.fields.get("retry_of") or ""
+        old = snapshot.runs.get(retry_of) if retry_of else None
+        if old is not None and old.fields.get("retried_by") != run.id:
+            detail = f"re-runs {retry_of}, whose retried_by is {old.fields.get('retried_by')!r}"
+            found.append(Violation("rerun_link_broken", run.id, detail))
+        by = run.fields.get("retried_by") or ""
+        new = snapshot.runs.get(by) if by else None
+        if new is not None and new.fields.get("retry_of") != run.id:
+            detail = f"retried_by {by}, whose retry_of is {new.fields.get('retry_of')!r}"
+            found.append(Violation("rerun_link_broken", run.id, detail))
     return found

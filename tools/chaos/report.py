@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import platform
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,8 @@ class ChaosReport:
     gone: Gone
     tap: ActivityTap
     returns_compared: Counter[str]
+    # the re-run workload's outcomes (reruns, rerun_404, rerun_409, ...)
+    reruns: Counter[str] = field(default_factory=Counter)
 
     @property
     def faults_by_kind(self) -> dict[str, int]:
@@ -110,6 +112,7 @@ class ChaosReport:
                 "gone_maybe_deleted": len(self.gone.maybe_deleted),
                 "gone_unexplained": len(self.gone.vanished),
             },
+            "reruns": dict(self.reruns),
             "activity_tap": {"entries": self.tap.entries, "gaps": self.tap.gaps},
             "handler_returns": dict(self.returns_compared),
             "person": self.workload.decisions,
@@ -148,6 +151,7 @@ class ChaosReport:
             f"({s['cancels_acked_202']} answered 202); API calls retried {s['api_retries']}",
             f"answers:   {_kv(s['api_answers'])}; creates refused 503 {s['creates_refused_503']}",
             f"janitor:   {_kv(s['janitor'])}; tap {_kv(s['activity_tap'])}",
+            f"reruns:    {_kv(s['reruns'])}",
             f"returns:   {_kv(s['handler_returns'])} (handler returns checked against outputs)",
         ]
         lines += [f"  fault {_kv(fault)}" for fault in s["fault_log"]]

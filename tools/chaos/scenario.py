@@ -37,6 +37,7 @@ from tools.chaos.cluster import Cluster, ClusterConfig
 from tools.chaos.faults import QUEUE, STALE_KINDS, FaultKind, Injector, now_ms
 from tools.chaos.janitor import Janitor
 from tools.chaos.report import ChaosReport
+from tools.chaos.rerunner import Rerunner
 from tools.chaos.tap import ActivityTap
 from tools.chaos.workload import Api, Workload
 
@@ -103,6 +104,7 @@ class ChaosRun:
             rate_per_s=config.rate_per_s,
         )
         self.janitor = Janitor(api, random.Random(f"{config.seed}-janitor"), self.workload.runs)
+        self.rerunner = Rerunner(api, random.Random(f"{config.seed}-rerunner"), self.workload.runs)
         self.tap = ActivityTap(redis_client, cluster.prefix, QUEUE)
         self.fault_rng = random.Random(f"{config.seed}-faults")
         self.injector = Injector(cluster, redis_client, self.fault_rng)
@@ -119,6 +121,7 @@ class ChaosRun:
         stop_person = asyncio.Event()
         person = asyncio.create_task(self.workload.person(stop_person))
         janitor = asyncio.create_task(self.janitor.run(stop_person))
+        rerunner = asyncio.create_task(self.rerunner.run(stop_person))
         self._tap = asyncio.create_task(self.tap.follow(self._stop_tap))
         await asyncio.gather(
             self.workload.create_until(deadline),
@@ -127,7 +130,7 @@ class ChaosRun:
             ),
         )
         stop_person.set()
-        await asyncio.gather(person, janitor)
+        await asyncio.gather(person, janitor, rerunner)
 
     async def verdict(self) -> ChaosReport:
         """Settle, check every invariant, re-check terminal runs later, and report."""
@@ -183,7 +186,9 @@ class ChaosRun:
 
     async def _check_promises(self, snapshot: Snapshot) -> list[Violation]:
         """Issue 12/13's invariants: answers, returned outputs, cancels, deletions."""
-        violations = promises.check_gone(self._gone(snapshot), self.workload.follows)
+        gone = self._gone(snapshot)
+        violations = promises.check_gone(gone, self.workload.follows)
+        violations += promises.check_reruns(snapshot, self.rerunner.answered, gone)
         violations += promises.check_answers(self.workload.api.answers, self.janitor)
         ttl_ms = int(self.config.cluster.lease_ttl_s * 1000)
         pressure = [
@@ -246,6 +251,7 @@ class ChaosRun:
             gone=self._gone(snapshot),
             tap=self.tap,
             returns_compared=self.returns_compared,
+            reruns=self.rerunner.outcomes,
         )
 
 
