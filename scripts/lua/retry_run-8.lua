@@ -1,5 +1,6 @@
 -- retry_run: re-run a run that ended failed, orphaned, cancelled or expired, as a new
--- linked run of the same queue that inherits its effect records (and its checkpoint).
+-- linked run of the same queue that inherits its effect records (and its checkpoint);
+-- it keeps the old run's start rate limits (the same gate applies to it).
 --
 -- KEYS[1]  old          hash    the ended run's record
 -- KEYS[2]  old_effects  hash    the ended run's effects: field -> record json
@@ -62,7 +63,8 @@ end
 
 local old = redis.call('HMGET', KEYS[1], 'status', 'queue', 'handler', 'input',
   'max_attempts', 'on_lease_expired', 'metadata', 'budget', 'retention_ms', 'traceparent',
-  'retried_by', 'retry_root', 'state', 'effect_seq', 'open_effects', 'checkpoints')
+  'retried_by', 'retry_root', 'state', 'effect_seq', 'open_effects', 'checkpoints',
+  'rate_limits')
 if not old[1] then
   return {'NOT_FOUND', old_id, ''}
 end
@@ -90,7 +92,7 @@ redis.call('HSET', KEYS[3],
   'on_lease_expired', old[6], 'fence', 0, 'created_at', now,
   'metadata', old[7] or '{}', 'idempotency_key', idem_key, 'budget', old[8] or '',
   'retention_ms', old[9] or '', 'traceparent', old[10] or '',
-  'retry_of', old_id, 'retry_root', root)
+  'retry_of', old_id, 'retry_root', root, 'rate_limits', old[17] or '')
 if checkpoint == 'keep' and old[13] then
   redis.call('HSET', KEYS[3], 'state', old[13], 'effect_seq', old[14] or '',
     'checkpoints', old[16] or 0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import redis.asyncio as aioredis
 
 from app.errors import AlreadyRetried, IdempotencyConflict, InvalidTransition, RunNotFound
 from app.models import TERMINAL_EVENT_TYPES, RunStatus
@@ -174,3 +175,35 @@ async def test_live_succeeded_and_unknown_runs_are_refused_and_nothing_is_create
     page = await run_store.list_runs(queue="default", limit=50)
     assert {run.id for run in page.items} == {queued, done}
     assert (await run_store.get(queued)).retried_by is None
+
+
+async def test_orphaned_and_expired_runs_can_be_retried(
+    run_store: RunStore, lease_store: LeaseStore, redis_client: aioredis.Redis
+) -> None:
+    keys = run_store.keys("default")
+    held = (await run_store.create(NewRun(handler="demo.echo", input={}))).run.id
+    claimed = (await lease_store.claim("default", OWNER, 1)).runs[0]
+    assert claimed.id == held
+    # its lease ran out long ago, by the Redis clock: the reconciler orphans it
+    await redis_client.hset(keys.run(held), "lease_expires_at", 1)
+    await redis_client.zadd(keys.leases, {held: 1})
+    await lease_store.reconcile("default")
+    unclaimed = (await run_store.create(NewRun(handler="demo.echo", input={}))).run.id
+    await redis_client.zadd(keys.unclaimed, {unclaimed: 1})  # its queued TTL ran out
+    await lease_store.expire_queued("default")
+    for run_id, status in ((held, RunStatus.ORPHANED), (unclaimed, RunStatus.EXPIRED)):
+        assert (await run_store.get(run_id)).status == status
+        assert (await retry_run(run_store, Rerun(run_id))).run.retry_of == run_id
+
+
+async def test_a_re_run_keeps_the_old_runs_start_rate_limits(
+    run_store: RunStore,
+    lease_store: LeaseStore,
+    progress: ProgressStore,
+    redis_client: aioredis.Redis,
+) -> None:
+    old_id = await ended(run_store, lease_store, progress, charge=False)
+    gate = '[{"bucket":"openai","cost":1}]'
+    await redis_client.hset(run_store.keys("default").run(old_id), "rate_limits", gate)
+    new_id = (await retry_run(run_store, Rerun(old_id))).run.id
+    assert await redis_client.hget(run_store.keys("default").run(new_id), "rate_limits") == gate
