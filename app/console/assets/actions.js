@@ -230,6 +230,17 @@ export function deleteRuns(ids) {
   });
 }
 
+export function retryRuns(ids) {
+  return bulk(ids, {
+    title: `Re-run ${runs(ids.length)}?`,
+    text: "Each failed, orphaned, cancelled or expired run gets a new linked run from its " +
+      "last checkpoint; effects it recorded are replayed, not repeated. Runs re-run " +
+      "already are left as they are.",
+    okLabel: "Re-run runs",
+    call: (id) => api("POST", `/runs/${encodeURIComponent(id)}/retry`),
+  });
+}
+
 /** The RFC 3339 time of a datetime-local value (the browser's zone), or "" for none. */
 function instant(value) {
   return value ? new Date(value).toISOString() : "";

@@ -5,7 +5,7 @@
 // an entry older than the row it would update (or a fetched run older than an
 // entry already applied) is recognised and ignored: nothing goes backwards.
 
-import { cancelRuns, deleteRuns, purgeRuns } from "./actions.js";
+import { cancelRuns, deleteRuns, purgeRuns, retryRuns } from "./actions.js";
 import { api, follow } from "./api.js";
 import { duration, reasonOf, TERMINAL } from "./describe.js";
 import { badge, connectionText, h, serverNow } from "./dom.js";
@@ -114,6 +114,10 @@ function cells(run) {
   ];
 }
 
+// what POST /runs/{id}/retry takes: an ended run that did not succeed, not re-run yet
+const RERUNNABLE = new Set(["failed", "orphaned", "cancelled", "expired"]);
+const canRerun = (run) => RERUNNABLE.has(run.status) && !run.retried_by;
+
 export function renderRuns(root, params) {
   const filters = filtersFrom(params);
   const rows = new Map();
@@ -130,6 +134,7 @@ export function renderRuns(root, params) {
   const pickAll = h("input", { type: "checkbox", "aria-label": "Select every run shown" });
   const bulkCancel = h("button", { type: "button", disabled: true }, "Cancel selected…");
   const bulkDelete = h("button", { type: "button", disabled: true }, "Delete selected…");
+  const bulkRetry = h("button", { type: "button", disabled: true }, "Re-run selected…");
   const bulkDone = h("p", { class: "outcome", role: "status", "aria-live": "polite" });
   const table = h("div", { class: "table-wrap", tabindex: "0", role: "region",
     "aria-labelledby": "runs-caption" },
@@ -152,7 +157,7 @@ export function renderRuns(root, params) {
     : "";
   root.replaceChildren(h("h1", {}, "Runs"), formSlot, purge,
     h("div", { class: "actions", role: "group", "aria-label": "Selected runs" }, bulkCancel,
-      bulkDelete, bulkDone),
+      bulkRetry, bulkDelete, bulkDone),
     status, problem, table);
 
   const shown = () => [...rows.values()]
@@ -166,6 +171,9 @@ export function renderRuns(root, params) {
     const ended = picked.length - live;
     bulkCancel.disabled = live === 0;
     bulkCancel.textContent = live ? `Cancel ${live} selected…` : "Cancel selected…";
+    const rerunnable = picked.filter(canRerun).length;
+    bulkRetry.disabled = rerunnable === 0;
+    bulkRetry.textContent = rerunnable ? `Re-run ${rerunnable} selected…` : "Re-run selected…";
     bulkDelete.disabled = ended === 0;
     bulkDelete.textContent = ended ? `Delete ${ended} selected…` : "Delete selected…";
     pickAll.checked = selected.size > 0 && selected.size === Math.min(rows.size, MAX_ROWS);
@@ -205,11 +213,12 @@ export function renderRuns(root, params) {
     bulkDone.textContent = `${verb} ${outcome.done}` +
       (outcome.refused ? `; ${outcome.refused} had moved on or were refused.` : ".");
     selected.clear();
-    if (verb === "Deleted") load();
+    if (verb === "Deleted" || verb === "Re-ran") load();
     else draw();
   });
   onSelected(bulkCancel, cancelRuns, "Cancelled", (run) => !TERMINAL.has(run.status));
   onSelected(bulkDelete, deleteRuns, "Deleted", (run) => TERMINAL.has(run.status));
+  onSelected(bulkRetry, retryRuns, "Re-ran", canRerun);
 
   const showProblem = (error) => {
     problem.textContent = error ? `Could not load runs: ${error.message}` : "";
