@@ -22,7 +22,7 @@ import typer
 
 from app.errors import ConfigurationError, LeaseholdError
 from app.logs import configure_logging
-from app.models import PARKED_STATUSES, Run, RunStatus
+from app.models import PARKED_STATUSES, QueueLimits, Run, RunStatus
 from app.startup import settle
 
 # start-up is what `runs get` in a shell loop pays each time (BENCHMARKS.md): what only some
@@ -313,6 +313,19 @@ def submit(
     delay_s: Annotated[
         float | None, typer.Option("--delay-s", help="Start no earlier than this many seconds.")
     ] = None,
+    concurrency_key: Annotated[
+        str | None, typer.Option("--concurrency-key", help="Key whose limit it counts against.")
+    ] = None,
+    priority: Annotated[
+        int | None, typer.Option("--priority", help="-100..100, higher first.")
+    ] = None,
+    singleton_key: Annotated[
+        str | None, typer.Option("--singleton-key", help="At most one run of it at a time.")
+    ] = None,
+    on_conflict: Annotated[
+        str | None,
+        typer.Option("--on-conflict", help="reject, enqueue, cancel_active or replace_queued."),
+    ] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait until the run ends.")] = False,
     follow: Annotated[
         bool, typer.Option("--follow", help="Stream its events until it ends.")
@@ -341,6 +354,10 @@ def submit(
             queued_ttl_s=queued_ttl_s,
             run_at=run_at,
             delay_s=delay_s,
+            concurrency_key=concurrency_key,
+            priority=priority,
+            singleton_key=singleton_key,
+            on_conflict=on_conflict,
         )
         if follow:
             if not as_json:
@@ -486,6 +503,20 @@ def runs_cancel(
     with _api(api_url, api_key) as client:
         result = client.cancel(run_id)
     typer.echo(result.model_dump_json() if as_json else f"{result.id}: {result.status.value}")
+
+
+@runs_app.command("priority")
+def runs_priority(
+    run_id: str,
+    priority: Annotated[int, typer.Argument(help="-100..100, higher first")],
+    as_json: JsonFlag = False,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+) -> None:
+    """Change a queued run's priority (409 once it started)."""
+    with _api(api_url, api_key) as client:
+        run = client.set_priority(run_id, priority)
+    typer.echo(run.model_dump_json() if as_json else f"{run.id}: priority {run.priority}")
 
 
 @runs_app.command("delete")
@@ -836,6 +867,49 @@ def queues_undeclare(name: str, api_url: ApiUrl = None, api_key: ApiKey = None) 
     with _api(api_url, api_key) as client:
         client.undeclare_queue(name)
     typer.echo(f"undeclared {name}")
+
+
+@queues_app.command("limits")
+def queues_limits(
+    name: str,
+    queue: Annotated[int | None, typer.Option("--queue", help="Running runs of the queue.")] = None,
+    handler: Annotated[
+        list[str] | None, typer.Option("--handler", help="HANDLER=N, repeatable.")
+    ] = None,
+    default_key: Annotated[
+        int | None, typer.Option("--default-key", help="Running runs of any other key.")
+    ] = None,
+    key: Annotated[list[str] | None, typer.Option("--key", help="KEY=N, repeatable.")] = None,
+    show: Annotated[bool, typer.Option("--show", help="Print them; change nothing.")] = False,
+    as_json: JsonFlag = False,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+) -> None:
+    """Set a queue's concurrency limits across all workers (replaced whole), or --show them."""
+    with _api(api_url, api_key) as client:
+        if show:
+            limits = client.limits(name)
+        else:
+            wanted = QueueLimits(
+                queue=queue,
+                handlers=_pairs(handler or [], "--handler"),
+                default_key=default_key,
+                keys=_pairs(key or [], "--key"),
+            )
+            limits = client.set_limits(name, wanted)
+    typer.echo(limits.model_dump_json(indent=None if as_json else 2))
+
+
+def _pairs(items: list[str], option: str) -> dict[str, int]:
+    """NAME=N options as a dict; exits 2 on one that is not."""
+    pairs: dict[str, int] = {}
+    for item in items:
+        name, sep, number = item.rpartition("=")
+        if not sep or not name or not number.isdigit():
+            typer.echo(f"{option} takes NAME=N, not {item!r}", err=True)
+            raise typer.Exit(2)
+        pairs[name] = int(number)
+    return pairs
 
 
 def _print_run(run: Run, as_json: bool) -> None:

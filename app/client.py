@@ -30,6 +30,7 @@ from app.models import (
     HandlerInfo,
     PurgeResult,
     QueueInfo,
+    QueueLimits,
     QueuePage,
     QueueSeries,
     RetryOperation,
@@ -260,6 +261,19 @@ def _undeclare_queue(name: str) -> _Call[None]:
     return _Call("DELETE", f"/queues/{name}", _nothing)
 
 
+def _limits(name: str) -> _Call[QueueLimits]:
+    return _Call("GET", f"/queues/{name}/limits", QueueLimits.model_validate)
+
+
+def _set_limits(name: str, limits: QueueLimits) -> _Call[QueueLimits]:
+    body = limits.model_dump()
+    return _Call("PUT", f"/queues/{name}/limits", QueueLimits.model_validate, json=body)
+
+
+def _set_priority(run_id: str, priority: int) -> _Call[Run]:
+    return _Call("PATCH", f"/runs/{run_id}", Run.model_validate, json={"priority": priority})
+
+
 def _queue_series(name: str, minutes: int) -> _Call[QueueSeries]:
     params = {"minutes": minutes}
     return _Call("GET", f"/queues/{name}/series", QueueSeries.model_validate, params=params)
@@ -456,6 +470,18 @@ class Client:
         """DELETE /queues/{name}: undeclare an empty queue; ApiError 409 if it holds runs."""
         self._send(_undeclare_queue(name))
 
+    def limits(self, name: str) -> QueueLimits:
+        """GET /queues/{name}/limits: the queue's concurrency limits."""
+        return self._send(_limits(name))
+
+    def set_limits(self, name: str, limits: QueueLimits) -> QueueLimits:
+        """PUT /queues/{name}/limits: replace the queue's concurrency limits whole."""
+        return self._send(_set_limits(name, limits))
+
+    def set_priority(self, run_id: str, priority: int) -> Run:
+        """PATCH /runs/{id}: change a queued run's priority; ApiError 409 once it started."""
+        return self._send(_set_priority(run_id, priority))
+
     def queue_series(self, name: str, minutes: int = 60) -> QueueSeries:
         """GET /queues/{name}/series: the queue's outcomes per minute, oldest first."""
         return self._send(_queue_series(name, minutes))
@@ -529,6 +555,18 @@ class AsyncClient:
     async def undeclare_queue(self, name: str) -> None:
         """DELETE /queues/{name}; see :meth:`Client.undeclare_queue`."""
         await self._send(_undeclare_queue(name))
+
+    async def limits(self, name: str) -> QueueLimits:
+        """GET /queues/{name}/limits; see :meth:`Client.limits`."""
+        return await self._send(_limits(name))
+
+    async def set_limits(self, name: str, limits: QueueLimits) -> QueueLimits:
+        """PUT /queues/{name}/limits; see :meth:`Client.set_limits`."""
+        return await self._send(_set_limits(name, limits))
+
+    async def set_priority(self, run_id: str, priority: int) -> Run:
+        """PATCH /runs/{id}; see :meth:`Client.set_priority`."""
+        return await self._send(_set_priority(run_id, priority))
 
     async def queue_series(self, name: str, minutes: int = 60) -> QueueSeries:
         """GET /queues/{name}/series; see :meth:`Client.queue_series`."""

@@ -11,6 +11,7 @@
     │   ├── AlreadyRetried            a re-run of this run exists already
     │   ├── OperationNotFound         no bulk operation with this id (or it expired)
     │   ├── OperationConflict         the operation is finished, or another process drives it
+    │   ├── SingletonConflict         on_conflict=reject: a run of the singleton key is live
     │   ├── LeaseLost                 fenced out: another owner holds the run now
     │   ├── QueueNotDeclared          a run on a queue nobody declared
     │   ├── QueueLimitReached         PUT /queues past LEASEHOLD_MAX_QUEUES
@@ -128,6 +129,15 @@ class OperationConflict(StoreError):
         super().__init__(f"operation {operation_id!r}: {reason}")
         self.operation_id = operation_id
         self.reason = reason
+
+
+class SingletonConflict(StoreError):
+    """``on_conflict="reject"``: a run of this singleton key is active or queued (409)."""
+
+    def __init__(self, key: str, run_id: str) -> None:
+        super().__init__(f"singleton key {key!r} is held by run {run_id!r}")
+        self.key = key
+        self.run_id = run_id
 
 
 class QueueNotDeclared(StoreError):

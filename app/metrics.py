@@ -226,3 +226,39 @@ RATE_LIMIT_PUSHES = Counter(
     ["key"],
     registry=WORKER_REGISTRY,
 )
+SLOTS_USED = Gauge(
+    "leasehold_concurrency_slots_used",
+    "Concurrency slots held, at scrape time: scope queue (every running run), handler "
+    "and key (only those with a declared limit: bounded by LEASEHOLD_MAX_LIMITS), and "
+    "keys (the sum over every concurrency key).",
+    ["queue", "scope", "name"],
+    registry=API_REGISTRY,
+)
+SLOTS_LIMIT = Gauge(
+    "leasehold_concurrency_slots_limit",
+    "Declared concurrency limits (PUT /queues/{name}/limits), same labels as "
+    "leasehold_concurrency_slots_used; default_key is scope key, name '*'.",
+    ["queue", "scope", "name"],
+    registry=API_REGISTRY,
+)
+RESOURCES_WAITED_ON = Gauge(
+    "leasehold_concurrency_resources_waited_on",
+    "Handlers, keys and singleton keys that have queued runs waiting for a slot, at scrape time.",
+    ["queue"],
+    registry=API_REGISTRY,
+)
+CLAIMS_THROTTLED = Counter(
+    "leasehold_claims_throttled_total",
+    "Lanes a claim of this worker found at a concurrency limit (handler, key, singleton) "
+    "or stopped at the queue-wide limit; each blocked lane is counted once, then waits "
+    "for a slot to come back without being looked at again.",
+    ["queue"],
+    registry=WORKER_REGISTRY,
+)
+SLOT_RECOUNTS = Counter(
+    "leasehold_slot_recounts_total",
+    "Slot counters the reconciler found disagreeing with the live leases and set right "
+    "(each is also logged): nonzero means a bug or a restored snapshot.",
+    ["queue"],
+    registry=WORKER_REGISTRY,
+)

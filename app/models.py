@@ -35,7 +35,17 @@ WORKER_ID_PATTERN = r"^[A-Za-z0-9_.\-]{1,128}$"
 # a durable wait's or signal's name (ctx.sleep(name=), wait_for_signal, /signals/{name})
 WAIT_NAME_PATTERN = r"^[A-Za-z0-9_.\-]{1,128}$"
 WAIT_NAME = re.compile(WAIT_NAME_PATTERN)
+# a concurrency or singleton key (a tenant, a thread): no '|' or newline (lane names
+# and held lists in lib.lua are built with them)
+FLOW_KEY_PATTERN = r"^[A-Za-z0-9_.:@/\-]{1,128}$"
+PRIORITY_MIN = -100
+PRIORITY_MAX = 100
+# the largest concurrency limit PUT /queues/{name}/limits takes
+LIMIT_MAX = 1_000_000
+OnConflict = Literal["reject", "enqueue", "cancel_active", "replace_queued"]
 RUN_ID = re.compile(RUN_ID_PATTERN)
+HANDLER_NAME = re.compile(HANDLER_NAME_PATTERN)
+FLOW_KEY = re.compile(FLOW_KEY_PATTERN)
 # A rate-limit key: segments of letters, digits, `_`, `.`, `-`, joined by `:`
 # (`openai`, `crm:acme`). A template names a segment `{name}` to stand for any one
 # segment (`crm:{tenant}` covers `crm:acme`, not `crm:acme:eu`). No `{`/`}` in a key
@@ -193,6 +203,18 @@ class Run(BaseModel):
     retried_by: str | None = Field(
         default=None, description="The run that re-runs this one, once it was retried"
     )
+    concurrency_key: str | None = Field(
+        default=None, description="The key whose concurrency limit the run counts against"
+    )
+    singleton_key: str | None = Field(
+        default=None, description="At most one run of this key runs at a time"
+    )
+    priority: int = Field(default=0, description="Higher starts first within its lane")
+    blocked_on: str | None = Field(
+        default=None,
+        description="While queued: the limit its lane waits on (h:<handler>, "
+        "k:<concurrency key>, s:<singleton key>), as the last `wait` event says",
+    )
 
 
 class RunEvent(BaseModel):
@@ -314,6 +336,34 @@ class CreateRunRequest(BaseModel):
         "such as crm:acme) whose start buckets gate this run's start, one token each: a run "
         "not yet eligible waits in the queue's delayed set until its exact start time, with "
         "a `wait` event (kind rate_limited). At most 8",
+    )
+    concurrency_key: str | None = Field(
+        default=None,
+        pattern=FLOW_KEY_PATTERN,
+        description="A key (tenant, thread) whose limit the run counts against: "
+        "PUT /queues/{queue}/limits sets it (`keys`, else `default_key`); keys take "
+        "turns, round-robin",
+    )
+    singleton_key: str | None = Field(
+        default=None,
+        pattern=FLOW_KEY_PATTERN,
+        description="At most one run of this key runs at a time; `on_conflict` says "
+        "what this create does when one is active or queued",
+    )
+    on_conflict: OnConflict = Field(
+        default="enqueue",
+        description="With singleton_key: reject (409 naming the run), enqueue (run "
+        "after it), cancel_active (cancel the running one, then start), replace_queued "
+        "(end a queued, never started one `cancelled`, reason superseded)",
+    )
+    priority: int = Field(
+        default=0,
+        ge=PRIORITY_MIN,
+        le=PRIORITY_MAX,
+        strict=True,
+        description="Higher starts first within its lane; ages (see README: a run is "
+        "passed only by runs enqueued less than (their priority - its) x "
+        "LEASEHOLD_PRIORITY_AGING_STEP_S after it)",
     )
 
 
@@ -520,6 +570,73 @@ class RetryOperation(BaseModel):
     )
 
 
+class PriorityChange(BaseModel):
+    """Body of PATCH /runs/{id}: what may change while a run waits."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    priority: int = Field(ge=PRIORITY_MIN, le=PRIORITY_MAX, strict=True)
+
+
+class QueueLimits(BaseModel):
+    """A queue's concurrency limits across all workers (PUT /queues/{name}/limits).
+
+    ``queue`` caps the queue's running runs; ``handlers`` caps runs of one handler;
+    ``keys`` caps runs of one ``concurrency_key`` and ``default_key`` every other key.
+    Unnamed means unlimited. The limits are replaced whole.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    queue: int | None = Field(default=None, ge=1, le=LIMIT_MAX, strict=True)
+    handlers: dict[str, int] = Field(default_factory=dict)
+    default_key: int | None = Field(default=None, ge=1, le=LIMIT_MAX, strict=True)
+    keys: dict[str, int] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check_names(self) -> QueueLimits:
+        for names, pattern in ((self.handlers, HANDLER_NAME), (self.keys, FLOW_KEY)):
+            for name, limit in names.items():
+                if not pattern.fullmatch(name):
+                    raise ValueError(f"{name[:80]!r} is not a valid handler or key name")
+                if type(limit) is not int or not 1 <= limit <= LIMIT_MAX:
+                    raise ValueError(f"limit of {name[:80]!r} must be an integer 1..{LIMIT_MAX}")
+        return self
+
+
+class KeyUsage(BaseModel):
+    """One concurrency key of a queue: its runs running and queued, and its limit."""
+
+    key: str
+    running: int
+    queued: int
+    limit: int | None = None
+
+
+class HandlerUsage(BaseModel):
+    """One handler of a queue: its runs running and its limit."""
+
+    handler: str
+    running: int
+    limit: int | None = None
+
+
+class QueueFlow(BaseModel):
+    """A queue's flow control at one moment: limits, slots used, the busiest keys."""
+
+    limits: QueueLimits
+    handlers: list[HandlerUsage] = Field(description="handlers with runs running or a limit")
+    keys: list[KeyUsage] = Field(
+        description="the busiest concurrency keys (most running, then most queued), at "
+        "most LEASEHOLD_QUEUE_TOP_KEYS"
+    )
+    limited_keys: list[KeyUsage] = Field(
+        description="the keys with a limit of their own (at most LEASEHOLD_MAX_LIMITS)"
+    )
+    key_slots: int = Field(description="runs running with a concurrency key, every key")
+    blocked: int = Field(description="resources (handler, key, singleton) lanes wait on")
+
+
 class RunPage(BaseModel):
     """One page of GET /runs; pass ``next_cursor`` back to get the next page."""
 
@@ -535,11 +652,14 @@ class QueueInfo(BaseModel):
         description="named in this API's LEASEHOLD_QUEUES (else declared by a worker's "
         "configuration or by PUT /queues/{name})"
     )
-    ready: int = Field(description="ids waiting to be claimed (may count runs cancelled queued)")
+    ready: int = Field(description="runs waiting to be claimed")
     running: int = Field(description="runs whose lease is held (running or cancelling)")
     delayed: int = Field(description="runs waiting for their retry time")
     parked: int = Field(description="waiting_human and reconciliation_required runs")
     oldest_queued_age_s: float = Field(description="age of the run at the head of the line")
+    flow: QueueFlow | None = Field(
+        default=None, description="limits, slots and the busiest keys (GET /queues/{name})"
+    )
     memory_bytes: int = Field(
         description="estimate: the queue's index keys plus a sample of its newest runs "
         "(record and events) scaled to the number of runs it lists"

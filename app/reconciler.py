@@ -36,9 +36,10 @@ from collections.abc import Awaitable, Callable
 
 from redis.exceptions import RedisError
 
-from app.metrics import RECONCILER_ACTIONS, RECONCILER_SCANS
+from app.metrics import RECONCILER_ACTIONS, RECONCILER_SCANS, SLOT_RECOUNTS
 from app.settings import Settings
 from app.store.connection import async_client
+from app.store.flow import FlowStore
 from app.store.leases import RECONCILE_BATCH, LeaseStore, ReconcileAction
 from app.store.runs import RunStore
 from app.store.scripts import Scripts
@@ -59,6 +60,14 @@ class Reconciler:
         self._queues = queues
         self._interval_s = interval_s
         self.actions_total = 0
+        self.slot_fixes_total = 0
+        # the slot recount needs nothing the lease store lacks: same client and scripts
+        self._flow = FlowStore(
+            lease_store.client,
+            scripts=lease_store.scripts,
+            prefix=lease_store.prefix,
+            events_maxlen=lease_store.events_maxlen,
+        )
         self._sweep_at: dict[str, int] = {}  # per queue: where the listing-index sweep resumes
 
     async def run_forever(self) -> None:
@@ -80,9 +89,22 @@ class Reconciler:
             self._sweep_at[queue] = await self._run_store.sweep_index(
                 queue, self._sweep_at.get(queue, 0), RECONCILE_BATCH
             )
+            await self._recount(queue)
         RECONCILER_SCANS.inc()
         self.actions_total += len(done)
         return done
+
+    async def _recount(self, queue: str) -> None:
+        """Set the queue's slot counters to what its leases hold; count and log any fix.
+
+        After the expiry pass: a slot a dead worker held has been given back by then,
+        so what is left to fix is drift (a bug, a restored snapshot), never a lease
+        merely about to expire.
+        """
+        fixes, _woken = await self._flow.recount(queue)
+        if fixes:
+            SLOT_RECOUNTS.labels(queue).inc(len(fixes))
+            self.slot_fixes_total += len(fixes)
 
     async def _drain(
         self, queue: str, step: Callable[[str], Awaitable[list[ReconcileAction]]]

@@ -220,6 +220,25 @@ class Settings(BaseSettings):
         description="Furthest ahead a create's run_at / delay_s may put a run's start "
         "(else 422): a delayed run is held in Redis until then",
     )
+    priority_aging_step_s: float = Field(
+        default=1.0,
+        ge=0,
+        le=HOUR_S,
+        description="Aging of priorities: a run is passed only by runs of priority p "
+        "higher enqueued less than p x this after it (0: strict priority, no aging)",
+    )
+    max_limits: int = Field(
+        default=1000,
+        ge=1,
+        le=100_000,
+        description="Most entries (handlers + keys) PUT /queues/{name}/limits may declare",
+    )
+    queue_top_keys: int = Field(
+        default=20,
+        ge=1,
+        le=1000,
+        description="How many concurrency keys GET /queues/{name} shows (the busiest)",
+    )
     purge_batch_max: int = Field(
         default=1000,
         ge=1,

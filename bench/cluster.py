@@ -77,11 +77,11 @@ async def unfinished(client: AsyncRedis, queues: list[str]) -> int:
     pipe = client.pipeline(transaction=False)
     for queue in queues:
         keys = QueueKeys(PREFIX, queue)
-        pipe.llen(keys.ready)
+        pipe.get(keys.queued)  # runs in the queue's lanes (the scripts keep the count)
         pipe.zcard(keys.delayed)
         pipe.zcard(keys.leases)
-    counts: list[int] = await pipe.execute()
-    return sum(counts)
+    counts: list[int | str | None] = await pipe.execute()
+    return sum(int(count or 0) for count in counts)
 
 
 async def rep(

@@ -263,11 +263,11 @@ class Bench:
     async def unfinished(self) -> int:
         """Runs not yet terminal: queued, waiting for a retry, or leased (one round trip)."""
         pipe = self.client.pipeline(transaction=False)
-        pipe.llen(self.keys.ready)
+        pipe.get(self.keys.queued)  # runs in the queue's lanes (the scripts keep the count)
         pipe.zcard(self.keys.delayed)
         pipe.zcard(self.keys.leases)
-        counts: list[int] = await pipe.execute()
-        return sum(counts)
+        counts: list[int | str | None] = await pipe.execute()
+        return sum(int(count or 0) for count in counts)
 
     async def statuses(self, run_ids: list[str], chunk: int = 1000) -> dict[str, int]:
         """How many of ``run_ids`` are in each status."""

@@ -49,7 +49,7 @@ from bench.report import print_report
 POLL_S = 0.02  # the peers' progress poll interval
 DEADLINE_S = 600.0
 WORKER_CONCURRENCY = 50
-POLL_COMMANDS = {"llen": 1, "zcard": 2}  # what one Bench.unfinished() call sends
+POLL_COMMANDS = {"get": 1, "zcard": 2}  # what one Bench.unfinished() call sends
 
 Producer = Callable[[int], Awaitable[list[str]]]
 

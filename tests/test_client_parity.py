@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 from app.client import AsyncClient, Client
+from app.models import QueueLimits
 
 RUN_ID = "default.01M8NMVX0F2FBPYNB2A04QJM1Z"
 RUN = {
@@ -55,6 +56,7 @@ OPERATION = {
     "created_at": "2026-01-01T00:00:00Z",
     "updated_at": "2026-01-01T00:00:01Z",
 }
+LIMITS = {"queue": 4, "handlers": {"demo.echo": 2}, "default_key": 1, "keys": {"vip": 3}}
 ANSWERS: dict[str, Any] = {
     "/queues": {"items": [QUEUE], "max_queues": 100},
     "/queues/default": QUEUE,
@@ -75,6 +77,7 @@ ANSWERS: dict[str, Any] = {
     "/runs/purge": {"deleted": 1, "ids": [RUN_ID], "next_cursor": None, "done": True},
     "/queues/default/series": {"queue": "default", "bucket_s": 60, "buckets": []},
     "/workers/w-1-abc/drain": {"id": "w-1-abc", "drain_requested": True},
+    "/queues/default/limits": LIMITS,
 }
 # (method, args, kwargs): every request-response method of the clients
 CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
@@ -100,6 +103,9 @@ CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
     ("resume_operation", (OP_ID,), {}),
     ("cancel_operation", (OP_ID,), {}),
     ("signal", (RUN_ID, "go", {"ok": 1}), {}),
+    ("limits", ("default",), {}),
+    ("set_limits", ("default", QueueLimits(**LIMITS)), {}),
+    ("set_priority", (RUN_ID, 7), {}),
     ("handlers", (), {}),
     ("workers", (), {}),
     ("queues", (), {}),
@@ -184,6 +190,10 @@ async def test_every_method_sends_the_same_request_and_reads_the_same_answer() -
         ("POST", f"/operations/{OP_ID}/cancel"),
     ]
     assert sync_results[10].filter.handler == "demo.echo"
+    assert sync_api.seen[14] == ("GET", "/queues/default/limits", "", None)
+    assert sync_api.seen[15] == ("PUT", "/queues/default/limits", "", LIMITS)
+    assert sync_results[15] == QueueLimits(**LIMITS)
+    assert sync_api.seen[16] == ("PATCH", f"/runs/{RUN_ID}", "", {"priority": 7})
     assert [worker.id for worker in sync_results[-8]] == ["w-1-abc"]
     assert [queue.name for queue in sync_results[-7].items] == ["default"]
     assert sync_api.seen[-6] == ("PUT", "/queues/default", "", None)

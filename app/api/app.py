@@ -34,6 +34,7 @@ from app.api.routes import (
     decisions,
     docs,
     events,
+    flow,
     metrics,
     queues,
     ratelimits,
@@ -157,6 +158,7 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
     app.include_router(activity.router)
     app.include_router(queues.router)
     app.include_router(ratelimits.router)
+    app.include_router(flow.router)
     console.install(app)
     docs.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_input_bytes + BODY_OVERHEAD_BYTES)

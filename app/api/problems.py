@@ -41,6 +41,7 @@ from app.errors import (
     RateLimitsFull,
     RunNotFound,
     SignalInboxFull,
+    SingletonConflict,
     UnknownHandler,
 )
 from app.store.connection import PoolExhausted, TlsHandshakeFailed
@@ -103,8 +104,9 @@ def problem(
     kind: str | None = None,
     errors: list[dict[str, Any]] | None = None,
     headers: dict[str, str] | None = None,
+    extensions: dict[str, Any] | None = None,
 ) -> ProblemResponse:
-    """Build a problem+json response."""
+    """Build a problem+json response; ``extensions``: RFC 9457 extension members."""
     body: dict[str, Any] = {
         "type": PROBLEM_BASE + kind if kind else "about:blank",
         "title": title,
@@ -114,6 +116,7 @@ def problem(
         body["detail"] = detail
     if errors is not None:
         body["errors"] = errors
+    body.update(extensions or {})
     return ProblemResponse(body, status_code=status, headers=headers)
 
 
@@ -256,11 +259,26 @@ def _install_rate_limit_problems(app: FastAPI) -> None:
         )
 
 
+def _install_flow_problems(app: FastAPI) -> None:
+    """A singleton key another run holds is a conflict the caller chose to be told of (409)."""
+
+    @app.exception_handler(SingletonConflict)
+    async def singleton(request: Request, exc: SingletonConflict) -> ProblemResponse:
+        return problem(
+            409,
+            "A run of this singleton key is active or queued",
+            str(exc),
+            kind="singleton-conflict",
+            extensions={"singleton_key": exc.key, "run_id": exc.run_id},
+        )
+
+
 def install_problem_handlers(app: FastAPI) -> None:
     """Map every exception the API can raise to its problem response."""
     _install_queue_problems(app)
     _install_retry_problems(app)
     _install_rate_limit_problems(app)
+    _install_flow_problems(app)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> ProblemResponse:

@@ -14,6 +14,7 @@ from app.api.memory import MemoryAdmission
 from app.handlers import HandlerRegistry
 from app.settings import Settings
 from app.store.connection import AsyncRedis
+from app.store.flow import FlowStore
 from app.store.queues import QueueStore
 from app.store.ratelimits import RateLimitStore
 from app.store.runs import RunStore
@@ -42,6 +43,16 @@ class ApiState:
     rate_limits: RateLimitStore
     # detached work (e.g. cancel-on-disconnect) that no request may cancel
     background: set[asyncio.Task[object]] = field(default_factory=set)
+
+    @property
+    def flow(self) -> FlowStore:
+        """Limits, slots and priorities of the queues (a thin store on the same client)."""
+        return FlowStore(
+            self.client,
+            scripts=self.scripts,
+            prefix=self.settings.prefix,
+            events_maxlen=self.settings.events_maxlen,
+        )
 
     def detach(self, task: asyncio.Task[object]) -> None:
         """Keep a reference to a background task until it is done."""

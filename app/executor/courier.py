@@ -39,7 +39,7 @@ from collections.abc import Callable
 from redis.exceptions import RedisError
 
 from app.executor.slots import Slots
-from app.metrics import WORKER_WRITES_REFUSED
+from app.metrics import CLAIMS_THROTTLED, WORKER_WRITES_REFUSED
 from app.retry import REDIS_BACKOFF, Streak
 from app.store.leases import Claim, ClaimedRun, LeaseStore, Outcome, new_claim_token
 from app.store.refusals import describe, refusal_of
@@ -177,6 +177,8 @@ class Courier:
         if unused:
             self._slots_returned()
         self._next_due_ms = claim.next_due_ms
+        if claim.throttled:
+            CLAIMS_THROTTLED.labels(self.queue).inc(claim.throttled)
         if self._claims_paused():
             return  # a trip that claimed nothing on purpose tells nothing about the queue
         self._claim_refusals.reset()

@@ -23,10 +23,34 @@ def new_ulid(now_ms: int | None = None) -> str:
     RFC 4648's alphabet mapped to Crockford's): a run id is made per create, and
     this is ~5x faster than taking the digits out one by one.
     """
-    stamp = int(time.time() * 1000) if now_ms is None else now_ms
-    value = (stamp << 80) | int.from_bytes(os.urandom(10), "big")
+    if now_ms is None:
+        stamp, random_bits = _monotonic(int(time.time() * 1000))
+    else:
+        stamp, random_bits = now_ms, int.from_bytes(os.urandom(10), "big")
+    value = (stamp << 80) | random_bits
     # 26 digits are 130 bits, the top two zero: 136 bits (17 bytes) put them first
     return base64.b32encode((value << 6).to_bytes(17, "big"))[:26].decode().translate(_TO_CROCKFORD)
+
+
+_last_ulid = [0, 0]  # this process's latest (ms, random bits)
+
+
+def _monotonic(stamp: int) -> tuple[int, int]:
+    """(ms, random bits) of a new ULID, each after this process's last one.
+
+    Why: a queue's lanes order runs of the same score (the same Redis millisecond)
+    by id, so the runs one process creates in one millisecond must start in the
+    order they were created (the monotonic ULID variant: the random part + 1).
+    """
+    last_stamp, last_bits = _last_ulid
+    if stamp > last_stamp:
+        bits = int.from_bytes(os.urandom(10), "big")
+    elif last_bits + 1 < 1 << 80:
+        stamp, bits = last_stamp, last_bits + 1
+    else:
+        stamp, bits = last_stamp + 1, int.from_bytes(os.urandom(10), "big")
+    _last_ulid[:] = [stamp, bits]
+    return stamp, bits
 
 
 def new_run_id(queue: str) -> str:
@@ -80,6 +104,10 @@ SUMMARY_FIELDS = (
     "run_at",
     "retry_of",
     "retried_by",
+    "ckey",
+    "skey",
+    "priority",
+    "blocked_on",
 )
 # the large fields a listing returns only when asked (GET /runs?include=...)
 LARGE_FIELDS = ("input", "output", "metadata")
@@ -123,6 +151,13 @@ def run_from_hash(fields: dict[str, str]) -> Run:
         else None,
         waiting_for=_loads(fields.get("waiting_for"))
         if fields["status"] == RunStatus.WAITING.value
+        else None,
+        concurrency_key=fields.get("ckey") or None,
+        singleton_key=fields.get("skey") or None,
+        priority=int(fields.get("priority") or 0),
+        # only while queued: a claim clears it, but a record read mid-flight may not be
+        blocked_on=(fields.get("blocked_on") or None)
+        if fields["status"] == RunStatus.QUEUED.value
         else None,
     )
 

@@ -5,7 +5,21 @@ script touches a single Redis Cluster slot::
 
     <prefix>:{<queue>}:run:<id>        hash    the run record
     <prefix>:{<queue>}:events:<id>     stream  the run's events (SSE id = stream id)
-    <prefix>:{<queue>}:ready           list    ids waiting to be claimed (FIFO)
+    <prefix>:{<queue>}:ready           list    the ring: lanes with queued runs, not blocked
+    <prefix>:{<queue>}:lane:<lane>     zset    queued ids of one lane ("<handler>|<concurrency
+                                               key>" or "!<singleton key>"), score =
+                                               enqueue ms - priority boost ms
+    <prefix>:{<queue>}:placed          hash    lane -> '' (in the ring) or the resource whose
+                                               wait set holds it
+    <prefix>:{<queue>}:wait:<res>      set     lanes blocked on a resource: h:<handler>,
+                                               k:<concurrency key>, s:<singleton key>
+    <prefix>:{<queue>}:waits           set     resources with blocked lanes
+    <prefix>:{<queue>}:limits          hash    q / h:<handler> / k:* / k:<key> -> limit
+    <prefix>:{<queue>}:slots           hash    h:<handler> / k:<key> -> running; s:<key> -> holder
+    <prefix>:{<queue>}:queued          string  how many runs sit in lanes
+    <prefix>:{<queue>}:kqueued         zset    concurrency key -> queued runs of it
+    <prefix>:{<queue>}:one:<key>       hash    queued -> runs of a singleton key in lanes,
+                                               last -> the newest of them
     <prefix>:{<queue>}:delayed         zset    id -> epoch ms when it may run (retry backoff)
     <prefix>:{<queue>}:leases          zset    id -> lease expiry, epoch ms (Redis clock)
     <prefix>:{<queue>}:runs            zset    id -> created_at ms, for listing
@@ -106,8 +120,54 @@ class QueueKeys:
 
     @property
     def ready(self) -> str:
-        """FIFO list of runnable ids."""
+        """The ring of lanes that have queued runs and are not blocked (FIFO)."""
         return f"{self.tag}:ready"
+
+    def lane(self, lane: str) -> str:
+        """Queued ids of one lane (``<handler>|<key>`` or ``!<singleton key>``), by score.
+
+        Scripts derive every flow-control key from the tag (``enqueue`` and the rest in
+        lib.lua): these names must stay ``<tag>:<name>``.
+        """
+        return f"{self.tag}:lane:{lane}"
+
+    @property
+    def placed(self) -> str:
+        """Hash: lane -> where it is ('' in the ring, else the resource it waits on)."""
+        return f"{self.tag}:placed"
+
+    def wait(self, resource: str) -> str:
+        """Set of lanes blocked on ``resource`` (``h:<handler>``, ``k:<key>``, ``s:<key>``)."""
+        return f"{self.tag}:wait:{resource}"
+
+    @property
+    def waits(self) -> str:
+        """Set of the resources that have blocked lanes."""
+        return f"{self.tag}:waits"
+
+    @property
+    def limits(self) -> str:
+        """Hash of the queue's declared concurrency limits (``q``, ``h:*``, ``k:*``)."""
+        return f"{self.tag}:limits"
+
+    @property
+    def slots(self) -> str:
+        """Hash of slots held: running count per handler and key, holder per singleton."""
+        return f"{self.tag}:slots"
+
+    @property
+    def queued(self) -> str:
+        """Counter of the runs sitting in lanes (the queue's ready depth)."""
+        return f"{self.tag}:queued"
+
+    @property
+    def kqueued(self) -> str:
+        """Zset of concurrency key -> how many of its runs are queued (top-N for GET /queues)."""
+        return f"{self.tag}:kqueued"
+
+    def one(self, singleton_key: str) -> str:
+        """A singleton key's queued count and newest queued run."""
+        return f"{self.tag}:one:{singleton_key}"
 
     @property
     def delayed(self) -> str:

@@ -74,6 +74,8 @@ class Claim:
 
     runs: list[ClaimedRun]
     next_due_ms: int | None
+    # lanes the claim found at a concurrency limit (1 when the queue-wide limit stopped it)
+    throttled: int = 0
     # why Redis refused the claim (the outcomes sent with it were written regardless)
     refused: Exception | None = None
 
@@ -196,7 +198,7 @@ class LeaseStore:
             )
             for row in reply.rows
         ]
-        return Claim(runs, reply.next_due_ms)
+        return Claim(runs, reply.next_due_ms, reply.throttled)
 
     async def claim(self, queue: str, owner: str, count: int, token: str | None = None) -> Claim:
         """Claim up to ``count`` ready runs (0 only promotes due retries).

@@ -225,29 +225,30 @@ class QueueStore:
     async def depth(self, queue: str) -> QueueDepth:
         """How many runs of a queue are ready, delayed, leased and parked, and the head's age.
 
-        The ready list may still hold ids of runs cancelled while queued (claims skip
-        them lazily), so ``ready`` can over-count by those. Parked runs are counted
-        by the ``parked`` index the scripts keep (runs parked before it existed are
-        not in it).
+        ``ready`` counts the runs in the queue's lanes (the scripts keep the counter);
+        the head is the first run of the lane at the head of the ring. Parked runs are
+        counted by the ``parked`` index the scripts keep (runs parked before it existed
+        are not in it).
         """
         keys = self.keys(queue)
         pipe = self.client.pipeline(transaction=False)
-        pipe.llen(keys.ready)
+        pipe.get(keys.queued)
         pipe.zcard(keys.delayed)
         pipe.zcard(keys.leases)
         pipe.zcard(keys.parked)
         pipe.lindex(keys.ready, 0)
         pipe.zcard(keys.runs)
-        ready, delayed, leased, parked, head, stored = await pipe.execute()
+        ready, delayed, leased, parked, lane, stored = await pipe.execute()
         oldest_age_s = 0.0
+        head = cast(list[str], await self.client.zrange(keys.lane(lane), 0, 0) if lane else [])
         if head:
-            created = await self.client.hget(keys.run(head), "created_at")
+            created = await self.client.hget(keys.run(head[0]), "created_at")
             if created:
                 # not in the pipeline: TIME has no key, and a cluster pipeline refuses it
                 seconds, micros = await self.client.time()
                 oldest_age_s = max(0.0, seconds + micros / 1e6 - int(created) / 1000)
         return QueueDepth(
-            ready=int(ready),
+            ready=max(0, int(ready or 0)),
             delayed=int(delayed),
             leased=int(leased),
             parked=int(parked),

@@ -16,7 +16,7 @@ from typing import Any, cast
 
 from redis.exceptions import ResponseError
 
-from app.errors import IdempotencyConflict, RunNotFound
+from app.errors import IdempotencyConflict, RunNotFound, SingletonConflict
 from app.models import (
     PurgeRequest,
     PurgeResult,
@@ -94,6 +94,14 @@ class NewRun:
     delay_ms: int | None = None
     # start gates (store/ratelimits.py StartGate): the buckets the run's start waits on
     rate_limits: tuple[StartGate, ...] = ()
+    # flow control (issue 15): the key whose limit it counts against, the singleton key
+    # and what a create does when a run of it is active or queued, the priority and its
+    # aging boost (priority x LEASEHOLD_PRIORITY_AGING_STEP_S, in ms)
+    concurrency_key: str | None = None
+    singleton_key: str | None = None
+    on_conflict: str = "enqueue"
+    priority: int = 0
+    boost_ms: int = 0
 
     # the input already encoded by whoever checked its size; None: encoded when needed
     encoded_input: str | None = field(default=None, compare=False, repr=False)
@@ -132,6 +140,10 @@ class NewRun:
             parts.extend((dumps(self.start_at_ms), dumps(self.delay_ms)))
         if self.rate_limits:
             parts.append(dumps([gate.bucket for gate in self.rate_limits]))
+        flow = (self.concurrency_key, self.singleton_key, self.priority)
+        if flow != (None, None, 0):
+            # likewise: only runs that use flow control fingerprint it
+            parts.extend(dumps(part) for part in (*flow, self.on_conflict))
         return hashlib.sha256(f"[{','.join(parts)}]".encode()).hexdigest()
 
 
@@ -297,12 +309,20 @@ class RunStore:
             start_at_ms="" if new.start_at_ms is None else new.start_at_ms,
             delay_ms="" if new.delay_ms is None else new.delay_ms,
             rate_limits=start_gates_arg(new.rate_limits),
+            concurrency_key=new.concurrency_key or "",
+            singleton_key=new.singleton_key or "",
+            on_conflict=new.on_conflict,
+            priority=new.priority,
+            boost_ms=new.boost_ms,
+            retention=self.retention.script_arg(),
         )
 
     def _queued(self, new: NewRun, reply: CreateReply) -> Created:
         """The run a ``create_run`` reply created; raises :class:`IdempotencyConflict`."""
         if reply.code == ScriptCode.CONFLICT:
             raise IdempotencyConflict(new.idempotency_key or "", reply.run_id)
+        if reply.code == ScriptCode.SINGLETON:
+            raise SingletonConflict(new.singleton_key or "", reply.run_id)
         created_at = ms_to_datetime(reply.created_at_ms)
         assert created_at is not None
         run = Run(
@@ -318,6 +338,9 @@ class RunStore:
             metadata=new.metadata,
             retention_s=None if new.retention_ms is None else new.retention_ms / 1000,
             run_at=ms_to_datetime(new.start_ms(int(reply.created_at_ms))),
+            concurrency_key=new.concurrency_key,
+            singleton_key=new.singleton_key,
+            priority=new.priority,
         )
         return Created(run, replayed=False)
 

@@ -129,10 +129,17 @@ class CreateArgs(NamedTuple):
     start_at_ms: int | str  # '' for none
     delay_ms: int | str  # '' for none
     rate_limits: str  # '' for none (store/ratelimits.py start_gates_arg)
+    concurrency_key: str  # '' for none
+    singleton_key: str  # '' for none
+    on_conflict: str  # reject | enqueue | cancel_active | replace_queued
+    priority: int
+    boost_ms: int  # priority x LEASEHOLD_PRIORITY_AGING_STEP_S, in ms
+    retention: str  # the per-status retention spec, for a run replace_queued supersedes
 
 
 class CreateReply(NamedTuple):
-    """``create_run``'s answer: OK, REPLAYED or CONFLICT (``run_id``: the earlier run)."""
+    """``create_run``'s answer: OK, REPLAYED, CONFLICT (``run_id``: the earlier run) or
+    SINGLETON (``run_id``: the run holding or queued on the singleton key)."""
 
     code: str
     run_id: str
@@ -197,6 +204,8 @@ class ClaimReply(NamedTuple):
 
     rows: list[ClaimRow]
     next_due_ms: int | None
+    # lanes found at a concurrency limit (1 when the queue-wide limit stopped the claim)
+    throttled: int = 0
 
 
 def _claim_keys(k: QueueKeys, run_id: str, a: ClaimArgs) -> tuple[str, ...]:
@@ -211,9 +220,11 @@ def _claim_keys(k: QueueKeys, run_id: str, a: ClaimArgs) -> tuple[str, ...]:
 
 
 def _claim_reply(reply: Sequence[Any]) -> ClaimReply:
-    _code, rows, next_due = reply
+    _code, rows, next_due, throttled = reply
     due = int(next_due)
-    return ClaimReply([ClaimRow._make(row) for row in rows], None if due < 0 else due)
+    return ClaimReply(
+        [ClaimRow._make(row) for row in rows], None if due < 0 else due, int(throttled)
+    )
 
 
 CLAIM_RUNS: Transition[ClaimArgs, ClaimReply] = Transition(
@@ -864,6 +875,83 @@ SIGNAL_RUN: Transition[SignalArgs, CodeReply] = Transition(
 )
 
 
+# --- flow control: set_limits, set_priority, recount_slots ------------------------
+
+
+class LimitPair(NamedTuple):
+    """One limit in ``set_limits``' ARGV pairs: ``q``, ``h:<handler>``, ``k:*``, ``k:<key>``."""
+
+    field: str
+    limit: int
+
+
+class SetLimitsArgs(NamedTuple):
+    """ARGV of ``set_limits``: the queue's limits, replaced whole."""
+
+    wake_max: int
+    wake_channel: str
+    groups: Sequence[LimitPair]
+
+
+def _set_limits_keys(k: QueueKeys, run_id: str, a: SetLimitsArgs) -> tuple[str, ...]:
+    return (k.limits, k.ready)
+
+
+def _woken(reply: Sequence[Any]) -> int:
+    return int(reply[1])
+
+
+SET_LIMITS: Transition[SetLimitsArgs, int] = Transition(
+    "set_limits", _set_limits_keys, SetLimitsArgs, _woken, durable=True, group=LimitPair
+)
+
+
+class SetPriorityArgs(NamedTuple):
+    """ARGV of ``set_priority``."""
+
+    run_id: str
+    priority: int
+    boost_ms: int
+    maxlen: int
+
+
+def _set_priority_keys(k: QueueKeys, run_id: str, a: SetPriorityArgs) -> tuple[str, ...]:
+    return (k.run(a.run_id), k.events(a.run_id))
+
+
+SET_PRIORITY: Transition[SetPriorityArgs, StatusReply] = Transition(
+    "set_priority", _set_priority_keys, SetPriorityArgs, _status_reply
+)
+
+
+class RecountArgs(NamedTuple):
+    """ARGV of ``recount_slots``."""
+
+    wake_max: int
+    wake_channel: str
+
+
+class RecountReply(NamedTuple):
+    """``recount_slots``' answer: each (field, counted, held) fixed, and lanes woken."""
+
+    fixes: list[tuple[str, str, str]]
+    woken: int
+
+
+def _recount_keys(k: QueueKeys, run_id: str, a: RecountArgs) -> tuple[str, ...]:
+    return (k.leases, k.ready, k.run_prefix)
+
+
+def _recount_reply(reply: Sequence[Any]) -> RecountReply:
+    _code, fixes, woken = reply
+    return RecountReply([(str(f), str(c), str(h)) for f, c, h in fixes], int(woken))
+
+
+RECOUNT_SLOTS: Transition[RecountArgs, RecountReply] = Transition(
+    "recount_slots", _recount_keys, RecountArgs, _recount_reply
+)
+
+
 TRANSITIONS: dict[str, Transition[Any, Any]] = {
     t.name: t
     for t in (
@@ -892,6 +980,9 @@ TRANSITIONS: dict[str, Transition[Any, Any]] = {
         COMMIT_OPERATION,
         PARK_RUN,
         SIGNAL_RUN,
+        SET_LIMITS,
+        SET_PRIORITY,
+        RECOUNT_SLOTS,
     )
 }
 """Every binding by script name (a test holds it to ``scripts/lua``)."""

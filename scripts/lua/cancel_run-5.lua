@@ -39,10 +39,7 @@ end
 
 local now = now_ms()
 if status == 'running' then
-  local data = cjson.encode({owner_id = cur[3]})
-  redis.call('HSET', KEYS[1], 'cancel_requested_at', now, 'status', 'cancelling')
-  emit(KEYS[1], KEYS[2], 'cancel_requested', cur[2], now, data, ARGV[3])
-  redis.call('PUBLISH', ARGV[4], run_id .. ' ' .. cur[2])
+  request_cancel(string.sub(KEYS[1], 1, -(#run_id + 5)), run_id, now, {}, ARGV[3])
   return {'OK', 'cancelling'}
 end
 

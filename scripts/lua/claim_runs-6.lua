@@ -1,6 +1,7 @@
--- claim_runs: move up to N queued runs to `running` under one owner's lease.
+-- claim_runs: move up to N queued runs to `running` under one owner's lease, within the
+-- queue's concurrency limits, serving its lanes round-robin.
 --
--- KEYS[1]  ready        list    runnable ids (FIFO)
+-- KEYS[1]  ready        list    the ring: lanes with queued runs, not blocked (lib.lua)
 -- KEYS[2]  delayed      zset    id -> epoch ms it may run (retry backoff)
 -- KEYS[3]  leases       zset    id -> lease expiry ms
 -- KEYS[4]  run_prefix   prefix  run keys are this prefix .. id (same hash tag)
@@ -13,17 +14,30 @@
 -- ARGV[5]  promote_max  integer how many due retries to promote at most
 -- ARGV[6]  token        string  this claim's request token ('' for none); the same token
 --          again (a retry after a lost reply) answers what the first call claimed
--- returns  {code, runs, next_due_ms}  codes: OK; runs is a list of
+-- derived  lane:<lane>, placed, slots, limits, wait:<res>, waits, queued, kqueued,
+--          one:<key> (lib.lua, flow control), from the queue's tag (KEYS[4] less 'run:')
+-- returns  {code, runs, next_due_ms, throttled}  codes: OK; runs is a list of
 --          {id, fence, handler, input, attempt, max_attempts, state, resume_input,
 --          budget, traceparent, created_at, prior_fence, prior_owner}; the last two
 --          name the run's previous claim (attempt_fence/attempt_owner, kept on the
 --          record so tracing can link a takeover to the lost attempt), '' if none
 --          (and on a replayed receipt)
---          next_due_ms is the earliest delayed run's time, or -1
--- events   claimed; wait ({kind = rate_limited, key, until_ms}) on a run its start
---          buckets hold back (rate_hold in lib.lua): it moves to `delayed` at that time
--- invariant: a claimed run leaves `ready` and gains its lease in the same atomic
---          step: there is no moment when it is neither queued nor leased. Run keys
+--          next_due_ms is the earliest delayed run's time, or -1; throttled counts the
+--          lanes this call found at a limit (and 1 when the queue-wide limit stopped it)
+-- events   claimed; wait on a blocked lane's head run, once per resource it waits for
+--          ({kind = concurrency_limit | singleton, resource, subject, limit, holder});
+--          wait ({kind = rate_limited, key, until_ms}) on a run its start buckets hold
+--          back (rate_hold in lib.lua): it leaves its lane for `delayed` at that time
+-- invariant: a claimed run leaves its lane and gains its lease and its slots in the
+--          same atomic step: there is no moment when it is neither queued nor leased,
+--          and no claim takes a slot past a limit (queue: ZCARD leases; handler, key:
+--          the slots counters; singleton: its holder). Each lane visit leases a run or
+--          takes the lane out of the ring (empty, or blocked into wait:<res> until a
+--          slot of res is given back), at most 2*count+64 visits: O(1) per claimed run
+--          whatever the number of lanes. Lanes take turns: the ring is FIFO and a
+--          served lane goes to its tail; only the one lane in the ring is served in bulk.
+--          A `waiting` run (park_run) whose time came is promoted to its lane and
+--          claimed like a queued one, retaking its slots. Run keys
 --          are derived from KEYS[4]/KEYS[5] because a claim cannot know in advance
 --          which ids it will pop; every derived key carries the queue's hash tag.
 --          A claim is idempotent per (owner, token) for one lease TTL: its receipt
@@ -71,54 +85,194 @@ if token ~= '' then
         replayed[#replayed + 1] = row(held[1], held[2], cur, '', '')
       end
     end
-    return {'OK', replayed, next_due_ms()}
+    return {'OK', replayed, next_due_ms(), 0}
   end
 end
 
-local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, promote_max)
-for _, id in ipairs(due) do
-  redis.call('RPUSH', KEYS[1], id)
-end
-if #due > 0 then
-  redis.call('ZREM', KEYS[2], unpack(due))
+local tag = string.sub(KEYS[4], 1, -5)
+
+-- due retries (and delayed starts) join their lanes, aging from the time they were due
+local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'WITHSCORES', 'LIMIT', 0,
+  promote_max)
+for i = 1, #due, 2 do
+  enqueue(tag, KEYS[4] .. due[i], due[i], tonumber(due[i + 1]), false)
+  redis.call('ZREM', KEYS[2], due[i])
 end
 
+-- What the lane's head run needs, or nil when one is at its limit: then the resource
+-- it waits for ('h:<handler>', 'k:<key>', 's:<singleton key>') and that limit. Else
+-- nil and how many of the lane may start now (1 for a singleton lane).
+-- Under one limit (nil: none), how many more may start: nil and the room left, or the
+-- resource and its limit when it is full.
+local function under(res, limit, used, room)
+  if not limit then
+    return nil, room
+  end
+  local free = limit - (tonumber(used) or 0)
+  if free <= 0 then
+    return res, limit
+  end
+  return nil, math.min(room, free)
+end
+
+local function gate(cur, room)
+  local handler, ckey, skey = cur[2], cur[13] or '', cur[14] or ''
+  local lim = redis.call('HMGET', tag .. 'limits', 'h:' .. handler, 'k:' .. ckey, 'k:*')
+  local used = redis.call('HMGET', tag .. 'slots', 'h:' .. handler, 'k:' .. ckey, 's:' .. skey)
+  local res
+  res, room = under('h:' .. handler, tonumber(lim[1]), used[1], room)
+  if res then
+    return res, room
+  end
+  if ckey ~= '' then
+    res, room = under('k:' .. ckey, tonumber(lim[2]) or tonumber(lim[3]), used[2], room)
+    if res then
+      return res, room
+    end
+  end
+  if skey ~= '' then
+    if used[3] then
+      return 's:' .. skey, 1
+    end
+    room = 1
+  end
+  return nil, room
+end
+
+-- A blocked lane waits in its resource's set; its head run hears why, once per cause.
+local function block(lane, id, cur, res, limit)
+  redis.call('SADD', tag .. 'wait:' .. res, lane)
+  redis.call('SADD', tag .. 'waits', res)
+  redis.call('HSET', tag .. 'placed', lane, res)
+  if cur[15] ~= res then
+    local kind = string.sub(res, 1, 1) == 's' and 'singleton' or 'concurrency_limit'
+    local data = cjson.encode({kind = kind, subject = string.sub(res, 3),
+      resource = ({h = 'handler', k = 'concurrency_key', s = 'singleton_key'})[string.sub(res, 1, 1)],
+      limit = limit, holder = kind == 'singleton' and redis.call('HGET', tag .. 'slots', res) or nil})
+    redis.call('HSET', KEYS[4] .. id, 'blocked_on', res)
+    xadd_event(KEYS[5] .. id, 'wait', tonumber(cur[16]) or 0, now, data, ARGV[4])
+  end
+end
+
+local FIELDS = {'status', 'handler', 'input', 'attempt', 'max_attempts', 'state',
+  'resume_input', 'budget', 'attempt_fence', 'attempt_owner', 'traceparent', 'created_at',
+  'ckey', 'skey', 'blocked_on', 'fence'}
+
 local claimed = {}
+-- a queued run, or a waiting one (park_run's durable sleep) whose time came
+local CLAIMABLE = {queued = true, waiting = true}
+
+-- Lease one queued run (already out of its lane) to this owner; take its slots.
+local function lease(id, cur)
+  local run_key = KEYS[4] .. id
+  local handler, ckey, skey = cur[2], cur[13] or '', cur[14] or ''
+  count_dequeued(tag, ckey, skey, id)
+  local held = 'h:' .. handler
+  redis.call('HINCRBY', tag .. 'slots', held, 1)
+  if ckey ~= '' then
+    held = held .. '\nk:' .. ckey
+    redis.call('HINCRBY', tag .. 'slots', 'k:' .. ckey, 1)
+  end
+  if skey ~= '' then
+    held = held .. '\ns:' .. skey
+    redis.call('HSET', tag .. 'slots', 's:' .. skey, id)
+  end
+  local data = cjson.encode({owner_id = owner, attempt = tonumber(cur[4])})
+  local fence = redis.call('HINCRBY', run_key, 'fence', 1)
+  local expires = now + ttl
+  redis.call('HSET', run_key, 'status', 'running', 'owner_id', owner,
+    'lease_expires_at', expires, 'lease_ttl_ms', ttl, 'started_at', now,
+    'last_renewed_at', now, 'attempt_fence', fence, 'attempt_owner', owner, 'held', held)
+  if cur[15] then
+    redis.call('HDEL', run_key, 'blocked_on')
+  end
+  -- the first claim's time stays: a run's duration spans every attempt and park
+  redis.call('HSETNX', run_key, 'first_started_at', now)
+  redis.call('ZADD', KEYS[3], expires, id)
+  if fence == 1 then
+    -- claimed at last: its queued time-to-live no longer applies
+    redis.call('ZREM', unclaimed_key_of(KEYS[4]), id)
+  end
+  emit(run_key, KEYS[5] .. id, 'claimed', fence, now, data, ARGV[4])
+  claimed[#claimed + 1] = row(id, fence, cur, cur[9] or '', cur[10] or '')
+end
+
+-- A run its rate-limit buckets hold back leaves its lane for `delayed` at its exact start
+-- time (rate_hold in lib.lua: the tokens are taken only when it is leased).
+local function held_back(id)
+  return rate_hold(KEYS[4], KEYS[5], KEYS[2], id, now, ARGV[4])
+end
+
+-- Serve one lane from the ring: lease its head (or, when it is the only lane, as many
+-- as may start), block it on the resource its head waits for, or drop it when empty.
+-- Each visit leases a run or takes a lane out of the ring: O(1) per claimed run.
+local throttled = 0
+local function serve(lane, room)
+  local lane_key = tag .. 'lane:' .. lane
+  local head = redis.call('ZRANGE', lane_key, 0, 0)
+  if #head == 0 then
+    redis.call('HDEL', tag .. 'placed', lane)
+    return
+  end
+  local cur = redis.call('HMGET', KEYS[4] .. head[1], unpack(FIELDS))
+  if not CLAIMABLE[cur[1]] then
+    -- not queued any more (a record gone): drop the entry, look at the lane again
+    redis.call('ZREM', lane_key, head[1])
+    count_dequeued(tag, cur[13], cur[14], head[1])
+    redis.call('LPUSH', KEYS[1], lane)
+    return
+  end
+  local res, n = gate(cur, room)
+  if res then
+    block(lane, head[1], cur, res, n)
+    throttled = throttled + 1
+    return
+  end
+  if n > 1 and redis.call('LLEN', KEYS[1]) == 0 then
+    local popped = redis.call('ZPOPMIN', lane_key, n)
+    for i = 1, #popped, 2 do
+      local id = popped[i]
+      local run = i == 1 and cur or redis.call('HMGET', KEYS[4] .. id, unpack(FIELDS))
+      if CLAIMABLE[run[1]] and not held_back(id) then
+        lease(id, run)
+      else
+        count_dequeued(tag, run[13], run[14], id)
+      end
+    end
+  else
+    redis.call('ZREM', lane_key, head[1])
+    if held_back(head[1]) then
+      count_dequeued(tag, cur[13], cur[14], head[1])
+    else
+      lease(head[1], cur)
+    end
+  end
+  if redis.call('EXISTS', lane_key) == 1 then
+    redis.call('RPUSH', KEYS[1], lane)
+  else
+    redis.call('HDEL', tag .. 'placed', lane)
+  end
+end
+
+local qlimit = tonumber(redis.call('HGET', tag .. 'limits', 'q'))
 -- runs the rate gate holds back are looked at but not claimed: bound the looking
 local visits = 2 * want + 64
 while #claimed < want and visits > 0 do
-  local ids = redis.call('LPOP', KEYS[1], math.min(want - #claimed, visits))
-  if not ids then
+  visits = visits - 1
+  local room = want - #claimed
+  if qlimit then
+    local free = qlimit - redis.call('ZCARD', KEYS[3])
+    if free <= 0 then
+      throttled = throttled + 1
+      break
+    end
+    room = math.min(room, free)
+  end
+  local lane = redis.call('LPOP', KEYS[1])
+  if not lane then
     break
   end
-  visits = visits - #ids
-  for _, id in ipairs(ids) do
-    local run_key = KEYS[4] .. id
-    local cur = redis.call('HMGET', run_key, 'status', 'handler', 'input', 'attempt',
-      'max_attempts', 'state', 'resume_input', 'budget', 'attempt_fence', 'attempt_owner',
-      'traceparent', 'created_at')
-    -- anything not queued (cancelled while waiting, expired) is dropped lazily here; a
-    -- run its rate-limit buckets hold back waits in `delayed` for its exact start time
-    -- (a waiting run, park_run's, whose time came is claimed like a queued one)
-    if (cur[1] == 'queued' or cur[1] == 'waiting')
-        and not rate_hold(KEYS[4], KEYS[5], KEYS[2], id, now, ARGV[4]) then
-      local data = cjson.encode({owner_id = owner, attempt = tonumber(cur[4])})
-      local fence = redis.call('HINCRBY', run_key, 'fence', 1)
-      local expires = now + ttl
-      redis.call('HSET', run_key, 'status', 'running', 'owner_id', owner,
-        'lease_expires_at', expires, 'lease_ttl_ms', ttl, 'started_at', now,
-        'last_renewed_at', now, 'attempt_fence', fence, 'attempt_owner', owner)
-      -- the first claim's time stays: a run's duration spans every attempt and park
-      redis.call('HSETNX', run_key, 'first_started_at', now)
-      redis.call('ZADD', KEYS[3], expires, id)
-      if fence == 1 then
-        -- claimed at last: its queued time-to-live no longer applies
-        redis.call('ZREM', unclaimed_key_of(KEYS[4]), id)
-      end
-      emit(run_key, KEYS[5] .. id, 'claimed', fence, now, data, ARGV[4])
-      claimed[#claimed + 1] = row(id, fence, cur, cur[9] or '', cur[10] or '')
-    end
-  end
+  serve(lane, room)
 end
 
 if token ~= '' and #claimed > 0 then
@@ -128,4 +282,4 @@ if token ~= '' and #claimed > 0 then
   end
   redis.call('SET', receipt, cjson.encode(held), 'PX', ttl)
 end
-return {'OK', claimed, next_due_ms()}
+return {'OK', claimed, next_due_ms(), throttled}

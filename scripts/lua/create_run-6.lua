@@ -27,18 +27,33 @@
 --          from KEYS[1]'s prefix, as claim_runs' retries do) and its queued TTL counts from then
 -- ARGV[18] rate_limits  json    the start buckets the run waits on, '' for none: a list of
 --          [bucket, limit, period_ms, burst, cost] (rate_gate in lib.lua), at most 8
+-- ARGV[19] concurrency_key  string  the key whose limit the run counts against, '' for none
+-- ARGV[20] singleton_key    string  at most one run of this key runs at a time, '' for none
+-- ARGV[21] on_conflict  reject | enqueue | cancel_active | replace_queued  (with a
+--          singleton key: what to do when a run of the key is active or queued)
+-- ARGV[22] priority     integer  higher first within its lane (-100..100, checked by the API)
+-- ARGV[23] boost_ms     integer  priority x aging step: its lane score is enqueue ms - boost_ms
+-- ARGV[24] retention    string  per-status retention spec (store/retention.py), for a run
+--          replace_queued supersedes
+-- derived  the flow-control keys of lib.lua, the idempotency prefix and the cancel
+--          channel, from the queue's tag (KEYS[1] less 'run:<id>')
 -- returns  {code, run_id, created_at_ms}  codes: OK (created), REPLAYED (same key and
 --          same body, or this run id exists already: the earlier run's id),
---          CONFLICT (same key, other body: the earlier run's id)
--- events   created, then wait (kind run_at, until_ms) when its start time is ahead
+--          CONFLICT (same key, other body: the earlier run's id), SINGLETON (reject:
+--          a run of the singleton key is active or queued: its id; nothing written)
+-- events   created, then wait (kind run_at, until_ms) when its start time is ahead;
+--          with cancel_active, cancel_requested on the active run; with
+--          replace_queued, cancelled (reason superseded) on the queued one
 -- invariant: one idempotency key names at most one run, one run id one record; a run is ready only once
---          its record and its `created` event exist.
+--          its record and its `created` event exist. A singleton key's conflict is
+--          decided in this same step, so two creates of one key in one millisecond
+--          meet in order; only a never-claimed (fence 0) queued run is superseded.
 -- validate-then-write: every argument is checked, the record and the idempotency key
 --          looked up and the event encoded before the first SET; input, metadata and
 --          budget are stored as the API encoded them (it refuses non-finite numbers).
 --- @include lib
 
-check_argc(18)
+check_argc(24)
 local run_id = run_id_arg(ARGV[1], KEYS[1], KEYS[2])
 local max_attempts = int_arg(ARGV[5], 'max_attempts', 1)
 enum_arg(ARGV[6], 'on_lease_expired', {'orphan', 'retry'})
@@ -57,6 +72,15 @@ end
 if ARGV[18] ~= '' then
   rate_limits_arg(ARGV[18])
 end
+local ckey, skey = ARGV[19], ARGV[20]
+local on_conflict = enum_arg(ARGV[21], 'on_conflict',
+  {'reject', 'enqueue', 'cancel_active', 'replace_queued'})
+local priority = int_arg(ARGV[22], 'priority', -1000000)
+local boost_ms = int_arg(ARGV[23], 'boost_ms', -1000000000000)
+local retention = retention_arg(ARGV[24])
+if string.find(ckey, '[|\n]') or string.find(skey, '[|\n]') then
+  bad_argument('concurrency_key or singleton_key', ckey .. skey)
+end
 -- a create retried after a lost reply must not enqueue the run twice
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return {'REPLAYED', run_id, 0}
@@ -67,8 +91,31 @@ if prior_code then
   return {prior_code, prior_id, 0}
 end
 
+-- a singleton key's holder and newest queued run, and what this create does to them
+local tag = string.sub(KEYS[1], 1, -(#run_id + 5))
+local active, superseded
+if skey ~= '' then
+  active = redis.call('HGET', tag .. 'slots', 's:' .. skey)
+  local last = redis.call('HGET', tag .. 'one:' .. skey, 'last')
+  if on_conflict == 'reject' and (active or last) then
+    return {'SINGLETON', active or last, 0}
+  end
+  if on_conflict == 'replace_queued' and last then
+    local cur = redis.call('HMGET', tag .. 'run:' .. last, 'status', 'fence')
+    if cur[1] == 'queued' and cur[2] == '0' then
+      superseded = last
+    end
+  end
+  if active and (on_conflict ~= 'cancel_active'
+      or redis.call('HGET', tag .. 'run:' .. active, 'status') ~= 'running') then
+    active = nil
+  end
+end
+
 local now = now_ms()
-local data = cjson.encode({handler = ARGV[3], queue = ARGV[2], max_attempts = max_attempts})
+local data = cjson.encode({handler = ARGV[3], queue = ARGV[2], max_attempts = max_attempts,
+  concurrency_key = ckey ~= '' and ckey or nil, singleton_key = skey ~= '' and skey or nil,
+  priority = priority ~= 0 and priority or nil})
 local start_ms = start_at_ms or (delay_ms and now + delay_ms) or now
 local waiting = start_ms > now
 local wait_data
@@ -83,11 +130,24 @@ redis.call('HSET', KEYS[1],
   'input', ARGV[4], 'attempt', 1, 'max_attempts', ARGV[5],
   'on_lease_expired', ARGV[6], 'fence', 0, 'created_at', now,
   'metadata', ARGV[7], 'idempotency_key', idem_key, 'budget', ARGV[12],
-  'retention_ms', ARGV[13], 'traceparent', ARGV[15], 'rate_limits', ARGV[18])
+  'retention_ms', ARGV[13], 'traceparent', ARGV[15], 'rate_limits', ARGV[18],
+  'ckey', ckey, 'skey', skey, 'priority', priority, 'boost_ms', boost_ms,
+  'lane', lane_of(ARGV[3], ckey, skey))
 emit(KEYS[1], KEYS[2], 'created', 0, now, data, ARGV[10])
 redis.call('ZADD', KEYS[4], now, run_id)
 -- a delayed run's time-to-live unclaimed counts from its start time, not from now
 redis.call('ZADD', KEYS[6], math.max(now, start_ms) + queued_ttl_ms, run_id)
+if superseded then
+  local k = {leases = tag .. 'leases', run_prefix = tag .. 'run:', events_prefix = tag .. 'events:',
+    idem_prefix = tag .. 'idem:'}
+  local err = {code = 'superseded', message = 'replaced by a newer run of its singleton key '
+    .. 'before it started', retryable = false, details = {superseded_by = run_id}}
+  finalize(k, superseded, 'cancelled', 0, now, {'error', cjson.encode(err)},
+    cjson.encode({reason = 'superseded', superseded_by = run_id}), retention, ARGV[10])
+end
+if active then
+  request_cancel(tag, active, now, {reason = 'cancel_active', superseded_by = run_id}, ARGV[10])
+end
 if waiting then
   redis.call('HSET', KEYS[1], 'run_at', start_ms)
   emit(KEYS[1], KEYS[2], 'wait', 0, now, wait_data, ARGV[10])

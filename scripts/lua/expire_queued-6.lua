@@ -1,7 +1,7 @@
 -- expire_queued: end the runs nobody claimed within their queued time-to-live.
 --
 -- KEYS[1]  unclaimed    zset    id -> epoch ms when the run expires if still unclaimed
--- KEYS[2]  ready        list    runnable ids (FIFO)
+-- KEYS[2]  ready        list    the ring of lanes (lib.lua; finalize takes the run out of its lane)
 -- KEYS[3]  leases       zset    id -> lease expiry ms (finalize drops the id from it)
 -- KEYS[4]  run_prefix   prefix  run keys are this prefix .. id (same hash tag)
 --          (a run's effects hash is derived from it too, and expires with the run)
@@ -14,7 +14,7 @@
 -- events   expired (terminal), data {reason = 'queued_ttl', queued_for_ms}
 -- invariant: only a run that is still `queued` and was never claimed (fence 0) when
 --          its time-to-live has passed by the Redis clock *now* is expired, with one
---          terminal event, and leaves the ready list in the same step. A first
+--          terminal event, and leaves its lane in the same step. A first
 --          claim and every terminal write drop their run from the index themselves;
 --          any other entry found due (a record gone) is only dropped. Idempotent: a
 --          second pass finds nothing left to do.
@@ -50,8 +50,7 @@ local actions = {}
 for _, plan in ipairs(plans) do
   redis.call('ZREM', KEYS[1], plan.id)
   if plan.data then
-    -- the oldest runs sit at the head of the list: LREM finds them first
-    redis.call('LREM', KEYS[2], 1, plan.id)
+    -- finalize takes it out of its lane (lib.lua: unqueue)
     finalize(k, plan.id, 'expired', 0, now, plan.fields, plan.data, retention, ARGV[3])
     actions[#actions + 1] = {plan.id, 'expired', 0}
   end

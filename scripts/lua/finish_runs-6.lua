@@ -75,6 +75,8 @@ local function retry(group, attempt)
   redis.call('ZREM', KEYS[1], id)
   emit(run_key, KEYS[5] .. id, 'requeued', group.fence, now, data, maxlen)
   if group.delay > 0 then
+    -- its backoff holds no slot: they come back now (make_ready does it for the rest)
+    give_back(KEYS[4], id)
     redis.call('ZADD', KEYS[3], run_at, id)
   else
     make_ready(KEYS[2], ARGV[4], id, false)

@@ -149,7 +149,7 @@ if kind == 'human' then
   local escalation = cjson.encode({reason = 'ask_human', question = question, step = step})
   local waiting_for = cjson.encode({kind = kind, subject = name, step = step, since_ms = now})
   redis.call('HSET', KEYS[3], step, record_json)
-  -- flow: release held (concurrency slots, singleton) once lib.lua gives it back in one call
+  -- park gives back what the run holds (its slots, its singleton: release_held)
   park(k, run_id, 'waiting_human', now, {'escalation', escalation, 'waiting_for', waiting_for},
     escalation, maxlen)
   return {'OK', ''}
@@ -163,7 +163,8 @@ local new_fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
 redis.call('HSET', KEYS[1], 'status', 'waiting', 'waiting_for', waiting_for)
 redis.call('HDEL', KEYS[1], 'owner_id', 'lease_expires_at')
 redis.call('ZREM', KEYS[4], run_id)
--- flow: release held (concurrency slots, singleton) once lib.lua gives it back in one call
+-- a waiting run holds no slot and no singleton: they come back now (release_held)
+give_back(k.run_prefix, run_id)
 emit(KEYS[1], KEYS[2], 'wait', new_fence, now, data, maxlen)
 if until_ms then
   redis.call('ZADD', KEYS[5], until_ms, run_id)

@@ -64,7 +64,7 @@ end
 local old = redis.call('HMGET', KEYS[1], 'status', 'queue', 'handler', 'input',
   'max_attempts', 'on_lease_expired', 'metadata', 'budget', 'retention_ms', 'traceparent',
   'retried_by', 'retry_root', 'state', 'effect_seq', 'open_effects', 'checkpoints',
-  'rate_limits')
+  'rate_limits', 'ckey', 'skey', 'priority', 'boost_ms')
 if not old[1] then
   return {'NOT_FOUND', old_id, ''}
 end
@@ -92,7 +92,10 @@ redis.call('HSET', KEYS[3],
   'on_lease_expired', old[6], 'fence', 0, 'created_at', now,
   'metadata', old[7] or '{}', 'idempotency_key', idem_key, 'budget', old[8] or '',
   'retention_ms', old[9] or '', 'traceparent', old[10] or '',
-  'retry_of', old_id, 'retry_root', root, 'rate_limits', old[17] or '')
+  'retry_of', old_id, 'retry_root', root, 'rate_limits', old[17] or '',
+  -- a re-run counts against the same limits and singleton, at the same priority
+  'ckey', old[18] or '', 'skey', old[19] or '', 'priority', old[20] or 0,
+  'boost_ms', old[21] or 0, 'lane', lane_of(old[3], old[18], old[19]))
 if checkpoint == 'keep' and old[13] then
   redis.call('HSET', KEYS[3], 'state', old[13], 'effect_seq', old[14] or '',
     'checkpoints', old[16] or 0)

@@ -168,7 +168,8 @@ async def test_a_run_nobody_claims_ends_expired_with_one_terminal_event(
     record, stream, _effects, idem = await pttls(redis_client, stores.keys, short.run.id, "short")
     assert_kept_for([record, stream, idem], RETENTION_S["expired"])
     # it left the ready list: a worker now claims the patient run, and only it
-    assert await redis_client.lrange(stores.keys.ready, 0, -1) == [patient.run.id]
+    lane = stores.keys.lane("demo.echo|")
+    assert await redis_client.zrange(lane, 0, -1) == [patient.run.id]
     assert await stores.leases.expire_queued("default") == []  # idempotent
 
 

@@ -19,8 +19,9 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from app.models import RateLimitSpec
+from app.models import QueueLimits, RateLimitSpec
 from app.settings import Settings
+from app.store.flow import FlowStore
 from app.store.keys import GlobalKeys, QueueKeys
 from app.store.leases import HeldLease, LeaseRenewer, LeaseStore, Outcome
 from app.store.progress import EffectCall, EffectOutcome, ProgressStore
@@ -133,13 +134,54 @@ Setup = Callable[[World], Awaitable[ScriptCall]]
 
 async def _create(w: World) -> ScriptCall:
     await w.queued(idempotency_key="k-0")
+    await w.queued(singleton_key="s-1")  # queued: replace_queued supersedes it
     new = NewRun(
-        handler="demo.echo", input={"a": [1, 2]}, idempotency_key="k-1", budget={"max_steps": 3}
+        handler="demo.echo",
+        input={"a": [1, 2]},
+        idempotency_key="k-1",
+        budget={"max_steps": 3},
+        concurrency_key="tenant-1",
+        singleton_key="s-1",
+        on_conflict="replace_queued",
+        priority=3,
+        boost_ms=3000,
     )
     return await capture(w.c_runs.create(new))
 
 
+def _flow(w: World, scripts: Scripts) -> FlowStore:
+    return FlowStore(
+        w.client, scripts=scripts, prefix=w.settings.prefix, events_maxlen=w.settings.events_maxlen
+    )
+
+
+async def _set_limits(w: World) -> ScriptCall:
+    await _flow(w, Scripts()).set_limits(QUEUE, QueueLimits(default_key=1))
+    for _ in range(2):
+        await w.queued(concurrency_key="t")
+    await w.leases.claim(QUEUE, OWNER, 5)  # one lane blocked on k:t
+    limits = QueueLimits(queue=5, handlers={"demo.echo": 2}, default_key=2, keys={"t": 3})
+    return await capture(_flow(w, CapturingScripts()).set_limits(QUEUE, limits))
+
+
+async def _set_priority(w: World) -> ScriptCall:
+    run_id = await w.queued(priority=1, boost_ms=1000)
+    return await capture(_flow(w, CapturingScripts()).set_priority(run_id, 5, 5000))
+
+
+async def _recount_slots(w: World) -> ScriptCall:
+    await _flow(w, Scripts()).set_limits(QUEUE, QueueLimits(default_key=1))
+    for _ in range(2):
+        await w.queued(concurrency_key="t", singleton_key="one")
+    await w.leases.claim(QUEUE, OWNER, 5)
+    await w.client.hset(w.keys.slots, "k:t", 7)  # drifted
+    return await capture(_flow(w, CapturingScripts()).recount(QUEUE))
+
+
 async def _claim(w: World) -> ScriptCall:
+    await _flow(w, Scripts()).set_limits(QUEUE, QueueLimits(default_key=1))
+    for _ in range(3):
+        await w.queued(concurrency_key="t")  # one claimed below, the others wait on k:t
     await w.queued()
     ((run_id, fence),) = await w.held()
     failed = Outcome(run_id, fence, "failed", error_json='{"code":"x"}', retry_delay_ms=1)
@@ -397,6 +439,9 @@ SETUPS: dict[str, Setup] = {
     "commit_operation": _commit_operation,
     "park_run": _park,
     "signal_run": _signal,
+    "set_limits": _set_limits,
+    "set_priority": _set_priority,
+    "recount_slots": _recount_slots,
 }
 
 

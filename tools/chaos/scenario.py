@@ -29,12 +29,13 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
+from app.models import QueueLimits
 from app.store.connection import async_client
 from app.store.keys import QueueKeys
-from tools.chaos import checker, figures, promises
+from tools.chaos import checker, figures, flow, promises
 from tools.chaos.checker import Snapshot, Violation
 from tools.chaos.cluster import Cluster, ClusterConfig
-from tools.chaos.faults import QUEUE, STALE_KINDS, FaultKind, Injector, now_ms
+from tools.chaos.faults import QUEUE, REDIS_DOWN_KINDS, STALE_KINDS, FaultKind, Injector, now_ms
 from tools.chaos.janitor import Janitor
 from tools.chaos.report import ChaosReport
 from tools.chaos.rerunner import Rerunner
@@ -115,6 +116,8 @@ class ChaosRun:
 
     async def attack(self) -> None:
         """Drive the workload and inject faults for ``duration_s``."""
+        limits = QueueLimits(default_key=flow.KEY_LIMIT)
+        await self.workload.api.call(lambda client: client.set_limits(QUEUE, limits))
         first = list(self.config.first_faults)
         self.fault_rng.shuffle(first)
         deadline = self.started + self.config.duration_s
@@ -179,6 +182,10 @@ class ChaosRun:
         violations += effect_violations
         for follow in self.workload.follows:
             violations += checker.check_follow(follow, snapshot.runs.get(follow.run_id))
+        violations += flow.check_key_limits(snapshot)
+        restarted = any(fault.kind in REDIS_DOWN_KINDS for fault in self.injector.faults)
+        logs = {f"{p.name}#{i}": p.log() for i, p in enumerate(self.cluster.all_processes())}
+        violations += flow.check_no_recount(logs, restarted)
         return violations + _check_alive(self.cluster)
 
     def _gone(self, snapshot: Snapshot) -> promises.Gone:
@@ -200,6 +207,9 @@ class ChaosRun:
         returned, self.returns_compared = promises.check_returns(snapshot, side_dir, pressure)
         violations += returned
         violations += promises.check_cancels(self.workload.runs, snapshot, self.tap)
+        violations += await flow.check_slots_returned(
+            self.redis, self.cluster.prefix, QUEUE, snapshot
+        )
         resurrected = await self._resurrected(list(self.janitor.deleted))
         return violations + promises.check_deleted(self.janitor.deleted, self.tap, resurrected)
 

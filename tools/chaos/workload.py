@@ -12,6 +12,9 @@ Runs are created at a steady rate, each from a seeded plan:
 * ``nap``      ``chaos.nap``: parks in a durable ``ctx.sleep`` for about a lease and
                must wake, on whichever worker is alive, whatever faults land meanwhile.
 
+Seven in ten runs name one of four tenants as ``concurrency_key``; the queue limits
+each key to a few running runs (:mod:`tools.chaos.flow` checks it held).
+
 Long, cpu and order runs ask for ``on_lease_expired`` ``retry`` or ``orphan`` at
 random; some are cancelled mid-way. Some runs are followed over SSE, by the
 client's resumable iterator or by a raw follower that hangs up at random and
@@ -48,6 +51,9 @@ from app.client import ApiError, AsyncClient
 from app.models import TERMINAL_EVENT_TYPES, Run, RunEvent, RunStatus
 from tools.chaos.handlers import read_executions
 
+# the tenants runs are keyed by (their limit is tools/chaos/flow.py's KEY_LIMIT)
+FLOW_KEYS = [f"tenant-{i}" for i in range(4)]
+
 T = TypeVar("T")
 
 CALL_DEADLINE_S = 90.0
@@ -76,6 +82,8 @@ class RunPlan:
     max_attempts: int = 1
     follow: str | None = None  # "client" | "raw"
     cancel_after_s: float | None = None
+    # most runs count against one of a few tenants' key limits (tools/chaos/flow.py)
+    concurrency_key: str | None = None
 
 
 @dataclass
@@ -113,7 +121,9 @@ def make_plan(rng: random.Random, ttl_s: float) -> RunPlan:
     cancel = None
     if kind in ("long", "order") and rng.random() < 0.15:
         cancel = rng.uniform(0.3, 3.0)
+    key = rng.choice(FLOW_KEYS) if rng.random() < 0.7 else None
     return RunPlan(
+        concurrency_key=key,
         kind=kind,
         handler=handler,
         input=payload,
@@ -273,6 +283,7 @@ class Workload:
                 idempotency_key=tracked.key,
                 on_lease_expired=plan.on_lease_expired,
                 max_attempts=plan.max_attempts,
+                concurrency_key=plan.concurrency_key,
             )
         )
         tracked.run_id = run.id

@@ -15,7 +15,11 @@ from app.metrics import (
     OLDEST_QUEUED_AGE,
     QUEUE_DEPTH,
     QUEUE_RUNS_STORED,
+    RESOURCES_WAITED_ON,
+    SLOTS_LIMIT,
+    SLOTS_USED,
 )
+from app.models import QueueFlow
 from app.store.workers import list_workers
 
 router = APIRouter(tags=["health"])
@@ -40,6 +44,8 @@ async def metrics(state: State) -> Response:
         if worker.alive  # silent past one lease TTL: its runs are being taken from it
         for queue in worker.queues
     )
+    SLOTS_USED.clear()  # a limit removed since the last scrape leaves no stale series
+    SLOTS_LIMIT.clear()
     for queue in await state.queues.declared():
         LIVE_WORKERS.labels(queue).set(serving[queue])
         depth = await state.queues.depth(queue)
@@ -49,4 +55,24 @@ async def metrics(state: State) -> Response:
         QUEUE_DEPTH.labels(queue, "leased").set(depth.leased)
         QUEUE_DEPTH.labels(queue, "parked").set(depth.parked)
         OLDEST_QUEUED_AGE.labels(queue).set(depth.oldest_queued_age_s)
+        SLOTS_USED.labels(queue, "queue", "").set(depth.leased)
+        _export_flow(queue, await state.flow.flow(queue, state.settings.queue_top_keys))
     return Response(generate_latest(API_REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+
+def _export_flow(queue: str, flow: QueueFlow) -> None:
+    """Slots and limits with bounded labels: only handlers and keys that have a limit."""
+    limits = flow.limits
+    if limits.queue is not None:
+        SLOTS_LIMIT.labels(queue, "queue", "").set(limits.queue)
+    if limits.default_key is not None:
+        SLOTS_LIMIT.labels(queue, "key", "*").set(limits.default_key)
+    for usage in flow.handlers:
+        if usage.limit is not None:
+            SLOTS_USED.labels(queue, "handler", usage.handler).set(usage.running)
+            SLOTS_LIMIT.labels(queue, "handler", usage.handler).set(usage.limit)
+    for key_usage in flow.limited_keys:
+        SLOTS_USED.labels(queue, "key", key_usage.key).set(key_usage.running)
+        SLOTS_LIMIT.labels(queue, "key", key_usage.key).set(key_usage.limit or 0)
+    SLOTS_USED.labels(queue, "keys", "").set(flow.key_slots)
+    RESOURCES_WAITED_ON.labels(queue).set(flow.blocked)

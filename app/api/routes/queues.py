@@ -28,11 +28,18 @@ async def list_queues(state: State) -> QueuePage:
 
 @router.get("/queues/{name}", response_model=QueueInfo, responses=problems(404, 422))
 async def get_queue(name: QueueName, state: State) -> QueueInfo:
-    """One declared queue; a name nobody declared → 404."""
+    """One declared queue, with its flow control; a name nobody declared → 404.
+
+    ``flow`` shows the limits, the slots each handler holds, the busiest
+    ``LEASEHOLD_QUEUE_TOP_KEYS`` concurrency keys (running, queued, limit) and how
+    many resources have runs waiting on them: bounded whatever the number of keys.
+    """
     try:
-        return await state.queues.info(name)
+        info = await state.queues.info(name)
     except QueueNotDeclared as exc:
         raise HTTPException(404, str(exc)) from None
+    flow = await state.flow.flow(name, state.settings.queue_top_keys)
+    return info.model_copy(update={"flow": flow})
 
 
 @router.get("/queues/{name}/series", response_model=QueueSeries, responses=problems(404, 422))

@@ -100,6 +100,11 @@ def new_run_of(
         encoded_input=encoded_input,
         start_at_ms=start_at_ms,
         delay_ms=delay_ms,
+        concurrency_key=body.concurrency_key,
+        singleton_key=body.singleton_key,
+        on_conflict=body.on_conflict,
+        priority=body.priority,
+        boost_ms=priority_boost_ms(body.priority, settings.priority_aging_step_s),
     )
 
 
@@ -141,6 +146,16 @@ async def with_start_gates(new: NewRun, names: list[str], state: ApiState) -> Ne
         raise HTTPException(422, "rate_limits names a key twice")
     gates = [StartGate.of(await state.rate_limits.resolve(name)) for name in names]
     return dataclasses.replace(new, rate_limits=tuple(gates))
+
+
+def priority_boost_ms(priority: int, aging_step_s: float) -> int:
+    """How far ahead of its enqueue time a run of ``priority`` is placed in its lane, in ms.
+
+    Why a boost and not a separate order: aging is then free. A run's lane score is
+    its enqueue ms minus this, so a later run of priority p passes an earlier run of
+    priority q only while it arrived less than (p - q) x the step after it.
+    """
+    return round(priority * aging_step_s * 1000)
 
 
 def _bounded_ms(seconds: float | None, name: str, max_s: float) -> int | None:

@@ -48,7 +48,30 @@ function fields(run) {
     row("Cancel requested", at(run.cancel_requested_at)),
     row("Idempotency key", run.idempotency_key),
     row("Re-run of", runLink(run.retry_of)),
-    row("Re-run as", runLink(run.retried_by)));
+    row("Re-run as", runLink(run.retried_by)),
+    row("Priority", String(run.priority ?? 0)),
+    row("Concurrency key", run.concurrency_key),
+    row("Singleton key", run.singleton_key),
+    row("Waiting for", waitingFor(run.blocked_on)));
+}
+
+// a queued run's lane is held back by a limit (GET /runs/{id} says which while queued)
+function waitingFor(resource) {
+  if (!resource) return null;
+  const [kind, ...rest] = resource.split(":");
+  const name = rest.join(":");
+  if (kind === "s") return `the run holding singleton key ${name} to end`;
+  return `a slot of ${kind === "h" ? "handler" : "concurrency key"} ${name} (at its limit)`;
+}
+
+// a queued run waiting on a concurrency limit or a singleton key (claim_runs' wait event)
+function slotWaitText(data) {
+  if (data.kind === "singleton") {
+    return `Queued: waits for the run holding singleton key ${data.subject}` +
+      (data.holder ? ` (${data.holder})` : "") + " to end.";
+  }
+  return `Queued: ${data.resource === "handler" ? "handler" : "concurrency key"} ` +
+    `${data.subject} is at its limit of ${data.limit} running; it starts when a slot comes back.`;
 }
 
 function actionButtons(run, after) {
@@ -101,6 +124,10 @@ class WaitBanners {
       if (data.kind === "rate_limited") {
         return h("div", { class: "wait", "data-kind": data.kind, "data-subject": data.key },
           h("strong", {}, `Waiting on rate limit ${data.key}`), ` — ${rateWaitText(data)}.`);
+      }
+      if (data.kind === "concurrency_limit" || data.kind === "singleton") {
+        return h("div", { class: "wait", "data-kind": data.kind, "data-subject": data.subject },
+          h("strong", {}, `Waiting for a slot`), ` — ${slotWaitText(data)}`);
       }
       const elapsed = Number(data.elapsed_s || 0) * 1000 + (serverNow() - since);
       const progress = data.since_progress_s === null || data.since_progress_s === undefined

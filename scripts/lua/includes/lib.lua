@@ -145,16 +145,176 @@ local function holds(run_key, owner, fence)
     and cur[2] == owner and cur[3] == fence
 end
 
--- Put a run on the ready queue and wake every idle worker of the queue. Pub/sub
--- is a broadcast: unlike a token in a list, a paused or partitioned worker cannot
--- swallow the wake-up meant for the others.
-local function make_ready(ready_key, wake_channel, run_id, at_front)
-  if at_front then
-    redis.call('LPUSH', ready_key, run_id)
-  else
-    redis.call('RPUSH', ready_key, run_id)
+-- Flow control (issue 15): lanes, slots and singletons. Every key here is the queue's
+-- tag ('<prefix>:{<queue>}:', the run prefix without 'run:') and a name, as
+-- store/keys.py builds them (a test holds the two equal):
+--   ready          list   the ring: lanes that have queued runs and are not blocked
+--   placed         hash   lane -> where it is: '' (in the ring) or the resource whose
+--                         wait set holds it; a lane is in exactly one place, or none
+--   lane:<lane>    zset   queued run ids of one lane, score = qbase - boost_ms
+--   wait:<res>     set    lanes blocked on one resource (res: h:<handler>, k:<key>,
+--                         s:<singleton key>); waits: set of res with a non-empty one
+--   limits         hash   q -> N, h:<handler> -> N, k:* -> default N, k:<key> -> N
+--   slots          hash   h:<handler> / k:<key> -> running count; s:<key> -> the run id
+--                         holding that singleton
+--   queued         string how many runs sit in lanes; kqueued: zset key -> queued
+--   one:<key>      hash   queued -> runs of that singleton key in lanes, last -> the
+--                         newest of them
+-- A lane is '<handler>|<concurrency key>', or '!<singleton key>' (one lane per
+-- singleton key, so its runs start in order whatever their handler). A run holds what
+-- its `held` field lists (one resource per line), written by claim_runs and given back
+-- by release_held, which every script that ends, parks, releases or requeues a run
+-- calls (through finalize, park and make_ready; a script that moves a held run
+-- anywhere else, e.g. straight to `delayed` or a parked state of its own, calls
+-- give_back itself).
+local function tag_of_ready(ready_key)
+  return string.sub(ready_key, 1, -6)
+end
+
+local function lane_of(handler, ckey, skey)
+  if skey and skey ~= '' then
+    return '!' .. skey
   end
+  return (handler or '') .. '|' .. (ckey or '')
+end
+
+-- One fewer run of (ckey, skey) waits in a lane.
+local function count_dequeued(tag, ckey, skey, run_id)
+  redis.call('DECR', tag .. 'queued')
+  if ckey and ckey ~= '' and tonumber(redis.call('ZINCRBY', tag .. 'kqueued', -1, ckey)) <= 0 then
+    redis.call('ZREM', tag .. 'kqueued', ckey)
+  end
+  if skey and skey ~= '' then
+    local one = tag .. 'one:' .. skey
+    if redis.call('HINCRBY', one, 'queued', -1) <= 0 then
+      redis.call('HDEL', one, 'queued')
+    end
+    if redis.call('HGET', one, 'last') == run_id then
+      redis.call('HDEL', one, 'last')
+    end
+  end
+end
+
+-- Put a queued run in its lane, its lane in the ring if it is in no place yet. qbase:
+-- the enqueue time its score ages from (0: the head of its lane, for release, resume).
+local function enqueue(tag, run_key, run_id, qbase, at_front)
+  local f = redis.call('HMGET', run_key, 'handler', 'ckey', 'skey', 'boost_ms', 'lane')
+  local lane = f[5] or lane_of(f[1], f[2], f[3])
+  local score = qbase - (tonumber(f[4]) or 0)
+  if redis.call('ZADD', tag .. 'lane:' .. lane, score, run_id) == 1 then
+    redis.call('INCR', tag .. 'queued')
+    if f[2] and f[2] ~= '' then
+      redis.call('ZINCRBY', tag .. 'kqueued', 1, f[2])
+    end
+    if f[3] and f[3] ~= '' then
+      redis.call('HINCRBY', tag .. 'one:' .. f[3], 'queued', 1)
+      redis.call('HSET', tag .. 'one:' .. f[3], 'last', run_id)
+    end
+  end
+  redis.call('HSET', run_key, 'qbase', qbase)
+  if redis.call('HSETNX', tag .. 'placed', lane, '') == 1 then
+    if at_front then
+      redis.call('LPUSH', tag .. 'ready', lane)
+    else
+      redis.call('RPUSH', tag .. 'ready', lane)
+    end
+  end
+end
+
+-- Take a run out of its lane without claiming it (cancelled, expired or superseded
+-- while queued). A lane left empty leaves its place too (LREM on the ring is O(lanes),
+-- paid only when the last queued run of a lane goes this way).
+local function unqueue(tag, run_key, run_id)
+  local f = redis.call('HMGET', run_key, 'lane', 'ckey', 'skey', 'handler')
+  local lane = f[1] or lane_of(f[4], f[2], f[3])
+  local lane_key = tag .. 'lane:' .. lane
+  if redis.call('ZREM', lane_key, run_id) == 0 then
+    return
+  end
+  count_dequeued(tag, f[2], f[3], run_id)
+  if redis.call('EXISTS', lane_key) == 0 then
+    local where = redis.call('HGET', tag .. 'placed', lane)
+    if where == '' then
+      redis.call('LREM', tag .. 'ready', 1, lane)
+    elseif where then
+      redis.call('SREM', tag .. 'wait:' .. where, lane)
+    end
+    redis.call('HDEL', tag .. 'placed', lane)
+  end
+end
+
+-- Move up to n lanes blocked on res back to the head of the ring; how many moved.
+local function wake_lanes(tag, res, n)
+  local lanes = redis.call('SPOP', tag .. 'wait:' .. res, n)
+  for _, lane in ipairs(lanes) do
+    redis.call('HSET', tag .. 'placed', lane, '')
+    redis.call('LPUSH', tag .. 'ready', lane)
+  end
+  if redis.call('EXISTS', tag .. 'wait:' .. res) == 0 then
+    redis.call('SREM', tag .. 'waits', res)
+  end
+  return #lanes
+end
+
+-- Give back everything a run holds: its slots (handler, key), its singleton, and one
+-- blocked lane per resource freed, so a waiting lane is served next. Idempotent: the
+-- `held` field goes first, so a second call (a finish resent after the reconciler
+-- acted) gives back nothing, and no counter goes below zero. Returns true when idle
+-- workers should look again (a lane woke, or the queue has a queue-wide limit).
+local function release_held(tag, run_key, run_id)
+  local held = redis.call('HGET', run_key, 'held')
+  if not held then
+    return false
+  end
+  redis.call('HDEL', run_key, 'held')
+  local woke = 0
+  for res in string.gmatch(held, '[^\n]+') do
+    if string.sub(res, 1, 2) == 's:' then
+      if redis.call('HGET', tag .. 'slots', res) == run_id then
+        redis.call('HDEL', tag .. 'slots', res)
+      end
+    elseif redis.call('HINCRBY', tag .. 'slots', res, -1) <= 0 then
+      redis.call('HDEL', tag .. 'slots', res)
+    end
+    woke = woke + wake_lanes(tag, res, 1)
+  end
+  return woke > 0 or redis.call('HEXISTS', tag .. 'limits', 'q') == 1
+end
+
+-- release_held, then tell idle workers of the queue when a slot they wait for freed.
+local function give_back(run_prefix, run_id)
+  local tag = string.sub(run_prefix, 1, -5)
+  if release_held(tag, run_prefix .. run_id, run_id) then
+    redis.call('PUBLISH', tag .. 'wake', 'ready')
+  end
+end
+
+-- Put a run on the ready queue (its lane) and wake every idle worker of the queue.
+-- Pub/sub is a broadcast: unlike a token in a list, a paused or partitioned worker
+-- cannot swallow the wake-up meant for the others. A run queued again holds nothing:
+-- whatever it held is given back first. at_front: the head of its lane and of the
+-- ring (release, resume, resolve); otherwise it ages from now (create, retry).
+local function make_ready(ready_key, wake_channel, run_id, at_front)
+  local tag = tag_of_ready(ready_key)
+  local run_key = tag .. 'run:' .. run_id
+  release_held(tag, run_key, run_id)
+  enqueue(tag, run_key, run_id, at_front and 0 or now_ms(), at_front)
   redis.call('PUBLISH', wake_channel, 'ready')
+end
+
+-- Ask the owner of a held, running run to stop: status cancelling, its
+-- cancel_requested event (data: extra, with the owner), and the push on the queue's
+-- cancel channel. Its owner (or, if the owner is dead, the reconciler) writes the
+-- terminal state; tag as in the flow-control keys above. Encodes only strings and
+-- numbers, so it may follow a script's first write.
+local function request_cancel(tag, run_id, now, extra, maxlen)
+  local run_key = tag .. 'run:' .. run_id
+  local cur = redis.call('HMGET', run_key, 'fence', 'owner_id')
+  extra.owner_id = cur[2]
+  redis.call('HSET', run_key, 'cancel_requested_at', now, 'status', 'cancelling')
+  emit(run_key, tag .. 'events:' .. run_id, 'cancel_requested', cur[1], now,
+    cjson.encode(extra), maxlen)
+  redis.call('PUBLISH', tag .. 'cancel', run_id .. ' ' .. cur[1])
 end
 
 -- A key of the queue beside its run records: store/keys.py builds `<tag>:run:<id>` and
@@ -185,6 +345,7 @@ local function park(k, run_id, status, now, fields, data, maxlen)
   end
   redis.call('HDEL', run_key, 'owner_id', 'lease_expires_at')
   redis.call('ZREM', k.leases, run_id)
+  give_back(k.run_prefix, run_id)
   emit(run_key, k.events_prefix .. run_id, status, fence, now, data, maxlen)
   return fence
 end
@@ -271,6 +432,8 @@ local function finalize(k, run_id, status, fence, now, fields, data, retention, 
   end
   redis.call('HDEL', run_key, 'lease_expires_at')
   redis.call('ZREM', k.leases, run_id)
+  give_back(k.run_prefix, run_id)
+  unqueue(string.sub(k.run_prefix, 1, -5), run_key, run_id)
   redis.call('ZREM', parked_of(k.run_prefix), run_id)
   redis.call('ZREM', unclaimed_key_of(k.run_prefix), run_id)
   emit(run_key, events_key, status, fence, now, data, maxlen)

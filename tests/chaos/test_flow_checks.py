@@ -1,0 +1,57 @@
+"""The flow-control invariants on hand-made histories: over a key's limit, a leaked slot."""
+
+from __future__ import annotations
+
+import pytest
+import redis.asyncio as aioredis
+
+from app.store.keys import QueueKeys
+from tools.chaos.checker import Event, Snapshot, StoredRun
+from tools.chaos.flow import check_key_limits, check_no_recount, check_slots_returned
+
+pytestmark = pytest.mark.chaos
+
+
+def keyed(run_id: str, key: str, *events: tuple[str, int]) -> StoredRun:
+    """A run of ``key`` whose events happen at the given Redis ms."""
+    stored = [Event(f"{ms}-0", kind, 1, {}) for kind, ms in events]
+    return StoredRun(run_id, {"status": "succeeded", "ckey": key}, stored)
+
+
+def snapshot(*runs: StoredRun) -> Snapshot:
+    return Snapshot({run.id: run for run in runs}, now_ms=10_000)
+
+
+def test_runs_of_a_key_within_its_limit_pass_and_one_over_is_named() -> None:
+    a = keyed("a", "t", ("claimed", 100), ("succeeded", 300))
+    b = keyed("b", "t", ("claimed", 200), ("lease_expired", 400), ("claimed", 500))
+    handed_over = keyed("c", "t", ("claimed", 300), ("released", 450))  # starts as a ends
+    other_key = keyed("d", "u", ("claimed", 250), ("failed", 260))
+    assert check_key_limits(snapshot(a, b, handed_over, other_key), limit=2) == []
+    third = keyed("e", "t", ("claimed", 250), ("succeeded", 260))
+    (found,) = check_key_limits(snapshot(a, b, handed_over, third), limit=2)
+    assert found.kind == "key_over_limit" and "key t: 3 running at 250 ms" in found.detail
+
+
+def test_a_run_still_running_at_the_snapshot_holds_its_slot_until_then() -> None:
+    open_run = keyed("a", "t", ("claimed", 100))
+    late = keyed("b", "t", ("claimed", 9_000), ("succeeded", 9_500))
+    assert [v.kind for v in check_key_limits(snapshot(open_run, late), limit=1)] == [
+        "key_over_limit"
+    ]
+
+
+async def test_a_counter_left_behind_is_a_leaked_slot(
+    redis_client: aioredis.Redis, prefix: str
+) -> None:
+    keys = QueueKeys(prefix, "default")
+    assert await check_slots_returned(redis_client, prefix, "default", snapshot()) == []
+    await redis_client.hset(keys.slots, "k:t", 1)
+    (found,) = await check_slots_returned(redis_client, prefix, "default", snapshot())
+    assert found.kind == "slot_leaked" and "k:t" in found.detail
+
+
+def test_a_recount_in_a_workers_log_is_reported_unless_redis_lost_writes() -> None:
+    logs = {"worker-0": "slot counter k:t of queue default said '1', its leases hold '': recounted"}
+    assert [v.kind for v in check_no_recount(logs, redis_restarted=False)] == ["slot_recounted"]
+    assert check_no_recount(logs, redis_restarted=True) == []
