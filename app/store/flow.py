@@ -116,7 +116,7 @@ class FlowStore:
         pipe.hgetall(keys.limits)
         pipe.hgetall(keys.slots)
         pipe.zrevrange(keys.kqueued, 0, top_keys - 1, withscores=True)
-        pipe.scard(keys.waits)
+        pipe.scard(keys.blocked)
         raw_limits, slots, queued_top, blocked = await pipe.execute()
         limits = limits_from(raw_limits)
         running = {f: int(v) for f, v in slots.items() if not f.startswith("s:")}

@@ -13,7 +13,7 @@ script touches a single Redis Cluster slot::
                                                wait set holds it
     <prefix>:{<queue>}:wait:<res>      set     lanes blocked on a resource: h:<handler>,
                                                k:<concurrency key>, s:<singleton key>
-    <prefix>:{<queue>}:waits           set     resources with blocked lanes
+    <prefix>:{<queue>}:blocked         set     resources with blocked lanes
     <prefix>:{<queue>}:limits          hash    q / h:<handler> / k:* / k:<key> -> limit
     <prefix>:{<queue>}:slots           hash    h:<handler> / k:<key> -> running; s:<key> -> holder
     <prefix>:{<queue>}:queued          string  how many runs sit in lanes
@@ -141,9 +141,9 @@ class QueueKeys:
         return f"{self.tag}:wait:{resource}"
 
     @property
-    def waits(self) -> str:
+    def blocked(self) -> str:
         """Set of the resources that have blocked lanes."""
-        return f"{self.tag}:waits"
+        return f"{self.tag}:blocked"
 
     @property
     def limits(self) -> str:

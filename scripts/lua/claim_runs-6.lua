@@ -14,7 +14,7 @@
 -- ARGV[5]  promote_max  integer how many due retries to promote at most
 -- ARGV[6]  token        string  this claim's request token ('' for none); the same token
 --          again (a retry after a lost reply) answers what the first call claimed
--- derived  lane:<lane>, placed, slots, limits, wait:<res>, waits, queued, kqueued,
+-- derived  lane:<lane>, placed, slots, limits, wait:<res>, blocked, queued, kqueued,
 --          one:<key> (lib.lua, flow control), from the queue's tag (KEYS[4] less 'run:')
 -- returns  {code, runs, next_due_ms, throttled}  codes: OK; runs is a list of
 --          {id, fence, handler, input, attempt, max_attempts, state, resume_input,
@@ -142,7 +142,7 @@ end
 -- A blocked lane waits in its resource's set; its head run hears why, once per cause.
 local function block(lane, id, cur, res, limit)
   redis.call('SADD', tag .. 'wait:' .. res, lane)
-  redis.call('SADD', tag .. 'waits', res)
+  redis.call('SADD', tag .. 'blocked', res)
   redis.call('HSET', tag .. 'placed', lane, res)
   if cur[15] ~= res then
     local kind = string.sub(res, 1, 1) == 's' and 'singleton' or 'concurrency_limit'

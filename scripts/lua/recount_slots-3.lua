@@ -5,7 +5,7 @@
 -- KEYS[3]  run_prefix   prefix  run keys are this prefix .. id (same hash tag)
 -- ARGV[1]  wake_max     integer how many blocked lanes to move back to the ring at most
 -- ARGV[2]  wake_channel string  pub/sub channel idle workers of the queue listen on
--- derived  slots, limits, wait:<res>, waits, placed: from the queue's tag
+-- derived  slots, limits, wait:<res>, blocked, placed: from the queue's tag
 -- returns  {code, fixes, woken}  codes: OK; fixes is a list of {field, counted, held}
 --          for every slots field that disagreed with the leases (counted: what the
 --          hash said, held: what the leases hold; '' for none); woken is how many
@@ -62,7 +62,7 @@ for i = 1, #limits, 2 do
   limit_of[limits[i]] = tonumber(limits[i + 1])
 end
 local rooms = {}
-for _, res in ipairs(redis.call('SMEMBERS', tag .. 'waits')) do
+for _, res in ipairs(redis.call('SMEMBERS', tag .. 'blocked')) do
   local kind = string.sub(res, 1, 1)
   local room
   if kind == 's' then

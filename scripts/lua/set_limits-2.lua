@@ -5,7 +5,7 @@
 -- ARGV[1]  wake_max     integer how many blocked lanes to move back to the ring at most
 -- ARGV[2]  wake_channel string  pub/sub channel idle workers of the queue listen on
 -- ARGV[3..] field, limit  pairs: q | h:<handler> | k:* | k:<key>, and an integer >= 1
--- derived  wait:<res>, waits, placed: from the queue's tag (KEYS[2] less 'ready')
+-- derived  wait:<res>, blocked, placed: from the queue's tag (KEYS[2] less 'ready')
 -- returns  {code, woken}  codes: OK; woken is how many blocked lanes went back to the ring
 -- events   none (a lane blocked again gets no second wait event for the same resource)
 -- invariant: the limits are replaced whole in one step. Lanes blocked on a resource
@@ -27,7 +27,7 @@ for i = 3, #ARGV, 2 do
   int_arg(ARGV[i + 1], 'limit', 1)
 end
 local tag = tag_of_ready(KEYS[2])
-local resources = redis.call('SMEMBERS', tag .. 'waits')
+local resources = redis.call('SMEMBERS', tag .. 'blocked')
 
 redis.call('DEL', KEYS[1])
 if #ARGV > 2 then

@@ -271,7 +271,7 @@ async def test_recount_repairs_a_drifted_counter_and_says_so(
     # a counter that drifted (a bug, an old snapshot restored) would block the key for ever
     await redis_client.hset(flow.keys(Q).slots, "k:k", 1)
     await redis_client.sadd(flow.keys(Q).wait("k:k"), "demo.echo|k")
-    await redis_client.sadd(flow.keys(Q).waits, "k:k")
+    await redis_client.sadd(flow.keys(Q).blocked, "k:k")
     await redis_client.hset(flow.keys(Q).placed, "demo.echo|k", "k:k")
     await redis_client.lrem(flow.keys(Q).ready, 0, "demo.echo|k")
     assert await claim(lease_store, 5) == []

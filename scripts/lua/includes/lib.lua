@@ -153,7 +153,7 @@ end
 --                         wait set holds it; a lane is in exactly one place, or none
 --   lane:<lane>    zset   queued run ids of one lane, score = qbase - boost_ms
 --   wait:<res>     set    lanes blocked on one resource (res: h:<handler>, k:<key>,
---                         s:<singleton key>); waits: set of res with a non-empty one
+--                         s:<singleton key>); blocked: set of res with a non-empty one
 --   limits         hash   q -> N, h:<handler> -> N, k:* -> default N, k:<key> -> N
 --   slots          hash   h:<handler> / k:<key> -> running count; s:<key> -> the run id
 --                         holding that singleton
@@ -251,7 +251,7 @@ local function wake_lanes(tag, res, n)
     redis.call('LPUSH', tag .. 'ready', lane)
   end
   if redis.call('EXISTS', tag .. 'wait:' .. res) == 0 then
-    redis.call('SREM', tag .. 'waits', res)
+    redis.call('SREM', tag .. 'blocked', res)
   end
   return #lanes
 end
