@@ -18,6 +18,7 @@ from app.store.flow import FlowStore
 from app.store.leases import ClaimedRun, LeaseStore, Outcome
 from app.store.runs import NewRun, RunStore
 from app.store.scripts import Scripts
+from tests.support.polling import eventually
 
 Q = "default"
 
@@ -279,3 +280,33 @@ async def test_recount_repairs_a_drifted_counter_and_says_so(
     assert [(f.field, f.counted, f.held) for f in fixes] == [("k:k", "1", "")]
     assert woken == 1
     assert [r.id for r in await claim(lease_store, 5)] == [waiting]
+
+
+async def test_a_durable_sleep_gives_its_slot_back_and_retakes_it_when_it_wakes(
+    run_store: RunStore,
+    lease_store: LeaseStore,
+    flow: FlowStore,
+    redis_client: aioredis.Redis,
+    scripts: Scripts,
+    settings: Settings,
+) -> None:
+    from app.store.waits import WaitCall, WaitKind, WaitStore
+
+    await flow.set_limits(Q, QueueLimits(default_key=1))
+    sleeper = await create(run_store, concurrency_key="k")
+    other = await create(run_store, concurrency_key="k")
+    (running,) = await claim(lease_store, 5)
+    assert running.id == sleeper
+    waits = WaitStore(redis_client, scripts, settings.prefix, settings.events_maxlen)
+    call = WaitCall(sleeper, WaitKind.SLEEP, "nap", 1, duration_ms=300)
+    await waits.park(Q, owner="w-1", fence=running.fence, call=call)
+    assert (await run_store.get(sleeper)).status == RunStatus.WAITING
+    # the sleeper's slot came back: the other run of the key starts while it sleeps
+    (started,) = await claim(lease_store, 5)
+    assert started.id == other
+    await finish(lease_store, started)
+    woke = await eventually(
+        lambda: claim(lease_store, 5), until=lambda runs: runs != [], what="the sleeper to wake"
+    )
+    assert [r.id for r in woke] == [sleeper]
+    assert (await slots(redis_client, flow))["k:k"] == "1"
