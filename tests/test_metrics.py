@@ -5,8 +5,11 @@ from __future__ import annotations
 import signal
 
 import httpx
+import pytest
+from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.parser import text_string_to_metric_families
 
+from app import metrics
 from app.client import AsyncClient
 from app.embedded import free_port
 from app.models import RunStatus
@@ -149,3 +152,23 @@ async def test_live_workers_per_queue_count_who_serves_it_and_drop_when_a_worker
         what="the killed worker to leave the count",
     )
     assert value(after, "leasehold_workers", queue="unserved") == 0
+
+
+def test_a_cached_child_counts_into_the_same_series_as_labels() -> None:
+    registry = CollectorRegistry()
+    counter = Counter("t_child_total", "test", ["queue", "handler"], registry=registry)
+    metrics.child(counter, "q", "h").inc()
+    metrics.child(counter, "q", "h").inc(2)
+    counter.labels("q", "h").inc()
+    assert metrics.child(counter, "q", "h") is counter.labels("q", "h")
+    assert registry.get_sample_value("t_child_total", {"queue": "q", "handler": "h"}) == 4
+
+
+def test_the_child_cache_starts_over_at_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(metrics, "CHILD_CACHE_MAX", 3)
+    monkeypatch.setattr(metrics, "_children", {})
+    counter = Counter("t_bound_total", "test", ["k"], registry=CollectorRegistry())
+    for value in "abcdefg":
+        metrics.child(counter, value).inc()
+        assert len(metrics._children) <= 3
+    assert metrics.child(counter, "a") is counter.labels("a")

@@ -44,7 +44,7 @@ from app.executor.rates import RateLimiter
 from app.executor.spans import attempt_span
 from app.executor.waits import RunParked, Waits
 from app.handlers import HandlerSpec
-from app.metrics import ATTEMPT_SECONDS, BUDGET_FAILURES, RUNS_FINISHED
+from app.metrics import ATTEMPT_SECONDS, BUDGET_FAILURES, RUNS_FINISHED, child
 from app.retry import Backoff
 from app.store.codec import dumps
 from app.store.leases import ClaimedRun, HeldLease, LeaseStore, Outcome
@@ -328,7 +328,7 @@ class RunExecution:
         status = {LeaseAnswer.OK: outcome.status, LeaseAnswer.CANCEL: "cancelled"}.get(
             code, code.value.lower()
         )
-        RUNS_FINISHED.labels(self.claimed.queue, self.claimed.handler, status).inc()
+        child(RUNS_FINISHED, self.claimed.queue, self.claimed.handler, status).inc()
         self._observe(status)
         if code == LeaseAnswer.LOST:
             log.warning(
@@ -347,7 +347,7 @@ class RunExecution:
         self.span.set_attributes({"leasehold.outcome": status})
         ids = tracer().current_ids()
         exemplar = {"trace_id": ids["trace_id"]} if ids else None
-        ATTEMPT_SECONDS.labels(self.claimed.queue, self.claimed.handler, status).observe(
+        child(ATTEMPT_SECONDS, self.claimed.queue, self.claimed.handler, status).observe(
             time.monotonic() - self._started_at, exemplar=exemplar
         )
 

@@ -46,7 +46,7 @@ from app.executor.listener import ChannelListener
 from app.executor.slots import Slots
 from app.executor.table import LeaseTable
 from app.handlers import HandlerRegistry
-from app.metrics import LEASES_LOST, LOOP_LAG, RUNS_CLAIMED
+from app.metrics import LEASES_LOST, LOOP_LAG, RUNS_CLAIMED, child
 from app.models import WorkerInfo
 from app.reconciler import Reconciler
 from app.retry import REDIS_BACKOFF, retrying
@@ -291,7 +291,7 @@ class Worker:
     def _start_run(self, claimed: ClaimedRun, confirmed_at: float) -> None:
         self._stop_stale(claimed)
         self._table.add(claimed.id, claimed.queue, claimed.fence, confirmed_at)
-        RUNS_CLAIMED.labels(claimed.queue, claimed.handler).inc()
+        child(RUNS_CLAIMED, claimed.queue, claimed.handler).inc()
         spec = None
         with contextlib.suppress(UnknownHandler):  # the run then fails as unknown_handler
             spec = self.registry.get(claimed.handler)
