@@ -21,7 +21,7 @@ from typing import Any
 
 from app.executor.effects import EffectFn, EffectLedger
 from app.executor.events import EventSink
-from app.executor.rates import RateLimiter
+from app.executor.rates import Grant, RateLimiter
 from app.executor.waits import Waits
 from app.supervision.config import Supervision
 from app.supervision.operation import Operation, run_supervised
@@ -267,10 +267,12 @@ class RunContext:
         return await run_supervised(operation, work)
 
     @contextlib.asynccontextmanager
-    async def rate_limit(self, key: str, cost: int = 1) -> AsyncIterator[None]:
+    async def rate_limit(self, key: str, cost: int = 1) -> AsyncIterator[Grant]:
         """Wait for ``cost`` tokens of a declared rate-limit key, then run the block.
 
-        ``async with ctx.rate_limit("openai"): await client.chat(...)``. Every worker
+        ``async with ctx.rate_limit("openai") as grant: await client.chat(...)``; the
+        :class:`~app.executor.rates.Grant` says when the tokens were due and how long
+        it waited. Every worker
         and queue shares the key's bucket (GCRA in Redis): over any window of one
         period at most limit + burst pass. While it waits the lease keeps renewing
         and the run's stream has a ``wait`` event (``kind: rate_limited``, ``key``,
@@ -281,13 +283,12 @@ class RunContext:
         Raises :class:`~app.errors.RateLimitNotDeclared` for an undeclared key and
         :class:`~app.errors.InvalidRateLimitUse` for a cost above the key's burst.
         """
-        await self._rates.acquire(key, cost)
-        yield
+        yield await self._rates.acquire(key, cost)
 
-    def rate_limit_sync(self, key: str, cost: int = 1) -> None:
+    def rate_limit_sync(self, key: str, cost: int = 1) -> Grant:
         """``rate_limit`` for sync handlers: blocks their thread until the tokens are due."""
         future = asyncio.run_coroutine_threadsafe(self._rates.acquire(key, cost), self._loop)
-        future.result()
+        return future.result()
 
     async def rate_limited(self, key: str, *, retry_after_s: float, release: bool = True) -> int:
         """An upstream answered 429: slow every worker using ``key`` for ``retry_after_s``.

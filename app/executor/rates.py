@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from app.errors import InvalidRateLimitUse, RateLimitRelease
@@ -29,6 +30,19 @@ Emit = Callable[[str, Any], Awaitable[None]]
 MAX_RETRY_AFTER_S = 86_400.0
 
 
+@dataclass(frozen=True)
+class Grant:
+    """Tokens a handler was granted: the key, and when (Redis clock, epoch ms) they were due.
+
+    ``until_ms`` is the acquisition time the bucket counted: over any window of one
+    period at most limit + burst grants of a key fall in it.
+    """
+
+    key: str
+    until_ms: int
+    waited_ms: int
+
+
 class RateLimiter:
     """One run's access to the shared rate-limit buckets."""
 
@@ -37,7 +51,7 @@ class RateLimiter:
         self._emit = emit
         self.max_wait_ms = max_wait_ms
 
-    async def acquire(self, key: str, cost: int = 1) -> None:
+    async def acquire(self, key: str, cost: int = 1) -> Grant:
         """Take ``cost`` tokens of ``key``, waiting (visibly, lease held) until they are due.
 
         Raises :class:`~app.errors.RateLimitNotDeclared` for an undeclared key,
@@ -59,6 +73,7 @@ class RateLimiter:
             RATE_LIMIT_WAITS.labels(declared.name, "waited").inc()
             RATE_LIMIT_WAIT_SECONDS.labels(declared.name).inc(token.wait_ms / 1000)
             await asyncio.sleep(token.wait_ms / 1000)
+        return Grant(declared.key, token.until_ms, token.wait_ms)
 
     async def report_429(self, key: str, *, retry_after_s: float, release: bool) -> int:
         """Push ``key``'s bucket ``retry_after_s`` ahead for everyone; the ms it frees again.

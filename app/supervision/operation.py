@@ -75,7 +75,7 @@ class Operation:
         emit: Emit,
         nudges: list[str],
         clock: Callable[[], float] = time.monotonic,
-        before: Callable[[], Awaitable[None]] | None = None,
+        before: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
         self.kind = kind
         self.subject = subject

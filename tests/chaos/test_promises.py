@@ -203,3 +203,17 @@ def test_an_effect_key_run_again_by_a_re_run_is_a_repeat(tmp_path: Path) -> None
     found, counts = check_effects([RUN, OTHER], tmp_path)
     assert kinds(found) == ["effect_repeated"] and counts["non_idempotent"] == 2
     assert check_effects([RUN], tmp_path)[0] == []
+
+
+def test_grants_past_limit_plus_burst_in_one_period_are_rate_exceeded(tmp_path: Path) -> None:
+    from tools.chaos.promises import check_rate_limit
+    from tools.chaos.rates import QUOTA_SPEC, grants_file, read_grants
+
+    steady = [1000 + 200 * i for i in range(20)]  # 5 a second: the limit
+    burst = [50_000, 50_000, *(50_000 + 200 * i for i in range(1, 6))]  # 2 + 5 in 1 s
+    grants_file(tmp_path, RUN).write_text("".join(f"{t}\n" for t in steady + burst) + "12")
+    assert check_rate_limit(read_grants(tmp_path)) == []  # a cut-off last line is skipped
+    grants_file(tmp_path, OTHER).write_text("50998\n50999\n")  # 8 in [50000, 50999]
+    (found,) = check_rate_limit(read_grants(tmp_path))
+    assert found.kind == "rate_exceeded"
+    assert f"= {QUOTA_SPEC.limit + QUOTA_SPEC.burst}" in found.detail

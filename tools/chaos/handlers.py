@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from app.executor import RunContext, handler
+from tools.chaos.rates import QUOTA_KEY, grants_file
 
 SIDE_DIR_ENV = "CHAOS_SIDE_DIR"
 ESCALATION_SUBJECT = "pager"
@@ -192,6 +193,22 @@ def _notify(ctx: RunContext) -> Any:
         return key
 
     return notify
+
+
+class QuotaInput(BaseModel):
+    """How many calls to make on the chaos quota key (tools/chaos/rates.py)."""
+
+    calls: int = Field(default=1, ge=1, le=10)
+
+
+@handler("chaos.quota")
+async def quota(ctx: RunContext, params: QuotaInput) -> dict[str, Any]:
+    """Take a token of the quota key per call; write each grant's time down outside Redis."""
+    side_dir = Path(os.environ[SIDE_DIR_ENV])
+    for _ in range(params.calls):
+        async with ctx.rate_limit(QUOTA_KEY) as grant:
+            _append(grants_file(side_dir, ctx.run_id), f"{grant.until_ms}\n")
+    return _returning(ctx, _identity(ctx))
 
 
 class EscalateInput(BaseModel):

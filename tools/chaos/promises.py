@@ -19,7 +19,9 @@
 * ``rerun_forked`` / ``rerun_link_broken`` (issue 16): a re-run sent twice with one
   idempotency key named one new run (unless the first was deleted meanwhile), and
   ``retry_of`` / ``retried_by`` of the stored runs name each other
-  (:mod:`tools.chaos.rerunner`).
+  (:mod:`tools.chaos.rerunner`);
+* ``rate_exceeded``: a rate-limit key's grants (``chaos.quota``, written down outside
+  Redis) passed limit + burst in some window of one period (:mod:`tools.chaos.rates`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.models import RunStatus
+from app.models import RateLimitSpec, RunStatus
+from tools.chaos import rates
 from tools.chaos.checker import TERMINAL, Snapshot, StoredRun, Violation
 from tools.chaos.handlers import read_returns
 from tools.chaos.janitor import Janitor
@@ -221,3 +224,19 @@ def check_reruns(snapshot: Snapshot, answered: dict[str, set[str]], gone: Gone) 
             detail = f"retried_by {by}, whose retry_of is {new.fields.get('retry_of')!r}"
             found.append(Violation("rerun_link_broken", run.id, detail))
     return found
+
+
+def check_rate_limit(
+    grants_ms: list[int], spec: RateLimitSpec = rates.QUOTA_SPEC, key: str = rates.QUOTA_KEY
+) -> list[Violation]:
+    """``rate_exceeded`` when one period's window holds more than limit + burst grants."""
+    # a closed window one ms short of the period: grants exactly one period apart are
+    # the steady rate, not an excess
+    most, at = rates.worst_window(grants_ms, spec.period_ms - 1)
+    if most <= spec.limit + spec.burst:
+        return []
+    detail = (
+        f"{most} grants of {key} in the {spec.period_ms} ms from {at}; "
+        f"limit {spec.limit} + burst {spec.burst} = {spec.limit + spec.burst}"
+    )
+    return [Violation("rate_exceeded", "", detail)]

@@ -32,7 +32,7 @@ import redis.asyncio as aioredis
 from app.models import QueueLimits
 from app.store.connection import async_client
 from app.store.keys import QueueKeys
-from tools.chaos import checker, figures, flow, promises
+from tools.chaos import checker, figures, flow, promises, rates
 from tools.chaos.checker import Snapshot, Violation
 from tools.chaos.cluster import Cluster, ClusterConfig
 from tools.chaos.faults import QUEUE, REDIS_DOWN_KINDS, STALE_KINDS, FaultKind, Injector, now_ms
@@ -74,6 +74,7 @@ async def run_chaos(config: ChaosConfig) -> ChaosReport:
     try:
         await asyncio.to_thread(cluster.start)
         redis_client = async_client(cluster.redis_url)
+        await rates.declare(redis_client, cluster.prefix)
         api = Api(cluster.api_urls, random.Random(f"{config.seed}-api"))
         try:
             chaos = ChaosRun(config, cluster, redis_client, api)
@@ -210,6 +211,7 @@ class ChaosRun:
         violations += await flow.check_slots_returned(
             self.redis, self.cluster.prefix, QUEUE, snapshot
         )
+        violations += promises.check_rate_limit(rates.read_grants(side_dir))
         resurrected = await self._resurrected(list(self.janitor.deleted))
         return violations + promises.check_deleted(self.janitor.deleted, self.tap, resurrected)
 

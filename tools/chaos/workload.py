@@ -68,6 +68,7 @@ MIX = [
     ("escalate", 6),
     ("flaky", 8),
     ("nap", 6),
+    ("quota", 8),
 ]
 
 
@@ -152,6 +153,8 @@ def _handler_input(kind: str, rng: random.Random, ttl_s: float) -> tuple[str, di
         return "chaos.escalate", {"lease_s": 0.3}
     if kind == "nap":
         return "chaos.nap", {"seconds": rng.uniform(0.5, 2.0) * ttl_s}
+    if kind == "quota":
+        return "chaos.quota", {"calls": rng.randint(1, 3)}
     return "demo.fail", {"message": "flaky upstream", "retryable": True}
 
 
