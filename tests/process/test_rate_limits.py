@@ -12,7 +12,7 @@ from app.store.ratelimits import RateLimitStore
 from app.store.runs import NewRun, RunStore
 from app.store.scripts import Scripts
 from tests.store.test_ratelimits import worst_window
-from tests.support.polling import wait_status
+from tests.support.polling import eventually, wait_status
 from tests.support.processes import Processes
 from tests.support.rate_handlers import calls_key
 
@@ -81,16 +81,22 @@ async def test_a_429_reported_by_one_handler_slows_every_worker_using_the_key(
 ) -> None:
     await declare(redis_client, settings, "crm:acme", RateLimitSpec(limit=50, burst=20))
     for _ in range(2):
-        processes.worker("--concurrency", "2")
+        processes.worker("--concurrency", "3")
     (reporter,) = await create(
-        run_store, "test.rate_429", 1, key="crm:acme", retry_after_s=2.0, release=False
+        run_store, "test.rate_429", 1, key="crm:acme", retry_after_s=6.0, release=False
     )
-    reported = await wait_status(run_store, reporter, RunStatus.SUCCEEDED, timeout_s=60)
-    assert reported.output is not None
-    until_ms = reported.output["until_ms"]
+    # the push happened once the reporter waits for its own next token
+    waits = await eventually(
+        lambda: run_store.read_events(reporter),
+        until=lambda events: any(event.type == "wait" for event in events),
+        what="the reporter's wait after its 429",
+    )
+    until_ms = next(event for event in waits if event.type == "wait").data["until_ms"]
+    # created well inside the 6 s: four runs held at once, on both workers
     ids = await create(run_store, "test.rate_call", 4, key="crm:acme", calls=2)
-    runs = await finish_all(run_store, ids)
-    assert len({run.output["owner"] for run in runs}) == 2  # type: ignore[attr-defined]
+    runs = await finish_all(run_store, [reporter, *ids])
+    # the reporter holds one of its worker's 3 slots: the four need both workers
+    assert len({run.output["owner"] for run in runs[1:]}) == 2  # type: ignore[attr-defined]
     granted = await grants_ms(redis_client, prefix, "crm:acme")
     assert len(granted) == 9  # the reporter's own call, then everyone's
     assert min(granted) >= until_ms - 1  # nobody, on any worker, passed before Retry-After
