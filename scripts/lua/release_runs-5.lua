@@ -58,6 +58,7 @@ for i = 7, #ARGV, 2 do
       redis.call('ZREM', KEYS[1], id)
       emit(run_key, KEYS[4] .. id, 'released', new_fence, now, data, ARGV[3])
       if delay_ms > 0 then
+        give_back(KEYS[3], id)  -- a run waiting for its token holds no slot meanwhile
         redis.call('ZADD', delayed_of(KEYS[3]), now + delay_ms, id)
         redis.call('PUBLISH', ARGV[5], 'ready')  -- idle workers learn the new due time
       else
