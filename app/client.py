@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
+from urllib.parse import quote
 
 import httpx
 from httpx_sse import ServerSentEvent, aconnect_sse, connect_sse
@@ -33,6 +34,9 @@ from app.models import (
     QueueLimits,
     QueuePage,
     QueueSeries,
+    RateLimitInfo,
+    RateLimitPage,
+    RateLimitSpec,
     RetryOperation,
     Run,
     RunEvent,
@@ -261,6 +265,28 @@ def _undeclare_queue(name: str) -> _Call[None]:
     return _Call("DELETE", f"/queues/{name}", _nothing)
 
 
+def _rate_limit_path(key: str) -> str:
+    # a template's braces travel percent-encoded; ':' may stay as it is
+    return f"/rate-limits/{quote(key, safe=':')}"
+
+
+def _rate_limits() -> _Call[RateLimitPage]:
+    return _Call("GET", "/rate-limits", RateLimitPage.model_validate)
+
+
+def _rate_limit(key: str) -> _Call[RateLimitInfo]:
+    return _Call("GET", _rate_limit_path(key), RateLimitInfo.model_validate)
+
+
+def _declare_rate_limit(key: str, spec: RateLimitSpec) -> _Call[RateLimitInfo]:
+    body = spec.model_dump()
+    return _Call("PUT", _rate_limit_path(key), RateLimitInfo.model_validate, json=body)
+
+
+def _undeclare_rate_limit(key: str) -> _Call[None]:
+    return _Call("DELETE", _rate_limit_path(key), _nothing)
+
+
 def _limits(name: str) -> _Call[QueueLimits]:
     return _Call("GET", f"/queues/{name}/limits", QueueLimits.model_validate)
 
@@ -470,6 +496,22 @@ class Client:
         """DELETE /queues/{name}: undeclare an empty queue; ApiError 409 if it holds runs."""
         self._send(_undeclare_queue(name))
 
+    def rate_limits(self) -> RateLimitPage:
+        """GET /rate-limits: every declared key and template, each key's bucket now."""
+        return self._send(_rate_limits())
+
+    def rate_limit(self, key: str) -> RateLimitInfo:
+        """GET /rate-limits/{key}: a key, a template, or a template's instance."""
+        return self._send(_rate_limit(key))
+
+    def declare_rate_limit(self, key: str, spec: RateLimitSpec) -> RateLimitInfo:
+        """PUT /rate-limits/{key}: declare or change a key; ApiError 409 past the bound."""
+        return self._send(_declare_rate_limit(key, spec))
+
+    def undeclare_rate_limit(self, key: str) -> None:
+        """DELETE /rate-limits/{key}: forget a declaration; ApiError 404 if none."""
+        self._send(_undeclare_rate_limit(key))
+
     def limits(self, name: str) -> QueueLimits:
         """GET /queues/{name}/limits: the queue's concurrency limits."""
         return self._send(_limits(name))
@@ -555,6 +597,22 @@ class AsyncClient:
     async def undeclare_queue(self, name: str) -> None:
         """DELETE /queues/{name}; see :meth:`Client.undeclare_queue`."""
         await self._send(_undeclare_queue(name))
+
+    async def rate_limits(self) -> RateLimitPage:
+        """GET /rate-limits; see :meth:`Client.rate_limits`."""
+        return await self._send(_rate_limits())
+
+    async def rate_limit(self, key: str) -> RateLimitInfo:
+        """GET /rate-limits/{key}; see :meth:`Client.rate_limit`."""
+        return await self._send(_rate_limit(key))
+
+    async def declare_rate_limit(self, key: str, spec: RateLimitSpec) -> RateLimitInfo:
+        """PUT /rate-limits/{key}; see :meth:`Client.declare_rate_limit`."""
+        return await self._send(_declare_rate_limit(key, spec))
+
+    async def undeclare_rate_limit(self, key: str) -> None:
+        """DELETE /rate-limits/{key}; see :meth:`Client.undeclare_rate_limit`."""
+        await self._send(_undeclare_rate_limit(key))
 
     async def limits(self, name: str) -> QueueLimits:
         """GET /queues/{name}/limits; see :meth:`Client.limits`."""

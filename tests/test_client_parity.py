@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 from app.client import AsyncClient, Client
-from app.models import QueueLimits
+from app.models import QueueLimits, RateLimitSpec
 
 RUN_ID = "default.01M8NMVX0F2FBPYNB2A04QJM1Z"
 RUN = {
@@ -57,6 +57,7 @@ OPERATION = {
     "updated_at": "2026-01-01T00:00:01Z",
 }
 LIMITS = {"queue": 4, "handlers": {"demo.echo": 2}, "default_key": 1, "keys": {"vip": 3}}
+RATE_LIMIT = {"key": "crm:{tenant}", "template": True, "spec": {"limit": 5}}
 ANSWERS: dict[str, Any] = {
     "/queues": {"items": [QUEUE], "max_queues": 100},
     "/queues/default": QUEUE,
@@ -78,6 +79,8 @@ ANSWERS: dict[str, Any] = {
     "/queues/default/series": {"queue": "default", "bucket_s": 60, "buckets": []},
     "/workers/w-1-abc/drain": {"id": "w-1-abc", "drain_requested": True},
     "/queues/default/limits": LIMITS,
+    "/rate-limits": {"items": [RATE_LIMIT], "max_rate_limits": 1000},
+    "/rate-limits/crm:{tenant}": RATE_LIMIT,
 }
 # (method, args, kwargs): every request-response method of the clients
 CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
@@ -106,6 +109,10 @@ CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
     ("limits", ("default",), {}),
     ("set_limits", ("default", QueueLimits(**LIMITS)), {}),
     ("set_priority", (RUN_ID, 7), {}),
+    ("rate_limits", (), {}),
+    ("rate_limit", ("crm:{tenant}",), {}),
+    ("declare_rate_limit", ("crm:{tenant}", RateLimitSpec(limit=5, period_s=2.0)), {}),
+    ("undeclare_rate_limit", ("crm:{tenant}",), {}),
     ("handlers", (), {}),
     ("workers", (), {}),
     ("queues", (), {}),
@@ -194,6 +201,11 @@ async def test_every_method_sends_the_same_request_and_reads_the_same_answer() -
     assert sync_api.seen[15] == ("PUT", "/queues/default/limits", "", LIMITS)
     assert sync_results[15] == QueueLimits(**LIMITS)
     assert sync_api.seen[16] == ("PATCH", f"/runs/{RUN_ID}", "", {"priority": 7})
+    assert sync_api.seen[17][:2] == ("GET", "/rate-limits")
+    assert sync_results[18].template is True
+    spec = {"limit": 5, "period_s": 2.0, "burst": 1}
+    assert sync_api.seen[19] == ("PUT", "/rate-limits/crm:{tenant}", "", spec)
+    assert sync_api.seen[20][:2] == ("DELETE", "/rate-limits/crm:{tenant}")
     assert [worker.id for worker in sync_results[-8]] == ["w-1-abc"]
     assert [queue.name for queue in sync_results[-7].items] == ["default"]
     assert sync_api.seen[-6] == ("PUT", "/queues/default", "", None)
