@@ -51,6 +51,13 @@ async def finish(
     return codes[0]
 
 
+async def create_and_claim(run_store: RunStore, lease_store: LeaseStore) -> ClaimedRun:
+    run_id = await create(run_store, concurrency_key="k", max_attempts=3, on_lease_expired="retry")
+    (run,) = await claim(lease_store, 1)
+    assert run.id == run_id
+    return run
+
+
 async def slots(redis_client: aioredis.Redis, flow: FlowStore) -> dict[str, str]:
     return await redis_client.hgetall(flow.keys(Q).slots)
 
@@ -116,6 +123,15 @@ async def test_every_way_out_gives_the_slot_back(
     runs = await claim(lease_store, 6)
     assert len(runs) == 6
     assert (await slots(redis_client, flow))["k:k"] == "6"
+    # a run released to wait for a rate-limit token (ctx.rate_limited) holds no slot
+    from app.store.leases import HeldLease as Held
+
+    held = runs.pop()
+    assert await lease_store.release(
+        Q, "w-1", [Held(held.id, held.fence)], "rate_limited", delay_ms=60_000
+    ) == ["OK"]
+    assert (await slots(redis_client, flow))["k:k"] == "5"
+    runs.append(await create_and_claim(run_store, lease_store))
     ok, retried, parked, released, cancelled, expired = runs
     assert await finish(lease_store, ok) == "OK"
     assert await finish(lease_store, retried, "failed", retry_delay_ms=0) == "RETRY"
