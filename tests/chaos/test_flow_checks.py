@@ -55,3 +55,19 @@ def test_a_recount_in_a_workers_log_is_reported_unless_redis_lost_writes() -> No
     logs = {"worker-0": "slot counter k:t of queue default said '1', its leases hold '': recounted"}
     assert [v.kind for v in check_no_recount(logs, redis_restarted=False)] == ["slot_recounted"]
     assert check_no_recount(logs, redis_restarted=True) == []
+
+
+def test_a_durable_sleep_ends_the_hold_and_a_handler_wait_does_not() -> None:
+    def napping(run_id: str, *events: tuple[str, int, int]) -> StoredRun:
+        stored = [Event(f"{ms}-0", kind, fence, {}) for kind, ms, fence in events]
+        return StoredRun(run_id, {"status": "succeeded", "ckey": "t"}, stored)
+
+    # claimed at fence 1, parked by park_run (its wait at fence 2), claimed again at 3
+    nap = napping(
+        "a", ("claimed", 100, 1), ("wait", 200, 2), ("claimed", 900, 3), ("succeeded", 950, 3)
+    )
+    other = napping("b", ("claimed", 300, 1), ("succeeded", 400, 1))
+    assert check_key_limits(snapshot(nap, other), limit=1) == []
+    # a handler's operation wait keeps the claim's fence: the slot is still held
+    tool = napping("c", ("claimed", 100, 1), ("wait", 200, 1), ("succeeded", 800, 1))
+    assert [v.kind for v in check_key_limits(snapshot(tool, other), limit=1)] == ["key_over_limit"]

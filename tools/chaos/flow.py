@@ -4,7 +4,8 @@
   running than its limit. Read from each run's event history: a run holds a slot of
   its key from its ``claimed`` event until the next event that takes the run from
   its owner or ends it (terminal, ``released``, ``requeued``, ``lease_expired``,
-  ``waiting_human``, ``reconciliation_required``), by the Redis clock of the stream
+  ``waiting_human``, ``reconciliation_required``, or park_run's ``wait`` at a fence past
+  the claim's), by the Redis clock of the stream
   ids; at one millisecond an end counts before a start (a slot given back and taken
   again in the same millisecond is not two at once).
 * ``slot_leaked``: once everything settled, the queue's slot counters say exactly
@@ -20,7 +21,7 @@ import redis.asyncio as aioredis
 
 from app.models import TERMINAL_EVENT_TYPES
 from app.store.keys import QueueKeys
-from tools.chaos.checker import Snapshot, StoredRun, Violation
+from tools.chaos.checker import Event, Snapshot, StoredRun, Violation
 
 # what the workload's keyed runs may run at once, per key (set with PUT /queues/{q}/limits)
 KEY_LIMIT = 2
@@ -35,6 +36,12 @@ ENDS = TERMINAL_EVENT_TYPES | {
 }
 
 
+def _parks(event: Event, claim_fence: int) -> bool:
+    """A `wait` past the claim's fence is park_run's (a durable sleep, a signal): the lease
+    and the slot went with it. A handler's own `wait` (an operation) keeps the claim's."""
+    return event.type == "wait" and event.fence > claim_fence
+
+
 def _ms(event_id: str) -> int:
     return int(event_id.split("-", 1)[0])
 
@@ -43,12 +50,13 @@ def held_intervals(run: StoredRun, now_ms: int) -> list[tuple[int, int]]:
     """[claimed, end) of every slot the run's events say it held (end: now if still held)."""
     intervals: list[tuple[int, int]] = []
     start: int | None = None
+    fence = 0
     for event in run.events:
         if event.type == "claimed":
             if start is not None:  # a claim without an end between: the end was trimmed
                 intervals.append((start, _ms(event.id)))
-            start = _ms(event.id)
-        elif event.type in ENDS and start is not None:
+            start, fence = _ms(event.id), event.fence
+        elif start is not None and (event.type in ENDS or _parks(event, fence)):
             intervals.append((start, _ms(event.id)))
             start = None
     if start is not None:
