@@ -931,6 +931,11 @@ class RateLimitInfo(BaseModel):
         default=None,
         description="its handler bucket now (None for a template: GET /rate-limits/{instance})",
     )
+    start_state: BucketState | None = Field(
+        default=None,
+        description="with ?queue=: that queue's start bucket now (tokens free for starts; "
+        "runs already waiting in line for a slot are not subtracted)",
+    )
 
 
 class RateLimitPage(BaseModel):

@@ -198,16 +198,27 @@ class RateLimitStore:
 
     # -- buckets --------------------------------------------------------------------
 
-    async def take(self, declared: Declared, *, cost: int, max_wait_ms: int) -> Token:
+    def _bucket_key(self, key: str, queue: str | None) -> str:
+        """The handler bucket of ``key``, or (with ``queue``) that queue's start bucket."""
+        if queue is None:
+            return self.keys.bucket(key)
+        return QueueKeys(self.keys.prefix, queue).start_bucket(key)
+
+    async def take(
+        self, declared: Declared, *, cost: int, max_wait_ms: int, queue: str | None = None
+    ) -> Token:
         """Take ``cost`` tokens from the handler bucket, reserving up to ``max_wait_ms`` ahead.
 
         Granted with ``wait_ms > 0``: the tokens are reserved for then (sleep, then
         use them). Not granted: nothing taken. ``cost`` must be within 0..burst.
+        ``queue`` reads that queue's start bucket instead (with ``cost=0`` only: starts
+        are taken by claim_runs).
         """
         spec = declared.spec
         args = TakeArgs(spec.limit, spec.period_ms, spec.burst, cost, max_wait_ms)
+        bucket_key = self._bucket_key(declared.key, queue)
         reply = await TAKE_TOKENS.send(
-            self.scripts, self.client, self._binding_keys, args, declared.key
+            self.scripts, self.client, self._binding_keys, args, bucket_key
         )
         return Token(reply.granted, reply.wait_ms, reply.now_ms, reply.remaining)
 
@@ -219,13 +230,18 @@ class RateLimitStore:
         spec = declared.spec
         args = PushArgs(spec.limit, spec.period_ms, spec.burst, retry_after_ms)
         reply = await PUSH_BUCKET.send(
-            self.scripts, self.client, self._binding_keys, args, declared.key
+            self.scripts,
+            self.client,
+            self._binding_keys,
+            args,
+            self._bucket_key(declared.key, None),
         )
         return Token(False, reply.until_ms - reply.now_ms, reply.now_ms, 0)
 
-    async def state(self, declared: Declared) -> BucketState:
-        """The handler bucket now: tokens available and when the next one passes."""
-        return _state(declared.key, await self.take(declared, cost=0, max_wait_ms=0))
+    async def state(self, declared: Declared, queue: str | None = None) -> BucketState:
+        """The handler bucket (or ``queue``'s start bucket) now: tokens, and the next one."""
+        token = await self.take(declared, cost=0, max_wait_ms=0, queue=queue)
+        return _state(declared.key, token)
 
     async def infos(self) -> list[RateLimitInfo]:
         """Every declaration with its handler bucket's state (templates: none), by name."""
@@ -236,17 +252,22 @@ class RateLimitStore:
             out.append(RateLimitInfo(key=name, template=template, spec=spec, state=state))
         return out
 
-    async def info(self, key: str) -> RateLimitInfo:
+    async def info(self, key: str, queue: str | None = None) -> RateLimitInfo:
         """One key: its declaration, or for a template's instance the template's, and state.
 
-        Raises :class:`RateLimitNotDeclared`.
+        With ``queue``, also that queue's start bucket. Raises :class:`RateLimitNotDeclared`.
         """
         declared = await self.declared(fresh=True)
         if key in declared and is_template(key):
             return RateLimitInfo(key=key, template=True, spec=declared[key])
         found = await self.resolve(key)
+        start = None if queue is None else await self.state(found, queue)
         return RateLimitInfo(
-            key=key, template=False, spec=found.spec, state=await self.state(found)
+            key=key,
+            template=False,
+            spec=found.spec,
+            state=await self.state(found),
+            start_state=start,
         )
 
 

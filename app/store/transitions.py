@@ -711,8 +711,9 @@ EXPIRE_QUEUED: Transition[ExpireArgs, list[ActionRow]] = Transition(
 
 
 # --- rate limits (store/ratelimits.py) ------------------------------------------
-# Buckets and declarations are cross-queue keys: their KEYS come from GlobalKeys of the
-# QueueKeys' prefix, and the subject a call is about (``run_id``) is the bucket's key.
+# A bucket call's subject (``run_id``) is the bucket's Redis key, built by the store: a
+# handler bucket (GlobalKeys.bucket) or a queue's start bucket (QueueKeys.start_bucket).
+# Declarations are a cross-queue key: GlobalKeys of the QueueKeys' prefix.
 
 
 class TakeArgs(NamedTuple):
@@ -734,8 +735,8 @@ class TakeReply(NamedTuple):
     remaining: int
 
 
-def _bucket_keys(k: QueueKeys, bucket: str, a: object) -> tuple[str, ...]:
-    return (GlobalKeys(k.prefix).bucket(bucket),)
+def _bucket_keys(k: QueueKeys, bucket_key: str, a: object) -> tuple[str, ...]:
+    return (bucket_key,)
 
 
 def _take_reply(reply: Sequence[Any]) -> TakeReply:

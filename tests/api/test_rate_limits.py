@@ -12,6 +12,7 @@ import redis.asyncio as aioredis
 from app.api.app import create_app
 from app.settings import Settings
 from app.store.keys import GlobalKeys
+from app.store.leases import LeaseStore
 from tests.support.snapshots import changes, snapshot
 
 ECHO = {"handler": "demo.echo", "input": {"message": "hi"}}
@@ -130,3 +131,18 @@ async def test_a_run_naming_an_undeclared_or_malformed_key_is_422_and_nothing_is
     assert ok.status_code == 201, ok.text
     batch = await api.post("/runs/batch", json={"items": [{**ECHO, "rate_limits": ["crm:b"]}]})
     assert batch.json()["items"][0]["status"] == 201
+
+
+async def test_a_queue_start_bucket_is_shown_with_queue(
+    api: httpx.AsyncClient, lease_store: LeaseStore
+) -> None:
+    await api.put("/rate-limits/crm:acme", json={"limit": 5, "burst": 3})
+    created = await api.post("/runs", json={**ECHO, "rate_limits": ["crm:acme"]})
+    assert created.status_code == 201
+    assert len((await lease_store.claim("default", "w-1", 5)).runs) == 1  # one start taken
+    body = (await api.get("/rate-limits/crm:acme", params={"queue": "default"})).json()
+    assert body["start_state"]["available"] == 2
+    assert body["state"]["available"] == 3  # the handler bucket is another one
+    assert (await api.get("/rate-limits/crm:acme")).json()["start_state"] is None
+    undeclared = await api.get("/rate-limits/crm:acme", params={"queue": "nope"})
+    assert undeclared.status_code == 422

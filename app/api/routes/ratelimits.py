@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Path, Response
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Response
 
 from app.api.bodies import body_doc, json_body
 from app.api.routes.runs import State, problems
 from app.errors import RateLimitNotDeclared
-from app.models import RateLimitInfo, RateLimitPage, RateLimitSpec
+from app.models import QUEUE_NAME_PATTERN, RateLimitInfo, RateLimitPage, RateLimitSpec
 from app.store.ratelimits import valid_name
 
 router = APIRouter(tags=["rate limits"])
@@ -54,9 +54,22 @@ async def list_rate_limits(state: State) -> RateLimitPage:
 
 
 @router.get("/rate-limits/{key}", response_model=RateLimitInfo, responses=problems(404, 422))
-async def get_rate_limit(key: KeyName, state: State) -> RateLimitInfo:
-    """One declared key or template, or an instance of a template, with its bucket's state."""
-    return await state.rate_limits.info(_checked(key))
+async def get_rate_limit(
+    key: KeyName,
+    state: State,
+    queue: Annotated[
+        str | None,
+        Query(pattern=QUEUE_NAME_PATTERN, description="also show this queue's start bucket"),
+    ] = None,
+) -> RateLimitInfo:
+    """One declared key or template, or an instance of a template, with its bucket's state.
+
+    ``?queue=`` adds that queue's start bucket (what gates runs naming the key in
+    ``rate_limits``); an undeclared queue → 422.
+    """
+    if queue is not None:
+        await state.queues.require(queue)
+    return await state.rate_limits.info(_checked(key), queue)
 
 
 @router.put(
