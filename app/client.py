@@ -28,6 +28,7 @@ from app.errors import LeaseholdError
 from app.models import (
     TERMINAL_EVENT_TYPES,
     CreateRunsResult,
+    FireResult,
     HandlerInfo,
     PurgeResult,
     QueueInfo,
@@ -41,6 +42,8 @@ from app.models import (
     Run,
     RunEvent,
     RunPage,
+    Schedule,
+    SchedulePage,
     SignalResult,
     StatusChange,
     WorkerDrain,
@@ -309,6 +312,40 @@ def _drain_worker(worker_id: str) -> _Call[WorkerDrain]:
     return _Call("POST", f"/workers/{worker_id}/drain", WorkerDrain.model_validate)
 
 
+def _create_schedule(
+    schedule_id: str, run: dict[str, Any], spec: dict[str, Any]
+) -> _Call[Schedule]:
+    body = {"id": schedule_id, "run": run, **_present(spec)}
+    return _Call("POST", "/schedules", Schedule.model_validate, json=body)
+
+
+def _get_schedule(schedule_id: str) -> _Call[Schedule]:
+    return _Call("GET", f"/schedules/{schedule_id}", Schedule.model_validate)
+
+
+def _list_schedules(limit: int, cursor: str | None) -> _Call[SchedulePage]:
+    params = _present({"limit": limit, "cursor": cursor})
+    return _Call("GET", "/schedules", SchedulePage.model_validate, params=params)
+
+
+def _update_schedule(schedule_id: str, changes: dict[str, Any]) -> _Call[Schedule]:
+    path = f"/schedules/{schedule_id}"
+    return _Call("PATCH", path, Schedule.model_validate, json=_present(changes))
+
+
+def _schedule_action(schedule_id: str, action: str) -> _Call[Schedule]:
+    return _Call("POST", f"/schedules/{schedule_id}/{action}", Schedule.model_validate)
+
+
+def _delete_schedule(schedule_id: str) -> _Call[None]:
+    return _Call("DELETE", f"/schedules/{schedule_id}", _nothing)
+
+
+def _fire_schedule(schedule_id: str, action: str, body: dict[str, Any]) -> _Call[FireResult]:
+    path = f"/schedules/{schedule_id}/{action}"
+    return _Call("POST", path, FireResult.model_validate, json=_present(body))
+
+
 def _verify(base_url: str) -> bool:
     """Certificates are checked for an https API; a plain-http one has none to check.
 
@@ -532,6 +569,46 @@ class Client:
         """POST /workers/{id}/drain: the worker drains as on SIGTERM (ApiError 404 if gone)."""
         return self._send(_drain_worker(worker_id))
 
+    def create_schedule(self, schedule_id: str, run: dict[str, Any], **spec: Any) -> Schedule:
+        """POST /schedules: ``run`` is a POST /runs body; spec: cron/timezone or interval_s,
+        overlap, missed, catchup_window_s, paused."""
+        return self._send(_create_schedule(schedule_id, run, spec))
+
+    def get_schedule(self, schedule_id: str) -> Schedule:
+        """GET /schedules/{id}, with its next fire times."""
+        return self._send(_get_schedule(schedule_id))
+
+    def list_schedules(self, limit: int = 50, cursor: str | None = None) -> SchedulePage:
+        """GET /schedules: one page by id."""
+        return self._send(_list_schedules(limit, cursor))
+
+    def update_schedule(self, schedule_id: str, **changes: Any) -> Schedule:
+        """PATCH /schedules/{id}: the fields given replace the schedule's."""
+        return self._send(_update_schedule(schedule_id, changes))
+
+    def pause_schedule(self, schedule_id: str) -> Schedule:
+        """POST /schedules/{id}/pause: nothing fires, nothing is missed."""
+        return self._send(_schedule_action(schedule_id, "pause"))
+
+    def resume_schedule(self, schedule_id: str) -> Schedule:
+        """POST /schedules/{id}/resume: fires again from now on."""
+        return self._send(_schedule_action(schedule_id, "resume"))
+
+    def delete_schedule(self, schedule_id: str) -> None:
+        """DELETE /schedules/{id}: its runs stay."""
+        return self._send(_delete_schedule(schedule_id))
+
+    def trigger_schedule(self, schedule_id: str, overlap: str | None = None) -> FireResult:
+        """POST /schedules/{id}/trigger: fire once now, under the overlap policy."""
+        return self._send(_fire_schedule(schedule_id, "trigger", {"overlap": overlap}))
+
+    def backfill_schedule(
+        self, schedule_id: str, start: datetime, end: datetime, overlap: str | None = None
+    ) -> FireResult:
+        """POST /schedules/{id}/backfill: every fire time in [start, end], now."""
+        body = {"start": start, "end": end, "overlap": overlap}
+        return self._send(_fire_schedule(schedule_id, "backfill", body))
+
 
 class AsyncClient:
     """Asyncio client with the same methods as :class:`Client`."""
@@ -633,6 +710,45 @@ class AsyncClient:
     async def drain_worker(self, worker_id: str) -> WorkerDrain:
         """POST /workers/{id}/drain; see :meth:`Client.drain_worker`."""
         return await self._send(_drain_worker(worker_id))
+
+    async def create_schedule(self, schedule_id: str, run: dict[str, Any], **spec: Any) -> Schedule:
+        """See :meth:`Client.create_schedule`."""
+        return await self._send(_create_schedule(schedule_id, run, spec))
+
+    async def get_schedule(self, schedule_id: str) -> Schedule:
+        """See :meth:`Client.get_schedule`."""
+        return await self._send(_get_schedule(schedule_id))
+
+    async def list_schedules(self, limit: int = 50, cursor: str | None = None) -> SchedulePage:
+        """See :meth:`Client.list_schedules`."""
+        return await self._send(_list_schedules(limit, cursor))
+
+    async def update_schedule(self, schedule_id: str, **changes: Any) -> Schedule:
+        """See :meth:`Client.update_schedule`."""
+        return await self._send(_update_schedule(schedule_id, changes))
+
+    async def pause_schedule(self, schedule_id: str) -> Schedule:
+        """See :meth:`Client.pause_schedule`."""
+        return await self._send(_schedule_action(schedule_id, "pause"))
+
+    async def resume_schedule(self, schedule_id: str) -> Schedule:
+        """See :meth:`Client.resume_schedule`."""
+        return await self._send(_schedule_action(schedule_id, "resume"))
+
+    async def delete_schedule(self, schedule_id: str) -> None:
+        """See :meth:`Client.delete_schedule`."""
+        return await self._send(_delete_schedule(schedule_id))
+
+    async def trigger_schedule(self, schedule_id: str, overlap: str | None = None) -> FireResult:
+        """See :meth:`Client.trigger_schedule`."""
+        return await self._send(_fire_schedule(schedule_id, "trigger", {"overlap": overlap}))
+
+    async def backfill_schedule(
+        self, schedule_id: str, start: datetime, end: datetime, overlap: str | None = None
+    ) -> FireResult:
+        """See :meth:`Client.backfill_schedule`."""
+        body = {"start": start, "end": end, "overlap": overlap}
+        return await self._send(_fire_schedule(schedule_id, "backfill", body))
 
     async def cancel(self, run_id: str) -> StatusChange:
         """POST /runs/{id}/cancel."""

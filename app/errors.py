@@ -17,6 +17,9 @@
     │   ├── QueueLimitReached         PUT /queues past LEASEHOLD_MAX_QUEUES
     │   ├── RateLimitsFull            PUT /rate-limits past LEASEHOLD_MAX_RATE_LIMITS
     │   ├── RateLimitNotDeclared      a rate-limit key no declaration covers
+    │   ├── ScheduleNotFound          no schedule has this id
+    │   ├── ScheduleConflict          the id exists, or the schedule changed meanwhile
+    │   ├── ScheduleLimitReached      POST /schedules past LEASEHOLD_SCHEDULE_MAX
     │   ├── MemoryPressure            Redis memory is past the high-water mark: creates wait
     │   ├── SignalInboxFull           a run holds LEASEHOLD_MAX_PENDING_SIGNALS unread (429)
     │   └── EffectOutcomeUnknown      an effect started and was never recorded: the run
@@ -190,6 +193,22 @@ class RateLimitNotDeclared(StoreError):
             f"rate-limit key {key!r} is not declared (PUT /rate-limits/{{key}} declares it)"
         )
         self.key = key
+
+
+class ScheduleNotFound(StoreError):
+    """No schedule has this id."""
+
+    def __init__(self, schedule_id: str) -> None:
+        super().__init__(f"no schedule {schedule_id!r}")
+        self.schedule_id = schedule_id
+
+
+class ScheduleConflict(StoreError):
+    """The id exists already, or the schedule changed since the caller read it (409)."""
+
+
+class ScheduleLimitReached(StoreError):
+    """Creating one more schedule would pass ``LEASEHOLD_SCHEDULE_MAX`` (409)."""
 
 
 class QueueNotEmpty(StoreError):

@@ -89,6 +89,13 @@ RECONCILER_SCANS = Counter(
     "Reconciler passes over every known queue.",
     registry=WORKER_REGISTRY,
 )
+SCHEDULE_FIRES = Counter(
+    "leasehold_schedule_fires_total",
+    "Schedule fire times reconcilers acted on: created (a run), skipped (the overlap "
+    "policy), missed (the missed-fire policy), buffered (buffer_one held one).",
+    ["queue", "outcome"],
+    registry=WORKER_REGISTRY,
+)
 RECONCILER_ACTIONS = Counter(
     "leasehold_reconciler_actions_total",
     "Expired leases acted on: orphaned, requeued, cancelled, reconciliation_required; "

@@ -190,6 +190,12 @@ class Run(BaseModel):
         description="While waiting: what the parked run waits for (kind sleep or signal, "
         "subject: the sleep's or signal's name, step, until_ms: when it wakes anyway)",
     )
+    schedule_id: str | None = Field(
+        default=None, description="The schedule that made this run, if one did"
+    )
+    fire_at: datetime | None = Field(
+        default=None, description="The schedule's fire time this run is (one run per fire time)"
+    )
     run_at: datetime | None = Field(
         default=None,
         description="A delayed start (run_at / delay_s): no worker starts it before this time. "
@@ -943,3 +949,188 @@ class RateLimitPage(BaseModel):
 
     items: list[RateLimitInfo]
     max_rate_limits: int = Field(description="LEASEHOLD_MAX_RATE_LIMITS: most PUT may declare")
+
+
+SCHEDULE_ID_PATTERN = r"^[A-Za-z0-9_.\-]{1,128}$"
+Overlap = Literal["skip", "allow", "cancel_previous", "buffer_one"]
+MissedFires = Literal["skip", "latest", "all"]
+
+
+def _refuse_run_options_of_a_single_run(run: CreateRunRequest | None) -> None:
+    """A schedule's run template makes many runs: options that name one run are refused."""
+    if run is None:
+        return
+    for name in ("idempotency_key", "run_at", "delay_s"):
+        if getattr(run, name) is not None:
+            raise ValueError(f"run.{name} names one run; a schedule's runs cannot share it")
+    if run.cancel_on_disconnect:
+        raise ValueError("run.cancel_on_disconnect needs a request; a schedule has none")
+    # the schedule's own overlap policy is its one-at-a-time rule; flow-control keys and
+    # priorities are not carried by a schedule's runs yet, so they are refused, not dropped
+    for name in ("concurrency_key", "singleton_key"):
+        if getattr(run, name, None) is not None:
+            raise ValueError(f"run.{name} is not supported on a schedule's runs (yet)")
+    if getattr(run, "priority", 0):
+        raise ValueError("run.priority is not supported on a schedule's runs (yet)")
+
+
+class ScheduleSpecFields(BaseModel):
+    """When a schedule fires and what it does about overlaps and missed fires."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cron: str | None = Field(
+        default=None,
+        max_length=256,
+        description="Cron expression (5 fields, or 6 with seconds last), evaluated by cronsim "
+        "in `timezone`; not with interval_s",
+    )
+    timezone: str | None = Field(
+        default=None, max_length=64, description="IANA time zone of the cron expression (UTC)"
+    )
+    interval_s: float | None = Field(
+        default=None,
+        gt=0,
+        strict=True,
+        allow_inf_nan=False,
+        description="Fire every this many seconds from the schedule's creation; at least "
+        "LEASEHOLD_SCHEDULE_INTERVAL_MIN_S; not with cron",
+    )
+    overlap: Overlap | None = Field(
+        default=None,
+        description="A fire while the previous run has not ended: skip (default), allow, "
+        "cancel_previous, buffer_one (keep one fire, start it when the previous ends)",
+    )
+    missed: MissedFires | None = Field(
+        default=None,
+        description="Fires missed while no reconciler ran: skip (default: only fires within "
+        "LEASEHOLD_SCHEDULE_GRACE_S of now), latest (the newest one), all (each within the "
+        "catch-up window, oldest first)",
+    )
+    catchup_window_s: float | None = Field(
+        default=None,
+        gt=0,
+        strict=True,
+        allow_inf_nan=False,
+        description="How old a missed fire may be and still run (latest, all); default "
+        "LEASEHOLD_SCHEDULE_CATCHUP_WINDOW_S, at most LEASEHOLD_SCHEDULE_CATCHUP_WINDOW_MAX_S",
+    )
+    paused: bool | None = Field(default=None, description="Paused: nothing fires, none missed")
+    run: CreateRunRequest | None = Field(
+        default=None,
+        description="The run each fire creates: a POST /runs body without idempotency_key, "
+        "run_at, delay_s or cancel_on_disconnect",
+    )
+
+    @model_validator(mode="after")
+    def _one_spec(self) -> ScheduleSpecFields:
+        if self.cron is not None and self.interval_s is not None:
+            raise ValueError("give cron or interval_s, not both")
+        _refuse_run_options_of_a_single_run(self.run)
+        return self
+
+
+class CreateScheduleRequest(ScheduleSpecFields):
+    """Body of POST /schedules."""
+
+    id: str = Field(pattern=SCHEDULE_ID_PATTERN, description="Your name for the schedule")
+
+    @model_validator(mode="after")
+    def _complete(self) -> CreateScheduleRequest:
+        if self.cron is None and self.interval_s is None:
+            raise ValueError("give cron or interval_s")
+        if self.run is None:
+            raise ValueError("give run: the run each fire creates")
+        return self
+
+
+class UpdateScheduleRequest(ScheduleSpecFields):
+    """Body of PATCH /schedules/{id}: the fields given replace the schedule's.
+
+    ``cron`` replaces an interval and ``interval_s`` a cron expression; ``run``
+    replaces the whole run template (its queue cannot change). ``version``, when
+    given, must be the schedule's current one (else 409), so two editors do not
+    overwrite each other unseen.
+    """
+
+    version: int | None = Field(default=None, ge=1)
+
+
+class Schedule(BaseModel):
+    """A schedule as clients see it, with its next fire times."""
+
+    id: str
+    queue: str
+    cron: str | None = None
+    timezone: str = "UTC"
+    interval_s: float | None = None
+    overlap: Overlap
+    missed: MissedFires
+    catchup_window_s: float
+    paused: bool
+    version: int
+    run: dict[str, Any] = Field(description="The run template each fire creates")
+    created_at: datetime
+    updated_at: datetime
+    next_fire_at: datetime | None = Field(
+        default=None, description="When it fires next (none while paused)"
+    )
+    next_fires: list[datetime] = Field(
+        default_factory=list, description="The next few fire times, from now"
+    )
+    last_fire_at: datetime | None = None
+    last_run_id: str | None = None
+    buffered_fire_at: datetime | None = Field(
+        default=None, description="buffer_one: a fire waiting for the previous run to end"
+    )
+    fired_count: int = 0
+    skipped_count: int = Field(default=0, description="Fires the overlap policy dropped")
+    missed_count: int = Field(default=0, description="Fires the missed-fire policy dropped")
+
+
+class SchedulePage(BaseModel):
+    """One page of GET /schedules, by id; pass ``next_cursor`` back for the next."""
+
+    items: list[Schedule]
+    next_cursor: str | None = None
+
+
+class TriggerRequest(BaseModel):
+    """Body of POST /schedules/{id}/trigger (optional): fire now."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    overlap: Overlap | None = Field(
+        default=None, description="This fire's overlap policy (default: the schedule's)"
+    )
+
+
+class BackfillRequest(BaseModel):
+    """Body of POST /schedules/{id}/backfill: fire every fire time in [start, end]."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    start: AwareDatetime
+    end: AwareDatetime
+    overlap: Overlap | None = Field(
+        default=None, description="The backfill's overlap policy (default: allow)"
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> BackfillRequest:
+        if self.end < self.start:
+            raise ValueError("end is before start")
+        return self
+
+
+class FireResult(BaseModel):
+    """What a trigger or backfill did: runs created, fires skipped, a fire buffered."""
+
+    created: list[str] = Field(default_factory=list, description="Ids of the runs created")
+    skipped: int = Field(
+        default=0, description="Fires the overlap policy (or a run that exists already) dropped"
+    )
+    buffered: bool = Field(default=False, description="buffer_one holds this fire")
+    cancelled: list[str] = Field(
+        default_factory=list, description="Runs cancel_previous asked to stop"
+    )

@@ -25,6 +25,10 @@ continues elsewhere. (DESIGN §6 names the first retry event ``orphaned``; it is
 client can stop reading at.)
 
 Detection time is at most TTL + one reconcile interval (+ jitter).
+
+Beside it, on its own shorter interval (``LEASEHOLD_SCHEDULE_TICK_S``), every
+reconciler runs the schedule pass (:mod:`app.schedule_pass`): due fires become
+runs, exactly one per fire time however many reconcilers run.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from collections.abc import Awaitable, Callable
 from redis.exceptions import RedisError
 
 from app.metrics import RECONCILER_ACTIONS, RECONCILER_SCANS, SLOT_RECOUNTS
+from app.schedule_pass import SchedulePass
 from app.settings import Settings
 from app.store.connection import async_client
 from app.store.flow import FlowStore
@@ -53,12 +58,21 @@ class Reconciler:
     """Periodically applies the lease-expiry policy on every known queue."""
 
     def __init__(
-        self, *, lease_store: LeaseStore, run_store: RunStore, queues: list[str], interval_s: float
+        self,
+        *,
+        lease_store: LeaseStore,
+        run_store: RunStore,
+        queues: list[str],
+        interval_s: float,
+        schedules: SchedulePass | None = None,
+        schedule_tick_s: float = 1.0,
     ) -> None:
         self._lease_store = lease_store
         self._run_store = run_store
         self._queues = queues
         self._interval_s = interval_s
+        self._schedules = schedules
+        self._schedule_tick_s = schedule_tick_s
         self.actions_total = 0
         self.slot_fixes_total = 0
         # the slot recount needs nothing the lease store lacks: same client and scripts
@@ -71,7 +85,23 @@ class Reconciler:
         self._sweep_at: dict[str, int] = {}  # per queue: where the listing-index sweep resumes
 
     async def run_forever(self) -> None:
-        """Scan, sleep a jittered interval, repeat; survives Redis outages."""
+        """Scan, sleep a jittered interval, repeat; survives Redis outages.
+
+        The schedule pass, when given, runs beside it on its own interval.
+        """
+        if self._schedules is None:
+            await self._scan_forever()
+            return
+        passes = asyncio.create_task(
+            self._schedules.run_forever(self._schedule_tick_s), name="schedule-pass"
+        )
+        try:
+            await self._scan_forever()
+        finally:
+            passes.cancel()
+            await asyncio.gather(passes, return_exceptions=True)
+
+    async def _scan_forever(self) -> None:
         while True:
             await asyncio.sleep(self._interval_s * random.uniform(1 - JITTER, 1 + JITTER))
             try:
@@ -136,6 +166,8 @@ async def run_standalone(settings: Settings) -> None:
         run_store=run_store,
         queues=list(settings.queues),
         interval_s=settings.effective_reconcile_interval_s,
+        schedules=SchedulePass.for_settings(run_store, settings),
+        schedule_tick_s=settings.schedule_tick_s,
     )
     log.info("reconciler scanning every %.2fs", settings.effective_reconcile_interval_s)
     try:

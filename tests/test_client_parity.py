@@ -58,7 +58,27 @@ OPERATION = {
 }
 LIMITS = {"queue": 4, "handlers": {"demo.echo": 2}, "default_key": 1, "keys": {"vip": 3}}
 RATE_LIMIT = {"key": "crm:{tenant}", "template": True, "spec": {"limit": 5}}
+SCHEDULE = {
+    "id": "nightly",
+    "queue": "default",
+    "cron": "30 2 * * *",
+    "overlap": "skip",
+    "missed": "skip",
+    "catchup_window_s": 86400.0,
+    "paused": False,
+    "version": 1,
+    "run": {"handler": "demo.echo"},
+    "created_at": "2026-01-01T00:00:00Z",
+    "updated_at": "2026-01-01T00:00:00Z",
+}
+FIRED = {"created": [RUN_ID], "skipped": 0, "buffered": False, "cancelled": []}
 ANSWERS: dict[str, Any] = {
+    "/schedules": SCHEDULE,
+    "/schedules/nightly": SCHEDULE,
+    "/schedules/nightly/pause": SCHEDULE,
+    "/schedules/nightly/resume": SCHEDULE,
+    "/schedules/nightly/trigger": FIRED,
+    "/schedules/nightly/backfill": FIRED,
     "/queues": {"items": [QUEUE], "max_queues": 100},
     "/queues/default": QUEUE,
     "/runs": RUN,
@@ -113,6 +133,19 @@ CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
     ("rate_limit", ("crm:{tenant}",), {}),
     ("declare_rate_limit", ("crm:{tenant}", RateLimitSpec(limit=5, period_s=2.0)), {}),
     ("undeclare_rate_limit", ("crm:{tenant}",), {}),
+    ("create_schedule", ("nightly", {"handler": "demo.echo"}), {"cron": "30 2 * * *"}),
+    ("get_schedule", ("nightly",), {}),
+    ("list_schedules", (), {"limit": 10}),
+    ("update_schedule", ("nightly",), {"overlap": "allow", "missed": None}),
+    ("pause_schedule", ("nightly",), {}),
+    ("resume_schedule", ("nightly",), {}),
+    ("trigger_schedule", ("nightly",), {"overlap": "skip"}),
+    (
+        "backfill_schedule",
+        ("nightly", datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 2, tzinfo=UTC)),
+        {},
+    ),
+    ("delete_schedule", ("nightly",), {}),
     ("handlers", (), {}),
     ("workers", (), {}),
     ("queues", (), {}),
@@ -137,6 +170,8 @@ class Recorder:
         path = request.url.path
         if request.method == "GET" and path == "/runs":
             return httpx.Response(200, json={"items": [RUN], "next_cursor": None})
+        if request.method == "GET" and path == "/schedules":
+            return httpx.Response(200, json={"items": [SCHEDULE], "next_cursor": None})
         if request.method == "DELETE":
             return httpx.Response(204)
         return httpx.Response(200, json=ANSWERS[path])
@@ -206,6 +241,20 @@ async def test_every_method_sends_the_same_request_and_reads_the_same_answer() -
     spec = {"limit": 5, "period_s": 2.0, "burst": 1}
     assert sync_api.seen[19] == ("PUT", "/rate-limits/crm:{tenant}", "", spec)
     assert sync_api.seen[20][:2] == ("DELETE", "/rate-limits/crm:{tenant}")
+    at = [name for name, _, _ in CALLS].index("create_schedule")  # the schedule calls
+    assert sync_api.seen[at] == (
+        "POST",
+        "/schedules",
+        "",
+        {"id": "nightly", "run": {"handler": "demo.echo"}, "cron": "30 2 * * *"},
+    )
+    assert sync_api.seen[at + 2] == ("GET", "/schedules", "limit=10", None)
+    assert sync_api.seen[at + 3] == ("PATCH", "/schedules/nightly", "", {"overlap": "allow"})
+    assert sync_api.seen[at + 7][3] == {
+        "start": "2026-01-01T00:00:00+00:00",
+        "end": "2026-01-02T00:00:00+00:00",
+    }
+    assert sync_results[at + 6].created == [RUN_ID]
     assert [worker.id for worker in sync_results[-8]] == ["w-1-abc"]
     assert [queue.name for queue in sync_results[-7].items] == ["default"]
     assert sync_api.seen[-6] == ("PUT", "/queues/default", "", None)

@@ -40,6 +40,7 @@ from app.api.routes import (
     ratelimits,
     retries,
     runs,
+    schedules,
     signals,
     system,
 )
@@ -159,6 +160,7 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
     app.include_router(queues.router)
     app.include_router(ratelimits.router)
     app.include_router(flow.router)
+    app.include_router(schedules.router)
     console.install(app)
     docs.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_input_bytes + BODY_OVERHEAD_BYTES)

@@ -50,6 +50,7 @@ from app.metrics import LEASES_LOST, LOOP_LAG, RUNS_CLAIMED, child
 from app.models import WorkerInfo
 from app.reconciler import Reconciler
 from app.retry import REDIS_BACKOFF, retrying
+from app.schedule_pass import SchedulePass
 from app.settings import Settings
 from app.startup import settle
 from app.store import workers
@@ -262,6 +263,8 @@ class Worker:
             run_store=run_store,
             queues=list(self.settings.queues),
             interval_s=self.settings.effective_reconcile_interval_s,
+            schedules=SchedulePass.for_settings(run_store, self.settings),
+            schedule_tick_s=self.settings.schedule_tick_s,
         )
 
     def _install_signal_handlers(self) -> None:

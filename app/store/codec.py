@@ -108,6 +108,8 @@ SUMMARY_FIELDS = (
     "skey",
     "priority",
     "blocked_on",
+    "schedule_id",
+    "fire_ms",
 )
 # the large fields a listing returns only when asked (GET /runs?include=...)
 LARGE_FIELDS = ("input", "output", "metadata")
@@ -145,6 +147,8 @@ def run_from_hash(fields: dict[str, str]) -> Run:
         run_at=ms_to_datetime(fields.get("run_at")),
         retry_of=fields.get("retry_of") or None,
         retried_by=fields.get("retried_by") or None,
+        schedule_id=fields.get("schedule_id") or None,
+        fire_at=ms_to_datetime(fields.get("fire_ms")),
         # only while it waits: after a resume the record keeps it, but it no longer applies
         escalation=_loads(fields.get("escalation"))
         if fields["status"] == RunStatus.WAITING_HUMAN.value

@@ -36,6 +36,11 @@ script touches a single Redis Cluster slot::
                                                in that epoch minute; expires after 61 min
     <prefix>:{<queue>}:rl:<bucket>     string  a start bucket's GCRA TAT (ms): gates the starts
                                                of the queue's runs that name <bucket>
+    <prefix>:{<queue>}:sched:<id>      hash    a schedule whose runs go to this queue: spec,
+                                               run options, version, next/last fire, counts
+    <prefix>:{<queue>}:sched_due       zset    schedule id -> next fire time, UTC epoch ms
+                                               (absent while paused): what reconcilers scan
+    <prefix>:{<queue>}:sched_buffered  zset    schedule id -> the fire buffer_one holds
 
 Pub/sub channels of a queue (broadcast; not keys)::
 
@@ -57,6 +62,8 @@ Cross-queue keys (plain commands, and one script that touches nothing else)::
                                                (declare_rate_limit; PUT /rate-limits/{key})
     <prefix>:rl:{<bucket>}             string  a handler bucket's GCRA TAT (ms), under a hash
                                                tag of its own: shared by every queue
+    <prefix>:schedules                 hash    schedule id -> its queue: the directory that
+                                               finds a schedule by id and bounds how many exist
 
 A run id embeds its queue (``<queue>.<ULID>``), so ``GET /runs/{id}`` finds the
 record without a directory lookup or a cross-slot read.
@@ -238,6 +245,20 @@ class QueueKeys:
         """
         return f"{self.tag}:rl:{bucket}"
 
+    def schedule(self, schedule_id: str) -> str:
+        """A schedule's record (its runs go to this queue, so it shares the hash tag)."""
+        return f"{self.tag}:sched:{schedule_id}"
+
+    @property
+    def schedule_due(self) -> str:
+        """Zset of this queue's schedules by next fire time: what every reconciler scans."""
+        return f"{self.tag}:sched_due"
+
+    @property
+    def schedule_buffered(self) -> str:
+        """Zset of this queue's schedules holding a buffer_one fire, by its fire time."""
+        return f"{self.tag}:sched_buffered"
+
     def run(self, run_id: str) -> str:
         """The run record."""
         return f"{self.run_prefix}{run_id}"
@@ -278,6 +299,11 @@ class GlobalKeys:
     def workers(self) -> str:
         """Zset of worker ids by last heartbeat."""
         return f"{self.prefix}:workers"
+
+    @property
+    def schedules(self) -> str:
+        """Hash of every schedule id -> its queue (see app/store/schedules.py)."""
+        return f"{self.prefix}:schedules"
 
     def worker(self, worker_id: str) -> str:
         """One worker's advertisement."""

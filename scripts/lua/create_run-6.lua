@@ -117,11 +117,6 @@ local data = cjson.encode({handler = ARGV[3], queue = ARGV[2], max_attempts = ma
   concurrency_key = ckey ~= '' and ckey or nil, singleton_key = skey ~= '' and skey or nil,
   priority = priority ~= 0 and priority or nil})
 local start_ms = start_at_ms or (delay_ms and now + delay_ms) or now
-local waiting = start_ms > now
-local wait_data
-if waiting then
-  wait_data = cjson.encode({kind = 'run_at', subject = 'start', until_ms = start_ms})
-end
 if idem_key ~= '' then
   redis.call('SET', KEYS[5], run_id .. ' ' .. ARGV[9])
 end
@@ -133,10 +128,6 @@ redis.call('HSET', KEYS[1],
   'retention_ms', ARGV[13], 'traceparent', ARGV[15], 'rate_limits', ARGV[18],
   'ckey', ckey, 'skey', skey, 'priority', priority, 'boost_ms', boost_ms,
   'lane', lane_of(ARGV[3], ckey, skey))
-emit(KEYS[1], KEYS[2], 'created', 0, now, data, ARGV[10])
-redis.call('ZADD', KEYS[4], now, run_id)
--- a delayed run's time-to-live unclaimed counts from its start time, not from now
-redis.call('ZADD', KEYS[6], math.max(now, start_ms) + queued_ttl_ms, run_id)
 if superseded then
   local k = {leases = tag .. 'leases', run_prefix = tag .. 'run:', events_prefix = tag .. 'events:',
     idem_prefix = tag .. 'idem:'}
@@ -148,13 +139,7 @@ end
 if active then
   request_cancel(tag, active, now, {reason = 'cancel_active', superseded_by = run_id}, ARGV[10])
 end
-if waiting then
-  redis.call('HSET', KEYS[1], 'run_at', start_ms)
-  emit(KEYS[1], KEYS[2], 'wait', 0, now, wait_data, ARGV[10])
-  redis.call('ZADD', delayed_of(string.sub(KEYS[1], 1, #KEYS[1] - #run_id)), start_ms, run_id)
-  -- idle workers claim once and learn the earliest delayed time (their timer's next wake)
-  redis.call('PUBLISH', ARGV[11], 'ready')
-else
-  make_ready(KEYS[3], ARGV[11], run_id, false)
-end
+enter_queue(KEYS[1], KEYS[2], run_id,
+  {ready = KEYS[3], runs = KEYS[4], unclaimed = KEYS[6], wake = ARGV[11], maxlen = ARGV[10]},
+  data, now, start_ms, queued_ttl_ms)
 return {'OK', run_id, now}

@@ -188,3 +188,25 @@ def test_a_worker_is_drained_from_the_workers_view(
     assert worker.wait(30) == 0  # it drained and exited, as on SIGTERM
     expect(page.locator("tr[data-worker-id]")).to_have_count(0)
     assert "drain requested" in worker.log()
+
+
+def test_the_queues_view_lists_schedules_with_their_next_fire_time(
+    processes: Processes, context: BrowserContext
+) -> None:
+    _, url = processes.api()
+    body = {
+        "id": "nightly",
+        "cron": "30 2 * * *",
+        "timezone": "Europe/Berlin",
+        "run": {"handler": "demo.echo", "input": {"message": "report"}},
+    }
+    created = httpx.post(f"{url}/schedules", json=body, timeout=30)
+    assert created.status_code == 201, created.text
+    next_fire = created.json()["next_fire_at"]
+    page = open_page(context, f"{url}/#/queues")
+    row = page.locator('tr[data-schedule="nightly"]')
+    expect(row).to_be_visible()
+    expect(row.locator('[data-field="next-fire"]')).to_have_text(next_fire)
+    expect(row).to_contain_text("30 2 * * * (Europe/Berlin)")
+    assert httpx.post(f"{url}/schedules/nightly/pause", timeout=30).status_code == 200
+    expect(row.locator('[data-field="next-fire"]')).to_have_text("paused")  # live, no reload

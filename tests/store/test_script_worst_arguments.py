@@ -28,6 +28,7 @@ from app.store.progress import EffectCall, EffectOutcome, ProgressStore
 from app.store.queues import QueueStore
 from app.store.ratelimits import Declared, RateLimitStore
 from app.store.runs import NewRun, RunStore
+from app.store.schedules import Fire, ScheduleStore
 from app.store.scripts import ScriptArg, ScriptCall, Scripts
 from app.store.waits import WaitCall, WaitKind, WaitStore
 from tests.support.reconciliation import park_on_unknown_effect
@@ -413,7 +414,56 @@ async def _signal(w: World) -> ScriptCall:
     )
 
 
+def _schedule_fields(**extra: object) -> dict[str, object]:
+    return {
+        "queue": QUEUE,
+        "handler": "demo.echo",
+        "input": '{"n":1}',
+        "max_attempts": 1,
+        "on_lease_expired": "orphan",
+        "metadata": "{}",
+        "budget": "",
+        "retention_ms": "",
+        "queued_ttl_ms": "",
+        "run": '{"handler":"demo.echo"}',
+        "cron": "",
+        "timezone": "UTC",
+        "interval_ms": 1000,
+        "anchor_ms": 0,
+        "overlap": "cancel_previous",
+        "missed": "all",
+        "catchup_window_ms": 60_000,
+        "paused": "0",
+        **extra,
+    }
+
+
+def _schedule_stores(w: World) -> tuple[ScheduleStore, ScheduleStore]:
+    real = ScheduleStore.for_settings(w.client, w.runs.scripts, w.settings)
+    return real, ScheduleStore.for_settings(w.client, CapturingScripts(), w.settings)
+
+
+async def _put_schedule(w: World) -> ScriptCall:
+    real, captured = _schedule_stores(w)
+    await real.create("nightly", QUEUE, _schedule_fields(next_fire_ms=5000))
+    change = _schedule_fields(cron="0 2 * * *", interval_ms="", next_fire_ms=9000)
+    return await capture(captured.update("nightly", change, 1))
+
+
+async def _fire_schedule(w: World) -> ScriptCall:
+    real, captured = _schedule_stores(w)
+    await real.create("every", QUEUE, _schedule_fields(next_fire_ms=1000))
+    record = await real.record("every")
+    await real.fire(record, Fire("trigger", [500], record.version))  # a previous run to cancel
+    await w.leases.claim(QUEUE, OWNER, 1)  # ... which is running
+    record = await real.record("every")
+    fire = Fire("tick", [1000, 2000], record.version, expected_ms=1000, next_ms=3000, missed=1)
+    return await capture(captured.fire(record, fire))
+
+
 SETUPS: dict[str, Setup] = {
+    "put_schedule": _put_schedule,
+    "fire_schedule": _fire_schedule,
     "create_run": _create,
     "claim_runs": _claim,
     "finish_runs": _finish,

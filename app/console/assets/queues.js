@@ -2,6 +2,8 @@
 // its last hour minute by minute (GET /queues/{name}/series) as three small bar
 // charts: runs finished, failures, and expired leases (orphans and takeovers).
 // Counts are polled every 2 s; the series every 10 s (they move by the minute).
+// Below them, every schedule (GET /schedules) with its spec, policies, next fire
+// time and last run, polled with the counts.
 
 import { api } from "./api.js";
 import { barChart } from "./chart.js";
@@ -46,10 +48,42 @@ function row(queue, series) {
     charts(series));
 }
 
+function when(iso) {
+  return iso ? new Date(iso).toISOString().replace(".000Z", "Z") : "—";
+}
+
+function scheduleRow(schedule) {
+  const spec = schedule.cron
+    ? `${schedule.cron} (${schedule.timezone})` : `every ${schedule.interval_s} s`;
+  const last = schedule.last_run_id
+    ? h("a", { href: `#/runs/${encodeURIComponent(schedule.last_run_id)}` }, "last run") : "—";
+  return h("tr", { "data-schedule": schedule.id },
+    h("th", { scope: "row" }, schedule.id),
+    h("td", {}, schedule.queue),
+    h("td", { class: "mono" }, spec),
+    h("td", {}, `${schedule.overlap} / ${schedule.missed}`),
+    h("td", { "data-field": "next-fire" }, schedule.paused ? "paused" : when(schedule.next_fire_at)),
+    h("td", {}, last),
+    h("td", { class: "num" },
+      `${schedule.fired_count} / ${schedule.skipped_count} / ${schedule.missed_count}`));
+}
+
+function schedulesTable(body) {
+  return h("div", { class: "table-wrap", tabindex: "0", role: "region",
+    "aria-labelledby": "schedules-caption" },
+  h("table", { class: "schedules" },
+    h("caption", { id: "schedules-caption" }, "Schedules and their next fire times"),
+    h("thead", {}, h("tr", {}, ["Schedule", "Queue", "Spec", "Overlap / missed", "Next fire",
+      "Last run", "Fired / skipped / missed"].map((name) => h("th", { scope: "col" }, name)))),
+    body));
+}
+
 export function renderQueues(root) {
   const status = h("p", { class: "connection", role: "status" });
   const body = h("tbody", {}, h("tr", {}, h("td", { colspan: 8, class: "empty loading" },
     "Loading queues…")));
+  const schedulesBody = h("tbody", {}, h("tr", {}, h("td", { colspan: 7, class: "empty loading" },
+    "Loading schedules…")));
   root.replaceChildren(h("h1", {}, "Queues"),
     h("p", { class: "hint" }, "What each declared queue holds now (updated every 2 s), " +
       "and its last hour, one bar per minute."),
@@ -60,12 +94,15 @@ export function renderQueues(root) {
       h("caption", { id: "queues-caption" }, "Declared queues, updating live"),
       h("thead", {}, h("tr", {}, ["Queue", "Ready", "Running", "Delayed", "Parked",
         "Oldest queued", "Memory", "Last hour"].map((name) => h("th", { scope: "col" }, name)))),
-      body)));
+      body)),
+    h("h2", {}, "Schedules"),
+    schedulesTable(schedulesBody));
 
   const series = new Map();
   let polls = 0;
   return pollEvery(POLL_MS, status, async (stopped) => {
-    const page = await api("GET", "/queues");
+    const [page, schedules] = await Promise.all([
+      api("GET", "/queues"), api("GET", "/schedules?limit=200").catch(() => null)]);
     if (polls % SERIES_EVERY === 0 || page.items.some((q) => !series.has(q.name))) {
       const answers = await Promise.all(page.items.map((queue) =>
         api("GET", `/queues/${encodeURIComponent(queue.name)}/series`).catch(() => null)));
@@ -77,6 +114,11 @@ export function renderQueues(root) {
     if (page.items.length === 0) {
       body.replaceChildren(h("tr", {}, h("td", { colspan: 8, class: "empty" },
         "No declared queues.")));
+    }
+    if (schedules) {
+      schedulesBody.replaceChildren(...(schedules.items.length
+        ? schedules.items.map(scheduleRow)
+        : [h("tr", {}, h("td", { colspan: 7, class: "empty" }, "No schedules."))]));
     }
   });
 }

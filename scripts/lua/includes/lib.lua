@@ -704,3 +704,61 @@ local function rate_hold(run_prefix, events_prefix, delayed_key, run_id, now, ma
   end
   return true
 end
+
+-- A new run, its record just written (status queued, fence 0), enters its queue: the
+-- `created` event, the listing and unclaimed indexes, then the ready list, or, when
+-- start_ms is ahead of now, the delayed set (claim_runs promotes it when due) with a
+-- `wait` event saying until when. create_run and fire_schedule both enter runs here,
+-- so a run made by a schedule is queued exactly as one a client created.
+-- q: {ready, runs, unclaimed, wake (channel), maxlen}. Encodes only numbers and strings.
+local function enter_queue(run_key, events_key, run_id, q, created_data, now, start_ms,
+    queued_ttl_ms)
+  emit(run_key, events_key, 'created', 0, now, created_data, q.maxlen)
+  redis.call('ZADD', q.runs, now, run_id)
+  -- a delayed run's time-to-live unclaimed counts from its start time, not from now
+  redis.call('ZADD', q.unclaimed, math.max(now, start_ms) + queued_ttl_ms, run_id)
+  if start_ms > now then
+    local prefix = string.sub(run_key, 1, #run_key - #run_id)
+    redis.call('HSET', run_key, 'run_at', start_ms)
+    emit(run_key, events_key, 'wait', 0, now,
+      cjson.encode({kind = 'run_at', subject = 'start', until_ms = start_ms}), q.maxlen)
+    redis.call('ZADD', delayed_of(prefix), start_ms, run_id)
+    -- idle workers claim once and learn the earliest delayed time (their timer's next wake)
+    redis.call('PUBLISH', q.wake, 'ready')
+  else
+    make_ready(q.ready, q.wake, run_id, false)
+  end
+end
+
+-- A schedule's cancel_previous stops the schedule's last run, which has not ended: a
+-- held one is asked to stop (request_cancel: its owner, or the reconciler if it is
+-- dead, writes `cancelled`); one nobody holds (queued, delayed, parked) ends
+-- `cancelled` now, as cancel_run ends it. cur: HMGET status, fence of the run.
+-- k: {leases, run_prefix, events_prefix, idem_prefix}. Returns the status afterwards.
+local function cancel_unended(k, run_id, cur, now, reason, retention, maxlen)
+  if cur[1] == 'cancelling' then
+    return 'cancelling'  -- asked already: its owner is stopping it
+  end
+  if cur[1] == 'running' then
+    request_cancel(string.sub(k.run_prefix, 1, -5), run_id, now, {reason = reason}, maxlen)
+    return 'cancelling'
+  end
+  local data = cjson.encode({reason = reason, previous_status = cur[1]})
+  redis.call('HSET', k.run_prefix .. run_id, 'cancel_requested_at', now)
+  redis.call('ZREM', delayed_of(k.run_prefix), run_id)
+  finalize(k, run_id, 'cancelled', cur[2], now, {}, data, retention, maxlen)
+  return 'cancelled'
+end
+
+-- A schedule's next fire time: its record and its queue's due set (what reconcilers
+-- scan) say the same, or, for none (paused, or a spec that never fires again), neither
+-- holds it. put_schedule and fire_schedule both move it here.
+local function set_next_fire(schedule_key, due_key, schedule_id, next_fire)
+  if next_fire then
+    redis.call('HSET', schedule_key, 'next_fire_ms', next_fire)
+    redis.call('ZADD', due_key, next_fire, schedule_id)
+  else
+    redis.call('HDEL', schedule_key, 'next_fire_ms')
+    redis.call('ZREM', due_key, schedule_id)
+  end
+end

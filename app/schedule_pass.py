@@ -1,0 +1,163 @@
+"""The schedule pass: every reconciler, every ``LEASEHOLD_SCHEDULE_TICK_S``, fires what is due.
+
+There is no scheduler process and no leader. Each pass reads the Redis clock, and
+for each queue the schedules whose next fire time has come (``…:sched_due``); for
+each it computes, from the spec it read, the fire times in ``[next fire, now]`` and
+what the missed-fire policy keeps:
+
+* ``skip``: only fires at most ``LEASEHOLD_SCHEDULE_GRACE_S`` old (on time); older
+  ones are counted missed;
+* ``latest``: only the newest, if within the schedule's catch-up window;
+* ``all``: every fire within the catch-up window, oldest first, at most
+  ``LEASEHOLD_SCHEDULE_FIRES_PER_TICK_MAX`` per pass (the next pass goes on).
+
+then sends one ``fire_schedule`` naming the fire time it read. The script acts only
+if that is still the schedule's due score (and the version it computed from is still
+current), so when several reconcilers race, one wins and the others write nothing:
+exactly one run per fire time. The same pass starts ``buffer_one`` fires whose
+previous run has ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from redis.exceptions import RedisError
+
+from app.metrics import SCHEDULE_FIRES
+from app.settings import Settings
+from app.store.runs import RunStore
+from app.store.schedules import Fire, ScheduleRecord, ScheduleStore
+from app.store.transitions import FireReply
+
+log = logging.getLogger(__name__)
+
+JITTER = 0.2
+DUE_BATCH = 100
+# fire times one pass looks at for one schedule (counting missed ones after a long
+# outage); past it the rest are counted on the next pass
+SCAN_MAX = 100_000
+
+
+@dataclass(frozen=True)
+class TickPlan:
+    """What one pass does for one due schedule: fire these, count those missed, next."""
+
+    fires: list[int]
+    missed: int
+    next_ms: int | None
+
+
+def plan_tick(record: ScheduleRecord, now_ms: int, *, grace_ms: int, limit: int) -> TickPlan:
+    """The fires of ``record`` due by ``now_ms`` that its missed-fire policy keeps.
+
+    Pure: the same record and clock give the same plan in every reconciler.
+    """
+    first = record.next_fire_ms
+    assert first is not None
+    due = [first, *record.spec.between(first, now_ms, SCAN_MAX - 1)]
+    window = grace_ms if record.missed == "skip" else max(grace_ms, record.catchup_window_ms)
+    kept = [ms for ms in due if now_ms - ms <= window]
+    if record.missed == "latest":
+        kept = kept[-1:]
+    elif record.missed == "all" and len(kept) > limit:
+        # catch up over several passes: the rest stay due, starting at the first not fired
+        fired = kept[:limit]
+        missed = sum(1 for ms in due if ms < fired[0])
+        return TickPlan(fired, missed, kept[limit])
+    kept = kept[:limit]
+    last = due[-1]
+    return TickPlan(kept, len(due) - len(kept), record.spec.next_after(max(last, now_ms)))
+
+
+class SchedulePass:
+    """Fires due schedules on every declared queue; any number may run at once."""
+
+    @classmethod
+    def for_settings(cls, run_store: RunStore, settings: Settings) -> SchedulePass:
+        """A pass on ``run_store``'s Redis over every declared queue, bounded by ``settings``."""
+        return cls(
+            store=ScheduleStore(run_store, max_schedules=settings.schedule_max),
+            queues=run_store.queues,
+            grace_ms=round(settings.schedule_grace_s * 1000),
+            fires_per_tick_max=settings.schedule_fires_per_tick_max,
+        )
+
+    def __init__(
+        self,
+        *,
+        store: ScheduleStore,
+        queues: Callable[[], Awaitable[list[str]]],
+        grace_ms: int,
+        fires_per_tick_max: int,
+    ) -> None:
+        self._store = store
+        self._queues = queues
+        self._grace_ms = grace_ms
+        self._limit = fires_per_tick_max
+
+    async def run_forever(self, interval_s: float) -> None:
+        """Pass, sleep a jittered interval, repeat; survives Redis outages."""
+        while True:
+            await asyncio.sleep(interval_s * random.uniform(1 - JITTER, 1 + JITTER))
+            try:
+                await self.tick()
+            except (RedisError, OSError) as exc:
+                log.warning("schedule pass failed: %s", exc)
+
+    async def tick(self) -> list[FireReply]:
+        """One pass over every queue's due and buffered schedules; returns what fired."""
+        now = await self._store.now_ms()
+        done: list[FireReply] = []
+        for queue in await self._queues():
+            for schedule_id, due_ms in await self._store.due(queue, now, DUE_BATCH):
+                reply = await self._fire_due(queue, schedule_id, due_ms, now)
+                if reply is not None:
+                    done.append(reply)
+            for schedule_id in await self._store.buffered(queue, DUE_BATCH):
+                reply = await self._fire_buffered(queue, schedule_id)
+                if reply is not None:
+                    done.append(reply)
+        return done
+
+    async def _fire_due(
+        self, queue: str, schedule_id: str, due_ms: int, now: int
+    ) -> FireReply | None:
+        record = await self._store.record_in(queue, schedule_id)
+        if record is None or record.next_fire_ms != due_ms:
+            return None  # deleted or changed since the due read: the next pass sees it
+        plan = plan_tick(record, now, grace_ms=self._grace_ms, limit=self._limit)
+        fire = Fire(
+            "tick",
+            plan.fires,
+            record.version,
+            expected_ms=due_ms,
+            next_ms=plan.next_ms,
+            missed=plan.missed,
+        )
+        return self._counted(record, await self._store.fire(record, fire), plan.missed)
+
+    async def _fire_buffered(self, queue: str, schedule_id: str) -> FireReply | None:
+        record = await self._store.record_in(queue, schedule_id)
+        held = record.fields.get("buffered_fire_ms") if record else None
+        if record is None or not held:
+            return None
+        reply = await self._store.fire(record, Fire("buffered", [int(held)], record.version))
+        return self._counted(record, reply, 0)
+
+    @staticmethod
+    def _counted(record: ScheduleRecord, reply: FireReply, missed: int) -> FireReply | None:
+        if reply.code != "OK":
+            return None  # another reconciler got there first, or the schedule changed
+        SCHEDULE_FIRES.labels(record.queue, "created").inc(len(reply.created))
+        SCHEDULE_FIRES.labels(record.queue, "skipped").inc(reply.skipped)
+        SCHEDULE_FIRES.labels(record.queue, "missed").inc(missed)
+        if reply.buffered:
+            SCHEDULE_FIRES.labels(record.queue, "buffered").inc()
+        for run_id in reply.created:
+            log.info("schedule %s fired", record.id, extra={"run_id": run_id})
+        return reply
