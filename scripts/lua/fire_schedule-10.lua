@@ -115,7 +115,7 @@ local q = {ready = KEYS[4], runs = KEYS[5], unclaimed = KEYS[6], wake = ARGV[10]
   maxlen = ARGV[9]}
 local queued_ttl = tonumber(s[10]) or default_ttl
 local previous = s[13]
-local buffered = s[14] and s[14] ~= ''
+local buffered = tonumber(s[14] or '') ~= nil and s[15] ~= nil
 
 local function active(run_id)
   if not run_id or run_id == '' then
@@ -129,7 +129,7 @@ local function active(run_id)
 end
 
 local created, cancelled, skipped, held = {}, {}, 0, 0
-local function materialize(fire_ms, run_id)
+local function materialize(fire_ms, run_id, trigger)
   local run_key = KEYS[8] .. run_id
   redis.call('HSET', run_key,
     'id', run_id, 'queue', queue, 'handler', s[3], 'status', 'queued', 'input', s[4],
@@ -138,12 +138,23 @@ local function materialize(fire_ms, run_id)
     'retention_ms', s[9] or '', 'traceparent', '', 'rate_limits', s[16] or '',
     'schedule_id', id, 'fire_ms', fire_ms)
   local data = cjson.encode({handler = s[3], queue = queue, max_attempts = tonumber(s[5]),
-    schedule_id = id, fire_ms = fire_ms, trigger = mode})
+    schedule_id = id, fire_ms = fire_ms, trigger = trigger or mode})
   enter_queue(run_key, KEYS[9] .. run_id, run_id, q, data, now, now, queued_ttl)
   created[#created + 1] = run_id
   previous = run_id
   redis.call('HSET', KEYS[1], 'last_run_id', run_id, 'last_fire_ms', fire_ms)
   redis.call('HINCRBY', KEYS[1], 'fired_count', 1)
+end
+
+-- a fire buffer_one held goes first once the previous run has ended, even when a newer
+-- fire (a tick, a trigger) gets here before the pass that starts buffered fires
+if buffered and mode ~= 'buffered' and not active(previous) then
+  redis.call('HDEL', KEYS[1], 'buffered_fire_ms', 'buffered_run_id')
+  redis.call('ZREM', KEYS[3], id)
+  buffered = false
+  if redis.call('EXISTS', KEYS[8] .. s[15]) == 0 then
+    materialize(tonumber(s[14]), s[15], 'buffered')
+  end
 end
 
 for _, fire in ipairs(fires) do
