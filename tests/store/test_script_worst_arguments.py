@@ -378,10 +378,10 @@ async def _commit_operation(w: World) -> ScriptCall:
     from app.store.operations import OperationStore
 
     fake = OperationStore(
-        w.client, scripts=w.c_runs.scripts, prefix=w.settings.prefix, retention_ms=9
+        w.client, scripts=w.c_runs.scripts, prefix=w.settings.prefix, retention_ms=600_000
     )
     real = OperationStore(
-        w.client, scripts=w.runs.scripts, prefix=w.settings.prefix, retention_ms=9
+        w.client, scripts=w.runs.scripts, prefix=w.settings.prefix, retention_ms=600_000
     )
     progress = await real.create(RetryFilter(), limit=5)
     await real.commit(progress.operation_id, driver="api-1", lease_ms=60_000, fields={"steps": 1})
