@@ -3,8 +3,8 @@
 ``python -m bench.worker_startup [--reps 15] [--target PYTHON:ROOT ...]`` queues a
 few no-op ``demo.echo`` runs on its own redis-server, spawns ``leasehold worker
 --concurrency 50`` (the ``leasehold`` script beside PYTHON, from ROOT), and polls
-Redis every 2 ms until the first run is claimed (``LLEN ready`` drops) and until
-the first one is finished (``ready + delayed + leases`` drops: the peers'
+Redis every 2 ms until the first run is claimed (the queued count drops) and until
+the first one is finished (``queued + delayed + leases`` drops: the peers'
 ``t_first_progress``, ``/work/shared/bench-peers/bench.py``). It also reads the
 worker's own CPU time (``/proc/<pid>/stat``) at that moment: on a shared machine
 the steadier figure, since waiting for a core is not in it.
@@ -92,10 +92,12 @@ def one_start(target: Target, url: str, bench: harness.Bench) -> None:
     try:
         while time.perf_counter() - started < TIMEOUT_S:
             pipe = poller.pipeline(transaction=False)
-            pipe.llen(keys.ready)
+            pipe.get(keys.queued)  # runs in the queue's lanes (the scripts keep the count)
+            pipe.llen(keys.ready)  # the queued ids themselves, before lanes (an older ROOT)
             pipe.zcard(keys.delayed)
             pipe.zcard(keys.leases)
-            ready, delayed, leased = pipe.execute()
+            queued, listed, delayed, leased = pipe.execute()
+            ready = listed if queued is None else int(queued)
             now = time.perf_counter()
             if claimed_at is None and ready < QUEUED:
                 claimed_at = now
@@ -114,13 +116,41 @@ def one_start(target: Target, url: str, bench: harness.Bench) -> None:
         poller.close()
 
 
-async def queue_runs(bench: harness.Bench) -> None:
-    """An empty server with ``QUEUED`` runs waiting, created the way a client creates them."""
-    from app.store.runs import NewRun
+SEED = """
+import asyncio, sys
+from app.settings import Settings
+from app.store.connection import async_client
+from app.store.runs import NewRun, RunStore
+from app.store.scripts import Scripts
 
+async def seed(url, n):
+    settings = Settings(redis_url=url)
+    client = async_client(url)
+    store = RunStore.for_settings(client, Scripts.for_settings(settings), settings)
+    for _ in range(n):
+        await store.create(NewRun(handler="demo.echo", input={}))
+    await client.aclose()
+
+asyncio.run(seed(sys.argv[1], int(sys.argv[2])))
+"""
+
+
+async def queue_runs(bench: harness.Bench, target: Target) -> None:
+    """An empty server with ``QUEUED`` runs waiting, created by the target's own store.
+
+    Its own: the queued-run layout is the store's, and it changes between versions.
+    """
     await bench.reset()
-    for _ in range(QUEUED):
-        await bench.store.create(NewRun(handler="demo.echo", input={}, queue=bench.queue))
+    env = {key: value for key, value in os.environ.items() if not key.startswith("LEASEHOLD_")}
+    env["PYTHONPATH"] = str(target.root)
+    await asyncio.to_thread(
+        subprocess.run,
+        [str(target.python), "-c", SEED, bench.url, str(QUEUED)],
+        cwd=target.root,
+        env=env,
+        check=True,
+        timeout=TIMEOUT_S,
+    )
 
 
 def summary(values: list[float]) -> str:
@@ -141,7 +171,7 @@ async def measure(targets: list[Target], reps: int) -> dict[str, Any]:
         result = await harness.header(server.client, "worker_startup")
         for rep in range(reps + 1):
             for target in targets:
-                await queue_runs(bench)
+                await queue_runs(bench, target)
                 await asyncio.to_thread(one_start, target, server.url, bench)
                 if rep == 0:  # warm-up: page cache; not counted
                     for values in (target.claim_ms, target.done_ms, target.cpu_ms):
