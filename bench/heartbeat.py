@@ -18,7 +18,7 @@ from collections import Counter
 from typing import Any, cast
 
 from app.store.connection import sync_client
-from app.store.leases import HeldLease, LeaseRenewer
+from app.store.leases import Lease, LeaseRenewer
 from app.store.runs import NewRun
 from app.store.scripts import Scripts, load_scripts
 from bench import harness
@@ -83,7 +83,7 @@ def _by_script(entries: list[dict[str, Any]]) -> dict[str, list[int]]:
     return grouped
 
 
-async def _held_leases(bench: Bench) -> tuple[str, list[HeldLease]]:
+async def _held_leases(bench: Bench) -> tuple[str, list[Lease]]:
     run_ids = cast(list[str], await bench.client.zrange(bench.keys.leases, 0, -1))
     pipe = bench.client.pipeline(transaction=False)
     for run_id in run_ids:
@@ -92,11 +92,13 @@ async def _held_leases(bench: Bench) -> tuple[str, list[HeldLease]]:
     owners = Counter(owner for owner, _ in rows)
     owner = owners.most_common(1)[0][0]
     return owner, [
-        HeldLease(run_id, int(fence)) for run_id, (_, fence) in zip(run_ids, rows, strict=True)
+        Lease(bench.queue, run_id, owner, int(fence))
+        for run_id, (held_by, fence) in zip(run_ids, rows, strict=True)
+        if held_by == owner
     ]
 
 
-def _client_renewals(bench: Bench, owner: str, leases: list[HeldLease], ttl_ms: int) -> list[float]:
+def _client_renewals(bench: Bench, owner: str, leases: list[Lease], ttl_ms: int) -> list[float]:
     """Round-trip times (ms) of the heartbeat's own renew call, made from here."""
     client = sync_client(bench.url)
     renewer = LeaseRenewer(
@@ -106,7 +108,7 @@ def _client_renewals(bench: Bench, owner: str, leases: list[HeldLease], ttl_ms: 
     try:
         for _ in range(CLIENT_RENEWALS):
             started = time.perf_counter()
-            answers = renewer.renew(bench.queue, owner, leases)
+            answers = renewer.renew(leases)
             times.append((time.perf_counter() - started) * 1000)
             if len(answers) != len(leases):
                 raise RuntimeError("renew_leases answered for fewer leases than it was given")

@@ -25,6 +25,7 @@ from typing import Any
 
 from app.models import RateLimitSpec
 from app.store.connection import async_client
+from app.store.context import StoreContext
 from app.store.leases import LeaseStore
 from app.store.ratelimits import Declared, RateLimitStore, StartGate
 from app.store.retention import Retention
@@ -98,22 +99,16 @@ async def start_gate(url: str, *, runs: int, batch: int, gated: bool) -> dict[st
     client = async_client(url)
     await client.flushall()
     retention = Retention.uniform(3_600_000)
-    store = RunStore(
+    stores = StoreContext(
         client,
-        scripts=Scripts(),
-        prefix=PREFIX,
-        retention=retention,
-        queued_ttl_ms=3_600_000,
+        Scripts(),
+        PREFIX,
         events_maxlen=100,
-    )
-    leases = LeaseStore(
-        client,
-        scripts=Scripts(),
-        prefix=PREFIX,
+        retention=retention,
         lease_ttl_ms=600_000,
-        retention=retention,
-        events_maxlen=100,
+        queued_ttl_ms=3_600_000,
     )
+    store, leases = RunStore(stores), LeaseStore(stores)
     gates = (StartGate("openai", SPEC),) if gated else ()
     news = [NewRun(handler="demo.echo", input={}, rate_limits=gates) for _ in range(runs)]
     for i in range(0, runs, 500):

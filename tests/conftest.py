@@ -103,6 +103,4 @@ def lease_store(redis_client: aioredis.Redis, scripts: Scripts, settings: Settin
 @pytest.fixture
 def progress(redis_client: aioredis.Redis, scripts: Scripts, settings: Settings) -> ProgressStore:
     """The worker-side checkpoint and effect-record store on this test's prefix."""
-    return ProgressStore(
-        redis_client, scripts=scripts, prefix=settings.prefix, events_maxlen=settings.events_maxlen
-    )
+    return ProgressStore.for_settings(redis_client, scripts, settings)

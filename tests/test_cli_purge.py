@@ -28,7 +28,7 @@ async def finished(run_store: RunStore, lease_store: LeaseStore, count: int) -> 
     for _ in range(count):
         await run_store.create(NewRun(handler="demo.echo", input={}))
     claim = await lease_store.claim("default", OWNER, count)
-    outcomes = [Outcome(run.id, run.fence, "succeeded") for run in claim.runs]
+    outcomes = [Outcome(run.lease, RunStatus.SUCCEEDED) for run in claim.runs]
     await lease_store.finish_and_claim("default", OWNER, outcomes, 0)
     return [run.id for run in claim.runs]
 

@@ -100,13 +100,7 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
             queue_max=settings.sse_queue_max,
             max_queues=settings.activity_max_followed_queues,
         )
-        queues = QueueStore(
-            client,
-            scripts=scripts,
-            prefix=settings.prefix,
-            configured=settings.queues,
-            max_queues=settings.max_queues,
-        )
+        queues = QueueStore.for_settings(client, scripts, settings)
         admission = MemoryAdmission(
             client,
             high_water=settings.memory_high_water,

@@ -22,7 +22,9 @@ from typing import Any
 from app.executor.effects import EffectFn, EffectLedger
 from app.executor.events import EventSink
 from app.executor.rates import Grant, RateLimiter
+from app.executor.reasons import StopReason
 from app.executor.waits import Waits
+from app.store.leases import ClaimedRun
 from app.supervision.config import Supervision
 from app.supervision.operation import Operation, run_supervised
 from app.supervision.steps import StepBudget
@@ -33,47 +35,46 @@ class RunContext:
 
     def __init__(
         self,
+        claimed: ClaimedRun,
         *,
-        run_id: str,
-        queue: str,
-        handler: str,
-        attempt: int,
-        max_attempts: int,
-        fence: int,
-        owner_id: str,
-        input: Any,
-        state: Any,
-        resume_input: Any,
         sink: EventSink,
         ledger: EffectLedger,
         waits: Waits,
         loop: asyncio.AbstractEventLoop,
         supervision: Supervision,
         rates: RateLimiter,
-        max_steps: int | None = None,
     ) -> None:
-        self.run_id = run_id
-        self.queue = queue
-        self.handler = handler
-        self.attempt = attempt
-        self.max_attempts = max_attempts
-        self.fence = fence
-        self.owner_id = owner_id
-        self.input = input
-        self.state = state
-        self.resume_input = resume_input
+        """The context of one claimed run, writing through its sink and ledger.
+
+        Built by the worker from a few parts: what the claim returned (identity,
+        input, saved state, budgets), where its events and its checkpoints and
+        effects go, the loop sync handlers hand their writes to, the supervision
+        policy its operations and steps answer to, its durable waits and the
+        shared rate limits.
+        """
+        lease = claimed.lease
+        self.run_id = lease.run_id
+        self.queue = lease.queue
+        self.fence = lease.fence
+        self.owner_id = lease.owner_id
+        self.handler = claimed.handler
+        self.attempt = claimed.attempt
+        self.max_attempts = claimed.max_attempts
+        self.input = claimed.input
+        self.state = claimed.state
+        self.resume_input = claimed.resume_input
         self._sink = sink
         self._ledger = ledger
         self._waits = waits
         self._loop = loop
         # set once, by the loop; a sync handler's thread only reads it (one attribute
         # read is atomic): no threading.Event per run, which was ~3 % of a worker's CPU
-        self._cancel_reason: str | None = None
+        self._cancel_reason: StopReason | None = None
         self._supervision = supervision
         self._rates = rates
         self.nudges: list[str] = []
         self._steps = StepBudget(
-            max_steps,
+            claimed.budget.get("max_steps"),
             watchdog=supervision.watchdog,
             ratio=supervision.step_extension_ratio,
             emit=self.emit,
@@ -88,11 +89,11 @@ class RunContext:
         return self._cancel_reason is not None
 
     @property
-    def cancel_reason(self) -> str | None:
+    def cancel_reason(self) -> StopReason | None:
         """Why the run is stopping: ``cancel_requested``, ``lease_lost``, ``drain``..."""
         return self._cancel_reason
 
-    def _signal_cancel(self, reason: str) -> None:
+    def _signal_cancel(self, reason: StopReason) -> None:
         if self._cancel_reason is None:
             self._cancel_reason = reason
 

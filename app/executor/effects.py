@@ -70,7 +70,7 @@ from app.errors import (
 from app.executor.events import EventSink
 from app.retry import REDIS_BACKOFF, retrying
 from app.store.codec import dumps
-from app.store.leases import ClaimedRun
+from app.store.leases import Lease
 from app.store.progress import (
     EffectAnswer,
     EffectCall,
@@ -95,17 +95,15 @@ class EffectLedger:
     def __init__(
         self,
         store: ProgressStore,
-        run: ClaimedRun,
+        lease: Lease,
         *,
-        owner: str,
         sink: EventSink,
         max_bytes: int,
         on_lost: Callable[[], None],
         on_parked: Callable[[], None],
     ) -> None:
         self._store = store
-        self._run = run
-        self._owner = owner
+        self._lease = lease
         self._sink = sink
         self._max_bytes = max_bytes
         self._on_lost = on_lost
@@ -128,10 +126,7 @@ class EffectLedger:
         try:
             await send_until_taken(
                 lambda: self._store.checkpoint(
-                    self._run.queue,
-                    self._run.id,
-                    owner=self._owner,
-                    fence=self._run.fence,
+                    self._lease,
                     state_json=payload,
                     effect_seq_json=seq_json,
                 )
@@ -158,11 +153,7 @@ class EffectLedger:
         call = await self._next_call(name, idempotent)
         await self._sink.flush()
         try:
-            started = await send_until_taken(
-                lambda: self._store.start_effect(
-                    self._run.queue, owner=self._owner, fence=self._run.fence, call=call
-                )
-            )
+            started = await send_until_taken(lambda: self._store.start_effect(self._lease, call))
         except LeaseLost:
             raise self._lost("effect start") from None
         if started.answer == EffectAnswer.REPLAYED:
@@ -192,7 +183,7 @@ class EffectLedger:
                 details={"name": name},
             )
         ordinal = await self.next_ordinal(name)
-        return EffectCall(self._run.id, name, ordinal, idempotent, self._key_root)
+        return EffectCall(self._lease.run_id, name, ordinal, idempotent, self._key_root)
 
     async def next_ordinal(self, counter: str) -> int:
         """The next call's ordinal of ``counter`` (an effect's name, or a wait's step kind).
@@ -204,7 +195,7 @@ class EffectLedger:
         """
         if self._seq is None:
             # the counts the last checkpoint saved: where a resumed handler continues
-            loaded, root = await self._store.effect_start(self._run.queue, self._run.id)
+            loaded, root = await self._store.effect_start(self._lease.queue, self._lease.run_id)
             if self._seq is None:  # a concurrent first call may have loaded them already
                 self._seq, self._key_root = loaded, root
         self._seq[counter] = self._seq.get(counter, 0) + 1
@@ -220,7 +211,7 @@ class EffectLedger:
                 extra=self._log_extra(),
             )
             self._on_parked()
-            raise EffectOutcomeUnknown(self._run.id, record)
+            raise EffectOutcomeUnknown(self._lease.run_id, record)
 
     async def _record(
         self, call: EffectCall, outcome: EffectOutcome, result_json: str = ""
@@ -235,14 +226,7 @@ class EffectLedger:
         await self._sink.flush()
         try:
             await send_until_taken(
-                lambda: self._store.record_effect(
-                    self._run.queue,
-                    owner=self._owner,
-                    fence=self._run.fence,
-                    call=call,
-                    outcome=outcome,
-                    result_json=result_json,
-                )
+                lambda: self._store.record_effect(self._lease, call, outcome, result_json)
             )
         except LeaseLost:
             # said here, in the shielded write: the caller may have been cancelled
@@ -278,10 +262,11 @@ class EffectLedger:
     def _lost(self, what: str) -> LeaseLost:
         log.warning("%s rejected: lease lost", what, extra=self._log_extra())
         self._on_lost()
-        return LeaseLost(self._run.id, self._run.fence)
+        return LeaseLost(self._lease.run_id, self._lease.fence)
 
     def _log_extra(self) -> dict[str, Any]:
-        return {"run_id": self._run.id, "owner_id": self._owner, "fence": self._run.fence}
+        lease = self._lease
+        return {"run_id": lease.run_id, "owner_id": lease.owner_id, "fence": lease.fence}
 
 
 async def _shielded(work: Coroutine[Any, Any, T]) -> T:

@@ -37,7 +37,7 @@ from app.errors import EventTooLarge, InvalidEvent, LeaseLost
 from app.metrics import EVENTS_DROPPED, WORKER_WRITES_REFUSED
 from app.retry import REDIS_BACKOFF
 from app.store.codec import dumps
-from app.store.leases import ClaimedRun, LeaseStore
+from app.store.leases import Lease, LeaseStore
 from app.store.refusals import describe, refusal_of
 
 log = logging.getLogger(__name__)
@@ -76,15 +76,13 @@ class EventSink:
     def __init__(
         self,
         store: LeaseStore,
-        run: ClaimedRun,
+        lease: Lease,
         *,
-        owner: str,
         max_event_bytes: int,
         on_lost: Callable[[], None],
     ) -> None:
         self._store = store
-        self._run = run
-        self._owner = owner
+        self._lease = lease
         self._max_event_bytes = max_event_bytes
         self._on_lost = on_lost
         self._pending: list[tuple[str, str]] = []
@@ -131,20 +129,15 @@ class EventSink:
         while self._pending and not self._lost:
             batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
             try:
-                self.last_event_id = await self._store.append_events(
-                    self._run.queue,
-                    self._run.id,
-                    owner=self._owner,
-                    fence=self._run.fence,
-                    events=batch,
-                )
+                self.last_event_id = await self._store.append_events(self._lease, batch)
             except LeaseLost:
+                lease = self._lease
                 log.warning(
                     "events rejected: lease lost",
                     extra={
-                        "run_id": self._run.id,
-                        "owner_id": self._owner,
-                        "fence": self._run.fence,
+                        "run_id": lease.run_id,
+                        "owner_id": lease.owner_id,
+                        "fence": lease.fence,
                     },
                 )
                 self._lost = True
@@ -182,4 +175,4 @@ class EventSink:
 
     @property
     def _log_extra(self) -> dict[str, Any]:
-        return {"run_id": self._run.id, "fence": self._run.fence}
+        return {"run_id": self._lease.run_id, "fence": self._lease.fence}

@@ -41,13 +41,15 @@ from app.executor.courier import Courier
 from app.executor.effects import EffectLedger
 from app.executor.events import EventSink
 from app.executor.rates import RateLimiter
+from app.executor.reasons import StopReason
 from app.executor.spans import attempt_span
 from app.executor.waits import RunParked, Waits
 from app.handlers import HandlerSpec
 from app.metrics import ATTEMPT_SECONDS, BUDGET_FAILURES, RUNS_FINISHED, child
+from app.models import RunStatus
 from app.retry import Backoff
 from app.store.codec import dumps
-from app.store.leases import ClaimedRun, HeldLease, LeaseStore, Outcome
+from app.store.leases import ClaimedRun, LeaseStore, Outcome
 from app.store.progress import ProgressStore
 from app.store.ratelimits import RateLimitStore
 from app.store.transitions import LeaseAnswer
@@ -56,17 +58,6 @@ from app.supervision.config import Supervision
 from app.tracing import tracer
 
 log = logging.getLogger(__name__)
-
-CANCEL_REQUESTED = "cancel_requested"
-LEASE_LOST = "lease_lost"
-JEOPARDY = "jeopardy"
-DRAIN = "drain"
-# the run is parked for a person: its owner no longer holds it
-RECONCILIATION_REQUIRED = "reconciliation_required"
-RUN_DURATION = "run_duration_exceeded"
-# a durable wait parked the run (app/executor/waits.py): its lease is given back
-PARKED = "parked"
-ABANDONING_REASONS = frozenset({LEASE_LOST, JEOPARDY, RECONCILIATION_REQUIRED, PARKED})
 
 
 @dataclass(frozen=True)
@@ -105,8 +96,8 @@ class RetryPolicy:
 class ExecutionDeps:
     """What an execution needs from its worker."""
 
-    owner_id: str
     lease_store: LeaseStore
+    progress_store: ProgressStore
     courier_for: Callable[[str], Courier]
     thread_pool: Executor
     retry: RetryPolicy
@@ -139,39 +130,24 @@ class RunExecution:
         self._spec = spec
         self._deps = deps
         self._loop = asyncio.get_running_loop()
+        lease = claimed.lease
         self.sink = EventSink(
             deps.lease_store,
-            claimed,
-            owner=deps.owner_id,
+            lease,
             max_event_bytes=deps.max_event_bytes,
-            on_lost=lambda: self.stop(LEASE_LOST),
-        )
-        lease_store = deps.lease_store
-        progress = ProgressStore(
-            lease_store.client,
-            scripts=lease_store.scripts,
-            prefix=lease_store.prefix,
-            events_maxlen=lease_store.events_maxlen,
+            on_lost=lambda: self.stop(StopReason.LEASE_LOST),
         )
         self.ledger = EffectLedger(
-            progress,
-            claimed,
-            owner=deps.owner_id,
+            deps.progress_store,
+            lease,
             sink=self.sink,
             max_bytes=deps.max_checkpoint_bytes,
-            on_lost=lambda: self.stop(LEASE_LOST),
-            on_parked=lambda: self.stop(RECONCILIATION_REQUIRED),
+            on_lost=lambda: self.stop(StopReason.LEASE_LOST),
+            on_parked=lambda: self.stop(StopReason.RECONCILIATION_REQUIRED),
         )
         waits = Waits(
-            WaitStore(
-                progress.client,
-                progress.scripts,
-                progress.prefix,
-                progress.events_maxlen,
-                max_waits=deps.max_waits_per_run,
-            ),
-            claimed,
-            owner=deps.owner_id,
+            WaitStore(deps.progress_store.ctx, max_waits=deps.max_waits_per_run),
+            lease,
             ledger=self.ledger,
             sink=self.sink,
             max_wait_s=deps.max_wait_s,
@@ -179,16 +155,7 @@ class RunExecution:
             on_stop=self.interrupt,
         )
         self.context = RunContext(
-            run_id=claimed.id,
-            queue=claimed.queue,
-            handler=claimed.handler,
-            attempt=claimed.attempt,
-            max_attempts=claimed.max_attempts,
-            fence=claimed.fence,
-            owner_id=deps.owner_id,
-            input=claimed.input,
-            state=claimed.state,
-            resume_input=claimed.resume_input,
+            claimed,
             sink=self.sink,
             ledger=self.ledger,
             waits=waits,
@@ -197,13 +164,12 @@ class RunExecution:
             rates=RateLimiter(
                 deps.rate_limits, emit=self.sink.add, max_wait_ms=deps.rate_limit_max_wait_ms
             ),
-            max_steps=claimed.budget.get("max_steps"),
         )
-        self.stop_reason: str | None = None
+        self.stop_reason: StopReason | None = None
         self._in_handler = False
         self.task: asyncio.Task[None] | None = None
         self._started_at = time.monotonic()
-        self.span = attempt_span(claimed, deps.owner_id)
+        self.span = attempt_span(claimed, lease.owner_id)
         self.ledger.trace_parent = self.span.traceparent
 
     def start(self) -> asyncio.Task[None]:
@@ -214,25 +180,25 @@ class RunExecution:
     @property
     def abandoned(self) -> bool:
         """True when this owner must write nothing more for the run."""
-        return self.stop_reason in ABANDONING_REASONS
+        return self.stop_reason is not None and self.stop_reason.abandons
 
-    def stop(self, reason: str) -> None:
+    def stop(self, reason: StopReason) -> None:
         """Interrupt the handler. Lease loss wins over any other reason."""
-        if self.stop_reason is None or reason in ABANDONING_REASONS:
+        if self.stop_reason is None or reason.abandons:
             self.stop_reason = reason
         self.span.add_event(reason)
         self.context._signal_cancel(reason)
         if self._in_handler and self.task is not None:
             self.task.cancel()
 
-    def interrupt(self, reason: str) -> None:
+    def interrupt(self, reason: StopReason) -> None:
         """Stop from inside the handler's own call, which then unwinds by raising.
 
         A durable wait that parked the run (or found it cancelling) raises
         :class:`RunParked` itself, so the task is not cancelled (a cancel requested from
         inside the task would hit the settling that follows).
         """
-        if self.stop_reason is None or reason in ABANDONING_REASONS:
+        if self.stop_reason is None or reason.abandons:
             self.stop_reason = reason
         self.span.add_event(reason)
         self.context._signal_cancel(reason)
@@ -249,7 +215,7 @@ class RunExecution:
         try:
             result = await self._execute()
             self._deps.on_slot_freed()
-            if self.stop_reason == PARKED:
+            if self.stop_reason == StopReason.PARKED:
                 log.debug("run parked: its lease is given back", extra=self._log_extra())
                 return
             if self.abandoned:
@@ -257,7 +223,7 @@ class RunExecution:
                     "run stopped without writing: %s", self.stop_reason, extra=self._log_extra()
                 )
                 return
-            if result.interrupted and self.stop_reason == DRAIN:
+            if result.interrupted and self.stop_reason == StopReason.DRAIN:
                 await self._release()
                 return
             if isinstance(result.error, RateLimitRelease):
@@ -308,7 +274,7 @@ class RunExecution:
         limit = self.claimed.budget.get("max_duration_s")
         if limit is None:
             return None
-        return self._loop.call_later(float(limit), self.stop, RUN_DURATION)
+        return self._loop.call_later(float(limit), self.stop, StopReason.RUN_DURATION)
 
     async def _call(self, spec: HandlerSpec, params: BaseModel) -> Any:
         if spec.is_async:
@@ -325,7 +291,7 @@ class RunExecution:
         outcome = self._outcome(result)
         code = await self._deps.courier_for(self.claimed.queue).finish(outcome)
         # CANCEL: the client's cancel came first, so a retry or escalation ended cancelled
-        status = {LeaseAnswer.OK: outcome.status, LeaseAnswer.CANCEL: "cancelled"}.get(
+        status = {LeaseAnswer.OK: outcome.status, LeaseAnswer.CANCEL: RunStatus.CANCELLED}.get(
             code, code.value.lower()
         )
         child(RUNS_FINISHED, self.claimed.queue, self.claimed.handler, status).inc()
@@ -352,8 +318,8 @@ class RunExecution:
         )
 
     def _outcome(self, result: HandlerResult) -> Outcome:
-        run_id, fence = self.claimed.id, self.claimed.fence
-        if result.interrupted and self.stop_reason == RUN_DURATION:
+        lease = self.claimed.lease
+        if result.interrupted and self.stop_reason == StopReason.RUN_DURATION:
             limit = self.claimed.budget.get("max_duration_s")
             result = HandlerResult(
                 error=DurationExceeded(
@@ -362,13 +328,14 @@ class RunExecution:
                 )
             )
         elif result.interrupted:
-            return Outcome(run_id, fence, "cancelled")
+            return Outcome(lease, RunStatus.CANCELLED)
         if isinstance(result.error, EscalationRequested):
             escalation = {"reason": result.error.reason, "evidence": result.error.evidence}
-            return Outcome(run_id, fence, "waiting_human", output_json=dumps(escalation))
+            return Outcome(lease, RunStatus.WAITING_HUMAN, output_json=dumps(escalation))
         if result.error is None:
             try:
-                return Outcome(run_id, fence, "succeeded", output_json=_encode_output(result.value))
+                output = _encode_output(result.value)
+                return Outcome(lease, RunStatus.SUCCEEDED, output_json=output)
             except (TypeError, ValueError) as exc:
                 result = HandlerResult(
                     error=RunFailure(
@@ -388,14 +355,13 @@ class RunExecution:
             "retryable": failure.retryable,
             "details": failure.details,
         }
-        return Outcome(run_id, fence, "failed", error_json=dumps(error), retry_delay_ms=delay)
+        return Outcome(lease, RunStatus.FAILED, error_json=dumps(error), retry_delay_ms=delay)
 
-    async def _release(self, reason: str = DRAIN, *, delay_ms: int = 0) -> None:
+    async def _release(self, reason: str = StopReason.DRAIN, *, delay_ms: int = 0) -> None:
         """Hand the run back (fence+1, attempt kept): at once for a drain, later for a rate."""
-        lease = HeldLease(self.claimed.id, self.claimed.fence)
         try:
             codes = await self._deps.lease_store.release(
-                self.claimed.queue, self._deps.owner_id, [lease], reason, delay_ms=delay_ms
+                [self.claimed.lease], reason, delay_ms=delay_ms
             )
         except (RedisError, OSError) as exc:
             log.warning(
@@ -406,11 +372,8 @@ class RunExecution:
         log.info("run released: %s", codes[0], extra=self._log_extra())
 
     def _log_extra(self) -> dict[str, Any]:
-        return {
-            "run_id": self.claimed.id,
-            "owner_id": self._deps.owner_id,
-            "fence": self.claimed.fence,
-        }
+        lease = self.claimed.lease
+        return {"run_id": lease.run_id, "owner_id": lease.owner_id, "fence": lease.fence}
 
 
 def _as_failure(error: BaseException | None) -> RunFailure:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from redis.exceptions import RedisClusterException, RedisError
 
+from app.executor.reasons import StopReason
 from app.executor.table import LeaseTable
 from app.metrics import LEASE_RENEWALS, RENEW_SECONDS, RENEWAL_FAILURES, WORKER_WRITES_REFUSED
 from app.store.leases import LeaseRenewer
@@ -55,7 +56,7 @@ UNAVAILABLE = (RedisError, OSError, RedisClusterException)
 class HeartbeatCallbacks:
     """How the heartbeat reports to the event loop (called via call_soon_threadsafe)."""
 
-    lease_lost: Callable[[str, str], None]  # (run_id, reason)
+    lease_lost: Callable[[str, StopReason], None]  # (run_id, LEASE_LOST or JEOPARDY)
     cancel_requested: Callable[[str], None]
     beat_done: Callable[[float], None]  # loop lag in ms, measured on this beat
 
@@ -66,7 +67,6 @@ class Heartbeat(threading.Thread):
     def __init__(
         self,
         *,
-        owner_id: str,
         table: LeaseTable,
         renewer: LeaseRenewer,
         loop: asyncio.AbstractEventLoop,
@@ -76,7 +76,6 @@ class Heartbeat(threading.Thread):
         advertise: Callable[[float], None],
     ) -> None:
         super().__init__(name="leasehold-heartbeat", daemon=True)
-        self._owner_id = owner_id
         self._table = table
         self._renewer = renewer
         self._loop = loop
@@ -128,7 +127,7 @@ class Heartbeat(threading.Thread):
         for queue, leases in self._table.snapshot().items():
             sent_at = time.monotonic()
             try:
-                answers = self._renewer.renew(queue, self._owner_id, leases)
+                answers = self._renewer.renew(leases)
             except UNAVAILABLE as exc:
                 RENEWAL_FAILURES.inc()
                 WORKER_WRITES_REFUSED.labels("renewal", refusal_of(exc) or "error").inc()
@@ -160,7 +159,9 @@ class Heartbeat(threading.Thread):
         for run_id, code in answers.items():
             if code == LeaseAnswer.LOST:
                 self._table.remove(run_id)
-                self._loop.call_soon_threadsafe(self._callbacks.lease_lost, run_id, "lease_lost")
+                self._loop.call_soon_threadsafe(
+                    self._callbacks.lease_lost, run_id, StopReason.LEASE_LOST
+                )
             elif code == LeaseAnswer.CANCEL:
                 self._loop.call_soon_threadsafe(self._callbacks.cancel_requested, run_id)
 
@@ -174,7 +175,7 @@ class Heartbeat(threading.Thread):
                 extra={"run_id": run_id},
             )
             self._table.remove(run_id)
-            self._loop.call_soon_threadsafe(self._callbacks.lease_lost, run_id, "jeopardy")
+            self._loop.call_soon_threadsafe(self._callbacks.lease_lost, run_id, StopReason.JEOPARDY)
 
     def _measure_lag(self) -> float:
         """Lag of the previous probe (or how long it has been pending); posts a new one."""

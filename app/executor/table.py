@@ -13,20 +13,18 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 
-from app.store.leases import HeldLease
+from app.store.leases import Lease
 
 
 @dataclass
 class LeaseEntry:
-    """One held lease; ``confirmed_at`` is monotonic time of the last confirmation.
+    """One held :class:`Lease`; ``confirmed_at`` is monotonic time of the last confirmation.
 
     Confirmation times are taken *before* the call that confirmed the lease was
     sent, so the local jeopardy deadline can only be early, never late.
     """
 
-    run_id: str
-    queue: str
-    fence: int
+    lease: Lease
     confirmed_at: float
 
 
@@ -37,10 +35,10 @@ class LeaseTable:
         self._lock = threading.Lock()
         self._entries: dict[str, LeaseEntry] = {}
 
-    def add(self, run_id: str, queue: str, fence: int, confirmed_at: float) -> None:
+    def add(self, lease: Lease, confirmed_at: float) -> None:
         """Start tracking a lease the worker just obtained."""
         with self._lock:
-            self._entries[run_id] = LeaseEntry(run_id, queue, fence, confirmed_at)
+            self._entries[lease.run_id] = LeaseEntry(lease, confirmed_at)
 
     def remove(self, run_id: str) -> None:
         """Stop tracking a lease (terminal write settled, released, or lost)."""
@@ -51,12 +49,12 @@ class LeaseTable:
         with self._lock:
             return len(self._entries)
 
-    def snapshot(self) -> dict[str, list[HeldLease]]:
+    def snapshot(self) -> dict[str, list[Lease]]:
         """Every held lease grouped by queue, for one renewal round."""
-        grouped: dict[str, list[HeldLease]] = defaultdict(list)
+        grouped: dict[str, list[Lease]] = defaultdict(list)
         with self._lock:
             for entry in self._entries.values():
-                grouped[entry.queue].append(HeldLease(entry.run_id, entry.fence))
+                grouped[entry.lease.queue].append(entry.lease)
         return dict(grouped)
 
     def confirm(self, run_ids: list[str], at: float) -> None:
@@ -72,7 +70,7 @@ class LeaseTable:
         now = time.monotonic() if now is None else now
         with self._lock:
             return [
-                entry.run_id
+                entry.lease.run_id
                 for entry in self._entries.values()
                 if now - entry.confirmed_at > deadline_s
             ]

@@ -39,8 +39,9 @@ from typing import Any
 from app.errors import InvalidWait, LeaseLost, SignalTimeout
 from app.executor.effects import EffectLedger, send_until_taken
 from app.executor.events import EventSink
+from app.executor.reasons import StopReason
 from app.models import WAIT_NAME
-from app.store.leases import ClaimedRun
+from app.store.leases import Lease
 from app.store.waits import WaitAnswer, WaitCall, WaitKind, WaitOutcome, WaitStore
 
 log = logging.getLogger(__name__)
@@ -60,18 +61,16 @@ class Waits:
     def __init__(
         self,
         store: WaitStore,
-        run: ClaimedRun,
+        lease: Lease,
         *,
-        owner: str,
         ledger: EffectLedger,
         sink: EventSink,
         max_wait_s: float,
         max_question_bytes: int,
-        on_stop: Callable[[str], None],
+        on_stop: Callable[[StopReason], None],
     ) -> None:
         self._store = store
-        self._run = run
-        self._owner = owner
+        self._lease = lease
         self._ledger = ledger
         self._sink = sink
         self._max_wait_s = max_wait_s
@@ -127,21 +126,17 @@ class Waits:
                 f"wait name {name!r} must match {WAIT_NAME.pattern}", details={"name": repr(name)}
             )
         ordinal = await self._ledger.next_ordinal(f"{kind.value}:{name}")
-        return WaitCall(self._run.id, kind, name, ordinal, **deadline)
+        return WaitCall(self._lease.run_id, kind, name, ordinal, **deadline)
 
     async def _wait(self, call: WaitCall) -> WaitAnswer:
         """Park on ``call``, or return the answer of a wait that is over."""
         await self._sink.flush()  # what the handler emitted before the wait comes first
         try:
             # park_run resent after a lost reply answers LOST: the run is parked either way
-            answer = await send_until_taken(
-                lambda: self._store.park(
-                    self._run.queue, owner=self._owner, fence=self._run.fence, call=call
-                )
-            )
+            answer = await send_until_taken(lambda: self._store.park(self._lease, call))
         except LeaseLost:
             log.warning("wait rejected: lease lost", extra=self._log_extra())
-            self._on_stop("lease_lost")
+            self._on_stop(StopReason.LEASE_LOST)
             raise
         if answer.outcome in (WaitOutcome.OVER, WaitOutcome.TIMED_OUT):
             return answer
@@ -153,10 +148,10 @@ class Waits:
                 details={"step": call.step, "limit": self._store.max_waits},
             )
         if answer.outcome == WaitOutcome.CANCELLING:
-            self._on_stop("cancel_requested")
+            self._on_stop(StopReason.CANCEL_REQUESTED)
             raise RunParked(call.step)
         log.debug("run parked on %s", call.step, extra=self._log_extra())
-        self._on_stop("parked")
+        self._on_stop(StopReason.PARKED)
         raise RunParked(call.step)
 
     def _duration_ms(self, seconds: Any, what: str) -> int:
@@ -199,4 +194,5 @@ class Waits:
         return math.ceil(epoch_s * 1000)
 
     def _log_extra(self) -> dict[str, Any]:
-        return {"run_id": self._run.id, "owner_id": self._owner, "fence": self._run.fence}
+        lease = self._lease
+        return {"run_id": lease.run_id, "owner_id": lease.owner_id, "fence": lease.fence}

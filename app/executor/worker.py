@@ -33,16 +33,10 @@ from redis.exceptions import RedisError
 
 from app.errors import UnknownHandler
 from app.executor.courier import Courier
-from app.executor.execution import (
-    CANCEL_REQUESTED,
-    DRAIN,
-    LEASE_LOST,
-    ExecutionDeps,
-    RetryPolicy,
-    RunExecution,
-)
+from app.executor.execution import ExecutionDeps, RetryPolicy, RunExecution
 from app.executor.heartbeat import Heartbeat, HeartbeatCallbacks
 from app.executor.listener import ChannelListener
+from app.executor.reasons import StopReason
 from app.executor.slots import Slots
 from app.executor.table import LeaseTable
 from app.handlers import HandlerRegistry
@@ -54,8 +48,10 @@ from app.schedule_pass import SchedulePass
 from app.settings import Settings
 from app.startup import settle
 from app.store import workers
-from app.store.connection import AsyncRedis, async_client, sync_client
+from app.store.connection import AsyncRedis, SyncRedis, async_client, sync_client
+from app.store.context import StoreContext
 from app.store.leases import ClaimedRun, LeaseRenewer, LeaseStore
+from app.store.progress import ProgressStore
 from app.store.queues import QueueStore
 from app.store.ratelimits import RateLimitStore
 from app.store.refusals import describe, is_transient
@@ -99,94 +95,57 @@ class Worker:
         self._stop.set()
         if self._signals > 1:
             for execution in list(self._executions.values()):
-                execution.stop(DRAIN)
+                execution.stop(StopReason.DRAIN)
 
     async def run(self) -> None:
-        """Serve until asked to stop, then drain and exit cleanly."""
-        url = self.settings.resolved_redis_url()
+        """Serve until asked to stop, then drain and exit cleanly.
+
+        The composition root: one Redis connection and the stores on one context,
+        the heartbeat on a connection of its own, the handlers' thread pool; then
+        the couriers, the listener and the reconciler serve until a stop, and
+        everything is torn down in the reverse order.
+        """
+        settings = self.settings
+        url = settings.resolved_redis_url()
         client = async_client(url)
-        scripts = Scripts.for_settings(self.settings)
-        queues = QueueStore(
-            client,
-            scripts=scripts,
-            prefix=self.settings.prefix,
-            configured=self.settings.queues,
-            max_queues=self.settings.max_queues,
-        )
-        await _connect(client, scripts, queues)
+        scripts = Scripts.for_settings(settings)
+        await _connect(client, scripts, QueueStore.for_settings(client, scripts, settings))
         # start-up objects (modules, handler models, settings) live as long as the
         # process: freeze them, so each GC pass scans only short-lived run objects
         settle()
-        lease_store = LeaseStore.for_settings(client, scripts, self.settings)
-        run_store = RunStore.for_settings(client, scripts, self.settings)
-        # no single call of the heartbeat may outlast the safety margin: not a read, not a
-        # connect (a partition that drops SYNs), not a retry
-        bound_s = max(0.05, self.settings.effective_safety_margin_s)
-        heartbeat_client = sync_client(
-            url, socket_timeout_s=bound_s, connect_timeout_s=bound_s, retries=0
-        )
+        stores = StoreContext.for_settings(client, scripts, settings)
+        lease_store = LeaseStore(stores)
+        heartbeat_client = self._heartbeat_client(url)
         heartbeat = self._heartbeat(
             LeaseRenewer(
                 heartbeat_client,
                 scripts=scripts,
-                prefix=self.settings.prefix,
-                lease_ttl_ms=self.settings.lease_ttl_ms,
+                prefix=settings.prefix,
+                lease_ttl_ms=settings.lease_ttl_ms,
             )
         )
         pool = ThreadPoolExecutor(
-            max_workers=self.settings.concurrency, thread_name_prefix="leasehold-handler"
+            max_workers=settings.concurrency, thread_name_prefix="leasehold-handler"
         )
-        self._deps = ExecutionDeps(
-            owner_id=self.id,
-            lease_store=lease_store,
-            courier_for=self._couriers.__getitem__,
-            thread_pool=pool,
-            retry=RetryPolicy(self.settings.retry_backoff_s, self.settings.retry_backoff_max_s),
-            max_event_bytes=self.settings.max_event_bytes,
-            max_checkpoint_bytes=self.settings.max_checkpoint_bytes,
-            on_slot_freed=self._slot_freed,
-            on_settled=self._settled,
-            supervision=Supervision.from_settings(self.settings),
-            rate_limits=RateLimitStore(
-                client,
-                scripts=scripts,
-                prefix=self.settings.prefix,
-                max_keys=self.settings.max_rate_limits,
-            ),
-            rate_limit_max_wait_ms=round(self.settings.rate_limit_max_wait_s * 1000),
-            max_wait_s=self.settings.max_wait_s,
-            max_waits_per_run=self.settings.max_waits_per_run,
-        )
-        background = []
+        self._deps = self._execution_deps(lease_store, ProgressStore(stores), pool)
+        background: list[asyncio.Task[None]] = []
         metrics_server = None
         try:
-            if self.settings.worker_metrics_port:
+            if settings.worker_metrics_port:
                 # imported only when on: its HTTP server modules are start-up time otherwise
                 from app.metrics_server import start_metrics_server
 
                 # a daemon thread; it serves the same registry the heartbeat updates
-                metrics_server = start_metrics_server(self.settings)
+                metrics_server = start_metrics_server(settings)
             heartbeat.start()
             self._install_signal_handlers()
             self._start_couriers(lease_store)
-            listener = ChannelListener(
-                client,
-                queue_keys=[lease_store.keys(queue) for queue in self.settings.queues],
-                on_ready=lambda queue: self._couriers[queue].notify_ready(),
-                on_cancel=self._cancel_pushed,
-            )
-            background.append(asyncio.create_task(listener.run_forever(), name="listener"))
-            if self.settings.reconciler_enabled:
-                background.append(
-                    asyncio.create_task(
-                        self._reconciler(lease_store, run_store).run_forever(), name="reconciler"
-                    )
-                )
+            background = self._start_background(client, lease_store, RunStore(stores))
             log.info(
                 "worker %s serving queues %s with concurrency %d",
                 self.id,
-                ",".join(self.settings.queues),
-                self.settings.concurrency,
+                ",".join(settings.queues),
+                settings.concurrency,
             )
             await self._stop.wait()
             await self._drain()
@@ -200,12 +159,64 @@ class Worker:
             if metrics_server is not None:
                 metrics_server.shutdown()
                 metrics_server.server_close()
-            heartbeat.join(timeout=self.settings.renew_interval_s + 5)
+            heartbeat.join(timeout=settings.renew_interval_s + 5)
             await self._withdraw(client)
             pool.shutdown(wait=False, cancel_futures=True)
             heartbeat_client.close()
             await client.aclose()
             log.info("worker %s stopped", self.id)
+
+    def _heartbeat_client(self, url: str) -> SyncRedis:
+        """The heartbeat's own blocking connection, every call bounded by the safety margin.
+
+        No single call of the heartbeat may outlast the margin: not a read, not a
+        connect (a partition that drops SYNs), not a retry.
+        """
+        bound_s = max(0.05, self.settings.effective_safety_margin_s)
+        return sync_client(url, socket_timeout_s=bound_s, connect_timeout_s=bound_s, retries=0)
+
+    def _execution_deps(
+        self, lease_store: LeaseStore, progress_store: ProgressStore, pool: ThreadPoolExecutor
+    ) -> ExecutionDeps:
+        """What every run's execution shares: the stores, the couriers, the pool, the limits."""
+        settings = self.settings
+        return ExecutionDeps(
+            lease_store=lease_store,
+            progress_store=progress_store,
+            courier_for=self._couriers.__getitem__,
+            thread_pool=pool,
+            retry=RetryPolicy(settings.retry_backoff_s, settings.retry_backoff_max_s),
+            max_event_bytes=settings.max_event_bytes,
+            max_checkpoint_bytes=settings.max_checkpoint_bytes,
+            on_slot_freed=self._slot_freed,
+            on_settled=self._settled,
+            supervision=Supervision.from_settings(settings),
+            rate_limits=RateLimitStore(
+                lease_store.client,
+                scripts=lease_store.scripts,
+                prefix=settings.prefix,
+                max_keys=settings.max_rate_limits,
+            ),
+            rate_limit_max_wait_ms=round(settings.rate_limit_max_wait_s * 1000),
+            max_wait_s=settings.max_wait_s,
+            max_waits_per_run=settings.max_waits_per_run,
+        )
+
+    def _start_background(
+        self, client: AsyncRedis, lease_store: LeaseStore, run_store: RunStore
+    ) -> list[asyncio.Task[None]]:
+        """The wake/cancel listener, and the reconciler unless it is disabled."""
+        listener = ChannelListener(
+            client,
+            queue_keys=[lease_store.keys(queue) for queue in self.settings.queues],
+            on_ready=lambda queue: self._couriers[queue].notify_ready(),
+            on_cancel=self._cancel_pushed,
+        )
+        tasks = [asyncio.create_task(listener.run_forever(), name="listener")]
+        if self.settings.reconciler_enabled:
+            reconciler = self._reconciler(lease_store, run_store)
+            tasks.append(asyncio.create_task(reconciler.run_forever(), name="reconciler"))
+        return tasks
 
     def _heartbeat(self, renewer: LeaseRenewer) -> Heartbeat:
         loop = asyncio.get_running_loop()
@@ -226,7 +237,6 @@ class Worker:
 
         jeopardy_after_s = self.settings.lease_ttl_s - self.settings.effective_safety_margin_s
         return Heartbeat(
-            owner_id=self.id,
             table=self._table,
             renewer=renewer,
             loop=loop,
@@ -293,7 +303,7 @@ class Worker:
 
     def _start_run(self, claimed: ClaimedRun, confirmed_at: float) -> None:
         self._stop_stale(claimed)
-        self._table.add(claimed.id, claimed.queue, claimed.fence, confirmed_at)
+        self._table.add(claimed.lease, confirmed_at)
         child(RUNS_CLAIMED, claimed.queue, claimed.handler).inc()
         spec = None
         with contextlib.suppress(UnknownHandler):  # the run then fails as unknown_handler
@@ -326,7 +336,7 @@ class Worker:
                 "failover): stopping the earlier execution without writing",
                 extra={"run_id": claimed.id, "fence": claimed.fence},
             )
-            stale.stop(LEASE_LOST)
+            stale.stop(StopReason.LEASE_LOST)
 
     def _settled(self, run_id: str) -> None:
         current = self._executions.get(run_id)
@@ -335,7 +345,7 @@ class Worker:
         self._table.remove(run_id)
         self._executions.pop(run_id, None)
 
-    def _lease_lost(self, run_id: str, reason: str) -> None:
+    def _lease_lost(self, run_id: str, reason: StopReason) -> None:
         execution = self._executions.get(run_id)
         if execution is not None:
             LEASES_LOST.labels(reason).inc()
@@ -345,12 +355,12 @@ class Worker:
     def _cancel_requested(self, run_id: str) -> None:
         execution = self._executions.get(run_id)
         if execution is not None:
-            execution.stop(CANCEL_REQUESTED)
+            execution.stop(StopReason.CANCEL_REQUESTED)
 
     def _cancel_pushed(self, run_id: str, fence: int) -> None:
         execution = self._executions.get(run_id)
         if execution is not None and execution.claimed.fence == fence:
-            execution.stop(CANCEL_REQUESTED)
+            execution.stop(StopReason.CANCEL_REQUESTED)
 
     def _beat_done(self, loop_lag_ms: float) -> None:
         self._loop_lag_ms = loop_lag_ms
@@ -371,7 +381,7 @@ class Worker:
             log.info("drain: run %s finished", run_id)
         left = list(self._executions.values())
         for execution in left:
-            execution.stop(DRAIN)  # each says "run released" once its release is written
+            execution.stop(StopReason.DRAIN)  # each says "run released" once its release is written
         await self._wait_for_executions(SETTLE_AFTER_DRAIN_S)
         log.info("drained: %d finished, %d released", len(finished), len(left))
 

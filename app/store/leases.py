@@ -1,6 +1,6 @@
 """Executor-side transitions: claim, renew, append, finish, release, reconcile.
 
-Every write a worker makes carries its (owner_id, fence) and is answered LOST
+Every write a worker makes carries its :class:`Lease` and is answered LOST
 when another owner has taken the run since; the worker then stops at once.
 Batch calls take many runs of one queue per round trip: a claim pops up to N
 ready runs, a renewal extends every lease the worker holds on the queue, and a
@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.settings import Settings
-from app.store.connection import AsyncRedis, SyncRedis
+from app.models import RunStatus
+from app.store.connection import SyncRedis
+from app.store.context import Store
 from app.store.keys import QueueKeys
-from app.store.retention import Retention
 from app.store.scripts import ScriptCall, Scripts
 from app.store.transitions import (
     APPEND_EVENTS,
@@ -46,13 +46,25 @@ RECONCILE_BATCH = 500
 PROMOTE_MAX = 1000
 
 
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """The fenced identity of one held run: which run, on which queue, held by whom, at
+    which fence. A claim returns it, and every write its owner makes takes it: Redis
+    answers LOST (the store raises :class:`~app.errors.LeaseLost`) once another owner
+    holds the run or the fence moved on.
+    """
+
+    queue: str
+    run_id: str
+    owner_id: str
+    fence: int
+
+
 @dataclass(frozen=True)
 class ClaimedRun:
-    """A run this worker now holds; ``fence`` is its token for every write."""
+    """A run this worker now holds: its :class:`Lease`, and what its handler is given."""
 
-    id: str
-    queue: str
-    fence: int
+    lease: Lease
     handler: str
     input: Any
     attempt: int
@@ -66,6 +78,21 @@ class ClaimedRun:
     created_at_ms: int | None = None
     prior_fence: int | None = None
     prior_owner: str | None = None
+
+    @property
+    def id(self) -> str:
+        """The run's id (its lease's)."""
+        return self.lease.run_id
+
+    @property
+    def queue(self) -> str:
+        """The run's queue (its lease's)."""
+        return self.lease.queue
+
+    @property
+    def fence(self) -> int:
+        """The fence this claim holds the run at (its lease's)."""
+        return self.lease.fence
 
 
 @dataclass(frozen=True)
@@ -82,11 +109,14 @@ class Claim:
 
 @dataclass(frozen=True)
 class Outcome:
-    """How a run ended, as the worker reports it to ``finish_runs``."""
+    """How a held run ended, as its owner reports it to ``finish_runs``.
 
-    run_id: str
-    fence: int
-    status: str  # succeeded | failed | cancelled
+    ``status`` is succeeded, failed or cancelled, or waiting_human (the watchdog
+    escalated); ``retry_delay_ms`` >= 0 asks for a retry when attempts remain.
+    """
+
+    lease: Lease
+    status: RunStatus
     output_json: str = ""
     error_json: str = ""
     retry_delay_ms: int = -1
@@ -94,8 +124,8 @@ class Outcome:
     def group(self) -> FinishGroup:
         """The ARGV group finish_runs takes per run."""
         return FinishGroup(
-            self.run_id,
-            self.fence,
+            self.lease.run_id,
+            self.lease.fence,
             self.status,
             self.output_json,
             self.error_json,
@@ -112,14 +142,6 @@ class ReconcileAction:
     fence: int
 
 
-@dataclass(frozen=True)
-class HeldLease:
-    """A lease as the heartbeat sees it: which run, at which fence."""
-
-    run_id: str
-    fence: int
-
-
 def new_claim_token() -> str:
     """A claim's request token: random, so two claims never share a receipt by accident."""
     return secrets.token_hex(8)
@@ -129,61 +151,27 @@ def _json_or_none(raw: str) -> Any:
     return json.loads(raw) if raw else None
 
 
-class LeaseStore:
-    """Holds an async Redis client and performs the worker's fenced transitions."""
+class LeaseStore(Store):
+    """Performs the worker's fenced transitions on a :class:`StoreContext`."""
 
-    def __init__(
-        self,
-        client: AsyncRedis,
-        *,
-        scripts: Scripts,
-        prefix: str,
-        lease_ttl_ms: int,
-        retention: Retention,
-        events_maxlen: int,
-    ) -> None:
-        self.client = client
-        self.scripts = scripts
-        self.prefix = prefix
-        self.lease_ttl_ms = lease_ttl_ms
-        self.retention = retention
-        self.events_maxlen = events_maxlen
-
-    @classmethod
-    def for_settings(cls, client: AsyncRedis, scripts: Scripts, settings: Settings) -> LeaseStore:
-        """A store on ``client`` with the lease TTL, retention and stream cap of ``settings``."""
-        return cls(
-            client,
-            scripts=scripts,
-            prefix=settings.prefix,
-            lease_ttl_ms=settings.lease_ttl_ms,
-            retention=Retention.for_settings(settings),
-            events_maxlen=settings.events_maxlen,
-        )
-
-    def keys(self, queue: str) -> QueueKeys:
-        """Key names for one queue."""
-        return QueueKeys(self.prefix, queue)
-
-    def _claim_call(self, queue: str, owner: str, count: int, token: str) -> ScriptCall:
-        args = ClaimArgs(owner, count, self.lease_ttl_ms, self.events_maxlen, PROMOTE_MAX, token)
+    def _claim_call(self, queue: str, owner_id: str, count: int, token: str) -> ScriptCall:
+        ctx = self.ctx
+        args = ClaimArgs(owner_id, count, ctx.lease_ttl_ms, ctx.events_maxlen, PROMOTE_MAX, token)
         return CLAIM_RUNS.call(self.keys(queue), args)
 
-    def _finish_call(self, queue: str, owner: str, outcomes: Sequence[Outcome]) -> ScriptCall:
-        keys = self.keys(queue)
+    def _finish_call(self, queue: str, owner_id: str, outcomes: Sequence[Outcome]) -> ScriptCall:
+        keys, ctx = self.keys(queue), self.ctx
         groups = [outcome.group() for outcome in outcomes]
         args = FinishArgs(
-            owner, self.retention.script_arg(), self.events_maxlen, keys.wake_channel, groups
+            owner_id, ctx.retention.script_arg(), ctx.events_maxlen, keys.wake_channel, groups
         )
         return FINISH_RUNS.call(keys, args)
 
-    def _parse_claim(self, queue: str, raw: list[Any]) -> Claim:
+    def _parse_claim(self, queue: str, owner_id: str, raw: list[Any]) -> Claim:
         reply = CLAIM_RUNS.decode(raw)
         runs = [
             ClaimedRun(
-                id=row.id,
-                queue=queue,
-                fence=int(row.fence),
+                lease=Lease(queue, row.id, owner_id, int(row.fence)),
                 handler=row.handler,
                 input=_json_or_none(row.input),
                 attempt=int(row.attempt),
@@ -200,20 +188,20 @@ class LeaseStore:
         ]
         return Claim(runs, reply.next_due_ms, reply.throttled)
 
-    async def claim(self, queue: str, owner: str, count: int, token: str | None = None) -> Claim:
+    async def claim(self, queue: str, owner_id: str, count: int, token: str | None = None) -> Claim:
         """Claim up to ``count`` ready runs (0 only promotes due retries).
 
         ``token`` makes the claim idempotent for one lease TTL: calling again with
         the same token (because the first answer was lost) returns what the first
         call claimed instead of claiming more. None: a fresh token.
         """
-        call = self._claim_call(queue, owner, count, token or new_claim_token())
-        return self._parse_claim(queue, await self.scripts.run(self.client, call))
+        call = self._claim_call(queue, owner_id, count, token or new_claim_token())
+        return self._parse_claim(queue, owner_id, await self.scripts.run(self.client, call))
 
     async def finish_and_claim(
         self,
         queue: str,
-        owner: str,
+        owner_id: str,
         outcomes: Sequence[Outcome],
         count: int,
         token: str | None = None,
@@ -231,48 +219,43 @@ class LeaseStore:
         """
         calls = []
         if outcomes:
-            calls.append(self._finish_call(queue, owner, outcomes))
-        calls.append(self._claim_call(queue, owner, count, token or new_claim_token()))
+            calls.append(self._finish_call(queue, owner_id, outcomes))
+        calls.append(self._claim_call(queue, owner_id, count, token or new_claim_token()))
         results = await self.scripts.pipeline(self.client, calls, raise_on_error=False)
         if outcomes and isinstance(results[0], Exception):
             raise results[0]
         codes = FINISH_RUNS.decode(results[0]) if outcomes else []
         if isinstance(results[-1], Exception):
             return codes, Claim([], None, refused=results[-1])
-        return codes, self._parse_claim(queue, results[-1])
+        return codes, self._parse_claim(queue, owner_id, results[-1])
 
-    async def append_events(
-        self, queue: str, run_id: str, *, owner: str, fence: int, events: Sequence[tuple[str, str]]
-    ) -> str:
+    async def append_events(self, lease: Lease, events: Sequence[tuple[str, str]]) -> str:
         """Append handler events (type, data json) in order; returns the last event's id.
 
         Raises :class:`~app.errors.LeaseLost` when fenced out (nothing was written).
         """
-        args = AppendArgs(owner, fence, self.events_maxlen, [EventPair(*e) for e in events])
-        reply = await APPEND_EVENTS.send(self.scripts, self.client, self.keys(queue), args, run_id)
-        raise_for(reply.code, run_id=run_id, fence=fence)
+        pairs = [EventPair(*event) for event in events]
+        args = AppendArgs(lease.owner_id, lease.fence, self.ctx.events_maxlen, pairs)
+        keys = self.keys(lease.queue)
+        reply = await APPEND_EVENTS.send(self.scripts, self.client, keys, args, lease.run_id)
+        raise_for(reply.code, run_id=lease.run_id, fence=lease.fence)
         return reply.value
 
     async def release(
-        self,
-        queue: str,
-        owner: str,
-        leases: Sequence[HeldLease],
-        reason: str,
-        *,
-        delay_ms: int = 0,
+        self, leases: Sequence[Lease], reason: str, *, delay_ms: int = 0
     ) -> list[LeaseAnswer]:
-        """Hand runs back to the queue (fence+1); one answer per lease, OK or LOST.
+        """Hand runs of one queue and owner back (fence+1); one answer per lease, OK or LOST.
 
         ``delay_ms`` 0 puts them at the head of the line (a drain); more keeps them in
         the delayed set that long by the Redis clock (a rate limit's token is due
         then). The attempt count is kept either way.
         """
+        queue, owner_id = one_holder(leases)
         keys = self.keys(queue)
         args = ReleaseArgs(
-            owner,
-            self.retention.script_arg(),
-            self.events_maxlen,
+            owner_id,
+            self.ctx.retention.script_arg(),
+            self.ctx.events_maxlen,
             reason,
             keys.wake_channel,
             delay_ms,
@@ -282,9 +265,9 @@ class LeaseStore:
 
     async def reconcile(self, queue: str, limit: int = RECONCILE_BATCH) -> list[ReconcileAction]:
         """Apply the lease-expiry policy to up to ``limit`` expired leases of a queue."""
-        keys = self.keys(queue)
+        keys, ctx = self.keys(queue), self.ctx
         args = ReconcileArgs(
-            limit, self.retention.script_arg(), self.events_maxlen, keys.wake_channel
+            limit, ctx.retention.script_arg(), ctx.events_maxlen, keys.wake_channel
         )
         rows = await RECONCILE_EXPIRED.send(self.scripts, self.client, keys, args)
         return [ReconcileAction(row.id, row.action, row.fence) for row in rows]
@@ -297,7 +280,7 @@ class LeaseStore:
         Each becomes ``expired`` with one terminal event; a queue no worker serves
         holds no run for longer than its ``queued_ttl_s``.
         """
-        args = ExpireArgs(limit, self.retention.script_arg(), self.events_maxlen)
+        args = ExpireArgs(limit, self.ctx.retention.script_arg(), self.ctx.events_maxlen)
         rows = await EXPIRE_QUEUED.send(self.scripts, self.client, self.keys(queue), args)
         return [ReconcileAction(row.id, row.action, row.fence) for row in rows]
 
@@ -317,13 +300,25 @@ class LeaseRenewer:
         self.prefix = prefix
         self.lease_ttl_ms = lease_ttl_ms
 
-    def renew(self, queue: str, owner: str, leases: Sequence[HeldLease]) -> dict[str, LeaseAnswer]:
-        """Renew every lease given, in one round trip: run id -> OK, CANCEL or LOST."""
+    def renew(self, leases: Sequence[Lease]) -> dict[str, LeaseAnswer]:
+        """Renew leases of one queue and owner, in one round trip: run id -> OK, CANCEL or LOST."""
         if not leases:
             return {}
-        args = RenewArgs(
-            owner, self.lease_ttl_ms, [LeaseGroup(lease.run_id, lease.fence) for lease in leases]
+        queue, owner_id = one_holder(leases)
+        groups = [LeaseGroup(lease.run_id, lease.fence) for lease in leases]
+        call = RENEW_LEASES.call(
+            QueueKeys(self.prefix, queue), RenewArgs(owner_id, self.lease_ttl_ms, groups)
         )
-        call = RENEW_LEASES.call(QueueKeys(self.prefix, queue), args)
         answers = RENEW_LEASES.decode(self.scripts.run_sync(self.client, call))
         return {lease.run_id: answer for lease, answer in zip(leases, answers, strict=True)}
+
+
+def one_holder(leases: Sequence[Lease]) -> tuple[str, str]:
+    """The (queue, owner_id) every lease of a batch shares: one script call is one queue's.
+
+    Raises ValueError for an empty batch or one that mixes queues or owners.
+    """
+    holders = {(lease.queue, lease.owner_id) for lease in leases}
+    if len(holders) != 1:
+        raise ValueError(f"a batch of leases must share one queue and owner, got {holders}")
+    return holders.pop()

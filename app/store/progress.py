@@ -1,6 +1,6 @@
 """Executor-side transitions that make a run resumable: checkpoints and effect records.
 
-Like every worker write, each one carries (owner_id, fence) and is answered
+Like every worker write, each one carries the run's :class:`~app.store.leases.Lease` and is answered
 LOST once another owner has taken the run. An effect's record lives in the
 run's effects hash under ``<name>:<ordinal>``; its value is a small JSON
 record whose ``result`` is the side effect's JSON result *as text*, so Lua
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, cast
 
-from app.store.connection import AsyncRedis
-from app.store.keys import QueueKeys
-from app.store.scripts import ScriptCode, Scripts
+from app.store.context import Store
+from app.store.leases import Lease
+from app.store.scripts import ScriptCode
 from app.store.transitions import (
     CHECKPOINT_RUN,
     RECORD_EFFECT,
@@ -81,42 +81,23 @@ class EffectStart:
     record: dict[str, Any] | None = None
 
 
-class ProgressStore:
-    """Holds an async Redis client and writes checkpoints and effect records."""
+class ProgressStore(Store):
+    """Writes checkpoints and effect records on a :class:`StoreContext`."""
 
-    def __init__(
-        self, client: AsyncRedis, *, scripts: Scripts, prefix: str, events_maxlen: int
-    ) -> None:
-        self.client = client
-        self.scripts = scripts
-        self.prefix = prefix
-        self.events_maxlen = events_maxlen
-
-    def keys(self, queue: str) -> QueueKeys:
-        """Key names for one queue."""
-        return QueueKeys(self.prefix, queue)
-
-    async def checkpoint(
-        self,
-        queue: str,
-        run_id: str,
-        *,
-        owner: str,
-        fence: int,
-        state_json: str,
-        effect_seq_json: str,
-    ) -> int:
+    async def checkpoint(self, lease: Lease, *, state_json: str, effect_seq_json: str) -> int:
         """Replace the run's state; returns the checkpoint's sequence number.
-
-        Raises :class:`~app.errors.LeaseLost` when fenced out (nothing written).
 
         ``effect_seq_json`` is the per-name count of effect calls at this point ('' keeps
         the stored counts), written with the state so a resumed attempt numbers its next
-        effects as this one would have.
+        effects as this one would have. Raises :class:`~app.errors.LeaseLost` when
+        fenced out (nothing written).
         """
-        args = CheckpointArgs(owner, fence, state_json, effect_seq_json, self.events_maxlen)
-        reply = await CHECKPOINT_RUN.send(self.scripts, self.client, self.keys(queue), args, run_id)
-        raise_for(reply.code, run_id=run_id, fence=fence)
+        args = CheckpointArgs(
+            lease.owner_id, lease.fence, state_json, effect_seq_json, self.ctx.events_maxlen
+        )
+        keys = self.keys(lease.queue)
+        reply = await CHECKPOINT_RUN.send(self.scripts, self.client, keys, args, lease.run_id)
+        raise_for(reply.code, run_id=lease.run_id, fence=lease.fence)
         return int(reply.value)
 
     async def effect_seq(self, queue: str, run_id: str) -> dict[str, int]:
@@ -135,26 +116,24 @@ class ProgressStore:
         )
         return (cast(dict[str, int], json.loads(raw)) if raw else {}), root or ""
 
-    async def start_effect(
-        self, queue: str, *, owner: str, fence: int, call: EffectCall
-    ) -> EffectStart:
+    async def start_effect(self, lease: Lease, call: EffectCall) -> EffectStart:
         """Open the effect's record, or find it; see :class:`EffectStart` for the answers.
 
         Raises :class:`~app.errors.LeaseLost` when fenced out (nothing written).
         """
         args = StartEffectArgs(
-            owner_id=owner,
-            fence=fence,
-            run_id=call.run_id,
+            owner_id=lease.owner_id,
+            fence=lease.fence,
+            run_id=lease.run_id,
             field=call.field,
             key=call.key,
             name=call.name,
             ordinal=call.ordinal,
             idempotent=1 if call.idempotent else 0,
-            maxlen=self.events_maxlen,
+            maxlen=self.ctx.events_maxlen,
         )
-        reply = await START_EFFECT.send(self.scripts, self.client, self.keys(queue), args)
-        raise_for(reply.code, run_id=call.run_id, fence=fence)
+        reply = await START_EFFECT.send(self.scripts, self.client, self.keys(lease.queue), args)
+        raise_for(reply.code, run_id=lease.run_id, fence=lease.fence)
         answer = EffectAnswer(reply.code)
         if answer == EffectAnswer.STARTED:
             return EffectStart(answer, starts=int(reply.value))
@@ -163,14 +142,7 @@ class ProgressStore:
         return EffectStart(answer, record=json.loads(reply.value))
 
     async def record_effect(
-        self,
-        queue: str,
-        *,
-        owner: str,
-        fence: int,
-        call: EffectCall,
-        outcome: EffectOutcome,
-        result_json: str = "",
+        self, lease: Lease, call: EffectCall, outcome: EffectOutcome, result_json: str = ""
     ) -> bool:
         """Record a started effect's outcome; False when it was never started (nothing written).
 
@@ -178,14 +150,18 @@ class ProgressStore:
         (same owner and fence: a retry after a lost reply) answers True.
         """
         args = RecordEffectArgs(
-            owner, fence, call.field, outcome.value, result_json, self.events_maxlen
+            lease.owner_id,
+            lease.fence,
+            call.field,
+            outcome.value,
+            result_json,
+            self.ctx.events_maxlen,
         )
-        reply = await RECORD_EFFECT.send(
-            self.scripts, self.client, self.keys(queue), args, call.run_id
-        )
+        keys = self.keys(lease.queue)
+        reply = await RECORD_EFFECT.send(self.scripts, self.client, keys, args, lease.run_id)
         if reply.code == ScriptCode.INVALID:
             return False  # no started record under this field: nothing to record
-        raise_for(reply.code, run_id=call.run_id, fence=fence)
+        raise_for(reply.code, run_id=lease.run_id, fence=lease.fence)
         return True
 
     async def effects(self, queue: str, run_id: str) -> dict[str, dict[str, Any]]:

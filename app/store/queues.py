@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import redis.asyncio as aioredis
 
@@ -39,6 +39,9 @@ from app.store.connection import AsyncRedis
 from app.store.keys import GlobalKeys, QueueKeys
 from app.store.scripts import ScriptCode, Scripts
 from app.store.transitions import DECLARE_QUEUE, UNDECLARE_QUEUE, DeclareArgs, UndeclareArgs
+
+if TYPE_CHECKING:
+    from app.settings import Settings
 
 # runs whose memory is measured to estimate a queue's (newest first)
 MEMORY_SAMPLE_RUNS = 3
@@ -88,6 +91,17 @@ class QueueStore:
         self.configured = tuple(configured)
         self.max_queues = max_queues
         self._announced = False
+
+    @classmethod
+    def for_settings(cls, client: AsyncRedis, scripts: Scripts, settings: Settings) -> QueueStore:
+        """The store of ``settings``: their prefix, configured queues and ``max_queues``."""
+        return cls(
+            client,
+            scripts=scripts,
+            prefix=settings.prefix,
+            configured=settings.queues,
+            max_queues=settings.max_queues,
+        )
 
     def keys(self, queue: str) -> QueueKeys:
         """Key names for one queue."""

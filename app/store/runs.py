@@ -26,7 +26,6 @@ from app.models import (
     RunPage,
     RunStatus,
 )
-from app.settings import Settings
 from app.store.codec import (
     LARGE_FIELDS,
     SUMMARY_FIELDS,
@@ -36,12 +35,11 @@ from app.store.codec import (
     new_run_id,
     run_from_hash,
 )
-from app.store.connection import AsyncRedis
-from app.store.keys import GlobalKeys, QueueKeys, queue_of
+from app.store.context import Store
+from app.store.keys import GlobalKeys, queue_of
 from app.store.queues import declared_queues
 from app.store.ratelimits import StartGate, start_gates_arg
-from app.store.retention import Retention
-from app.store.scripts import ScriptCode, Scripts
+from app.store.scripts import ScriptCode
 from app.store.transitions import (
     CANCEL_RUN,
     CREATE_RUN,
@@ -193,42 +191,13 @@ class _Position:
         return position
 
 
-class RunStore:
-    """Holds a Redis client and performs the client-side transitions on it."""
+class RunStore(Store):
+    """Performs the client-side transitions on a :class:`StoreContext`."""
 
-    def __init__(
-        self,
-        client: AsyncRedis,
-        *,
-        scripts: Scripts,
-        prefix: str,
-        retention: Retention,
-        queued_ttl_ms: int,
-        events_maxlen: int,
-    ) -> None:
-        self.client = client
-        self.scripts = scripts
-        self.prefix = prefix
-        self.retention = retention
-        self.queued_ttl_ms = queued_ttl_ms
-        self.events_maxlen = events_maxlen
-        self.global_keys = GlobalKeys(prefix)
-
-    @classmethod
-    def for_settings(cls, client: AsyncRedis, scripts: Scripts, settings: Settings) -> RunStore:
-        """A store on ``client`` with the prefix, retention and stream cap of ``settings``."""
-        return cls(
-            client,
-            scripts=scripts,
-            prefix=settings.prefix,
-            retention=Retention.for_settings(settings),
-            queued_ttl_ms=settings.queued_ttl_ms,
-            events_maxlen=settings.events_maxlen,
-        )
-
-    def keys(self, queue: str) -> QueueKeys:
-        """Key names for one queue."""
-        return QueueKeys(self.prefix, queue)
+    @property
+    def global_keys(self) -> GlobalKeys:
+        """Keys that span queues."""
+        return GlobalKeys(self.prefix)
 
     async def create(self, new: NewRun) -> Created:
         """Create a queued run, or return the run an idempotency key already names.

@@ -16,12 +16,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from app.errors import IdempotencyConflict, RunNotFound, SignalInboxFull
 from app.store.connection import AsyncRedis
-from app.store.keys import QueueKeys, queue_of
+from app.store.context import Store, StoreContext
+from app.store.keys import queue_of
+from app.store.leases import Lease
 from app.store.scripts import ScriptCode, Scripts
+
+if TYPE_CHECKING:
+    from app.settings import Settings
 from app.store.transitions import PARK_RUN, SIGNAL_RUN, ParkArgs, SignalArgs, raise_for
 
 
@@ -91,30 +96,29 @@ class SignalDelivery(StrEnum):
     BUFFERED = "buffered"
 
 
-@dataclass(frozen=True)
-class WaitStore:
-    """Parks runs (the executor) and delivers signals to them (the API), on one client."""
+class WaitStore(Store):
+    """Parks runs (the executor) and delivers signals to them (the API), on one context."""
 
-    client: AsyncRedis
-    scripts: Scripts
-    prefix: str
-    events_maxlen: int
-    # fields a run's waits hash may hold (steps and inbox): LEASEHOLD_MAX_WAITS_PER_RUN
-    max_waits: int = 10_000
+    def __init__(self, ctx: StoreContext, *, max_waits: int = 10_000) -> None:
+        super().__init__(ctx)
+        # fields a run's waits hash may hold (steps and inbox): LEASEHOLD_MAX_WAITS_PER_RUN
+        self.max_waits = max_waits
 
-    def keys(self, queue: str) -> QueueKeys:
-        """The queue's key names (the run's waits hash among them)."""
-        return QueueKeys(self.prefix, queue)
+    @classmethod
+    def for_settings(cls, client: AsyncRedis, scripts: Scripts, settings: Settings) -> WaitStore:
+        """The store of ``settings``: their context and ``max_waits_per_run``."""
+        ctx = StoreContext.for_settings(client, scripts, settings)
+        return cls(ctx, max_waits=settings.max_waits_per_run)
 
-    async def park(self, queue: str, *, owner: str, fence: int, call: WaitCall) -> WaitAnswer:
+    async def park(self, lease: Lease, call: WaitCall) -> WaitAnswer:
         """Park the run on ``call`` (fenced), or find the wait over; see :class:`WaitOutcome`.
 
         Raises :class:`~app.errors.LeaseLost` when fenced out (nothing written).
         """
         args = ParkArgs(
-            owner_id=owner,
-            fence=fence,
-            run_id=call.run_id,
+            owner_id=lease.owner_id,
+            fence=lease.fence,
+            run_id=lease.run_id,
             kind=call.kind.value,
             ordinal=call.ordinal,
             name=call.name,
@@ -122,11 +126,12 @@ class WaitStore:
             at_ms="" if call.at_ms is None else call.at_ms,
             question=call.question_json,
             maxlen=self.events_maxlen,
-            wake_channel=self.keys(queue).wake_channel,
+            wake_channel=self.keys(lease.queue).wake_channel,
             max_waits=self.max_waits,
         )
-        code, value = await PARK_RUN.send(self.scripts, self.client, self.keys(queue), args)
-        raise_for(code, run_id=call.run_id, fence=fence)
+        keys = self.keys(lease.queue)
+        code, value = await PARK_RUN.send(self.scripts, self.client, keys, args)
+        raise_for(code, run_id=lease.run_id, fence=lease.fence)
         outcome = _OUTCOMES[ScriptCode(code)]
         if outcome == WaitOutcome.OVER:
             return WaitAnswer(outcome, payload_json=value)

@@ -32,9 +32,8 @@ async def finish(lease_store: LeaseStore, queue: str, outcome: str, count: int =
     claim = await lease_store.claim(queue, OWNER, count)
     outcomes = [
         Outcome(
-            run.id,
-            run.fence,
-            outcome,
+            run.lease,
+            RunStatus(outcome),
             error_json='{"code":"x","message":"x"}' if outcome == "failed" else "",
         )
         for run in claim.runs

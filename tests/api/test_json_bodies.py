@@ -14,6 +14,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from app.api.app import create_app
+from app.models import RunStatus
 from app.settings import Settings
 from app.store.leases import LeaseStore, Outcome
 from app.store.progress import ProgressStore
@@ -49,7 +50,7 @@ async def waiting_human(api: httpx.AsyncClient, lease_store: LeaseStore) -> str:
     """A run the watchdog escalated, as a worker would report it."""
     run_id: str = (await api.post("/runs", json=ECHO)).json()["id"]
     (claimed,) = (await lease_store.claim("default", "w-1", 1)).runs
-    escalation = Outcome(run_id, claimed.fence, "waiting_human", output_json='{"reason":"x"}')
+    escalation = Outcome(claimed.lease, RunStatus.WAITING_HUMAN, output_json='{"reason":"x"}')
     await lease_store.finish_and_claim("default", "w-1", [escalation], 0)
     return run_id
 

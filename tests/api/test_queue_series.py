@@ -8,6 +8,7 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
+from app.models import RunStatus
 from app.store.keys import QueueKeys
 from app.store.leases import LeaseStore, Outcome
 from app.store.series import SERIES_MINUTES
@@ -48,8 +49,8 @@ async def test_outcomes_are_counted_by_status_in_buckets_that_expire(
         "default",
         "w-a",
         [
-            Outcome(ok.id, ok.fence, "succeeded", output_json="1"),
-            Outcome(bad.id, bad.fence, "failed", error_json=error),
+            Outcome(ok.lease, RunStatus.SUCCEEDED, output_json="1"),
+            Outcome(bad.lease, RunStatus.FAILED, error_json=error),
         ],
         0,
     )

@@ -10,6 +10,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from app.api.app import create_app
+from app.models import RunStatus
 from app.settings import Settings
 from app.store.keys import GlobalKeys
 from app.store.leases import LeaseStore, Outcome
@@ -135,13 +136,12 @@ async def test_get_queue_counts_ready_running_delayed_and_parked_runs(
         "w-a",
         [
             Outcome(
-                retried.id,
-                retried.fence,
-                "failed",
+                retried.lease,
+                RunStatus.FAILED,
                 error_json='{"code":"x","message":"x","retryable":true}',
                 retry_delay_ms=60_000,
             ),
-            Outcome(parked.id, parked.fence, "waiting_human", output_json='{"reason":"r"}'),
+            Outcome(parked.lease, RunStatus.WAITING_HUMAN, output_json='{"reason":"r"}'),
         ],
         0,
     )
@@ -179,7 +179,7 @@ async def test_a_parked_run_leaves_the_parked_count_when_cancelled(
 ) -> None:
     run_id = (await api.post("/runs", json=ECHO)).json()["id"]
     held = (await lease_store.claim("default", "w-a", 1)).runs[0]
-    escalation = Outcome(run_id, held.fence, "waiting_human", output_json='{"reason":"r"}')
+    escalation = Outcome(held.lease, RunStatus.WAITING_HUMAN, output_json='{"reason":"r"}')
     await lease_store.finish_and_claim("default", "w-a", [escalation], 0)
     assert (await api.get("/queues/default")).json()["parked"] == 1
     assert (await api.post(f"/runs/{run_id}/cancel")).json()["status"] == "cancelled"

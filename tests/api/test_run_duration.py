@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import httpx
 
+from app.models import RunStatus
 from app.store.leases import LeaseStore, Outcome
 from tests.support.polling import eventually
 
@@ -23,7 +24,7 @@ async def test_first_started_at_survives_a_takeover_and_started_at_moves_on(
     )
     second = (await lease_store.claim("default", "w-b", 1)).runs[0]
     await lease_store.finish_and_claim(
-        "default", "w-b", [Outcome(run_id, second.fence, "succeeded", output_json="1")], 0
+        "default", "w-b", [Outcome(second.lease, RunStatus.SUCCEEDED, output_json="1")], 0
     )
     done = (await api.get(f"/runs/{run_id}")).json()
     assert done["status"] == "succeeded" and done["attempt"] == 2
@@ -38,14 +39,14 @@ async def test_a_parked_and_resumed_run_keeps_its_first_start(
 ) -> None:
     run_id = (await api.post("/runs", json={"handler": "demo.echo", "input": {}})).json()["id"]
     held = (await lease_store.claim("default", "w-a", 1)).runs[0]
-    parked = Outcome(run_id, held.fence, "waiting_human", output_json='{"reason":"ask"}')
+    parked = Outcome(held.lease, RunStatus.WAITING_HUMAN, output_json='{"reason":"ask"}')
     await lease_store.finish_and_claim("default", "w-a", [parked], 0)
     first = (await api.get(f"/runs/{run_id}")).json()
     assert first["status"] == "waiting_human" and first["first_started_at"] is not None
     assert (await api.post(f"/runs/{run_id}/resume", json={"input": 1})).status_code == 202
     again = (await lease_store.claim("default", "w-b", 1)).runs[0]
     await lease_store.finish_and_claim(
-        "default", "w-b", [Outcome(run_id, again.fence, "succeeded", output_json="1")], 0
+        "default", "w-b", [Outcome(again.lease, RunStatus.SUCCEEDED, output_json="1")], 0
     )
     done = (await api.get(f"/runs/{run_id}")).json()
     assert done["first_started_at"] == first["first_started_at"]

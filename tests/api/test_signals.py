@@ -23,7 +23,7 @@ async def queued(run_store: RunStore) -> str:
 
 
 def wait_store(settings: Settings, client: aioredis.Redis) -> WaitStore:
-    return WaitStore(client, Scripts(), settings.prefix, 1000)
+    return WaitStore.for_settings(client, Scripts(), settings)
 
 
 async def test_a_signal_to_a_run_waiting_for_it_is_delivered_and_replays_on_the_next_attempt(
@@ -37,7 +37,7 @@ async def test_a_signal_to_a_run_waiting_for_it_is_delivered_and_replays_on_the_
     run_id = await queued(run_store)
     (held,) = (await lease_store.claim("default", OWNER, 1)).runs
     call = WaitCall(run_id, WaitKind.SIGNAL, "approve", 1, duration_ms=600_000)
-    parked = await waits.park("default", owner=OWNER, fence=held.fence, call=call)
+    parked = await waits.park(held.lease, call)
     assert parked.outcome == WaitOutcome.PARKED
     assert (await run_store.get(run_id)).status == RunStatus.WAITING
 
@@ -48,7 +48,7 @@ async def test_a_signal_to_a_run_waiting_for_it_is_delivered_and_replays_on_the_
     # queued through the delayed set, due now: the next claim takes it (fence+1 again)
     (again,) = (await lease_store.claim("default", OWNER, 1)).runs
     assert again.fence == held.fence + 2
-    replay = await waits.park("default", owner=OWNER, fence=again.fence, call=call)
+    replay = await waits.park(again.lease, call)
     assert (replay.outcome, replay.payload_json) == (WaitOutcome.OVER, '{"ok":1.5}')
 
 
@@ -76,7 +76,7 @@ async def test_signals_to_a_run_not_waiting_are_buffered_in_order_up_to_the_boun
     (held,) = (await lease_store.claim("default", OWNER, 1)).runs
     for n in range(3):
         call = WaitCall(run_id, WaitKind.SIGNAL, "tick", n + 1)
-        answer = await waits.park("default", owner=OWNER, fence=held.fence, call=call)
+        answer = await waits.park(held.lease, call)
         assert (answer.outcome, answer.payload_json) == (WaitOutcome.OVER, str(n))
     assert (await run_store.get(run_id)).status == RunStatus.RUNNING
 
@@ -134,9 +134,7 @@ async def test_cancelling_a_sleeping_run_ends_it_at_once_and_drops_its_wake(
     run_id = await queued(run_store)
     (held,) = (await lease_store.claim("default", OWNER, 1)).runs
     call = WaitCall(run_id, WaitKind.SLEEP, "nap", 1, duration_ms=3_600_000)
-    await wait_store(settings, redis_client).park(
-        "default", owner=OWNER, fence=held.fence, call=call
-    )
+    await wait_store(settings, redis_client).park(held.lease, call)
     keys = QueueKeys(settings.prefix, "default")
     assert await redis_client.zscore(keys.delayed, run_id) is not None
     assert await run_store.cancel(run_id) == RunStatus.CANCELLED

@@ -54,14 +54,7 @@ class LosingReplies(LeaseStore):
 
 
 def store_like(cls: type[LeaseStore], lease_store: LeaseStore) -> LeaseStore:
-    return cls(
-        lease_store.client,
-        scripts=lease_store.scripts,
-        prefix=lease_store.prefix,
-        lease_ttl_ms=lease_store.lease_ttl_ms,
-        retention=lease_store.retention,
-        events_maxlen=lease_store.events_maxlen,
-    )
+    return cls(lease_store.ctx)
 
 
 async def test_runs_claimed_by_a_round_trip_whose_reply_was_lost_still_start_here_once(
@@ -159,7 +152,7 @@ async def test_a_terminal_write_refused_by_redis_is_retried_and_lands_with_the_h
         await eventually(lambda: asyncio.sleep(0, started), until=bool, what="the run claimed")
         output = dumps({"answer": 42, "from": "the handler"})
         code = await asyncio.wait_for(
-            courier.finish(Outcome(run_id, started[0].fence, "succeeded", output_json=output)),
+            courier.finish(Outcome(started[0].lease, RunStatus.SUCCEEDED, output_json=output)),
             timeout=30,
         )
     finally:
@@ -196,7 +189,7 @@ async def test_at_maxmemory_outcomes_land_claims_pause_and_resume_once_memory_fr
             courier.kick()
             output = dumps({"blob": "y" * 50_000})  # an outcome that grows memory
             code = await asyncio.wait_for(
-                courier.finish(Outcome(ids[0], started[0].fence, "succeeded", output_json=output)),
+                courier.finish(Outcome(started[0].lease, RunStatus.SUCCEEDED, output_json=output)),
                 timeout=30,
             )
             assert code == LeaseAnswer.OK

@@ -21,7 +21,7 @@ from app.errors import (
 from app.executor.effects import EffectLedger
 from app.executor.events import EventSink
 from app.models import RunStatus
-from app.store.leases import ClaimedRun, HeldLease, LeaseStore
+from app.store.leases import ClaimedRun, LeaseStore
 from app.store.progress import ProgressStore
 from app.store.runs import NewRun, RunStore
 from tests.support.polling import eventually
@@ -55,22 +55,18 @@ def attempt(
             await run_store.create(NewRun(handler="demo.echo", input={}))
         else:
             prev = current[-1]
-            await lease_store.release(
-                "default", prev.owner, [HeldLease(prev.run.id, prev.run.fence)], "drain"
-            )
+            await lease_store.release([prev.run.lease], "drain")
         run = (await lease_store.claim("default", owner, 1)).runs[0]
         stops: list[str] = []
         sink = EventSink(
             lease_store,
-            run,
-            owner=owner,
+            run.lease,
             max_event_bytes=1000,
             on_lost=lambda: stops.append("lost"),
         )
         ledger = EffectLedger(
             progress,
-            run,
-            owner=owner,
+            run.lease,
             sink=sink,
             max_bytes=MAX_BYTES,
             on_lost=lambda: stops.append("lost"),

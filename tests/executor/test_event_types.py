@@ -13,7 +13,7 @@ from app.executor.events import EventSink
 def sink() -> EventSink:
     # validate() touches neither the store nor the run: pure checks before anything is queued
     nothing: Any = None
-    return EventSink(nothing, nothing, owner="w", max_event_bytes=1024, on_lost=lambda: None)
+    return EventSink(nothing, nothing, max_event_bytes=1024, on_lost=lambda: None)
 
 
 @pytest.mark.parametrize(

@@ -31,7 +31,7 @@ from app.models import RunStatus
 from app.settings import Settings
 from app.store.codec import dumps
 from app.store.connection import async_client
-from app.store.leases import ClaimedRun, HeldLease, LeaseStore, Outcome
+from app.store.leases import ClaimedRun, Lease, LeaseStore, Outcome
 from app.store.progress import ProgressStore
 from app.store.runs import NewRun, RunStore
 from app.store.scripts import Scripts
@@ -96,9 +96,7 @@ async def node(
             admin,
             RunStore.for_settings(client, scripts, settings),
             LeaseStore.for_settings(client, scripts, settings),
-            ProgressStore(
-                client, scripts=scripts, prefix=prefix, events_maxlen=settings.events_maxlen
-            ),
+            ProgressStore.for_settings(client, scripts, settings),
         )
     finally:
         admin.close()
@@ -107,7 +105,7 @@ async def node(
 
 def sink_for(node: Node, run: ClaimedRun, lost: list[str]) -> EventSink:
     return EventSink(
-        node.leases, run, owner=OWNER, max_event_bytes=1024, on_lost=lambda: lost.append("lost")
+        node.leases, run.lease, max_event_bytes=1024, on_lost=lambda: lost.append("lost")
     )
 
 
@@ -139,8 +137,7 @@ async def test_a_checkpoint_written_while_the_node_is_a_replica_lands_after_prom
     lost: list[str] = []
     ledger = EffectLedger(
         node.progress,
-        run,
-        owner=OWNER,
+        run.lease,
         sink=sink_for(node, run, lost),
         max_bytes=1024,
         on_lost=lambda: lost.append("lost"),
@@ -155,7 +152,7 @@ async def test_a_checkpoint_written_while_the_node_is_a_replica_lands_after_prom
     kinds = [event.type for event in await node.runs.read_events(run.id)]
     assert kinds == ["created", "claimed", "checkpoint"]
     # the next attempt resumes from it
-    await node.leases.release("default", OWNER, [HeldLease(run.id, run.fence)], "drain")
+    await node.leases.release([Lease("default", run.id, OWNER, run.fence)], "drain")
     again = (await node.leases.claim("default", "w-next", 1)).runs[0]
     assert (again.id, again.state) == (run.id, {"page": 7})
 
@@ -177,7 +174,7 @@ async def test_a_terminal_write_sent_while_the_node_is_a_replica_lands_after_pro
     courier.start()
     try:
         await eventually(lambda: asyncio.sleep(0, started), until=bool, what="the run claimed")
-        outcome = Outcome(run_id, started[0].fence, "succeeded", output_json=dumps({"ok": 1}))
+        outcome = Outcome(started[0].lease, RunStatus.SUCCEEDED, output_json=dumps({"ok": 1}))
         with node.demoted():
             finish = asyncio.create_task(courier.finish(outcome))
             await node.refused_twice()

@@ -12,7 +12,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.executor.heartbeat import Heartbeat, HeartbeatCallbacks
 from app.executor.table import LeaseTable
-from app.store.leases import HeldLease
+from app.store.leases import Lease
 from app.store.transitions import LeaseAnswer
 
 
@@ -24,7 +24,7 @@ class ScriptedRenewer:
         self.fail = False
         self.calls: list[list[str]] = []
 
-    def renew(self, queue: str, owner: str, leases: Sequence[HeldLease]) -> dict[str, LeaseAnswer]:
+    def renew(self, leases: Sequence[Lease]) -> dict[str, LeaseAnswer]:
         self.calls.append([lease.run_id for lease in leases])
         if self.fail:
             raise RedisConnectionError("Redis is gone")
@@ -38,7 +38,7 @@ class SilentRedis(ScriptedRenewer):
         super().__init__()
         self.socket_timeout_s = socket_timeout_s
 
-    def renew(self, queue: str, owner: str, leases: Sequence[HeldLease]) -> dict[str, LeaseAnswer]:
+    def renew(self, leases: Sequence[Lease]) -> dict[str, LeaseAnswer]:
         self.calls.append([lease.run_id for lease in leases])
         return self.advertise(0.0)
 
@@ -68,7 +68,6 @@ async def run_heartbeat(
             until.set_result((run_id, "cancel"))
 
     heartbeat = Heartbeat(
-        owner_id="w-1",
         table=table,
         renewer=renewer,  # type: ignore[arg-type]
         loop=loop,
@@ -90,7 +89,7 @@ async def test_a_run_whose_renewals_keep_failing_is_stopped_before_its_lease_run
     renewer = ScriptedRenewer()
     renewer.fail = True
     confirmed_at = time.monotonic()
-    table.add("default.R1", "default", 1, confirmed_at)
+    table.add(Lease("default", "default.R1", "w-1", 1), confirmed_at)
     done = asyncio.get_running_loop().create_future()
     run_id, reason = await run_heartbeat(
         renewer, table, interval_s=0.1, jeopardy_after_s=0.25, until=done
@@ -110,7 +109,7 @@ async def test_a_silent_redis_cannot_push_the_jeopardy_stop_to_the_lease_expiry(
     silent = SilentRedis(socket_timeout_s=margin_s)
     table = LeaseTable()
     confirmed_at = time.monotonic()
-    table.add("default.R1", "default", 1, confirmed_at)
+    table.add(Lease("default", "default.R1", "w-1", 1), confirmed_at)
     done = asyncio.get_running_loop().create_future()
     run_id, reason = await run_heartbeat(
         silent,
@@ -129,7 +128,7 @@ async def test_a_silent_redis_cannot_push_the_jeopardy_stop_to_the_lease_expiry(
 async def test_renewals_that_succeed_keep_the_run_out_of_jeopardy() -> None:
     table = LeaseTable()
     renewer = ScriptedRenewer()
-    table.add("default.R1", "default", 1, time.monotonic())
+    table.add(Lease("default", "default.R1", "w-1", 1), time.monotonic())
     done = asyncio.get_running_loop().create_future()
     asyncio.get_running_loop().call_later(1.0, done.set_result, ("none", "none"))
     assert await run_heartbeat(
@@ -142,7 +141,7 @@ async def test_renewals_that_succeed_keep_the_run_out_of_jeopardy() -> None:
 async def test_lost_and_cancel_answers_reach_the_loop() -> None:
     for answer, expected in [(LeaseAnswer.LOST, "lease_lost"), (LeaseAnswer.CANCEL, "cancel")]:
         table = LeaseTable()
-        table.add("default.R1", "default", 1, time.monotonic())
+        table.add(Lease("default", "default.R1", "w-1", 1), time.monotonic())
         done = asyncio.get_running_loop().create_future()
         result = await run_heartbeat(
             ScriptedRenewer(answer), table, interval_s=0.05, jeopardy_after_s=10, until=done
@@ -154,7 +153,7 @@ async def test_all_leases_of_a_queue_are_renewed_in_one_call() -> None:
     table = LeaseTable()
     renewer = ScriptedRenewer()
     for index in range(500):
-        table.add(f"default.R{index}", "default", 1, time.monotonic())
+        table.add(Lease("default", f"default.R{index}", "w-1", 1), time.monotonic())
     done = asyncio.get_running_loop().create_future()
     asyncio.get_running_loop().call_later(0.3, done.set_result, ("none", "none"))
     await run_heartbeat(renewer, table, interval_s=0.1, jeopardy_after_s=10, until=done)

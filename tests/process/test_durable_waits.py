@@ -38,7 +38,7 @@ async def events_until(
 
 
 def waits(settings: Settings, client: aioredis.Redis) -> WaitStore:
-    return WaitStore(client, Scripts(), settings.prefix, 1000)
+    return WaitStore.for_settings(client, Scripts(), settings)
 
 
 async def trail(client: aioredis.Redis, prefix: str, run_id: str) -> list[str]:

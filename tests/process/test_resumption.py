@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -77,9 +78,7 @@ async def wait_log(proc: Child, *needles: str) -> str:
 
 
 def progress_store(run_store: RunStore) -> ProgressStore:
-    return ProgressStore(
-        run_store.client, scripts=Scripts(), prefix=run_store.prefix, events_maxlen=1000
-    )
+    return ProgressStore(replace(run_store.ctx, scripts=Scripts(), events_maxlen=1000))
 
 
 async def test_a_killed_run_resumes_from_its_last_checkpoint_with_the_same_output(

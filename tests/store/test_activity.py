@@ -22,14 +22,11 @@ async def test_lifecycle_transitions_reach_the_activity_stream_and_handler_event
     run = (await run_store.create(NewRun(handler="demo.echo", input={}))).run
     claimed = (await lease_store.claim("default", OWNER, 1)).runs[0]
     await lease_store.append_events(
-        "default",
-        run.id,
-        owner=OWNER,
-        fence=claimed.fence,
-        events=[("token", json.dumps({"text": "hi"})), ("wait", json.dumps({"kind": "tool"}))],
+        claimed.lease,
+        [("token", json.dumps({"text": "hi"})), ("wait", json.dumps({"kind": "tool"}))],
     )
     await lease_store.finish_and_claim(
-        "default", OWNER, [Outcome(run.id, claimed.fence, "succeeded", output_json="1")], 0
+        "default", OWNER, [Outcome(claimed.lease, RunStatus.SUCCEEDED, output_json="1")], 0
     )
     entries = await activity.read("default", after=start, count=100)
     assert [(e.type, e.status) for e in entries] == [

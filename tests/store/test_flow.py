@@ -46,7 +46,7 @@ async def finish(
     owner: str = "w-1",
     **kw: object,
 ) -> str:
-    outcome = Outcome(run.id, run.fence, status, **kw)  # type: ignore[arg-type]
+    outcome = Outcome(run.lease, RunStatus(status), **kw)  # type: ignore[arg-type]
     codes, _ = await lease_store.finish_and_claim(Q, owner, [outcome], 0)
     return codes[0]
 
@@ -136,11 +136,7 @@ async def test_every_way_out_gives_the_slot_back(
     assert await finish(lease_store, ok) == "OK"
     assert await finish(lease_store, retried, "failed", retry_delay_ms=0) == "RETRY"
     assert await finish(lease_store, parked, "waiting_human", output_json='{"reason": "x"}') == "OK"
-    from app.store.leases import HeldLease
-
-    assert await lease_store.release(
-        Q, "w-1", [HeldLease(released.id, released.fence)], "drain"
-    ) == ["OK"]
+    assert await lease_store.release([released.lease], "drain") == ["OK"]
     await run_store.cancel(cancelled.id)
     assert await finish(lease_store, cancelled, "cancelled") == "OK"
     # the expired one: its lease runs out, the reconciler requeues it
@@ -313,9 +309,9 @@ async def test_a_durable_sleep_gives_its_slot_back_and_retakes_it_when_it_wakes(
     other = await create(run_store, concurrency_key="k")
     (running,) = await claim(lease_store, 5)
     assert running.id == sleeper
-    waits = WaitStore(redis_client, scripts, settings.prefix, settings.events_maxlen)
+    waits = WaitStore.for_settings(redis_client, scripts, settings)
     call = WaitCall(sleeper, WaitKind.SLEEP, "nap", 1, duration_ms=300)
-    await waits.park(Q, owner="w-1", fence=running.fence, call=call)
+    await waits.park(running.lease, call)
     assert (await run_store.get(sleeper)).status == RunStatus.WAITING
     # the sleeper's slot came back: the other run of the key starts while it sleeps
     (started,) = await claim(lease_store, 5)

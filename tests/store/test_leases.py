@@ -11,7 +11,8 @@ import redis.asyncio as aioredis
 from app.errors import LeaseLost
 from app.models import RunStatus
 from app.store.connection import sync_client
-from app.store.leases import HeldLease, LeaseRenewer, LeaseStore, Outcome
+from app.store.context import StoreContext
+from app.store.leases import Lease, LeaseRenewer, LeaseStore, Outcome
 from app.store.retention import Retention
 from app.store.runs import NewRun, RunStore
 from app.store.scripts import Scripts
@@ -69,7 +70,7 @@ async def test_finish_with_current_fence_writes_output_and_terminal_event(
     run_id = await create(run_store)
     run = (await lease_store.claim("default", OWNER_A, 1)).runs[0]
     codes, _ = await lease_store.finish_and_claim(
-        "default", OWNER_A, [Outcome(run_id, run.fence, "succeeded", output_json='{"ok":true}')], 0
+        "default", OWNER_A, [Outcome(run.lease, RunStatus.SUCCEEDED, output_json='{"ok":true}')], 0
     )
     assert codes == [LeaseAnswer.OK]
     stored = await run_store.get(run_id)
@@ -83,13 +84,13 @@ async def test_a_finish_sent_again_after_a_lost_reply_is_answered_ok_and_written
 ) -> None:
     run_id = await create(run_store)
     run = (await lease_store.claim("default", OWNER_A, 1)).runs[0]
-    outcome = Outcome(run_id, run.fence, "succeeded", output_json='{"ok":true}')
+    outcome = Outcome(run.lease, RunStatus.SUCCEEDED, output_json='{"ok":true}')
     first, _ = await lease_store.finish_and_claim("default", OWNER_A, [outcome], 0)
     again, _ = await lease_store.finish_and_claim("default", OWNER_A, [outcome], 0)
     assert first == again == [LeaseAnswer.OK]
     assert await event_types(run_store, run_id) == ["created", "claimed", "succeeded"]
     # another outcome, or another owner, under that fence is not the same write
-    failed = Outcome(run_id, run.fence, "failed", error_json='{"code":"x","message":"x"}')
+    failed = Outcome(run.lease, RunStatus.FAILED, error_json='{"code":"x","message":"x"}')
     assert (await lease_store.finish_and_claim("default", OWNER_A, [failed], 0))[0] == [
         LeaseAnswer.LOST
     ]
@@ -105,7 +106,7 @@ async def test_renew_with_stale_fence_returns_lost(
     await create(run_store)
     run = (await lease_store.claim("default", OWNER_A, 1)).runs[0]
     answers = renewer(redis_url, scripts, lease_store).renew(
-        "default", OWNER_A, [HeldLease(run.id, run.fence - 1)]
+        [Lease("default", run.id, OWNER_A, run.fence - 1)]
     )
     assert answers == {run.id: LeaseAnswer.LOST}
 
@@ -116,7 +117,7 @@ async def test_renew_by_another_owner_returns_lost(
     await create(run_store)
     run = (await lease_store.claim("default", OWNER_A, 1)).runs[0]
     answers = renewer(redis_url, scripts, lease_store).renew(
-        "default", OWNER_B, [HeldLease(run.id, run.fence)]
+        [Lease("default", run.id, OWNER_B, run.fence)]
     )
     assert answers == {run.id: LeaseAnswer.LOST}
 
@@ -128,7 +129,7 @@ async def test_late_renewal_before_any_reconciler_keeps_the_run(
     run = (await lease_store.claim("default", OWNER_A, 1)).runs[0]
     await asyncio.sleep(lease_store.lease_ttl_ms / 1000 + 0.2)  # expired, nobody reconciled
     answers = renewer(redis_url, scripts, lease_store).renew(
-        "default", OWNER_A, [HeldLease(run.id, run.fence)]
+        [Lease("default", run.id, OWNER_A, run.fence)]
     )
     assert answers == {run.id: LeaseAnswer.OK}
     assert await lease_store.reconcile("default") == []
@@ -144,9 +145,7 @@ async def test_a_lease_only_moves_forward(
     short = LeaseRenewer(
         sync_client(redis_url), scripts=scripts, prefix=lease_store.prefix, lease_ttl_ms=10
     )
-    assert short.renew("default", OWNER_A, [HeldLease(run.id, run.fence)]) == {
-        run.id: LeaseAnswer.OK
-    }
+    assert short.renew([Lease("default", run.id, OWNER_A, run.fence)]) == {run.id: LeaseAnswer.OK}
     assert (await run_store.get(run.id)).lease_expires_at == before
 
 
@@ -168,14 +167,14 @@ async def test_expired_lease_is_orphaned_with_evidence_and_old_owner_is_fenced_o
     assert orphaned.fence == run.fence + 1
     # every write of the old owner is now rejected
     assert renewer(redis_url, scripts, lease_store).renew(
-        "default", OWNER_A, [HeldLease(run_id, run.fence)]
+        [Lease("default", run_id, OWNER_A, run.fence)]
     ) == {run_id: LeaseAnswer.LOST}
     with pytest.raises(LeaseLost):
         await lease_store.append_events(
-            "default", run_id, owner=OWNER_A, fence=run.fence, events=[("progress", "{}")]
+            Lease("default", run_id, OWNER_A, run.fence), [("progress", "{}")]
         )
     codes, _ = await lease_store.finish_and_claim(
-        "default", OWNER_A, [Outcome(run_id, run.fence, "succeeded", output_json="1")], 0
+        "default", OWNER_A, [Outcome(run.lease, RunStatus.SUCCEEDED, output_json="1")], 0
     )
     assert codes == [LeaseAnswer.LOST]
     assert (await run_store.get(run_id)).status == RunStatus.ORPHANED
@@ -216,11 +215,12 @@ async def test_failed_outcome_with_retry_is_requeued_after_its_delay(
 ) -> None:
     run_id = await create(run_store, max_attempts=2)
     run = (await lease_store.claim("default", OWNER_A, 1)).runs[0]
+    assert run.id == run_id
     error = json.dumps({"code": "x", "message": "boom", "retryable": True, "details": {}})
     codes, _ = await lease_store.finish_and_claim(
         "default",
         OWNER_A,
-        [Outcome(run_id, run.fence, "failed", error_json=error, retry_delay_ms=300)],
+        [Outcome(run.lease, RunStatus.FAILED, error_json=error, retry_delay_ms=300)],
         0,
     )
     assert codes == [LeaseAnswer.RETRY]
@@ -239,7 +239,7 @@ async def test_release_requeues_at_the_front_with_fence_plus_one(
     first_id = await create(run_store)
     run = (await lease_store.claim("default", OWNER_A, 1)).runs[0]
     await create(run_store)
-    codes = await lease_store.release("default", OWNER_A, [HeldLease(run.id, run.fence)], "drain")
+    codes = await lease_store.release([Lease("default", run.id, OWNER_A, run.fence)], "drain")
     assert codes == [LeaseAnswer.OK]
     released = await run_store.get(first_id)
     assert released.status == RunStatus.QUEUED
@@ -265,11 +265,11 @@ async def test_cancel_of_a_running_run_is_delivered_by_the_renewal(
     run = (await lease_store.claim("default", OWNER_A, 1)).runs[0]
     assert await run_store.cancel(run_id) == RunStatus.CANCELLING
     answers = renewer(redis_url, scripts, lease_store).renew(
-        "default", OWNER_A, [HeldLease(run_id, run.fence)]
+        [Lease("default", run_id, OWNER_A, run.fence)]
     )
     assert answers == {run_id: LeaseAnswer.CANCEL}
     codes, _ = await lease_store.finish_and_claim(
-        "default", OWNER_A, [Outcome(run_id, run.fence, "cancelled")], 0
+        "default", OWNER_A, [Outcome(run.lease, RunStatus.CANCELLED)], 0
     )
     assert codes == [LeaseAnswer.OK]
     assert (await run_store.get(run_id)).status == RunStatus.CANCELLED
@@ -289,25 +289,19 @@ async def test_expired_lease_of_a_cancelling_run_ends_cancelled(
 async def test_terminal_runs_expire_after_retention(
     redis_client: aioredis.Redis, scripts: Scripts, prefix: str
 ) -> None:
-    short = LeaseStore(
+    ctx = StoreContext(
         redis_client,
-        scripts=scripts,
-        prefix=prefix,
+        scripts,
+        prefix,
+        events_maxlen=100,
+        retention=Retention.uniform(200),
         lease_ttl_ms=1000,
-        retention=Retention.uniform(200),
-        events_maxlen=100,
-    )
-    store = RunStore(
-        redis_client,
-        scripts=scripts,
-        prefix=prefix,
-        retention=Retention.uniform(200),
         queued_ttl_ms=60_000,
-        events_maxlen=100,
     )
+    short, store = LeaseStore(ctx), RunStore(ctx)
     run_id = await create(store, idempotency_key="once")
     run = (await short.claim("default", OWNER_A, 1)).runs[0]
-    await short.finish_and_claim("default", OWNER_A, [Outcome(run_id, run.fence, "succeeded")], 0)
+    await short.finish_and_claim("default", OWNER_A, [Outcome(run.lease, RunStatus.SUCCEEDED)], 0)
     keys = short.keys("default")
     assert await redis_client.pttl(keys.run(run_id)) > 0
     assert await redis_client.pttl(keys.events(run_id)) > 0
@@ -339,7 +333,7 @@ async def test_a_repeated_claim_leaves_out_what_is_no_longer_held_under_its_fenc
     kept_id = await create(run_store)
     runs = (await lease_store.claim("default", OWNER_A, 2, token="t-1")).runs
     released = next(run for run in runs if run.id == released_id)
-    await lease_store.release("default", OWNER_A, [HeldLease(released.id, released.fence)], "drain")
+    await lease_store.release([Lease("default", released.id, OWNER_A, released.fence)], "drain")
     again = await lease_store.claim("default", OWNER_A, 2, token="t-1")
     assert [run.id for run in again.runs] == [kept_id]
     assert (await run_store.get(released_id)).status == RunStatus.QUEUED  # not re-claimed
@@ -383,9 +377,8 @@ async def test_a_retryable_failure_of_a_cancelling_run_ends_it_cancelled_not_que
 ) -> None:
     run_id, fence = await _cancelling_run(run_store, lease_store)
     failed = Outcome(
-        run_id,
-        fence,
-        "failed",
+        Lease("default", run_id, OWNER_A, fence),
+        RunStatus.FAILED,
         error_json='{"code":"flaky","message":"x","retryable":true}',
         retry_delay_ms=0,
     )
@@ -405,7 +398,9 @@ async def test_an_escalation_of_a_cancelling_run_ends_it_cancelled_not_parked(
 ) -> None:
     run_id, fence = await _cancelling_run(run_store, lease_store)
     escalation = json.dumps({"reason": "stuck", "evidence": {"silent_s": 9}})
-    outcome = Outcome(run_id, fence, "waiting_human", output_json=escalation)
+    outcome = Outcome(
+        Lease("default", run_id, OWNER_A, fence), RunStatus.WAITING_HUMAN, output_json=escalation
+    )
     codes, _ = await lease_store.finish_and_claim("default", OWNER_A, [outcome], 0)
     assert codes == [LeaseAnswer.CANCEL]
     data = await _settled_once_as_cancelled(run_store, lease_store, run_id)
@@ -417,13 +412,21 @@ async def test_a_cancelling_run_that_reached_success_or_a_final_failure_keeps_it
     run_store: RunStore, lease_store: LeaseStore
 ) -> None:
     succeeded_id, fence = await _cancelling_run(run_store, lease_store)
-    done = Outcome(succeeded_id, fence, "succeeded", output_json='{"ok":true}')
+    done = Outcome(
+        Lease("default", succeeded_id, OWNER_A, fence),
+        RunStatus.SUCCEEDED,
+        output_json='{"ok":true}',
+    )
     assert (await lease_store.finish_and_claim("default", OWNER_A, [done], 0))[0] == [
         LeaseAnswer.OK
     ]
     assert (await run_store.get(succeeded_id)).status == RunStatus.SUCCEEDED
     failed_id, fence = await _cancelling_run(run_store, lease_store)
-    final = Outcome(failed_id, fence, "failed", error_json='{"code":"x","message":"x"}')
+    final = Outcome(
+        Lease("default", failed_id, OWNER_A, fence),
+        RunStatus.FAILED,
+        error_json='{"code":"x","message":"x"}',
+    )
     assert (await lease_store.finish_and_claim("default", OWNER_A, [final], 0))[0] == [
         LeaseAnswer.OK
     ]

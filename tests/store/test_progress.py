@@ -10,7 +10,7 @@ import redis.asyncio as aioredis
 
 from app.errors import InvalidTransition, LeaseLost, RunNotFound
 from app.models import ResolveRequest, RunStatus
-from app.store.leases import ClaimedRun, HeldLease, LeaseStore, Outcome
+from app.store.leases import ClaimedRun, Lease, LeaseStore, Outcome
 from app.store.progress import EffectAnswer, EffectCall, EffectOutcome, EffectStart, ProgressStore
 from app.store.runs import NewRun, RunStore
 from app.store.transitions import LeaseAnswer
@@ -29,7 +29,7 @@ async def claimed_run(
 
 async def reclaim(lease_store: LeaseStore, run: ClaimedRun) -> ClaimedRun:
     """Hand A's run to B (release + claim): a new fence, as after a takeover."""
-    await lease_store.release("default", OWNER_A, [HeldLease(run.id, run.fence)], "drain")
+    await lease_store.release([Lease("default", run.id, OWNER_A, run.fence)], "drain")
     again = (await lease_store.claim("default", OWNER_B, 1)).runs[0]
     assert again.id == run.id
     return again
@@ -46,7 +46,7 @@ def charge(run: ClaimedRun, *, idempotent: bool = False, ordinal: int = 1) -> Ef
 async def start(
     progress: ProgressStore, run: ClaimedRun, call: EffectCall, owner: str = OWNER_A
 ) -> EffectStart:
-    return await progress.start_effect("default", owner=owner, fence=run.fence, call=call)
+    return await progress.start_effect(Lease("default", call.run_id, owner, run.fence), call)
 
 
 async def record(
@@ -57,12 +57,10 @@ async def record(
     owner: str = OWNER_A,
 ) -> bool:
     return await progress.record_effect(
-        "default",
-        owner=owner,
-        fence=run.fence,
-        call=call,
-        outcome=EffectOutcome.APPLIED,
-        result_json=json.dumps(result),
+        Lease("default", call.run_id, owner, run.fence),
+        call,
+        EffectOutcome.APPLIED,
+        json.dumps(result),
     )
 
 
@@ -71,10 +69,7 @@ async def checkpoint(
 ) -> int:
     """Owner A checkpoints ``run`` at the fence it claimed it with."""
     return await progress.checkpoint(
-        "default",
-        run.id,
-        owner=OWNER_A,
-        fence=run.fence,
+        Lease("default", run.id, OWNER_A, run.fence),
         state_json=state_json,
         effect_seq_json=effect_seq_json,
     )
@@ -160,7 +155,7 @@ async def test_an_unknown_non_idempotent_effect_parks_the_run_with_evidence(
     assert (await events(run_store, run.id))[-1][0] == "reconciliation_required"
     # the parked run's owner can write nothing more
     codes, _ = await lease_store.finish_and_claim(
-        "default", OWNER_B, [Outcome(run.id, new.fence, "succeeded")], 0
+        "default", OWNER_B, [Outcome(new.lease, RunStatus.SUCCEEDED)], 0
     )
     assert codes == [LeaseAnswer.LOST]
     assert (await lease_store.claim("default", OWNER_A, 1)).runs == []
@@ -204,7 +199,7 @@ async def test_not_applied_drops_the_record_so_the_effect_runs_again(
     call = charge(run)
     await start(progress, run, call)
     assert await progress.record_effect(
-        "default", owner=OWNER_A, fence=run.fence, call=call, outcome=EffectOutcome.NOT_APPLIED
+        Lease("default", call.run_id, OWNER_A, run.fence), call, EffectOutcome.NOT_APPLIED
     )
     new = await reclaim(lease_store, run)
     assert (await start(progress, new, charge(new), owner=OWNER_B)).starts == 1
@@ -358,7 +353,7 @@ async def test_every_way_a_run_ends_expires_its_effects(
     finished = await claimed_run(run_store, lease_store)
     await start(progress, finished, charge(finished, idempotent=True))
     await lease_store.finish_and_claim(
-        "default", OWNER_A, [Outcome(finished.id, finished.fence, "succeeded")], 0
+        "default", OWNER_A, [Outcome(finished.lease, RunStatus.SUCCEEDED)], 0
     )
     orphaned = await claimed_run(run_store, lease_store)
     await start(progress, orphaned, charge(orphaned, idempotent=True))
@@ -395,7 +390,7 @@ async def test_a_run_resumed_after_waiting_for_a_person_keeps_its_checkpoint_and
     await checkpoint(progress, run, '{"step":1}', '{"charge":1}')
     escalation = json.dumps({"reason": "stuck", "evidence": {}})
     codes, _ = await lease_store.finish_and_claim(
-        "default", OWNER_A, [Outcome(run.id, run.fence, "waiting_human", output_json=escalation)], 0
+        "default", OWNER_A, [Outcome(run.lease, RunStatus.WAITING_HUMAN, output_json=escalation)], 0
     )
     assert codes == [LeaseAnswer.OK]
     await run_store.resume(run.id, {"go": True})

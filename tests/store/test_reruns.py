@@ -7,7 +7,7 @@ import redis.asyncio as aioredis
 
 from app.errors import AlreadyRetried, IdempotencyConflict, InvalidTransition, RunNotFound
 from app.models import TERMINAL_EVENT_TYPES, RunStatus
-from app.store.leases import LeaseStore, Outcome
+from app.store.leases import Lease, LeaseStore, Outcome
 from app.store.progress import EffectAnswer, EffectCall, EffectOutcome, ProgressStore
 from app.store.reruns import Rerun, retry_run
 from app.store.runs import NewRun, RunStore
@@ -30,24 +30,19 @@ async def ended(
     run = (await lease_store.claim("default", OWNER, 1)).runs[0]
     if charge:
         call = EffectCall(run.id, "charge", 1, idempotent=False)
-        await progress.start_effect("default", owner=OWNER, fence=run.fence, call=call)
+        await progress.start_effect(Lease("default", call.run_id, OWNER, run.fence), call)
         await progress.record_effect(
-            "default",
-            owner=OWNER,
-            fence=run.fence,
-            call=call,
-            outcome=EffectOutcome.APPLIED,
-            result_json='{"receipt":"r-1"}',
+            Lease("default", call.run_id, OWNER, run.fence),
+            call,
+            EffectOutcome.APPLIED,
+            '{"receipt":"r-1"}',
         )
         await progress.checkpoint(
-            "default",
-            run.id,
-            owner=OWNER,
-            fence=run.fence,
+            Lease("default", run.id, OWNER, run.fence),
             state_json='{"step":1}',
             effect_seq_json='{"charge":1}',
         )
-    outcome = Outcome(run.id, run.fence, status, error_json='{"code":"boom","message":"m"}')
+    outcome = Outcome(run.lease, RunStatus(status), error_json='{"code":"boom","message":"m"}')
     await lease_store.finish_and_claim("default", OWNER, [outcome], 0)
     return created.run.id
 
@@ -91,7 +86,9 @@ async def test_the_new_run_replays_the_old_runs_effects_under_the_first_runs_key
     assert (seq, root) == ({"charge": 1}, old_id)
     again = EffectCall(new_id, "charge", 1, idempotent=False, key_root=root)
     assert again.key == f"{old_id}:charge:1"
-    started = await progress.start_effect("default", owner=OWNER, fence=claimed.fence, call=again)
+    started = await progress.start_effect(
+        Lease("default", again.run_id, OWNER, claimed.fence), again
+    )
     assert started.answer == EffectAnswer.REPLAYED and started.result_json == '{"receipt":"r-1"}'
 
 
@@ -104,7 +101,9 @@ async def test_checkpoint_drop_starts_from_the_beginning_but_still_replays_effec
     assert claimed.state is None
     assert await progress.effect_start("default", new_id) == ({}, old_id)
     first = EffectCall(new_id, "charge", 1, idempotent=False, key_root=old_id)
-    started = await progress.start_effect("default", owner=OWNER, fence=claimed.fence, call=first)
+    started = await progress.start_effect(
+        Lease("default", first.run_id, OWNER, claimed.fence), first
+    )
     assert started.answer == EffectAnswer.REPLAYED
 
 
@@ -131,7 +130,7 @@ async def test_a_retry_of_a_retry_keeps_the_first_runs_key_root(
     second_id = (await retry_run(run_store, Rerun(first_id))).run.id
     second = (await lease_store.claim("default", OWNER, 1)).runs[0]
     await lease_store.finish_and_claim(
-        "default", OWNER, [Outcome(second.id, second.fence, "failed", error_json="{}")], 0
+        "default", OWNER, [Outcome(second.lease, RunStatus.FAILED, error_json="{}")], 0
     )
     third_id = (await retry_run(run_store, Rerun(second_id))).run.id
     assert (await run_store.get(third_id)).retry_of == second_id

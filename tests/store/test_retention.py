@@ -18,7 +18,7 @@ from app.models import TERMINAL_STATUSES, RunStatus
 from app.reconciler import Reconciler
 from app.settings import Settings
 from app.store.keys import QueueKeys
-from app.store.leases import LeaseStore, Outcome
+from app.store.leases import Lease, LeaseStore, Outcome
 from app.store.progress import EffectCall, EffectOutcome, ProgressStore
 from app.store.runs import NewRun, RunStore
 from app.store.scripts import Scripts, lua_dir
@@ -83,14 +83,9 @@ async def claimed_with_effect(s: Stores, idem: str, **options: object) -> tuple[
     run = (await s.leases.claim("default", OWNER, 1)).runs[0]
     assert run.id == created.run.id
     call = EffectCall(run.id, "charge", 1, idempotent=False)
-    await s.progress.start_effect("default", owner=OWNER, fence=run.fence, call=call)
+    await s.progress.start_effect(Lease("default", call.run_id, OWNER, run.fence), call)
     recorded = await s.progress.record_effect(
-        "default",
-        owner=OWNER,
-        fence=run.fence,
-        call=call,
-        outcome=EffectOutcome.APPLIED,
-        result_json="{}",
+        Lease("default", call.run_id, OWNER, run.fence), call, EffectOutcome.APPLIED, "{}"
     )
     assert recorded
     return run.id, run.fence
@@ -103,7 +98,10 @@ async def test_a_finished_run_keeps_every_key_for_its_status_retention(
     run_id, fence = await claimed_with_effect(stores, f"idem-{outcome}")
     error = '{"code":"boom","message":"boom"}' if outcome == "failed" else ""
     await stores.leases.finish_and_claim(
-        "default", OWNER, [Outcome(run_id, fence, outcome, error_json=error)], 0
+        "default",
+        OWNER,
+        [Outcome(Lease("default", run_id, OWNER, fence), RunStatus(outcome), error_json=error)],
+        0,
     )
     assert (await stores.runs.get(run_id)).status == outcome
     ttls = await pttls(redis_client, stores.keys, run_id, f"idem-{outcome}")
@@ -137,7 +135,9 @@ async def test_a_run_asking_for_its_own_retention_keeps_it_whatever_its_status(
 ) -> None:
     run_id, fence = await claimed_with_effect(stores, "own", retention_ms=77_000)
     assert (await stores.runs.get(run_id)).retention_s == 77.0
-    await stores.leases.finish_and_claim("default", OWNER, [Outcome(run_id, fence, "succeeded")], 0)
+    await stores.leases.finish_and_claim(
+        "default", OWNER, [Outcome(Lease("default", run_id, OWNER, fence), RunStatus.SUCCEEDED)], 0
+    )
     assert_kept_for(await pttls(redis_client, stores.keys, run_id, "own"), 77.0)
 
 
@@ -256,7 +256,7 @@ async def test_the_reconciler_sweeps_listing_entries_of_runs_whose_retention_end
     for _ in range(5):
         await runs.create(NewRun(handler="demo.echo", input={}))
     claim = await leases.claim("default", OWNER, 3)
-    done = [Outcome(run.id, run.fence, "succeeded") for run in claim.runs]
+    done = [Outcome(run.lease, RunStatus.SUCCEEDED) for run in claim.runs]
     await leases.finish_and_claim("default", OWNER, done, 0)
     await eventually(
         lambda: redis_client.exists(*(keys.run(run.id) for run in claim.runs)),

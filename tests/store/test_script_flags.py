@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from app.embedded import EmbeddedRedis
+from app.models import RunStatus
 from app.settings import Settings
 from app.store.connection import async_client, sync_client
-from app.store.leases import HeldLease, LeaseRenewer, LeaseStore, Outcome
+from app.store.leases import LeaseRenewer, LeaseStore, Outcome
 from app.store.runs import NewRun, RunStore
 from app.store.scripts import SCRIPT_FLAGS, Scripts, load_scripts
 from app.store.transitions import LeaseAnswer
@@ -72,12 +73,10 @@ async def run_one_life(url: str, prefix: str, tmp_path: Path, scripts: Scripts) 
         run_id = (await runs.create(NewRun(handler="demo.echo", input={"a": 1}))).run.id
         claim = await leases.claim("default", "w-1", 1)
         assert [run.id for run in claim.runs] == [run_id]
-        fence = claim.runs[0].fence
+        lease = claim.runs[0].lease
         renewer = LeaseRenewer(renewing, scripts=Scripts(), prefix=prefix, lease_ttl_ms=5_000)
-        assert renewer.renew("default", "w-1", [HeldLease(run_id, fence)]) == {
-            run_id: LeaseAnswer.OK
-        }
-        outcome = Outcome(run_id, fence, "succeeded", output_json='{"a": 1}')
+        assert renewer.renew([lease]) == {run_id: LeaseAnswer.OK}
+        outcome = Outcome(lease, RunStatus.SUCCEEDED, output_json='{"a": 1}')
         codes, _ = await leases.finish_and_claim("default", "w-1", [outcome], 0)
         assert codes == [LeaseAnswer.OK]
         assert [event.type for event in await runs.read_events(run_id)][-1] == "succeeded"

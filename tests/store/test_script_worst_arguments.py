@@ -19,11 +19,11 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from app.models import QueueLimits, RateLimitSpec
+from app.models import QueueLimits, RateLimitSpec, RunStatus
 from app.settings import Settings
 from app.store.flow import FlowStore
 from app.store.keys import GlobalKeys, QueueKeys
-from app.store.leases import HeldLease, LeaseRenewer, LeaseStore, Outcome
+from app.store.leases import Lease, LeaseRenewer, LeaseStore, Outcome
 from app.store.progress import EffectCall, EffectOutcome, ProgressStore
 from app.store.queues import QueueStore
 from app.store.ratelimits import Declared, RateLimitStore
@@ -95,16 +95,12 @@ class World:
         self.keys = QueueKeys(settings.prefix, QUEUE)
         self.runs = RunStore.for_settings(client, real, settings)
         self.leases = LeaseStore.for_settings(client, real, settings)
-        self.progress = ProgressStore(
-            client, scripts=real, prefix=settings.prefix, events_maxlen=settings.events_maxlen
-        )
+        self.progress = ProgressStore.for_settings(client, real, settings)
         self.c_runs = RunStore.for_settings(client, fake, settings)
         self.c_leases = LeaseStore.for_settings(client, fake, settings)
-        self.c_progress = ProgressStore(
-            client, scripts=fake, prefix=settings.prefix, events_maxlen=settings.events_maxlen
-        )
-        self.waits = WaitStore(client, real, settings.prefix, settings.events_maxlen)
-        self.c_waits = WaitStore(client, fake, settings.prefix, settings.events_maxlen)
+        self.c_progress = ProgressStore.for_settings(client, fake, settings)
+        self.waits = WaitStore.for_settings(client, real, settings)
+        self.c_waits = WaitStore.for_settings(client, fake, settings)
         self.c_renewer = LeaseRenewer(
             None,  # type: ignore[arg-type]  # never used: the call is captured first
             scripts=fake,
@@ -116,18 +112,18 @@ class World:
         created = await self.runs.create(NewRun(handler="demo.echo", input={"n": 1}, **extra))
         return created.run.id
 
-    async def held(self, count: int = 1) -> list[tuple[str, int]]:
-        """Runs running under OWNER: (id, fence)."""
+    async def held(self, count: int = 1) -> list[Lease]:
+        """The leases of runs running under OWNER."""
         for _ in range(count):
             await self.queued(max_attempts=3, on_lease_expired="retry")
         claim = await self.leases.claim(QUEUE, OWNER, count)
-        return [(run.id, run.fence) for run in claim.runs]
+        return [run.lease for run in claim.runs]
 
     async def waiting_human(self) -> str:
-        ((run_id, fence),) = await self.held()
-        escalation = Outcome(run_id, fence, "waiting_human", output_json='{"reason":"stuck"}')
+        (lease,) = await self.held()
+        escalation = Outcome(lease, RunStatus.WAITING_HUMAN, output_json='{"reason":"stuck"}')
         await self.leases.finish_and_claim(QUEUE, OWNER, [escalation], 0)
-        return run_id
+        return lease.run_id
 
 
 Setup = Callable[[World], Awaitable[ScriptCall]]
@@ -184,8 +180,8 @@ async def _claim(w: World) -> ScriptCall:
     for _ in range(3):
         await w.queued(concurrency_key="t")  # one claimed below, the others wait on k:t
     await w.queued()
-    ((run_id, fence),) = await w.held()
-    failed = Outcome(run_id, fence, "failed", error_json='{"code":"x"}', retry_delay_ms=1)
+    (lease,) = await w.held()
+    failed = Outcome(lease, RunStatus.FAILED, error_json='{"code":"x"}', retry_delay_ms=1)
     await w.leases.finish_and_claim(QUEUE, OWNER, [failed], 0)
     return await capture(w.c_leases.claim(QUEUE, OWNER, 2, token="t-1"))
 
@@ -193,73 +189,54 @@ async def _claim(w: World) -> ScriptCall:
 async def _finish(w: World) -> ScriptCall:
     held = await w.held(3)
     outcomes = [
-        Outcome(held[0][0], held[0][1], "succeeded", output_json='{"ok":true}'),
-        Outcome(held[1][0], held[1][1], "failed", error_json='{"code":"e"}', retry_delay_ms=0),
-        Outcome(held[2][0], held[2][1], "waiting_human", output_json='{"reason":"r"}'),
+        Outcome(held[0], RunStatus.SUCCEEDED, output_json='{"ok":true}'),
+        Outcome(held[1], RunStatus.FAILED, error_json='{"code":"e"}', retry_delay_ms=0),
+        Outcome(held[2], RunStatus.WAITING_HUMAN, output_json='{"reason":"r"}'),
     ]
     return await capture(w.c_leases.finish_and_claim(QUEUE, OWNER, outcomes, 0))
 
 
 async def _release(w: World) -> ScriptCall:
     held = await w.held(2)
-    await w.runs.cancel(held[0][0])
-    leases = [HeldLease(run_id, fence) for run_id, fence in held]
-    return await capture(w.c_leases.release(QUEUE, OWNER, leases, "drain"))
+    await w.runs.cancel(held[0].run_id)
+    return await capture(w.c_leases.release(held, "drain"))
 
 
 async def _renew(w: World) -> ScriptCall:
-    leases = [HeldLease(run_id, fence) for run_id, fence in await w.held(2)]
+    leases = await w.held(2)
     with pytest.raises(Captured) as caught:
-        w.c_renewer.renew(QUEUE, OWNER, leases)
+        w.c_renewer.renew(leases)
     return caught.value.call
 
 
 async def _append(w: World) -> ScriptCall:
-    ((run_id, fence),) = await w.held()
+    (lease,) = await w.held()
     events = [("progress", '{"step":1}'), ("token", '{"text":"hi"}')]
-    return await capture(
-        w.c_leases.append_events(QUEUE, run_id, owner=OWNER, fence=fence, events=events)
-    )
+    return await capture(w.c_leases.append_events(lease, events))
 
 
 async def _checkpoint(w: World) -> ScriptCall:
-    ((run_id, fence),) = await w.held()
-    await w.progress.checkpoint(
-        QUEUE, run_id, owner=OWNER, fence=fence, state_json='{"i":1}', effect_seq_json=""
-    )
+    (lease,) = await w.held()
+    await w.progress.checkpoint(lease, state_json='{"i":1}', effect_seq_json="")
     return await capture(
-        w.c_progress.checkpoint(
-            QUEUE,
-            run_id,
-            owner=OWNER,
-            fence=fence,
-            state_json='{"i":2}',
-            effect_seq_json='{"charge":1}',
-        )
+        w.c_progress.checkpoint(lease, state_json='{"i":2}', effect_seq_json='{"charge":1}')
     )
 
 
 async def _start_effect(w: World) -> ScriptCall:
-    ((run_id, fence),) = await w.held()
-    first = EffectCall(run_id, "charge", 1, idempotent=False)
-    await w.progress.start_effect(QUEUE, owner=OWNER, fence=fence, call=first)
-    second = EffectCall(run_id, "charge", 2, idempotent=False)
-    return await capture(w.c_progress.start_effect(QUEUE, owner=OWNER, fence=fence, call=second))
+    (lease,) = await w.held()
+    first = EffectCall(lease.run_id, "charge", 1, idempotent=False)
+    await w.progress.start_effect(lease, first)
+    second = EffectCall(lease.run_id, "charge", 2, idempotent=False)
+    return await capture(w.c_progress.start_effect(lease, second))
 
 
 async def _record_effect(w: World) -> ScriptCall:
-    ((run_id, fence),) = await w.held()
-    call = EffectCall(run_id, "charge", 1, idempotent=False)
-    await w.progress.start_effect(QUEUE, owner=OWNER, fence=fence, call=call)
+    (lease,) = await w.held()
+    call = EffectCall(lease.run_id, "charge", 1, idempotent=False)
+    await w.progress.start_effect(lease, call)
     return await capture(
-        w.c_progress.record_effect(
-            QUEUE,
-            owner=OWNER,
-            fence=fence,
-            call=call,
-            outcome=EffectOutcome.APPLIED,
-            result_json='{"charged":10}',
-        )
+        w.c_progress.record_effect(lease, call, EffectOutcome.APPLIED, '{"charged":10}')
     )
 
 
@@ -284,11 +261,11 @@ async def _resolve(w: World) -> ScriptCall:
 
 async def _reconcile(w: World) -> ScriptCall:
     held = await w.held(2)
-    call = EffectCall(held[1][0], "charge", 1, idempotent=False)
-    await w.progress.start_effect(QUEUE, owner=OWNER, fence=held[1][1], call=call)
-    for run_id, _fence in held:  # the leases ran out: by the Redis clock, a while ago
-        await w.client.hset(w.keys.run(run_id), "lease_expires_at", 1)
-        await w.client.zadd(w.keys.leases, {run_id: 1})
+    call = EffectCall(held[1].run_id, "charge", 1, idempotent=False)
+    await w.progress.start_effect(held[1], call)
+    for lease in held:  # the leases ran out: by the Redis clock, a while ago
+        await w.client.hset(w.keys.run(lease.run_id), "lease_expires_at", 1)
+        await w.client.zadd(w.keys.leases, {lease.run_id: 1})
     return await capture(w.c_leases.reconcile(QUEUE))
 
 
@@ -336,16 +313,13 @@ async def _read_events(w: World) -> ScriptCall:
 async def _retry_run(w: World) -> ScriptCall:
     from app.store.reruns import Rerun, retry_call
 
-    ((run_id, fence),) = await w.held()
+    (lease,) = await w.held()
+    run_id = lease.run_id
     call = EffectCall(run_id, "charge", 1, idempotent=False)
-    await w.progress.start_effect(QUEUE, owner=OWNER, fence=fence, call=call)
-    await w.progress.record_effect(
-        QUEUE, owner=OWNER, fence=fence, call=call, outcome=EffectOutcome.APPLIED, result_json="1"
-    )
-    await w.progress.checkpoint(
-        QUEUE, run_id, owner=OWNER, fence=fence, state_json='{"i":1}', effect_seq_json=""
-    )
-    failed = Outcome(run_id, fence, "failed", error_json='{"code":"x"}')
+    await w.progress.start_effect(lease, call)
+    await w.progress.record_effect(lease, call, EffectOutcome.APPLIED, "1")
+    await w.progress.checkpoint(lease, state_json='{"i":1}', effect_seq_json="")
+    failed = Outcome(lease, RunStatus.FAILED, error_json='{"code":"x"}')
     await w.leases.finish_and_claim(QUEUE, OWNER, [failed], 0)
     return retry_call(w.runs, Rerun(run_id, idempotency_key="k-3"))
 
@@ -396,18 +370,20 @@ async def _commit_operation(w: World) -> ScriptCall:
 
 
 async def _park(w: World) -> ScriptCall:
-    ((run_id, fence),) = await w.held()
+    (lease,) = await w.held()
+    run_id = lease.run_id
     slept = WaitCall(run_id, WaitKind.SLEEP, "nap", 1, duration_ms=0)  # over at once
-    await w.waits.park(QUEUE, owner=OWNER, fence=fence, call=slept)
+    await w.waits.park(lease, slept)
     await w.c_runs.client.hset(w.keys.waits(run_id), "inbox:go", '["1"]')
     asked = WaitCall(run_id, WaitKind.HUMAN, "ask", 1, question_json='{"q":[1,2.5]}')
-    return await capture(w.c_waits.park(QUEUE, owner=OWNER, fence=fence, call=asked))
+    return await capture(w.c_waits.park(lease, asked))
 
 
 async def _signal(w: World) -> ScriptCall:
-    ((run_id, fence),) = await w.held()
+    (lease,) = await w.held()
+    run_id = lease.run_id
     wait = WaitCall(run_id, WaitKind.SIGNAL, "go", 1, duration_ms=60_000)
-    await w.waits.park(QUEUE, owner=OWNER, fence=fence, call=wait)
+    await w.waits.park(lease, wait)
     await w.waits.signal(run_id, "later", "1", max_pending=3, signal_id="sig-0")
     return await capture(
         w.c_waits.signal(run_id, "go", '{"ok":[1,2.5]}', max_pending=3, signal_id="sig-1")

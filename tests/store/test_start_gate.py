@@ -10,7 +10,7 @@ import redis.asyncio as aioredis
 
 from app.models import RateLimitSpec
 from app.store.keys import QueueKeys
-from app.store.leases import HeldLease, LeaseStore
+from app.store.leases import LeaseStore
 from app.store.ratelimits import StartGate
 from app.store.runs import NewRun, RunStore
 from app.store.scripts import lua_dir
@@ -125,8 +125,7 @@ async def test_a_run_released_for_a_rate_limit_gives_its_slots_back_while_it_wai
     created = await run_store.create(new)
     (run,) = (await lease_store.claim(QUEUE, "w-1", 1)).runs
     assert await redis_client.hget(keys.slots, "k:tenant-a") == "1"
-    lease = HeldLease(run.id, run.fence)
-    await lease_store.release(QUEUE, "w-1", [lease], "upstream_429", delay_ms=60_000)
+    await lease_store.release([run.lease], "upstream_429", delay_ms=60_000)
     assert not await redis_client.hget(keys.slots, "k:tenant-a")  # given back at once
     assert await redis_client.zscore(keys.delayed, created.run.id) is not None
     stored = await run_store.get(created.run.id)

@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 from app.errors import LeaseLost
 from app.models import RunStatus
 from app.settings import Settings
+from app.store.context import StoreContext
 from app.store.keys import QueueKeys
 from app.store.leases import ClaimedRun, LeaseStore
 from app.store.runs import NewRun, RunStore
@@ -28,7 +29,7 @@ OWNER = "w-waits"
 
 @pytest.fixture
 def waits(redis_client: aioredis.Redis, settings: Settings) -> WaitStore:
-    return WaitStore(redis_client, Scripts(), settings.prefix, settings.events_maxlen)
+    return WaitStore.for_settings(redis_client, Scripts(), settings)
 
 
 async def held(run_store: RunStore, lease_store: LeaseStore) -> ClaimedRun:
@@ -56,7 +57,7 @@ async def test_a_sleeping_run_holds_no_lease_and_is_claimed_again_once_due(
 ) -> None:
     run = await held(run_store, lease_store)
     nap = WaitCall(run.id, WaitKind.SLEEP, "nap", 1, duration_ms=300)
-    parked = await waits.park(QUEUE, owner=OWNER, fence=run.fence, call=nap)
+    parked = await waits.park(run.lease, nap)
     assert parked.outcome == WaitOutcome.PARKED
     assert parked.until_ms is not None
     record = await run_store.get(run.id)
@@ -68,12 +69,12 @@ async def test_a_sleeping_run_holds_no_lease_and_is_claimed_again_once_due(
 
     woken = await claimed_again(lease_store)
     assert (woken.id, woken.fence) == (run.id, run.fence + 2)
-    replay = await waits.park(QUEUE, owner=OWNER, fence=woken.fence, call=nap)
+    replay = await waits.park(woken.lease, nap)
     assert replay.outcome == WaitOutcome.OVER
     # the old owner's fence is over: a write from it is refused and changes nothing
     before = await snapshot(redis_client, settings.prefix)
     with pytest.raises(LeaseLost):
-        await waits.park(QUEUE, owner=OWNER, fence=run.fence, call=nap)
+        await waits.park(run.lease, nap)
     assert not changes(before, await snapshot(redis_client, settings.prefix))
 
 
@@ -82,9 +83,7 @@ async def test_a_signal_wakes_its_wait_through_the_claim_path_and_replays_its_pa
 ) -> None:
     run = await held(run_store, lease_store)
     call = WaitCall(run.id, WaitKind.SIGNAL, "approve", 1)  # no timeout: waits for it
-    assert (await waits.park(QUEUE, owner=OWNER, fence=run.fence, call=call)).outcome == (
-        WaitOutcome.PARKED
-    )
+    assert (await waits.park(run.lease, call)).outcome == (WaitOutcome.PARKED)
     assert await waits.signal(run.id, "other", "1", max_pending=4) == (
         SignalDelivery.BUFFERED,
         False,
@@ -95,10 +94,10 @@ async def test_a_signal_wakes_its_wait_through_the_claim_path_and_replays_its_pa
         False,
     )
     woken = await claimed_again(lease_store)
-    replay = await waits.park(QUEUE, owner=OWNER, fence=woken.fence, call=call)
+    replay = await waits.park(woken.lease, call)
     assert (replay.outcome, replay.payload_json) == (WaitOutcome.OVER, '{"by":"ana"}')
     other = WaitCall(run.id, WaitKind.SIGNAL, "other", 1)
-    taken = await waits.park(QUEUE, owner=OWNER, fence=woken.fence, call=other)
+    taken = await waits.park(woken.lease, other)
     assert (taken.outcome, taken.payload_json) == (WaitOutcome.OVER, "1")  # buffered first
 
 
@@ -107,9 +106,7 @@ async def test_a_question_is_answered_by_resume_and_its_step_replays_the_answer(
 ) -> None:
     run = await held(run_store, lease_store)
     ask = WaitCall(run.id, WaitKind.HUMAN, "ask", 1, question_json='{"q":"ship it?"}')
-    assert (await waits.park(QUEUE, owner=OWNER, fence=run.fence, call=ask)).outcome == (
-        WaitOutcome.PARKED
-    )
+    assert (await waits.park(run.lease, ask)).outcome == (WaitOutcome.PARKED)
     parked = await run_store.get(run.id)
     assert parked.status == RunStatus.WAITING_HUMAN
     assert parked.escalation == {
@@ -119,7 +116,7 @@ async def test_a_question_is_answered_by_resume_and_its_step_replays_the_answer(
     }
     await run_store.resume(run.id, {"ship": True})
     woken = await claimed_again(lease_store)
-    replay = await waits.park(QUEUE, owner=OWNER, fence=woken.fence, call=ask)
+    replay = await waits.park(woken.lease, ask)
     assert (replay.outcome, replay.payload_json) == (WaitOutcome.OVER, '{"ship":true}')
 
 
@@ -134,7 +131,7 @@ async def test_a_run_being_cancelled_is_not_parked(
     assert await run_store.cancel(run.id) == RunStatus.CANCELLING
     before = await snapshot(redis_client, settings.prefix)
     nap = WaitCall(run.id, WaitKind.SLEEP, "nap", 1, duration_ms=60_000)
-    answer = await waits.park(QUEUE, owner=OWNER, fence=run.fence, call=nap)
+    answer = await waits.park(run.lease, nap)
     assert answer.outcome == WaitOutcome.CANCELLING
     assert not changes(before, await snapshot(redis_client, settings.prefix))
 
@@ -145,20 +142,14 @@ async def test_a_new_wait_past_the_runs_bound_is_refused_and_writes_nothing(
     redis_client: aioredis.Redis,
     settings: Settings,
 ) -> None:
-    bounded = WaitStore(redis_client, Scripts(), settings.prefix, 1000, max_waits=2)
+    bounded = WaitStore(StoreContext.for_settings(redis_client, Scripts(), settings), max_waits=2)
     run = await held(run_store, lease_store)
     for n in (1, 2):  # sleeps over at once: each still records its step
         nap = WaitCall(run.id, WaitKind.SLEEP, "nap", n, duration_ms=0)
-        assert (await bounded.park(QUEUE, owner=OWNER, fence=run.fence, call=nap)).outcome == (
-            WaitOutcome.OVER
-        )
+        assert (await bounded.park(run.lease, nap)).outcome == (WaitOutcome.OVER)
     before = await snapshot(redis_client, settings.prefix)
     third = WaitCall(run.id, WaitKind.SLEEP, "nap", 3, duration_ms=60_000)
-    assert (await bounded.park(QUEUE, owner=OWNER, fence=run.fence, call=third)).outcome == (
-        WaitOutcome.FULL
-    )
+    assert (await bounded.park(run.lease, third)).outcome == (WaitOutcome.FULL)
     assert not changes(before, await snapshot(redis_client, settings.prefix))
     replay = WaitCall(run.id, WaitKind.SLEEP, "nap", 1, duration_ms=0)  # a recorded one: fine
-    assert (await bounded.park(QUEUE, owner=OWNER, fence=run.fence, call=replay)).outcome == (
-        WaitOutcome.OVER
-    )
+    assert (await bounded.park(run.lease, replay)).outcome == (WaitOutcome.OVER)

@@ -7,7 +7,7 @@ unknown, so the start_effect script parks the run.
 
 from __future__ import annotations
 
-from app.store.leases import ClaimedRun, HeldLease, LeaseStore
+from app.store.leases import ClaimedRun, Lease, LeaseStore
 from app.store.progress import EffectAnswer, EffectCall, ProgressStore
 from app.store.runs import NewRun, RunStore
 
@@ -23,9 +23,9 @@ async def park_on_unknown_effect(
     await run_store.create(NewRun(handler="demo.echo", input={}, queue=queue))
     first = (await lease_store.claim(queue, OWNER_A, 1)).runs[0]
     call = EffectCall(first.id, EFFECT, 1, idempotent=False)
-    await progress.start_effect(queue, owner=OWNER_A, fence=first.fence, call=call)
-    await lease_store.release(queue, OWNER_A, [HeldLease(first.id, first.fence)], "drain")
+    await progress.start_effect(Lease(queue, call.run_id, OWNER_A, first.fence), call)
+    await lease_store.release([Lease(queue, first.id, OWNER_A, first.fence)], "drain")
     second = (await lease_store.claim(queue, OWNER_B, 1)).runs[0]
-    found = await progress.start_effect(queue, owner=OWNER_B, fence=second.fence, call=call)
+    found = await progress.start_effect(Lease(queue, call.run_id, OWNER_B, second.fence), call)
     assert found.answer == EffectAnswer.UNKNOWN
     return second

@@ -67,13 +67,7 @@ async def signal_run(
             413, f"the payload is {size} bytes; the limit is {limit} (LEASEHOLD_MAX_SIGNAL_BYTES)"
         )
     settings = state.settings
-    store = WaitStore(
-        state.client,
-        state.scripts,
-        settings.prefix,
-        settings.events_maxlen,
-        max_waits=settings.max_waits_per_run,
-    )
+    store = WaitStore.for_settings(state.client, state.scripts, settings)
     outcome, replayed = await store.signal(
         run_id,
         name,
