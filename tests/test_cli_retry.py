@@ -24,7 +24,7 @@ async def failed_run(run_store: RunStore, lease_store: LeaseStore, code: str) ->
     claimed = (await lease_store.claim("default", "w-1", 1)).runs[0]
     error = json.dumps({"code": code, "message": "m"})
     await lease_store.finish_and_claim(
-        "default", "w-1", [Outcome(run_id, claimed.fence, "failed", error_json=error)], 0
+        "default", "w-1", [Outcome(claimed.lease, RunStatus.FAILED, error_json=error)], 0
     )
     return run_id
 

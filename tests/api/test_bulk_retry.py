@@ -13,7 +13,7 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from app.models import RetryFilter
+from app.models import RetryFilter, RunStatus
 from app.settings import Settings
 from app.store.leases import LeaseStore, Outcome
 from app.store.operations import OperationStore
@@ -50,7 +50,7 @@ async def ended(
     assert claimed.id == run_id
     error = f'{{"code":"{code}","message":"m","retryable":false,"details":{{}}}}'
     await lease_store.finish_and_claim(
-        "default", "w-1", [Outcome(run_id, claimed.fence, status, error_json=error)], 0
+        "default", "w-1", [Outcome(claimed.lease, RunStatus(status), error_json=error)], 0
     )
     return run_id
 
