@@ -124,12 +124,8 @@ async def test_every_way_out_gives_the_slot_back(
     assert len(runs) == 6
     assert (await slots(redis_client, flow))["k:k"] == "6"
     # a run released to wait for a rate-limit token (ctx.rate_limited) holds no slot
-    from app.store.leases import HeldLease as Held
-
     held = runs.pop()
-    assert await lease_store.release(
-        Q, "w-1", [Held(held.id, held.fence)], "rate_limited", delay_ms=60_000
-    ) == ["OK"]
+    assert await lease_store.release([held.lease], "rate_limited", delay_ms=60_000) == ["OK"]
     assert (await slots(redis_client, flow))["k:k"] == "5"
     runs.append(await create_and_claim(run_store, lease_store))
     ok, retried, parked, released, cancelled, expired = runs
