@@ -27,6 +27,8 @@ it with what the harness's clients saw and what the side channel counted:
   and fence), not by an earlier, fenced-out owner;
 * ``effect_repeated``: a non-idempotent effect's function ran at most once per
   key (counted by the side channel, not by Leasehold);
+* ``schedule_fire_*``: one run per fire time of the soak's schedule, none missed
+  (:mod:`tools.chaos.schedules`);
 * ``follow_*``: every SSE follower received each event exactly once, in stream
   order: its events are the stored stream (a prefix of it, for a run that did
   not end) — whatever reconnections it went through.
@@ -137,14 +139,18 @@ async def _read_runs(
 
 
 def check_runs_known(
-    snapshot: Snapshot, tracked: list[Tracked], accounted: frozenset[str] = frozenset()
+    snapshot: Snapshot,
+    tracked: list[Tracked],
+    accounted: frozenset[str] = frozenset(),
+    scheduled: frozenset[str] = frozenset(),
 ) -> list[Violation]:
     """Every create was answered and stored; nothing is stored that nobody created.
 
-    ``accounted`` are created runs whose absence is judged elsewhere (deleted).
+    ``accounted`` are created runs whose absence is judged elsewhere (deleted);
+    ``scheduled`` the runs a schedule made (judged by :mod:`tools.chaos.schedules`).
     """
     found: list[Violation] = []
-    created = {t.run_id for t in tracked if t.run_id}
+    created = {t.run_id for t in tracked if t.run_id} | scheduled
     for t in tracked:
         if t.run_id is None:
             found.append(Violation("create_unanswered", t.key, t.error or "no answer"))

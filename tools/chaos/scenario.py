@@ -32,7 +32,7 @@ import redis.asyncio as aioredis
 from app.models import QueueLimits
 from app.store.connection import async_client
 from app.store.keys import QueueKeys
-from tools.chaos import checker, figures, flow, promises, rates
+from tools.chaos import checker, figures, flow, promises, rates, schedules
 from tools.chaos.checker import Snapshot, Violation
 from tools.chaos.cluster import Cluster, ClusterConfig
 from tools.chaos.faults import QUEUE, REDIS_DOWN_KINDS, STALE_KINDS, FaultKind, Injector, now_ms
@@ -119,6 +119,7 @@ class ChaosRun:
         """Drive the workload and inject faults for ``duration_s``."""
         limits = QueueLimits(default_key=flow.KEY_LIMIT)
         await self.workload.api.call(lambda client: client.set_limits(QUEUE, limits))
+        await schedules.start(self.workload.api)  # every reconciler fires it, under the faults
         first = list(self.config.first_faults)
         self.fault_rng.shuffle(first)
         deadline = self.started + self.config.duration_s
@@ -135,6 +136,7 @@ class ChaosRun:
         )
         stop_person.set()
         await asyncio.gather(person, janitor, rerunner)
+        await schedules.stop(self.workload.api)  # its runs settle like the others
 
     async def verdict(self) -> ChaosReport:
         """Settle, check every invariant, re-check terminal runs later, and report."""
@@ -167,6 +169,7 @@ class ChaosRun:
             snapshot,
             self.workload.runs,
             frozenset(gone.deleted | gone.maybe_deleted | gone.vanished),
+            schedules.scheduled_ids(snapshot),
         )
         violations += checker.check_settled(snapshot)
         violations += checker.check_parked_hold_nothing(snapshot)
@@ -212,6 +215,7 @@ class ChaosRun:
             self.redis, self.cluster.prefix, QUEUE, snapshot
         )
         violations += promises.check_rate_limit(rates.read_grants(side_dir))
+        violations += await schedules.check(self.redis, self.cluster.prefix, snapshot)
         resurrected = await self._resurrected(list(self.janitor.deleted))
         return violations + promises.check_deleted(self.janitor.deleted, self.tap, resurrected)
 
