@@ -64,7 +64,7 @@ end
 local old = redis.call('HMGET', KEYS[1], 'status', 'queue', 'handler', 'input',
   'max_attempts', 'on_lease_expired', 'metadata', 'budget', 'retention_ms', 'traceparent',
   'retried_by', 'retry_root', 'state', 'effect_seq', 'open_effects', 'checkpoints',
-  'rate_limits', 'ckey', 'skey', 'priority', 'boost_ms')
+  'rate_limits', 'ckey', 'skey', 'priority', 'boost_ms', 'fence')
 if not old[1] then
   return {'NOT_FOUND', old_id, ''}
 end
@@ -89,7 +89,10 @@ end
 redis.call('HSET', KEYS[3],
   'id', run_id, 'queue', old[2], 'handler', old[3], 'status', 'queued',
   'input', old[4], 'attempt', 1, 'max_attempts', max_attempts,
-  'on_lease_expired', old[6], 'fence', 0, 'created_at', now,
+  -- the fence goes on from the old run's: a copied effect record started but never
+  -- recorded (the old run cut mid-effect) can then never pass for the new holder's own
+  -- start resent (same owner_id, same fence), so it is not called again
+  'on_lease_expired', old[6], 'fence', tonumber(old[22]) or 0, 'created_at', now,
   'metadata', old[7] or '{}', 'idempotency_key', idem_key, 'budget', old[8] or '',
   'retention_ms', old[9] or '', 'traceparent', old[10] or '',
   'retry_of', old_id, 'retry_root', root, 'rate_limits', old[17] or '',
