@@ -206,3 +206,22 @@ async def test_a_re_run_keeps_the_old_runs_start_rate_limits(
     await redis_client.hset(run_store.keys("default").run(old_id), "rate_limits", gate)
     new_id = (await retry_run(run_store, Rerun(old_id))).run.id
     assert await redis_client.hget(run_store.keys("default").run(new_id), "rate_limits") == gate
+
+
+async def test_an_effect_the_old_run_started_but_never_recorded_is_not_started_again(
+    run_store: RunStore, lease_store: LeaseStore, progress: ProgressStore
+) -> None:
+    """The same worker claims the re-run: its first fence must not pass for the old start."""
+    created = await run_store.create(NewRun(handler="demo.echo", input={}, max_attempts=1))
+    run = (await lease_store.claim("default", OWNER, 1)).runs[0]
+    call = EffectCall(run.id, "charge", 1, idempotent=False)
+    await progress.start_effect(Lease("default", run.id, OWNER, run.fence), call)
+    # cut mid-effect: the run ends before the charge's outcome is recorded
+    outcome = Outcome(run.lease, RunStatus.FAILED, error_json='{"code":"boom","message":"m"}')
+    await lease_store.finish_and_claim("default", OWNER, [outcome], 0)
+    new_id = (await retry_run(run_store, Rerun(created.run.id))).run.id
+    claimed = (await lease_store.claim("default", OWNER, 1)).runs[0]
+    assert claimed.id == new_id and claimed.fence > run.fence
+    again = EffectCall(new_id, "charge", 1, idempotent=False, key_root=created.run.id)
+    started = await progress.start_effect(Lease("default", new_id, OWNER, claimed.fence), again)
+    assert started.answer == EffectAnswer.UNKNOWN
