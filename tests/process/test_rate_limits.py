@@ -152,7 +152,17 @@ async def test_an_operation_budget_does_not_count_the_wait_for_its_token(
     await declare(redis_client, settings, "slow", RateLimitSpec(limit=1, period_s=2.5))
     processes.worker()
     ids = await create(run_store, "test.rate_call", 2, key="slow", calls=1, first_progress_s=1.0)
-    await finish_all(run_store, ids)
+    runs = await finish_all(run_store, ids)
+    assert [run.status for run in runs] == [RunStatus.SUCCEEDED] * 2  # type: ignore[attr-defined]
+    assert all(run.error is None for run in runs)  # type: ignore[attr-defined]
+    waits = [
+        event.data
+        for run_id in ids
+        for event in await run_store.read_events(run_id)
+        if event.type == "wait" and event.data.get("kind") == "rate_limited"
+    ]
+    # one run waited for its token longer than the operation's 1 s first-progress budget
+    assert any(wait["key"] == "slow" and wait["wait_ms"] > 1000 for wait in waits), waits
 
 
 async def test_the_demo_quota_handler_shares_one_bucket_and_says_when_it_waits(
