@@ -23,14 +23,21 @@ import typer
 from app.errors import ConfigurationError, LeaseholdError
 from app.logs import configure_logging
 from app.models import PARKED_STATUSES, QueueLimits, Run, RunStatus
+from app.preflight import (
+    EXIT_CONFIG,
+    handlers_or_exit,
+    runnable_handlers_or_exit,
+    settings_or_exit,
+    tracing_or_exit,
+)
 from app.startup import settle
+from app.worker_command import WorkerFlags, run_worker
 
 # start-up is what `runs get` in a shell loop pays each time (BENCHMARKS.md): what only some
 # commands need (asyncio, redis through the probes and handlers, pydantic-settings, httpx,
 # rich) is imported inside those commands, not here
 if TYPE_CHECKING:
     from app.client import ApiError, Client
-    from app.handlers import HandlerRegistry
     from app.models import FireResult, Schedule
     from app.probes import ProbeResult
     from app.settings import Settings
@@ -71,7 +78,6 @@ demo_app = typer.Typer(
 )
 app.add_typer(demo_app, name="demo")
 
-EXIT_CONFIG = 2
 EXIT_FAILED = 1
 WAIT_POLL_S = 0.2
 
@@ -86,48 +92,6 @@ ApiKey = Annotated[
 ]
 
 
-def settings_or_exit(**overrides: Any) -> Settings:
-    """Load settings with CLI overrides; on an invalid value print it and exit 2."""
-    from app.settings import load_settings
-
-    try:
-        return load_settings(**overrides)
-    except ConfigurationError as exc:
-        typer.echo(f"leasehold: {exc}", err=True)
-        raise typer.Exit(EXIT_CONFIG) from None
-
-
-def handlers_or_exit(settings: Settings) -> HandlerRegistry:
-    """Import LEASEHOLD_HANDLERS; a module that cannot be found is a setting error (exit 2)."""
-    from app.handlers import load_handler_modules
-
-    try:
-        return load_handler_modules(settings.handlers)
-    except ImportError as exc:
-        typer.echo(f"leasehold: invalid setting LEASEHOLD_HANDLERS: {exc}", err=True)
-        raise typer.Exit(EXIT_CONFIG) from None
-
-
-def runnable_handlers_or_exit(settings: Settings) -> HandlerRegistry:
-    """``handlers_or_exit``, and a worker with nothing to run is a setting error too (exit 2).
-
-    No handler is registered by default (the demo's are on only for ``leasehold up``), so
-    a worker started without LEASEHOLD_HANDLERS would claim nothing, silently, forever.
-    """
-    from app.settings import DEMO_HANDLERS
-
-    registry = handlers_or_exit(settings)
-    if len(registry) == 0:
-        typer.echo(
-            "leasehold: no handlers: set LEASEHOLD_HANDLERS to the modules that define them "
-            f"(got {','.join(settings.handlers) or 'nothing'}; `leasehold up` adds the demo's, "
-            f"{DEMO_HANDLERS})",
-            err=True,
-        )
-        raise typer.Exit(EXIT_CONFIG)
-    return registry
-
-
 def with_demo(settings: Settings) -> Settings:
     """``settings`` whose LEASEHOLD_HANDLERS names the demo first (``leasehold up``)."""
     from app.settings import DEMO_HANDLERS
@@ -135,17 +99,6 @@ def with_demo(settings: Settings) -> Settings:
     if settings.demo_enabled:
         return settings
     return settings.model_copy(update={"handlers": [DEMO_HANDLERS, *settings.handlers]})
-
-
-def tracing_or_exit(settings: Settings, service_name: str) -> None:
-    """Turn tracing on as LEASEHOLD_TRACING says; asked for without the [otel] extra: exit 2."""
-    from app.tracing import configure as configure_tracing
-
-    try:
-        configure_tracing(settings, service_name)
-    except ConfigurationError as exc:
-        typer.echo(f"leasehold: invalid setting LEASEHOLD_TRACING: {exc}", err=True)
-        raise typer.Exit(EXIT_CONFIG) from None
 
 
 @contextmanager
@@ -270,20 +223,15 @@ def worker(
     ] = False,
 ) -> None:
     """Run an executor: claim runs, hold their leases, drain on SIGTERM."""
-    import asyncio
-
-    from app.executor.worker import Worker
-
-    settings = settings_or_exit(
-        queues=queues,
-        concurrency=concurrency,
-        lease_ttl_s=lease_ttl_s,
-        reconciler_enabled=False if no_reconciler else None,
+    # the console script starts most workers without typer (app.worker_command): one path
+    run_worker(
+        WorkerFlags(
+            queues=queues,
+            concurrency=concurrency,
+            lease_ttl_s=lease_ttl_s,
+            no_reconciler=no_reconciler,
+        )
     )
-    registry = runnable_handlers_or_exit(settings)
-    configure_logging(settings.log_level, settings.log_format)
-    tracing_or_exit(settings, "leasehold-worker")
-    asyncio.run(Worker(settings, registry).run())
 
 
 @app.command()

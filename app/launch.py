@@ -1,17 +1,27 @@
 """The ``leasehold`` console script: the CLI, started behind a quiet collector.
 
 Nothing but this module and :mod:`app.startup` is imported before the collector is
-quieted; why that pays is in :mod:`app.startup`.
+quieted; why that pays is in :mod:`app.startup`. ``leasehold worker ...`` goes to
+:mod:`app.worker_command` without typer when every flag is one it knows (a worker's
+start-up is time before its first claim); anything else is the typer CLI's.
 """
 
 from __future__ import annotations
+
+import sys
 
 from app.startup import quiet_collector
 
 
 def main() -> None:
-    """Console-script entry point: ``app.cli.main`` behind a quiet collector."""
+    """Console-script entry point: the worker's light path, else ``app.cli.main``."""
     quiet_collector()
+    args = sys.argv[1:]
+    if args[:1] == ["worker"]:
+        from app.worker_command import main as worker_main
+
+        if worker_main(args[1:]):
+            return
     from app.cli import main as cli_main
 
     cli_main()

@@ -85,3 +85,23 @@ def test_the_console_script_runs_the_cli() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "worker" in done.stdout and "Leasehold" in done.stdout
+
+
+def test_a_worker_started_by_the_console_script_imports_no_cli_framework() -> None:
+    # `leasehold worker --queues q --concurrency 3` as the script runs it, up to the moment
+    # the worker would serve (asyncio.run): its settings read, its handlers and the worker
+    # imported; typer and click parse nothing it needs (app.worker_command)
+    heavy = ["typer", "click", "rich", "shellingham", "fastapi", "starlette", "httpx", "app.cli"]
+    code = (
+        "import asyncio, os, sys\n"
+        "os.environ['LEASEHOLD_HANDLERS'] = 'app.demo'\n"
+        "def serve(worker_run):\n"
+        "    worker_run.close()\n"
+        f"    print([name for name in {heavy!r} if name in sys.modules],\n"
+        "          'app.executor.worker' in sys.modules)\n"
+        "asyncio.run = serve\n"
+        "sys.argv = ['leasehold', 'worker', '--queues', 'q', '--concurrency', '3']\n"
+        "from app.launch import main\n"
+        "main()\n"
+    )
+    assert python_prints(code) == "[] True"
