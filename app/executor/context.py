@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -24,10 +25,123 @@ from app.executor.events import EventSink
 from app.executor.rates import Grant, RateLimiter
 from app.executor.reasons import StopReason
 from app.executor.waits import Waits
-from app.store.leases import ClaimedRun
+from app.store.leases import ClaimedRun, LeaseStore
+from app.store.progress import ProgressStore
+from app.store.ratelimits import RateLimitStore
+from app.store.waits import WaitStore
 from app.supervision.config import Supervision
 from app.supervision.operation import Operation, run_supervised
 from app.supervision.steps import StepBudget
+
+
+@dataclass(frozen=True)
+class HelperDeps:
+    """What every run's helpers are built from: one per worker, shared by all its runs."""
+
+    lease_store: LeaseStore
+    progress_store: ProgressStore
+    wait_store: WaitStore
+    # the shared rate-limit buckets (ctx.rate_limit) and the longest wait holding a lease
+    rate_limits: RateLimitStore
+    rate_limit_max_wait_ms: int
+    supervision: Supervision
+    max_event_bytes: int
+    max_checkpoint_bytes: int
+    max_wait_s: float = 30 * 24 * 3600.0
+
+
+class RunHelpers:
+    """One run's helpers, each built on its first use: the one lazy pattern of a run.
+
+    Most handlers use none of them (a no-op run touched none, and building all six
+    was 13 % of a worker's CPU at thousands of runs a second), so each is a
+    :func:`functools.cached_property`: the event sink, the effect ledger, the durable
+    waits, the rate limiter and the step budget. They are reached from the event
+    loop only (the ``*_sync`` methods of :class:`RunContext` hand a coroutine to the
+    loop), so no two threads ever build one. A new helper goes here, the same way.
+    """
+
+    def __init__(
+        self,
+        claimed: ClaimedRun,
+        deps: HelperDeps,
+        *,
+        stop: Callable[[StopReason], None],
+        interrupt: Callable[[StopReason], None],
+        trace_parent: str | None,
+    ) -> None:
+        """``stop`` interrupts the run from outside its call, ``interrupt`` from inside it.
+
+        ``trace_parent`` is the attempt's span context, for effects called from threads.
+        """
+        self.claimed = claimed
+        self.deps = deps
+        self._stop = stop
+        self._interrupt = interrupt
+        self._trace_parent = trace_parent
+
+    @functools.cached_property
+    def sink(self) -> EventSink:
+        """The run's ordered, batched, fenced event appends."""
+        return EventSink(
+            self.deps.lease_store,
+            self.claimed.lease,
+            max_event_bytes=self.deps.max_event_bytes,
+            on_lost=functools.partial(self._stop, StopReason.LEASE_LOST),
+        )
+
+    @functools.cached_property
+    def ledger(self) -> EffectLedger:
+        """The run's checkpoints and effect records."""
+        ledger = EffectLedger(
+            self.deps.progress_store,
+            self.claimed.lease,
+            sink=self.sink,
+            max_bytes=self.deps.max_checkpoint_bytes,
+            on_lost=functools.partial(self._stop, StopReason.LEASE_LOST),
+            on_parked=functools.partial(self._stop, StopReason.RECONCILIATION_REQUIRED),
+        )
+        ledger.trace_parent = self._trace_parent
+        return ledger
+
+    @functools.cached_property
+    def waits(self) -> Waits:
+        """The run's durable sleeps, signals and questions."""
+        return Waits(
+            self.deps.wait_store,
+            self.claimed.lease,
+            ledger=self.ledger,
+            sink=self.sink,
+            max_wait_s=self.deps.max_wait_s,
+            max_question_bytes=self.deps.max_event_bytes,
+            on_stop=self._interrupt,
+        )
+
+    @functools.cached_property
+    def rates(self) -> RateLimiter:
+        """The run's waits for rate-limit tokens, in the worker's shared buckets."""
+        return RateLimiter(
+            self.deps.rate_limits,
+            emit=self.sink.add,
+            max_wait_ms=self.deps.rate_limit_max_wait_ms,
+        )
+
+    @functools.cached_property
+    def steps(self) -> StepBudget:
+        """The run's ``max_steps`` budget."""
+        supervision = self.deps.supervision
+        return StepBudget(
+            self.claimed.budget.get("max_steps"),
+            watchdog=supervision.watchdog,
+            ratio=supervision.step_extension_ratio,
+            emit=self.sink.add,
+        )
+
+    async def flush_events(self) -> None:
+        """Wait until the run's queued events are written; nothing to do if it emitted none."""
+        sink: EventSink | None = self.__dict__.get("sink")
+        if sink is not None:
+            await sink.flush()
 
 
 class RunContext:
@@ -37,20 +151,15 @@ class RunContext:
         self,
         claimed: ClaimedRun,
         *,
-        sink: EventSink,
-        ledger: EffectLedger,
-        waits: Waits,
+        helpers: RunHelpers,
         loop: asyncio.AbstractEventLoop,
-        supervision: Supervision,
-        rates: RateLimiter,
     ) -> None:
-        """The context of one claimed run, writing through its sink and ledger.
+        """The context of one claimed run, writing through its helpers.
 
-        Built by the worker from a few parts: what the claim returned (identity,
-        input, saved state, budgets), where its events and its checkpoints and
-        effects go, the loop sync handlers hand their writes to, the supervision
-        policy its operations and steps answer to, its durable waits and the
-        shared rate limits.
+        Built by the worker from what the claim returned (identity, input, saved
+        state, budgets), the run's helpers (events, checkpoints and effects, waits,
+        rate limits, steps: each built on first use) and the loop sync handlers
+        hand their writes to.
         """
         lease = claimed.lease
         self.run_id = lease.run_id
@@ -63,22 +172,13 @@ class RunContext:
         self.input = claimed.input
         self.state = claimed.state
         self.resume_input = claimed.resume_input
-        self._sink = sink
-        self._ledger = ledger
-        self._waits = waits
+        self._helpers = helpers
         self._loop = loop
         # set once, by the loop; a sync handler's thread only reads it (one attribute
         # read is atomic): no threading.Event per run, which was ~3 % of a worker's CPU
         self._cancel_reason: StopReason | None = None
-        self._supervision = supervision
-        self._rates = rates
+        self._supervision = helpers.deps.supervision
         self.nudges: list[str] = []
-        self._steps = StepBudget(
-            claimed.budget.get("max_steps"),
-            watchdog=supervision.watchdog,
-            ratio=supervision.step_extension_ratio,
-            emit=self.emit,
-        )
 
     @property
     def cancelled(self) -> bool:
@@ -103,15 +203,15 @@ class RunContext:
         Raises :class:`~app.errors.InvalidEvent` for reserved types such as
         ``succeeded`` and :class:`~app.errors.EventTooLarge` over the size bound.
         """
-        await self._sink.add(event_type, data)
+        await self._helpers.sink.add(event_type, data)
 
     async def progress(self, **data: Any) -> None:
         """Emit a ``progress`` event: evidence that the run is alive and moving."""
-        await self._sink.add("progress", data)
+        await self._helpers.sink.add("progress", data)
 
     def emit_sync(self, event_type: str, data: Any = None) -> None:
         """``emit`` for sync handlers running in the worker's thread pool."""
-        future = asyncio.run_coroutine_threadsafe(self._sink.add(event_type, data), self._loop)
+        future = asyncio.run_coroutine_threadsafe(self.emit(event_type, data), self._loop)
         future.result()
 
     async def checkpoint(self, state: Any) -> None:
@@ -122,12 +222,11 @@ class RunContext:
         :class:`~app.errors.InvalidCheckpoint` for non-JSON state, and
         :class:`~app.errors.LeaseLost` when another owner holds the run now.
         """
-        self.state = await self._ledger.checkpoint(state)
+        self.state = await self._helpers.ledger.checkpoint(state)
 
     def checkpoint_sync(self, state: Any) -> None:
         """``checkpoint`` for sync handlers running in the worker's thread pool."""
-        future = asyncio.run_coroutine_threadsafe(self._ledger.checkpoint(state), self._loop)
-        self.state = future.result()
+        asyncio.run_coroutine_threadsafe(self.checkpoint(state), self._loop).result()
 
     async def effect(self, name: str, fn: EffectFn, *, idempotent: bool = False) -> Any:
         """Run side effect ``fn(key)`` at most once per call of this run; return its result.
@@ -139,12 +238,12 @@ class RunContext:
         run is parked in ``reconciliation_required`` and
         :class:`~app.errors.EffectOutcomeUnknown` is raised.
         """
-        return await self._ledger.effect(name, fn, idempotent=idempotent)
+        return await self._helpers.ledger.effect(name, fn, idempotent=idempotent)
 
     def effect_sync(self, name: str, fn: EffectFn, *, idempotent: bool = False) -> Any:
         """``effect`` for sync handlers running in the worker's thread pool."""
         future = asyncio.run_coroutine_threadsafe(
-            self._ledger.effect(name, fn, idempotent=idempotent), self._loop
+            self.effect(name, fn, idempotent=idempotent), self._loop
         )
         return future.result()
 
@@ -158,11 +257,11 @@ class RunContext:
         done again. Sleeps are numbered per ``name`` like effects. Raises
         :class:`~app.errors.InvalidWait` for a negative, non-finite or too long sleep.
         """
-        await self._waits.sleep(seconds, name=name)
+        await self._helpers.waits.sleep(seconds, name=name)
 
     async def sleep_until(self, when: datetime | float, *, name: str = "sleep") -> None:
         """``sleep`` until ``when``: an aware datetime, or epoch seconds."""
-        await self._waits.sleep_until(when, name=name)
+        await self._helpers.waits.sleep_until(when, name=name)
 
     async def wait_for_signal(self, name: str, *, timeout_s: float | None = None) -> Any:
         """Park the run until ``POST /runs/{id}/signals/{name}`` comes; return its JSON payload.
@@ -172,7 +271,7 @@ class RunContext:
         :class:`~app.errors.SignalTimeout` (non-retryable unless caught). Parks and
         replays like :meth:`sleep`.
         """
-        return await self._waits.signal(name, timeout_s=timeout_s)
+        return await self._helpers.waits.signal(name, timeout_s=timeout_s)
 
     async def ask_human(self, question: Any, *, name: str = "ask") -> Any:
         """Park the run in ``waiting_human``, ``question`` (JSON) in its event; return the answer.
@@ -180,22 +279,22 @@ class RunContext:
         ``POST /runs/{id}/resume`` with ``{"input": ...}`` answers it: the handler runs
         again and this call returns that input. Parks and replays like :meth:`sleep`.
         """
-        return await self._waits.ask(question, name=name)
+        return await self._helpers.waits.ask(question, name=name)
 
     def sleep_sync(self, seconds: float, *, name: str = "sleep") -> None:
         """``sleep`` for sync handlers: parks the run and unwinds the thread's call."""
-        asyncio.run_coroutine_threadsafe(self._waits.sleep(seconds, name=name), self._loop).result()
+        asyncio.run_coroutine_threadsafe(self.sleep(seconds, name=name), self._loop).result()
 
     def wait_for_signal_sync(self, name: str, *, timeout_s: float | None = None) -> Any:
         """``wait_for_signal`` for sync handlers running in the worker's thread pool."""
         future = asyncio.run_coroutine_threadsafe(
-            self._waits.signal(name, timeout_s=timeout_s), self._loop
+            self.wait_for_signal(name, timeout_s=timeout_s), self._loop
         )
         return future.result()
 
     def ask_human_sync(self, question: Any, *, name: str = "ask") -> Any:
         """``ask_human`` for sync handlers running in the worker's thread pool."""
-        future = asyncio.run_coroutine_threadsafe(self._waits.ask(question, name=name), self._loop)
+        future = asyncio.run_coroutine_threadsafe(self.ask_human(question, name=name), self._loop)
         return future.result()
 
     def operation(
@@ -230,7 +329,7 @@ class RunContext:
         )
         before = None
         if rate_limit is not None:
-            before = functools.partial(self._rates.acquire, rate_limit, rate_cost)
+            before = functools.partial(self._acquire, rate_limit, rate_cost)
         return Operation(
             kind=kind,
             subject=subject,
@@ -284,11 +383,11 @@ class RunContext:
         Raises :class:`~app.errors.RateLimitNotDeclared` for an undeclared key and
         :class:`~app.errors.InvalidRateLimitUse` for a cost above the key's burst.
         """
-        yield await self._rates.acquire(key, cost)
+        yield await self._acquire(key, cost)
 
     def rate_limit_sync(self, key: str, cost: int = 1) -> Grant:
         """``rate_limit`` for sync handlers: blocks their thread until the tokens are due."""
-        future = asyncio.run_coroutine_threadsafe(self._rates.acquire(key, cost), self._loop)
+        future = asyncio.run_coroutine_threadsafe(self._acquire(key, cost), self._loop)
         return future.result()
 
     async def rate_limited(self, key: str, *, retry_after_s: float, release: bool = True) -> int:
@@ -300,7 +399,9 @@ class RunContext:
         to the queue until then without spending an attempt (a ``wait`` event says
         so). ``release=False`` returns the epoch ms (Redis clock) a token passes again.
         """
-        return await self._rates.report_429(key, retry_after_s=retry_after_s, release=release)
+        return await self._helpers.rates.report_429(
+            key, retry_after_s=retry_after_s, release=release
+        )
 
     def take_nudges(self) -> list[str]:
         """Notes the watchdog left (NUDGE) since the last call, oldest first."""
@@ -313,4 +414,8 @@ class RunContext:
         Past the budget the watchdog is asked for a proportional extension (at most
         a few per run); without one the run fails with ``BudgetExhausted``.
         """
-        return await self._steps.advance()
+        return await self._helpers.steps.advance()
+
+    async def _acquire(self, key: str, cost: int) -> Grant:
+        # on the loop: the rate limiter is built there, on first use
+        return await self._helpers.rates.acquire(key, cost)

@@ -36,25 +36,18 @@ from app.errors import (
     RateLimitRelease,
     RunFailure,
 )
-from app.executor.context import RunContext
+from app.executor.context import HelperDeps, RunContext, RunHelpers
 from app.executor.courier import Courier
-from app.executor.effects import EffectLedger
-from app.executor.events import EventSink
-from app.executor.rates import RateLimiter
 from app.executor.reasons import StopReason
 from app.executor.spans import attempt_span
-from app.executor.waits import RunParked, Waits
+from app.executor.waits import RunParked
 from app.handlers import HandlerSpec
 from app.metrics import ATTEMPT_SECONDS, BUDGET_FAILURES, RUNS_FINISHED, child
 from app.models import RunStatus
 from app.retry import Backoff
 from app.store.codec import dumps
-from app.store.leases import ClaimedRun, LeaseStore, Outcome
-from app.store.progress import ProgressStore
-from app.store.ratelimits import RateLimitStore
+from app.store.leases import ClaimedRun, Outcome
 from app.store.transitions import LeaseAnswer
-from app.store.waits import WaitStore
-from app.supervision.config import Supervision
 from app.tracing import tracer
 
 log = logging.getLogger(__name__)
@@ -96,21 +89,12 @@ class RetryPolicy:
 class ExecutionDeps:
     """What an execution needs from its worker."""
 
-    lease_store: LeaseStore
-    progress_store: ProgressStore
+    helpers: HelperDeps
     courier_for: Callable[[str], Courier]
     thread_pool: Executor
     retry: RetryPolicy
-    max_event_bytes: int
-    max_checkpoint_bytes: int
     on_slot_freed: Callable[[], None]
     on_settled: Callable[[str], None]
-    supervision: Supervision
-    # the shared rate-limit buckets (ctx.rate_limit) and the longest wait holding a lease
-    rate_limits: RateLimitStore
-    rate_limit_max_wait_ms: int
-    max_wait_s: float = 30 * 24 * 3600.0
-    max_waits_per_run: int = 10_000
 
 
 @dataclass(frozen=True)
@@ -130,47 +114,19 @@ class RunExecution:
         self._spec = spec
         self._deps = deps
         self._loop = asyncio.get_running_loop()
-        lease = claimed.lease
-        self.sink = EventSink(
-            deps.lease_store,
-            lease,
-            max_event_bytes=deps.max_event_bytes,
-            on_lost=lambda: self.stop(StopReason.LEASE_LOST),
-        )
-        self.ledger = EffectLedger(
-            deps.progress_store,
-            lease,
-            sink=self.sink,
-            max_bytes=deps.max_checkpoint_bytes,
-            on_lost=lambda: self.stop(StopReason.LEASE_LOST),
-            on_parked=lambda: self.stop(StopReason.RECONCILIATION_REQUIRED),
-        )
-        waits = Waits(
-            WaitStore(deps.progress_store.ctx, max_waits=deps.max_waits_per_run),
-            lease,
-            ledger=self.ledger,
-            sink=self.sink,
-            max_wait_s=deps.max_wait_s,
-            max_question_bytes=deps.max_event_bytes,
-            on_stop=self.interrupt,
-        )
-        self.context = RunContext(
+        self.span = attempt_span(claimed, claimed.lease.owner_id)
+        self.helpers = RunHelpers(
             claimed,
-            sink=self.sink,
-            ledger=self.ledger,
-            waits=waits,
-            loop=self._loop,
-            supervision=deps.supervision,
-            rates=RateLimiter(
-                deps.rate_limits, emit=self.sink.add, max_wait_ms=deps.rate_limit_max_wait_ms
-            ),
+            deps.helpers,
+            stop=self.stop,
+            interrupt=self.interrupt,
+            trace_parent=self.span.traceparent,
         )
+        self.context = RunContext(claimed, helpers=self.helpers, loop=self._loop)
         self.stop_reason: StopReason | None = None
         self._in_handler = False
         self.task: asyncio.Task[None] | None = None
         self._started_at = time.monotonic()
-        self.span = attempt_span(claimed, lease.owner_id)
-        self.ledger.trace_parent = self.span.traceparent
 
     def start(self) -> asyncio.Task[None]:
         """Run in a task of its own."""
@@ -228,7 +184,7 @@ class RunExecution:
                 return
             if isinstance(result.error, RateLimitRelease):
                 # the wait event must land before the release moves the fence past us
-                await self.sink.flush()
+                await self.helpers.flush_events()
                 await self._release(result.error.reason, delay_ms=result.error.delay_ms)
                 return
             await self._finish(result)
@@ -285,7 +241,7 @@ class RunExecution:
         return await self._loop.run_in_executor(self._deps.thread_pool, call)
 
     async def _finish(self, result: HandlerResult) -> None:
-        await self.sink.flush()
+        await self.helpers.flush_events()
         if self.abandoned:
             return
         outcome = self._outcome(result)
@@ -360,7 +316,7 @@ class RunExecution:
     async def _release(self, reason: str = StopReason.DRAIN, *, delay_ms: int = 0) -> None:
         """Hand the run back (fence+1, attempt kept): at once for a drain, later for a rate."""
         try:
-            codes = await self._deps.lease_store.release(
+            codes = await self._deps.helpers.lease_store.release(
                 [self.claimed.lease], reason, delay_ms=delay_ms
             )
         except (RedisError, OSError) as exc:

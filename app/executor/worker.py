@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from redis.exceptions import RedisError
 
 from app.errors import UnknownHandler
+from app.executor.context import HelperDeps
 from app.executor.courier import Courier
 from app.executor.execution import ExecutionDeps, RetryPolicy, RunExecution
 from app.executor.heartbeat import Heartbeat, HeartbeatCallbacks
@@ -57,6 +58,7 @@ from app.store.ratelimits import RateLimitStore
 from app.store.refusals import describe, is_transient
 from app.store.runs import RunStore
 from app.store.scripts import Scripts
+from app.store.waits import WaitStore
 from app.supervision.config import Supervision
 
 log = logging.getLogger(__name__)
@@ -127,7 +129,7 @@ class Worker:
         pool = ThreadPoolExecutor(
             max_workers=settings.concurrency, thread_name_prefix="leasehold-handler"
         )
-        self._deps = self._execution_deps(lease_store, ProgressStore(stores), pool)
+        self._deps = self._execution_deps(lease_store, stores, pool)
         background: list[asyncio.Task[None]] = []
         metrics_server = None
         try:
@@ -176,21 +178,14 @@ class Worker:
         return sync_client(url, socket_timeout_s=bound_s, connect_timeout_s=bound_s, retries=0)
 
     def _execution_deps(
-        self, lease_store: LeaseStore, progress_store: ProgressStore, pool: ThreadPoolExecutor
+        self, lease_store: LeaseStore, stores: StoreContext, pool: ThreadPoolExecutor
     ) -> ExecutionDeps:
         """What every run's execution shares: the stores, the couriers, the pool, the limits."""
         settings = self.settings
-        return ExecutionDeps(
+        helpers = HelperDeps(
             lease_store=lease_store,
-            progress_store=progress_store,
-            courier_for=self._couriers.__getitem__,
-            thread_pool=pool,
-            retry=RetryPolicy(settings.retry_backoff_s, settings.retry_backoff_max_s),
-            max_event_bytes=settings.max_event_bytes,
-            max_checkpoint_bytes=settings.max_checkpoint_bytes,
-            on_slot_freed=self._slot_freed,
-            on_settled=self._settled,
-            supervision=Supervision.from_settings(settings),
+            progress_store=ProgressStore(stores),
+            wait_store=WaitStore(stores, max_waits=settings.max_waits_per_run),
             rate_limits=RateLimitStore(
                 lease_store.client,
                 scripts=lease_store.scripts,
@@ -198,8 +193,18 @@ class Worker:
                 max_keys=settings.max_rate_limits,
             ),
             rate_limit_max_wait_ms=round(settings.rate_limit_max_wait_s * 1000),
+            supervision=Supervision.from_settings(settings),
+            max_event_bytes=settings.max_event_bytes,
+            max_checkpoint_bytes=settings.max_checkpoint_bytes,
             max_wait_s=settings.max_wait_s,
-            max_waits_per_run=settings.max_waits_per_run,
+        )
+        return ExecutionDeps(
+            helpers=helpers,
+            courier_for=self._couriers.__getitem__,
+            thread_pool=pool,
+            retry=RetryPolicy(settings.retry_backoff_s, settings.retry_backoff_max_s),
+            on_slot_freed=self._slot_freed,
+            on_settled=self._settled,
         )
 
     def _start_background(
