@@ -107,11 +107,10 @@ def _api(api_url: str | None, api_key: str | None = None) -> Iterator[Client]:
 
     The key is ``--api-key``, else ``LEASEHOLD_API_KEY``; a 401 says which to set.
     """
-    # imported here, not at the top: httpx (with its own CLI's rich and pygments) costs a
-    # worker ~0.13 s of start-up, and `leasehold worker` never talks to the API
-    import httpx
-
+    # imported here, not at the top: httpx costs a command that never talks to the API
+    # (`leasehold worker`, `up`) start-up time; without its own CLI (app.httpx_import)
     from app.client import ApiError, Client
+    from app.httpx_import import httpx
 
     settings = settings_or_exit()
     url = api_url or settings.client_api_url
@@ -1132,7 +1131,7 @@ def demo_rerun() -> None:
 
 def _story_ended(story: Callable[[], Run]) -> None:
     """Run a demo story and print how its run ended, or exit 1 with what went wrong."""
-    import httpx
+    from app.httpx_import import httpx
 
     try:
         run = story()

@@ -20,7 +20,10 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
-import httpx
+# first: httpx without its command-line client (rich, pygments, click), before httpx_sse
+from app.httpx_import import httpx
+
+# isort: split
 from httpx_sse import ServerSentEvent, aconnect_sse, connect_sse
 from pydantic import BaseModel
 

@@ -49,7 +49,8 @@ def probe_api(settings: Settings, path: str) -> ProbeResult:
     key = settings.api_key or (settings.api_keys[0] if settings.api_keys else None)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     url = f"{settings.client_api_url}{path}"
-    import httpx  # here: a worker imports this module, and only API probes need httpx
+    # here: a worker imports this module, and only API probes need httpx
+    from app.httpx_import import httpx
 
     try:
         response = httpx.get(url, headers=headers, timeout=PROBE_TIMEOUT_S)

@@ -22,9 +22,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
 from app.errors import LeaseholdError
+from app.httpx_import import httpx
 
 CLI_MODULE = "app.cli"
 HEALTH_POLL_S = 0.05

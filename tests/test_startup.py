@@ -105,3 +105,32 @@ def test_a_worker_started_by_the_console_script_imports_no_cli_framework() -> No
         "main()\n"
     )
     assert python_prints(code) == "[] True"
+
+
+def test_runs_get_imports_no_server_and_no_command_line_toolkit() -> None:
+    # `leasehold runs get ID` against an address nobody listens on: the request is made
+    # (httpx, the client, the models) and refused; the API's server side is not imported,
+    # nor httpx's own command-line client (click, rich, pygments: app.httpx_import)
+    heavy = ["fastapi", "starlette", "uvicorn", "app.api", "rich", "click", "pygments"]
+    code = (
+        "import sys\n"
+        "from app.embedded import free_port\n"
+        "sys.argv = ['leasehold', 'runs', 'get', 'default.X',\n"
+        "            '--api-url', f'http://127.0.0.1:{free_port()}']\n"
+        "from app.launch import main\n"
+        "try:\n    main()\n"
+        "except SystemExit as exc:\n    status = exc.code\n"
+        f"print(status, 'httpx' in sys.modules, [n for n in {heavy!r} if n in sys.modules])\n"
+    )
+    assert python_prints(code) == "1 True []"
+
+
+def test_httpx_imported_without_its_cli_still_has_it_on_request() -> None:
+    code = (
+        "import sys\n"
+        "from app.httpx_import import httpx\n"
+        "before = 'httpx._main' in sys.modules\n"
+        "import httpx._main\n"
+        "print(before, httpx.Client.__name__, 'httpx._main' in sys.modules)\n"
+    )
+    assert python_prints(code) == "False Client True"

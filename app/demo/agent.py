@@ -91,7 +91,7 @@ async def agent(ctx: RunContext, params: AgentInput) -> dict[str, Any]:
     headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
     transcript: list[str] = []
     # imported here: every worker loads the demo handlers, few run this one
-    import httpx
+    from app.httpx_import import httpx
 
     bounded = MODEL_CONNECT_TIMEOUT_S
     timeout = httpx.Timeout(connect=bounded, read=None, write=bounded, pool=bounded)

@@ -33,12 +33,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
-import httpx
-
 from app.client import Client
 from app.demo import judge
 from app.embedded import EmbeddedRedis, free_port
 from app.errors import LeaseholdError
+from app.httpx_import import httpx
 from app.models import Run, RunStatus
 from app.processes import Child, child_env, spawn, stop_all
 from app.render import EventPrinter

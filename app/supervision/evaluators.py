@@ -64,7 +64,8 @@ class HttpJudge:
 
     async def judge(self, evidence: Evidence) -> Any:
         """One POST; the caller's timeout bounds it, so httpx's own is generous."""
-        import httpx  # here: every worker imports this module, few configure an HTTP judge
+        # here: every worker imports this module, few configure an HTTP judge
+        from app.httpx_import import httpx
 
         async with httpx.AsyncClient(timeout=httpx.Timeout(None, connect=5.0)) as client:
             response = await client.post(self._url, json=evidence.as_dict())

@@ -1,0 +1,29 @@
+"""``httpx``, imported without its command-line client: ~35 ms less for every CLI command.
+
+``import httpx`` also imports ``httpx._main``, the ``httpx`` console script, whenever
+its optional dependencies are installed, and they are (typer brings rich): click,
+rich and pygments, about a third of what a ``leasehold runs get`` costs to start on
+this machine (BENCHMARKS.md, CLI start-up). httpx itself falls back to a stub ``main``
+when that import fails, so this module makes it fail for the one import: a ``None``
+in ``sys.modules`` is how Python says "no such module", and it is taken out again at
+once, so a later ``import httpx._main`` works as usual. Nothing in Leasehold calls
+``httpx.main``; the ``httpx`` script in its own process is untouched.
+
+Import httpx from here (``from app.httpx_import import httpx``) wherever a process may
+import it first.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, cast
+
+_CLI = "httpx._main"
+_blocked = "httpx" not in sys.modules and _CLI not in sys.modules
+if _blocked:
+    cast(dict[str, Any], sys.modules)[_CLI] = None
+try:
+    import httpx as httpx
+finally:
+    if _blocked:
+        del sys.modules[_CLI]
