@@ -3,7 +3,6 @@ and the shared models. Pure functions: no I/O."""
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import time
@@ -13,23 +12,26 @@ from typing import Any
 from app.models import Run, RunError, RunEvent, RunStatus
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-_TO_CROCKFORD = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _CROCKFORD)
+# every 10-bit value as its two Crockford digits, and where each pair sits in a ULID
+_CROCKFORD_PAIRS = tuple(a + b for a in _CROCKFORD for b in _CROCKFORD)
+_PAIR_SHIFTS = tuple(range(120, -1, -10))
 
 
 def new_ulid(now_ms: int | None = None) -> str:
     """A 26-character ULID: 48 bits of ms time then 80 random bits, sortable by time.
 
-    Encoded by the C base32 codec (the 128 bits shifted to end on a byte, then
-    RFC 4648's alphabet mapped to Crockford's): a run id is made per create, and
-    this is ~5x faster than taking the digits out one by one.
+    The 130-bit value (its top two bits zero) is written as 13 pairs of Crockford
+    digits, 10 bits at a time, from a table of all 1,024 pairs: a run id is made
+    per create (20,000 per second through a batch), and this is ~4x faster than
+    the base32 codec (a Python function in CPython 3.11) it replaces.
     """
     if now_ms is None:
         stamp, random_bits = _monotonic(int(time.time() * 1000))
     else:
         stamp, random_bits = now_ms, int.from_bytes(os.urandom(10), "big")
     value = (stamp << 80) | random_bits
-    # 26 digits are 130 bits, the top two zero: 136 bits (17 bytes) put them first
-    return base64.b32encode((value << 6).to_bytes(17, "big"))[:26].decode().translate(_TO_CROCKFORD)
+    pairs = _CROCKFORD_PAIRS
+    return "".join([pairs[(value >> shift) & 0x3FF] for shift in _PAIR_SHIFTS])
 
 
 _last_ulid = [0, 0]  # this process's latest (ms, random bits)
@@ -65,9 +67,14 @@ def ms_to_datetime(value: str | int | None) -> datetime | None:
     return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
 
 
+# one encoder for every dumps: json.dumps with options builds a new JSONEncoder per call
+# (~4 us, most of a small value's encoding; a create encodes ~9 values)
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def dumps(value: Any) -> str:
     """Compact JSON, the form every JSON field is stored in."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return _COMPACT.encode(value)
 
 
 def _loads(value: str | None) -> Any:

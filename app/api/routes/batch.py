@@ -15,6 +15,7 @@ written: the batch is admitted whole or not at all).
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Sequence
 from typing import Annotated, Any
 
@@ -101,8 +102,13 @@ async def create_runs(
         await state.memory.admit(cost)  # the whole batch, or nothing (503)
         created = await state.store.create_many(list(valid.values()))
         await state.queues.keep_declared(new.queue for new in valid.values())
+        made: Counter[tuple[str, str]] = Counter()
         for i, outcome in zip(valid, created, strict=True):
             outcomes[i] = await _answer(request, outcome)
+            if isinstance(outcome, Created) and not outcome.replayed:
+                made[outcome.run.queue, outcome.run.handler] += 1
+        for (queue, handler), count in made.items():  # one metric update per label pair
+            RUNS_CREATED.labels(queue, handler).inc(count)
     return Response(_items_json(outcomes), media_type="application/json")
 
 
@@ -154,8 +160,6 @@ async def _gate_starts(
 async def _answer(request: Request, outcome: Created | Exception) -> Outcome:
     if isinstance(outcome, Exception):
         return await _problem(request, outcome)
-    if not outcome.replayed:
-        RUNS_CREATED.labels(outcome.run.queue, outcome.run.handler).inc()
     return {"status": 200 if outcome.replayed else 201, "run": outcome.run}
 
 
