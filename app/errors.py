@@ -45,6 +45,11 @@
         ├── InvalidWait               ctx.sleep / wait_for_signal / ask_human got a bad
         │                             name, duration, time or question
         ├── SignalTimeout             ctx.wait_for_signal's timeout passed without the signal
+        ├── SpawnRefused              ctx.spawn past LEASEHOLD_MAX_CHILDREN_PER_RUN or
+        │                             LEASEHOLD_MAX_RUN_DEPTH, or of an unknown handler,
+        │                             an undeclared queue, an input too large: nothing created
+        ├── ChildFailed               ctx.join: a child failed, was cancelled or orphaned
+        ├── JoinTimeout               ctx.join's timeout passed before its children ended
         ├── BudgetExceeded            a budget ran out (non-retryable by default)
         │   ├── FirstProgressTimeout  no first progress signal within first_progress_s
         │   ├── IdleTimeout           no progress signal for idle_s after the last one
@@ -494,6 +499,55 @@ class SignalTimeout(RunFailure):
     """
 
     code = "signal_timeout"
+    retryable = False
+
+
+class SpawnRefused(RunFailure):
+    """``ctx.spawn`` was refused before anything was created.
+
+    Past LEASEHOLD_MAX_CHILDREN_PER_RUN or LEASEHOLD_MAX_RUN_DEPTH (a handler that
+    spawns itself stops there instead of filling Redis), a handler the worker does
+    not know or an input it refuses, an undeclared queue, an input over
+    LEASEHOLD_MAX_INPUT_BYTES. ``details`` say which bound and its value.
+    Non-retryable: the same code asks for the same child again.
+    """
+
+    code = "spawn_refused"
+    retryable = False
+
+
+class ChildFailed(RunFailure):
+    """``ctx.join(mode="all")``: a child ended without succeeding (or ``any``: every one did).
+
+    ``child_id``, ``status`` (failed, cancelled, orphaned, expired) and the child's
+    own ``error`` (its ``run.error``: code, message, details) are attached, and in
+    ``details`` too, so the parent's ``run.error`` names the child that broke it.
+    Not retryable by default: a retry of the parent joins the same child again.
+    """
+
+    code = "child_failed"
+    retryable = False
+
+    def __init__(self, child_id: str, status: str, error: dict[str, Any] | None) -> None:
+        reason = (error or {}).get("message") or status
+        super().__init__(
+            f"child run {child_id} ended {status}: {reason}",
+            details={"child_id": child_id, "status": status, "error": error},
+        )
+        self.child_id = child_id
+        self.status = status
+        self.error = error
+
+
+class JoinTimeout(RunFailure):
+    """``ctx.join(..., timeout_s=...)``: the time passed before the join's condition held.
+
+    Raised when the parent resumes at the deadline (and on every replay of that
+    join: the timeout is recorded). The children are not touched: they go on, and
+    the parent's end applies their ``on_parent_end``. Catch it to carry on.
+    """
+
+    code = "join_timeout"
     retryable = False
 
 

@@ -221,6 +221,16 @@ class Run(BaseModel):
         description="While queued: the limit its lane waits on (h:<handler>, "
         "k:<concurrency key>, s:<singleton key>), as the last `wait` event says",
     )
+    parent_id: str | None = Field(
+        default=None,
+        description="The run that spawned this one (ctx.spawn); absent on a top-level run",
+    )
+    root_id: str | None = Field(
+        default=None,
+        description="The top-level run of this run's tree (its own id when it has no parent); "
+        "None only for runs created before runs could spawn runs",
+    )
+    depth: int = Field(default=0, description="How many parents above it: 0 for a top-level run")
 
 
 class RunEvent(BaseModel):

@@ -378,6 +378,20 @@ class Settings(BaseSettings):
         description="Most signals a run holds that no wait has taken yet (its inbox); one more "
         "is refused with 429 and nothing written",
     )
+    max_children_per_run: int = Field(
+        default=10_000,
+        ge=1,
+        le=1_000_000,
+        description="Most children one run may spawn (ctx.spawn); one more raises SpawnRefused "
+        "in the handler and creates nothing: the parent's index and outcomes live in one slot",
+    )
+    max_run_depth: int = Field(
+        default=16,
+        ge=1,
+        le=1000,
+        description="Deepest a spawned run may sit below its root (a top-level run is 0); a "
+        "deeper spawn raises SpawnRefused, so a run that spawns itself cannot fork-bomb",
+    )
     default_max_attempts: int = Field(
         default=1, ge=1, le=1000, description="Attempts a run gets when its request names none"
     )

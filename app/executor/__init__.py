@@ -2,7 +2,8 @@
 
 ``from app.executor import RunContext, handler, EffectNotApplied`` and nothing
 else: the run's context, the decorator that registers a handler, the operation
-it supervises, and the error types a handler raises on purpose or may catch
+it supervises, a spawned child's handle (``Child``), and the error types a
+handler raises on purpose or may catch
 around ``ctx.operation`` / ``ctx.effect`` / ``ctx.checkpoint`` / ``ctx.emit``
 to clean up. ``__all__`` lists exactly these names, and
 ``tests/executor/test_surface.py`` fails when an internal name leaks into this
@@ -18,6 +19,7 @@ from app.errors import (
     BudgetExceeded,
     BudgetExhausted,
     CheckpointTooLarge,
+    ChildFailed,
     DurationExceeded,
     EffectNotApplied,
     EscalationRequested,
@@ -30,13 +32,16 @@ from app.errors import (
     InvalidEvent,
     InvalidRateLimitUse,
     InvalidWait,
+    JoinTimeout,
     LeaseholdError,
     OperationIntervened,
     RateLimitNotDeclared,
     RateLimitRelease,
     RunFailure,
     SignalTimeout,
+    SpawnRefused,
 )
+from app.executor.children import Child
 from app.executor.context import RunContext
 from app.handlers import handler
 from app.supervision.operation import Operation
@@ -45,6 +50,8 @@ __all__ = [
     "BudgetExceeded",
     "BudgetExhausted",
     "CheckpointTooLarge",
+    "Child",
+    "ChildFailed",
     "DurationExceeded",
     "EffectNotApplied",
     "EscalationRequested",
@@ -57,6 +64,7 @@ __all__ = [
     "InvalidEvent",
     "InvalidRateLimitUse",
     "InvalidWait",
+    "JoinTimeout",
     "LeaseholdError",
     "Operation",
     "OperationIntervened",
@@ -65,5 +73,6 @@ __all__ = [
     "RunContext",
     "RunFailure",
     "SignalTimeout",
+    "SpawnRefused",
     "handler",
 ]

@@ -18,8 +18,10 @@ import functools
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
+from app.errors import SpawnRefused
+from app.executor.children import Child, Family, FamilyDeps, SpawnOptions
 from app.executor.effects import EffectFn, EffectLedger
 from app.executor.events import EventSink
 from app.executor.rates import Grant, RateLimiter
@@ -48,6 +50,8 @@ class HelperDeps:
     max_event_bytes: int
     max_checkpoint_bytes: int
     max_wait_s: float = 30 * 24 * 3600.0
+    # what ctx.spawn needs (child store, registry, bounds); None: this worker cannot spawn
+    family: FamilyDeps | None = None
 
 
 class RunHelpers:
@@ -56,7 +60,7 @@ class RunHelpers:
     Most handlers use none of them (a no-op run touched none, and building all six
     was 13 % of a worker's CPU at thousands of runs a second), so each is a
     :func:`functools.cached_property`: the event sink, the effect ledger, the durable
-    waits, the rate limiter and the step budget. They are reached from the event
+    waits, the rate limiter, the step budget and the run's children. They are reached from the event
     loop only (the ``*_sync`` methods of :class:`RunContext` hand a coroutine to the
     loop), so no two threads ever build one. A new helper goes here, the same way.
     """
@@ -135,6 +139,19 @@ class RunHelpers:
             watchdog=supervision.watchdog,
             ratio=supervision.step_extension_ratio,
             emit=self.sink.add,
+        )
+
+    @functools.cached_property
+    def family(self) -> Family:
+        """The run's children: ``ctx.spawn`` (raises SpawnRefused where spawning is off)."""
+        if self.deps.family is None:
+            raise SpawnRefused("this worker cannot spawn runs (it was given no family)")
+        return Family(
+            self.deps.family,
+            self.claimed.lease,
+            ledger=self.ledger,
+            sink=self.sink,
+            on_stop=self._interrupt,
         )
 
     async def flush_events(self) -> None:
@@ -295,6 +312,30 @@ class RunContext:
     def ask_human_sync(self, question: Any, *, name: str = "ask") -> Any:
         """``ask_human`` for sync handlers running in the worker's thread pool."""
         future = asyncio.run_coroutine_threadsafe(self.ask_human(question, name=name), self._loop)
+        return future.result()
+
+    async def spawn(
+        self, handler: str, input: Any = None, **options: Unpack[SpawnOptions]
+    ) -> Child:
+        """Start child run ``handler(input)``; return its handle (:class:`Child`).
+
+        ``options``: ``queue`` (else this run's), ``on_parent_end``, ``concurrency_key``,
+        ``max_attempts``, ``on_lease_expired``, ``metadata`` (:class:`SpawnOptions`).
+        Exactly once per spawn step, across retries and takeovers: a replay of this
+        call returns the same child (numbered ``spawn:<n>``, saved with checkpoints
+        like effects). The child inherits this run's concurrency key (unless given),
+        its trace, ``root_id`` and ``depth + 1``. When this run ends other than by a
+        cancel, a child still live is cancelled (``on_parent_end="cancel"``) or left
+        to finish (``"detach"``); cancelling this run cancels every live child.
+        Raises :class:`~app.errors.SpawnRefused` (nothing created) for an unknown
+        handler or refused input, an undeclared queue, or past
+        LEASEHOLD_MAX_CHILDREN_PER_RUN / LEASEHOLD_MAX_RUN_DEPTH.
+        """
+        return await self._helpers.family.spawn(handler, input, **options)
+
+    def spawn_sync(self, handler: str, input: Any = None, **options: Unpack[SpawnOptions]) -> Child:
+        """``spawn`` for sync handlers running in the worker's thread pool."""
+        future = asyncio.run_coroutine_threadsafe(self.spawn(handler, input, **options), self._loop)
         return future.result()
 
     def operation(

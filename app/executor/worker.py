@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from redis.exceptions import RedisError
 
 from app.errors import UnknownHandler
+from app.executor.children import FamilyDeps
 from app.executor.context import HelperDeps
 from app.executor.courier import Courier
 from app.executor.execution import ExecutionDeps, RetryPolicy, RunExecution
@@ -49,6 +50,7 @@ from app.schedule_pass import SchedulePass
 from app.settings import Settings
 from app.startup import settle
 from app.store import workers
+from app.store.children import ChildStore, SpawnLimits
 from app.store.connection import AsyncRedis, SyncRedis, async_client, sync_client
 from app.store.context import StoreContext
 from app.store.leases import ClaimedRun, LeaseRenewer, LeaseStore
@@ -197,6 +199,7 @@ class Worker:
             max_event_bytes=settings.max_event_bytes,
             max_checkpoint_bytes=settings.max_checkpoint_bytes,
             max_wait_s=settings.max_wait_s,
+            family=self._family_deps(stores),
         )
         return ExecutionDeps(
             helpers=helpers,
@@ -205,6 +208,19 @@ class Worker:
             retry=RetryPolicy(settings.retry_backoff_s, settings.retry_backoff_max_s),
             on_slot_freed=self._slot_freed,
             on_settled=self._settled,
+        )
+
+    def _family_deps(self, stores: StoreContext) -> FamilyDeps:
+        """What ``ctx.spawn`` shares: the child store, queues, registry, bounds, defaults."""
+        settings = self.settings
+        return FamilyDeps(
+            store=ChildStore(stores),
+            queues=QueueStore.for_settings(stores.client, stores.scripts, settings),
+            registry=self.registry,
+            limits=SpawnLimits(settings.max_children_per_run, settings.max_run_depth),
+            max_input_bytes=settings.max_input_bytes,
+            default_max_attempts=settings.default_max_attempts,
+            default_on_lease_expired=settings.default_on_lease_expired,
         )
 
     def _start_background(

@@ -117,6 +117,9 @@ SUMMARY_FIELDS = (
     "blocked_on",
     "schedule_id",
     "fire_ms",
+    "parent_id",
+    "root_id",
+    "depth",
 )
 # the large fields a listing returns only when asked (GET /runs?include=...)
 LARGE_FIELDS = ("input", "output", "metadata")
@@ -170,6 +173,9 @@ def run_from_hash(fields: dict[str, str]) -> Run:
         blocked_on=(fields.get("blocked_on") or None)
         if fields["status"] == RunStatus.QUEUED.value
         else None,
+        parent_id=fields.get("parent_id") or None,
+        root_id=fields.get("root_id") or None,
+        depth=int(fields.get("depth") or 0),
     )
 
 

@@ -41,6 +41,18 @@ script touches a single Redis Cluster slot::
     <prefix>:{<queue>}:sched_due       zset    schedule id -> next fire time, UTC epoch ms
                                                (absent while paused): what reconcilers scan
     <prefix>:{<queue>}:sched_buffered  zset    schedule id -> the fire buffer_one holds
+    <prefix>:{<queue>}:children:<id>   zset    a parent's children: child id -> created_at ms
+                                               (in the PARENT's slot; a child's id names its
+                                               own queue)
+    <prefix>:{<queue>}:family:<id>     hash    a parent's spawn steps ("spawn:<n>" -> child
+                                               id), its children's outcomes ("out:<child>"
+                                               -> json), detached children ("detach:<child>")
+    <prefix>:{<queue>}:joining:<id>    set     children a parked join still waits for
+    <prefix>:{<queue>}:outbox          zset    "<kind> <run id>" -> ms: a run's end that must
+                                               reach another slot (its parent: "ended", its
+                                               children: "cascade"), until delivered
+    <prefix>:{<queue>}:unborn:<id>     string  a child its parent's end cancelled before the
+                                               child existed: create_run refuses it
 
 Pub/sub channels of a queue (broadcast; not keys)::
 
@@ -258,6 +270,37 @@ class QueueKeys:
     def schedule_buffered(self) -> str:
         """Zset of this queue's schedules holding a buffer_one fire, by its fire time."""
         return f"{self.tag}:sched_buffered"
+
+    def children(self, parent_id: str) -> str:
+        """A parent's children index (zset child id -> created_at ms), in the parent's slot.
+
+        ``finalize`` in lib.lua derives it from ``run_prefix`` (``children_key_of``): it
+        must stay ``<tag>:children:<id>`` beside ``<tag>:run:<id>``.
+        """
+        return f"{self.tag}:children:{parent_id}"
+
+    def family(self, parent_id: str) -> str:
+        """A parent's spawn steps, its children's delivered outcomes and detach flags.
+
+        Derived in lib.lua as ``<tag>:family:<id>`` (``family_key_of``), like the index.
+        """
+        return f"{self.tag}:family:{parent_id}"
+
+    def joining(self, parent_id: str) -> str:
+        """The children a parked ``ctx.join`` still waits for (``joining_key_of``)."""
+        return f"{self.tag}:joining:{parent_id}"
+
+    @property
+    def outbox(self) -> str:
+        """Zset of ends that must reach another slot: ``ended <id>``, ``cascade <id>`` -> ms.
+
+        ``finalize`` in lib.lua adds to it (``outbox_of``): it must stay ``<tag>:outbox``.
+        """
+        return f"{self.tag}:outbox"
+
+    def unborn(self, run_id: str) -> str:
+        """A child cancelled by its parent's end before it was created (create refuses it)."""
+        return f"{self.tag}:unborn:{run_id}"
 
     def run(self, run_id: str) -> str:
         """The run record."""

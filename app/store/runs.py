@@ -16,7 +16,7 @@ from typing import Any, cast
 
 from redis.exceptions import ResponseError
 
-from app.errors import IdempotencyConflict, RunNotFound, SingletonConflict
+from app.errors import IdempotencyConflict, InvalidTransition, RunNotFound, SingletonConflict
 from app.models import (
     PurgeRequest,
     PurgeResult,
@@ -100,6 +100,12 @@ class NewRun:
     on_conflict: str = "enqueue"
     priority: int = 0
     boost_ms: int = 0
+    # runs that start runs (issue 17): the spawning run, the top of the tree ('' : this
+    # run), how deep it sits; the id a spawn chose before the create (None: a new one)
+    parent_id: str | None = None
+    root_id: str | None = None
+    depth: int = 0
+    run_id: str | None = None
 
     # the input already encoded by whoever checked its size; None: encoded when needed
     encoded_input: str | None = field(default=None, compare=False, repr=False)
@@ -260,7 +266,7 @@ class RunStore(Store):
 
     def _create_args(self, new: NewRun) -> CreateArgs:
         return CreateArgs(
-            run_id=new_run_id(new.queue),
+            run_id=new.run_id or new_run_id(new.queue),
             queue=new.queue,
             handler=new.handler,
             input=new.input_json,
@@ -284,6 +290,9 @@ class RunStore(Store):
             priority=new.priority,
             boost_ms=new.boost_ms,
             retention=self.retention.script_arg(),
+            parent_id=new.parent_id or "",
+            root_id=new.root_id or "",
+            depth=new.depth,
         )
 
     def _queued(self, new: NewRun, reply: CreateReply) -> Created:
@@ -292,6 +301,9 @@ class RunStore(Store):
             raise IdempotencyConflict(new.idempotency_key or "", reply.run_id)
         if reply.code == ScriptCode.SINGLETON:
             raise SingletonConflict(new.singleton_key or "", reply.run_id)
+        if reply.code == ScriptCode.CANCEL:
+            # a child whose parent ended (and cancelled it) before this create came
+            raise InvalidTransition(reply.run_id, RunStatus.CANCELLED.value, "create")
         created_at = ms_to_datetime(reply.created_at_ms)
         assert created_at is not None
         run = Run(
@@ -310,6 +322,9 @@ class RunStore(Store):
             concurrency_key=new.concurrency_key,
             singleton_key=new.singleton_key,
             priority=new.priority,
+            parent_id=new.parent_id,
+            root_id=new.root_id or reply.run_id,
+            depth=new.depth,
         )
         return Created(run, replayed=False)
 

@@ -135,6 +135,9 @@ class CreateArgs(NamedTuple):
     priority: int
     boost_ms: int  # priority x LEASEHOLD_PRIORITY_AGING_STEP_S, in ms
     retention: str  # the per-status retention spec, for a run replace_queued supersedes
+    parent_id: str  # '' for a top-level run
+    root_id: str  # '' : the run's own id
+    depth: int
 
 
 class CreateReply(NamedTuple):
@@ -1048,6 +1051,52 @@ FIRE_SCHEDULE: Transition[FireArgs, FireReply] = Transition(
 )
 
 
+# --- spawn_child ------------------------------------------------------------------
+
+
+class SpawnArgs(NamedTuple):
+    """ARGV of ``spawn_child``."""
+
+    owner_id: str
+    fence: int
+    run_id: str
+    ordinal: int
+    child_id: str
+    on_parent_end: str  # cancel | detach
+    max_children: int
+    max_depth: int
+
+
+class SpawnReply(NamedTuple):
+    """``spawn_child``'s answer: the child its step names and what the child inherits.
+
+    ``child_id`` is the count for FULL; ``ended`` is True on a REPLAYED step whose
+    child's outcome came already.
+    """
+
+    code: str
+    child_id: str
+    root_id: str
+    depth: int
+    concurrency_key: str
+    traceparent: str
+    ended: bool
+
+
+def _spawn_keys(k: QueueKeys, run_id: str, a: SpawnArgs) -> tuple[str, ...]:
+    return (k.run(a.run_id), k.children(a.run_id), k.family(a.run_id))
+
+
+def _spawn_reply(reply: Sequence[Any]) -> SpawnReply:
+    code, child_id, root_id, depth, ckey, traceparent, ended = reply
+    return SpawnReply(code, child_id, root_id, int(depth or 0), ckey, traceparent, ended == "1")
+
+
+SPAWN_CHILD: Transition[SpawnArgs, SpawnReply] = Transition(
+    "spawn_child", _spawn_keys, SpawnArgs, _spawn_reply, durable=True
+)
+
+
 TRANSITIONS: dict[str, Transition[Any, Any]] = {
     t.name: t
     for t in (
@@ -1081,6 +1130,7 @@ TRANSITIONS: dict[str, Transition[Any, Any]] = {
         RECOUNT_SLOTS,
         PUT_SCHEDULE,
         FIRE_SCHEDULE,
+        SPAWN_CHILD,
     )
 }
 """Every binding by script name (a test holds it to ``scripts/lua``)."""

@@ -35,12 +35,18 @@
 -- ARGV[23] boost_ms     integer  priority x aging step: its lane score is enqueue ms - boost_ms
 -- ARGV[24] retention    string  per-status retention spec (store/retention.py), for a run
 --          replace_queued supersedes
+-- ARGV[25] parent_id    string  the run that spawns this one (ctx.spawn), '' for a top-level run
+-- ARGV[26] root_id      string  the top-level run of its tree ('' : this run's own id)
+-- ARGV[27] depth        integer parents above it (0 for a top-level run)
 -- derived  the flow-control keys of lib.lua, the idempotency prefix and the cancel
---          channel, from the queue's tag (KEYS[1] less 'run:<id>')
+--          channel, from the queue's tag (KEYS[1] less 'run:<id>'); a child's tombstone
+--          `<tag>:unborn:<id>` (cancel_children: its parent ended before it was created)
 -- returns  {code, run_id, created_at_ms}  codes: OK (created), REPLAYED (same key and
 --          same body, or this run id exists already: the earlier run's id),
 --          CONFLICT (same key, other body: the earlier run's id), SINGLETON (reject:
---          a run of the singleton key is active or queued: its id; nothing written)
+--          a run of the singleton key is active or queued: its id; nothing written),
+--          CANCEL (a child whose parent's end cancelled it before it existed: nothing
+--          written, so a stale parent worker cannot bring it to life)
 -- events   created, then wait (kind run_at, until_ms) when its start time is ahead;
 --          with cancel_active, cancel_requested on the active run; with
 --          replace_queued, cancelled (reason superseded) on the queued one
@@ -53,8 +59,18 @@
 --          budget are stored as the API encoded them (it refuses non-finite numbers).
 --- @include lib
 
-check_argc(24)
+check_argc(27)
 local run_id = run_id_arg(ARGV[1], KEYS[1], KEYS[2])
+local parent_id, root_id = ARGV[25], ARGV[26]
+if parent_id ~= '' then
+  run_id_arg(parent_id)
+end
+if root_id ~= '' then
+  run_id_arg(root_id)
+else
+  root_id = run_id
+end
+local depth = int_arg(ARGV[27], 'depth', 0)
 local max_attempts = int_arg(ARGV[5], 'max_attempts', 1)
 enum_arg(ARGV[6], 'on_lease_expired', {'orphan', 'retry'})
 int_arg(ARGV[10], 'maxlen', 0)
@@ -90,9 +106,12 @@ local prior_code, prior_id = idempotent_prior(KEYS[5], idem_key, ARGV[9])
 if prior_code then
   return {prior_code, prior_id, 0}
 end
+local tag = string.sub(KEYS[1], 1, -(#run_id + 5))
+if parent_id ~= '' and redis.call('EXISTS', tag .. 'unborn:' .. run_id) == 1 then
+  return {'CANCEL', run_id, 0}
+end
 
 -- a singleton key's holder and newest queued run, and what this create does to them
-local tag = string.sub(KEYS[1], 1, -(#run_id + 5))
 local active, superseded
 if skey ~= '' then
   active = redis.call('HGET', tag .. 'slots', 's:' .. skey)
@@ -127,7 +146,10 @@ redis.call('HSET', KEYS[1],
   'metadata', ARGV[7], 'idempotency_key', idem_key, 'budget', ARGV[12],
   'retention_ms', ARGV[13], 'traceparent', ARGV[15], 'rate_limits', ARGV[18],
   'ckey', ckey, 'skey', skey, 'priority', priority, 'boost_ms', boost_ms,
-  'lane', lane_of(ARGV[3], ckey, skey))
+  'lane', lane_of(ARGV[3], ckey, skey), 'root_id', root_id)
+if parent_id ~= '' then
+  redis.call('HSET', KEYS[1], 'parent_id', parent_id, 'depth', depth)
+end
 if superseded then
   local k = {leases = tag .. 'leases', run_prefix = tag .. 'run:', events_prefix = tag .. 'events:',
     idem_prefix = tag .. 'idem:'}

@@ -136,7 +136,7 @@ local function materialize(fire_ms, run_id, trigger)
     'attempt', 1, 'max_attempts', s[5], 'on_lease_expired', s[6], 'fence', 0,
     'created_at', now, 'metadata', s[7], 'idempotency_key', '', 'budget', s[8] or '',
     'retention_ms', s[9] or '', 'traceparent', '', 'rate_limits', s[16] or '',
-    'schedule_id', id, 'fire_ms', fire_ms)
+    'schedule_id', id, 'fire_ms', fire_ms, 'root_id', run_id)
   local data = cjson.encode({handler = s[3], queue = queue, max_attempts = tonumber(s[5]),
     schedule_id = id, fire_ms = fire_ms, trigger = trigger or mode})
   enter_queue(run_key, KEYS[9] .. run_id, run_id, q, data, now, now, queued_ttl)

@@ -98,7 +98,9 @@ redis.call('HSET', KEYS[3],
   'retry_of', old_id, 'retry_root', root, 'rate_limits', old[17] or '',
   -- a re-run counts against the same limits and singleton, at the same priority
   'ckey', old[18] or '', 'skey', old[19] or '', 'priority', old[20] or 0,
-  'boost_ms', old[21] or 0, 'lane', lane_of(old[3], old[18], old[19]))
+  'boost_ms', old[21] or 0, 'lane', lane_of(old[3], old[18], old[19]),
+  -- a re-run is a top-level run of its own: its parent (if any) never spawned it
+  'root_id', run_id)
 if checkpoint == 'keep' and old[13] then
   redis.call('HSET', KEYS[3], 'state', old[13], 'effect_seq', old[14] or '',
     'checkpoints', old[16] or 0)

@@ -13,6 +13,7 @@ import types
 
 import app.errors
 import app.executor
+from app.executor.children import Child
 from app.executor.context import RunContext
 from app.handlers import handler
 from app.supervision.operation import Operation
@@ -21,6 +22,7 @@ HANDLER_SURFACE = {
     "RunContext": RunContext,
     "handler": handler,
     "Operation": Operation,
+    "Child": Child,
     **{
         name: getattr(app.errors, name)
         for name in (
@@ -45,6 +47,9 @@ HANDLER_SURFACE = {
             "InvalidRateLimitUse",
             "InvalidWait",
             "SignalTimeout",
+            "SpawnRefused",
+            "ChildFailed",
+            "JoinTimeout",
         )
     },
 }

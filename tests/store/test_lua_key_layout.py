@@ -25,6 +25,8 @@ return {
   effects_key_of(ARGV[1], ARGV[3]),
   waits_key_of(ARGV[1], ARGV[3]),
   queue_key_of(ARGV[1], 'series:' .. ARGV[4]),
+  children_key_of(ARGV[1], ARGV[3]),
+  family_key_of(ARGV[1], ARGV[3]),
 }
 """
 
@@ -44,6 +46,8 @@ async def test_lib_lua_derives_the_keys_keys_py_builds(redis_client: aioredis.Re
             keys.effects(RUN_ID),
             keys.waits(RUN_ID),
             keys.series(MINUTE),
+            keys.children(RUN_ID),
+            keys.family(RUN_ID),
         ], queue
 
 

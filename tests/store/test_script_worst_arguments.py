@@ -21,6 +21,7 @@ from redis.exceptions import ResponseError
 
 from app.models import QueueLimits, RateLimitSpec, RunStatus
 from app.settings import Settings
+from app.store.children import ChildStore, OnParentEnd, SpawnLimits
 from app.store.flow import FlowStore
 from app.store.keys import GlobalKeys, QueueKeys
 from app.store.leases import Lease, LeaseRenewer, LeaseStore, Outcome
@@ -142,6 +143,10 @@ async def _create(w: World) -> ScriptCall:
         on_conflict="replace_queued",
         priority=3,
         boost_ms=3000,
+        # a child's create: its parent's id, its tree's root and its depth are checked too
+        parent_id=f"{QUEUE}.01JABCDEFGHJKMNPQRSTVWXYZ0",
+        root_id=f"{QUEUE}.01JABCDEFGHJKMNPQRSTVWXYZ1",
+        depth=2,
     )
     return await capture(w.c_runs.create(new))
 
@@ -390,6 +395,22 @@ async def _signal(w: World) -> ScriptCall:
     )
 
 
+async def _spawn_child(w: World) -> ScriptCall:
+    (lease,) = await w.held()
+    real = ChildStore(w.runs.ctx)
+    limits = SpawnLimits(max_children=5, max_depth=3)
+    # a recorded step and a detached child already in the family
+    await real.record_spawn(
+        lease, ordinal=1, child_queue=QUEUE, on_parent_end=OnParentEnd.DETACH, limits=limits
+    )
+    captured = ChildStore(w.c_runs.ctx)
+    return await capture(
+        captured.record_spawn(
+            lease, ordinal=2, child_queue=QUEUE, on_parent_end=OnParentEnd.CANCEL, limits=limits
+        )
+    )
+
+
 def _schedule_fields(**extra: object) -> dict[str, object]:
     return {
         "queue": QUEUE,
@@ -468,6 +489,7 @@ SETUPS: dict[str, Setup] = {
     "set_limits": _set_limits,
     "set_priority": _set_priority,
     "recount_slots": _recount_slots,
+    "spawn_child": _spawn_child,
 }
 
 

@@ -23,7 +23,7 @@ from app.processes import Child, child_env, spawn, wait_healthy
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEST_HANDLERS = (
     "app.demo,tests.support.handlers,tests.support.effect_handlers,tests.support.rate_handlers,"
-    "tests.support.wait_handlers"
+    "tests.support.wait_handlers,tests.support.family_handlers"
 )
 PROBE_TIMEOUT_S = 60.0
 

@@ -417,6 +417,26 @@ local function retention_for(run_key, status, spec)
   return tonumber(string.match(spec, status .. '=(%d+)'))
 end
 
+-- Runs that start runs (issue 17). A parent's children index, spawn steps and its
+-- children's outcomes sit in the PARENT's slot beside its record (store/keys.py builds
+-- the same names: a test holds them equal); a child's own record is in its queue's slot.
+local function children_key_of(run_prefix, run_id)
+  return queue_key_of(run_prefix, 'children:' .. run_id)
+end
+
+local function family_key_of(run_prefix, run_id)
+  return queue_key_of(run_prefix, 'family:' .. run_id)
+end
+
+-- A run of a family ended (finalize calls this, once, for every terminal write): its
+-- family keys expire with it. Reads its parent_id and children index only.
+local function note_family_end(k, run_id, retention_ms)
+  local children = children_key_of(k.run_prefix, run_id)
+  if redis.call('PEXPIRE', children, retention_ms) == 1 then
+    redis.call('PEXPIRE', family_key_of(k.run_prefix, run_id), retention_ms)
+  end
+end
+
 -- Write a terminal state and its terminal event in one step, drop the lease, and
 -- start the retention clock (retention_for: per run, else per status) on the record,
 -- its events, its effects and its idempotency key, so a key lives exactly as long
@@ -446,6 +466,7 @@ local function finalize(k, run_id, status, fence, now, fields, data, retention, 
   if idem and idem ~= '' then
     redis.call('PEXPIRE', k.idem_prefix .. idem, retention_ms)
   end
+  note_family_end(k, run_id, retention_ms)
 end
 
 -- The effects of a run that started and have no recorded outcome, as fields of its
