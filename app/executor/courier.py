@@ -133,7 +133,10 @@ class Courier:
     async def _run(self) -> None:
         while True:
             try:
-                await asyncio.wait_for(self._kick.wait(), timeout=self._wait_timeout())
+                # asyncio.timeout, not wait_for: wait_for wraps the wait in a task of its
+                # own, two more loop passes between a wake message and the claim it sends
+                async with asyncio.timeout(self._wait_timeout()):
+                    await self._kick.wait()
             except TimeoutError:
                 self._maybe_ready = True  # safety net, or a delayed retry is due
             self._kick.clear()

@@ -1,0 +1,25 @@
+"""An idle worker starts a new run on the queue's wake message, not on its safety-net timer."""
+
+from __future__ import annotations
+
+import time
+
+from app.models import RunStatus
+from app.store.runs import NewRun, RunStore
+from tests.support.polling import wait_status
+from tests.support.processes import Processes
+
+# far longer than the test may take: only the wake message can start the second run
+IDLE_WAKE_S = 600
+
+
+async def test_an_idle_worker_starts_a_run_on_its_wake_message(
+    processes: Processes, run_store: RunStore
+) -> None:
+    processes.worker(LEASEHOLD_IDLE_WAKE_S=str(IDLE_WAKE_S))
+    first = (await run_store.create(NewRun(handler="test.record", input={}))).run.id
+    await wait_status(run_store, first, RunStatus.SUCCEEDED)  # up, subscribed, idle again
+    created = time.monotonic()
+    second = (await run_store.create(NewRun(handler="test.record", input={}))).run.id
+    await wait_status(run_store, second, RunStatus.SUCCEEDED)
+    assert time.monotonic() - created < IDLE_WAKE_S / 10
