@@ -1,4 +1,4 @@
-"""Child leasehold processes: start ``python -m app.cli`` with an env and a log, wait for health.
+"""Child leasehold processes: start ``python -m app.launch`` with an env and a log, wait for health.
 
 One harness for every place that starts Leasehold as real processes: ``leasehold
 up`` (:mod:`app.stack`), ``leasehold demo kill-worker`` (:mod:`app.demo.walkthrough`),
@@ -25,7 +25,9 @@ from pathlib import Path
 from app.errors import LeaseholdError
 from app.httpx_import import httpx
 
-CLI_MODULE = "app.cli"
+# what the `leasehold` console script runs: a worker then starts without typer
+# (app.worker_command), every child behind a quiet collector (app.startup)
+CLI_MODULE = "app.launch"
 HEALTH_POLL_S = 0.05
 STOP_GRACE_S = 10.0
 

@@ -11,8 +11,10 @@ everything allocated so far is frozen (``gc.freeze``: never scanned again) and t
 thresholds are put back. A one-shot command (``runs get``) simply ends first; one that
 runs on without settling (``runs follow``) still has its cycles collected, less often.
 
-``python -m app.cli`` (tests, the benchmarks' children) starts without this: the
-collector then runs as it always does, and :func:`settle` only freezes.
+``python -m app.launch`` is the script without installing it (``leasehold up``'s
+children, the process tests, the soak: :data:`app.processes.CLI_MODULE`).
+``python -m app.cli`` starts without this: the collector then runs as it always
+does, and :func:`settle` only freezes.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ class Processes:
     started: list[Child] = field(default_factory=list)
 
     def spawn(self, name: str, args: list[str], extra_env: dict[str, str] | None = None) -> Child:
-        """Start ``python -m app.cli <args>``, logging to the test's tmp dir."""
+        """Start ``python -m app.launch <args>`` (the console script), logging to tmp."""
         env = child_env(self.env, extra_env or {}, {"PYTHONPATH": str(REPO_ROOT)})
         log_path = self.log_dir / f"{name}-{len(self.started)}.log"
         child = spawn(name, args, env=env, log_path=log_path, cwd=REPO_ROOT)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.embedded import EmbeddedRedis, free_port
-from app.processes import Child, child_env, spawn, wait_healthy
+from app.processes import CLI_MODULE, Child, child_env, spawn, wait_healthy
 from tools.chaos.proxy import BlackholeProxy
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -146,7 +146,7 @@ class Cluster:
     def start_worker(self, slot: WorkerSlot) -> Process:
         """Start a worker in ``slot`` (behind its proxy); returns once it serves."""
         env = {"LEASEHOLD_REDIS_URL": slot.proxy.url}
-        module = "app.cli"
+        module = CLI_MODULE
         if self.config.lua_dir is not None:
             module = "tools.chaos.broken"
             env[LUA_DIR_ENV] = str(self.config.lua_dir)
@@ -159,7 +159,7 @@ class Cluster:
         """Start an API on the slot's port; returns once it answers /healthz."""
         env = {"LEASEHOLD_REDIS_URL": self.redis_url, "LEASEHOLD_SSE_KEEPALIVE_S": "2"}
         name = f"api{slot.index}-{len(slot.history)}"
-        process = slot.occupy(self._spawn(name, "app.cli", ["api", "--port", str(slot.port)], env))
+        process = slot.occupy(self._spawn(name, CLI_MODULE, ["api", "--port", str(slot.port)], env))
         wait_healthy(slot.url, process, timeout_s=START_TIMEOUT_S)
         return process
 
