@@ -228,14 +228,30 @@ class Scripts:
     async def load_all(self, client: AsyncRedis) -> None:
         """SCRIPT LOAD every transition (startup, readiness): on every primary of a cluster.
 
-        Loading up front makes a broken script fail at start, not on first use.
+        Loading up front makes a broken script fail at start, not on first use. Scripts
+        Redis already holds (another worker's, an earlier start's: same source, same
+        SHA-1, so they compiled) are not sent again: that is ~1.1 MB of Lua and a round
+        trip of ~20 ms before a worker's first claim, for one SCRIPT EXISTS instead.
         """
+        if await self._all_cached(client):
+            return
         try:
             await self._load_all(client)
         except ResponseError as exc:
             if not self._without_flags(exc):
                 raise
             await self._load_all(client)
+
+    async def _all_cached(self, client: AsyncRedis) -> bool:
+        """Whether every script is cached already; a refused SCRIPT EXISTS counts as no.
+
+        Refused (an ACL without ``script``): SCRIPT LOAD is then refused too, and that
+        refusal is the one the caller reports, as it was before this check.
+        """
+        try:
+            return await self.loaded(client)
+        except ResponseError:
+            return False
 
     async def _load_all(self, client: AsyncRedis) -> None:
         sources = [script.variant(flags=self.flags)[0] for script in self._scripts.values()]
