@@ -7,7 +7,8 @@ process) and prints min / median / max in ms. The commands are ``leasehold --hel
 nobody listens on (so the time is start-up plus one refused connection, not the
 API's), each as ``python -m app.launch`` (what the ``leasehold`` script runs).
 ``--root DIR`` runs another checkout (e.g. a ``git worktree`` of an older commit)
-with this interpreter, to measure before and after a change.
+with this interpreter, to measure before and after a change; given more than once,
+the roots alternate repetition by repetition.
 
 Where the time goes: ``python -X importtime -m app.cli --help``.
 """
@@ -61,21 +62,31 @@ def time_ms(args: list[str], root: Path) -> tuple[float, float]:
 
 
 def main() -> None:
-    """Print one line per command: min, median, max over the repetitions."""
+    """Print one line per command and root: min, median, max over the repetitions.
+
+    Several ``--root`` are timed in turn, repetition by repetition (A, B, A, B...), so a
+    change of the shared machine's load hits each alike.
+    """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=15)
-    parser.add_argument("--root", type=Path, default=REPO_ROOT)
+    parser.add_argument("--root", type=Path, action="append", help="repeatable; default: here")
     options = parser.parse_args()
+    roots: list[Path] = options.root or [REPO_ROOT]
     for name, args in commands().items():
-        time_ms(args, options.root)  # warm-up: page cache, .pyc files
-        runs = [time_ms(args, options.root) for _ in range(options.reps)]
-        wall = [wall_ms for wall_ms, _ in runs]
-        cpu = [cpu_ms for _, cpu_ms in runs]
-        print(
-            f"{name:<20} wall min {min(wall):5.0f} median {statistics.median(wall):5.0f} ms;"
-            f" cpu min {min(cpu):5.0f} median {statistics.median(cpu):5.0f} ms"
-            f"  (n={options.reps}, {options.root})"
-        )
+        for root in roots:
+            time_ms(args, root)  # warm-up: page cache, .pyc files
+        runs: dict[Path, list[tuple[float, float]]] = {root: [] for root in roots}
+        for _ in range(options.reps):
+            for root in roots:
+                runs[root].append(time_ms(args, root))
+        for root, timed in runs.items():
+            wall = [wall_ms for wall_ms, _ in timed]
+            cpu = [cpu_ms for _, cpu_ms in timed]
+            print(
+                f"{name:<20} wall min {min(wall):5.0f} median {statistics.median(wall):5.0f} ms;"
+                f" cpu min {min(cpu):5.0f} median {statistics.median(cpu):5.0f} ms"
+                f"  (n={options.reps}, {root})"
+            )
 
 
 if __name__ == "__main__":
