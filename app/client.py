@@ -21,7 +21,7 @@ from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
 # first: httpx without its command-line client (rich, pygments, click), before httpx_sse
-from app.httpx_import import httpx
+from app.httpx_import import httpx, verifies
 
 # isort: split
 from httpx_sse import ServerSentEvent, aconnect_sse, connect_sse
@@ -349,17 +349,6 @@ def _fire_schedule(schedule_id: str, action: str, body: dict[str, Any]) -> _Call
     return _Call("POST", path, FireResult.model_validate, json=_present(body))
 
 
-def _verify(base_url: str) -> bool:
-    """Certificates are checked for an https API; a plain-http one has none to check.
-
-    httpx loads the whole CA bundle for every client it makes (~0.2 s, most of a CLI
-    command's start-up), even for ``http://`` where no TLS happens. The client sends only
-    paths relative to ``base_url`` and never follows redirects, so no request of a
-    plain-http client can reach an https server unverified.
-    """
-    return not base_url.lower().startswith("http://")
-
-
 class Client:
     """Blocking client."""
 
@@ -376,7 +365,7 @@ class Client:
             headers=_headers(api_key),
             timeout=timeout_s,
             transport=transport,
-            verify=_verify(base_url),
+            verify=verifies(base_url),
         )
 
     def __enter__(self) -> Client:
@@ -629,7 +618,7 @@ class AsyncClient:
             headers=_headers(api_key),
             timeout=timeout_s,
             transport=transport,
-            verify=_verify(base_url),
+            verify=verifies(base_url),
         )
 
     async def __aenter__(self) -> AsyncClient:

@@ -10,7 +10,7 @@ once, so a later ``import httpx._main`` works as usual. Nothing in Leasehold cal
 ``httpx.main``; the ``httpx`` script in its own process is untouched.
 
 Import httpx from here (``from app.httpx_import import httpx``) wherever a process may
-import it first.
+import it first; :func:`verifies` says when a client needs its certificates.
 """
 
 from __future__ import annotations
@@ -27,3 +27,15 @@ try:
 finally:
     if _blocked:
         del sys.modules[_CLI]
+
+
+def verifies(base_url: str) -> bool:
+    """Certificates are checked for an https URL; a plain-http one has none to check.
+
+    httpx loads the whole CA bundle for every client it makes (~35 ms of CPU here, and
+    ``httpx.get`` makes one per call), even for ``http://`` where no TLS happens. Give
+    ``verify=verifies(url)`` only to a client that sends paths relative to ``url`` and
+    never follows redirects: no request of a plain-http one can then reach an https
+    server unverified.
+    """
+    return not base_url.lower().startswith("http://")

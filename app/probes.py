@@ -50,10 +50,13 @@ def probe_api(settings: Settings, path: str) -> ProbeResult:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     url = f"{settings.client_api_url}{path}"
     # here: a worker imports this module, and only API probes need httpx
-    from app.httpx_import import httpx
+    from app.httpx_import import httpx, verifies
 
     try:
-        response = httpx.get(url, headers=headers, timeout=PROBE_TIMEOUT_S)
+        # an exec probe runs every few seconds: no CA bundle loaded for a plain-http API
+        response = httpx.get(
+            url, headers=headers, timeout=PROBE_TIMEOUT_S, verify=verifies(settings.client_api_url)
+        )
     except httpx.HTTPError as exc:
         return ProbeResult(False, f"{url}: {exc.__class__.__name__}")
     return ProbeResult(response.is_success, f"{url}: HTTP {response.status_code}")

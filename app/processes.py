@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.errors import LeaseholdError
-from app.httpx_import import httpx
+from app.httpx_import import httpx, verifies
 
 # what the `leasehold` console script runs: a worker then starts without typer
 # (app.worker_command), every child behind a quiet collector (app.startup)
@@ -166,20 +166,23 @@ def wait_healthy(
     message) or nothing answers within ``timeout_s``.
     """
     deadline = time.monotonic() + timeout_s
-    while not stopped():
-        if child is not None and not child.alive():
-            raise ChildFailed(
-                f"{child.name} (pid {child.pid}) exited with status {child.returncode} "
-                f"before {url} answered{_tail(child)}"
-            )
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return True
-        except httpx.HTTPError:
-            pass  # not listening yet
-        if time.monotonic() > deadline:
-            raise ChildFailed(f"{url}/healthz did not answer in {timeout_s:g}s{_tail(child)}")
-        time.sleep(poll_s)
+    # one client for the whole wait, without a CA bundle for http: httpx.get() made a
+    # client per poll, ~35 ms of CPU each, taken from the children starting beside us
+    with httpx.Client(timeout=1, verify=verifies(url)) as client:
+        while not stopped():
+            if child is not None and not child.alive():
+                raise ChildFailed(
+                    f"{child.name} (pid {child.pid}) exited with status {child.returncode} "
+                    f"before {url} answered{_tail(child)}"
+                )
+            try:
+                if client.get(f"{url}/healthz").status_code == 200:
+                    return True
+            except httpx.HTTPError:
+                pass  # not listening yet
+            if time.monotonic() > deadline:
+                raise ChildFailed(f"{url}/healthz did not answer in {timeout_s:g}s{_tail(child)}")
+            time.sleep(poll_s)
     return False
 
 
