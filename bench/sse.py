@@ -26,7 +26,11 @@ follower processes (:mod:`bench.followers`) on loopback.
 * **idle** (``--idle N``): N followers of a run that emits nothing, all in one
   client process; the API's resident memory before and after they attach, per
   follower. The caps (``LEASEHOLD_SSE_MAX_FOLLOWERS``, ``_API_MAX_CONNECTIONS``)
-  are raised to fit N.
+  are raised to fit N, and this process's open-file limit (inherited by the API
+  and the clients it starts) is raised to fit them too (``setrlimit``; the app
+  itself never touches it). ``--live K`` adds, while the N idle followers are
+  held, K followers of a ``bench.ticks`` run (``--rate``, ``--seconds``) in a
+  second client process: their delivery latency among the idle ones.
 
 ``--pin`` puts the API processes on core 0 and the client processes on core 1
 (``sched_setaffinity``), so that the clients take no CPU from the API they measure.
@@ -39,6 +43,7 @@ Results are printed and appended as one JSON line (``"benchmark": "sse"``) to
     .venv/bin/python -m bench.sse --followers 1000 --reps 1 --skip tokens
     .venv/bin/python -m bench.sse --followers 1000 --per-process 1000 --pin --skip tokens
     .venv/bin/python -m bench.sse --idle 10000 --pin --skip latency tokens
+    .venv/bin/python -m bench.sse --idle 10000 --live 10 --pin --skip latency tokens
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ import contextlib
 import json
 import math
 import os
+import resource
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -76,6 +82,7 @@ IDLE_HOLD_S = 20.0  # idle followers held this long: longer than a keep-alive pe
 WORKER_CONCURRENCY = 4
 SUBSCRIBERS_GAUGE = "leasehold_sse_subscribers "
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+FD_HEADROOM = 1024  # files besides the followers' sockets: Redis pools, logs, the venv
 
 
 @dataclass
@@ -111,6 +118,23 @@ def pin(pid: int, core: int) -> None:
     if core < (os.cpu_count() or 1):
         for task in Path(f"/proc/{pid}/task").iterdir():
             os.sched_setaffinity(int(task.name), {core})
+
+
+def raise_fd_limit(sockets: int) -> int:
+    """Raise this process's soft open-file limit to fit ``sockets``; its new value.
+
+    The API and the client processes started from here inherit it. Only the soft
+    limit moves (up to the hard one, which needs no privilege); a hard limit too
+    low to fit them is said plainly rather than measured as refused connections.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = sockets + FD_HEADROOM
+    if hard != resource.RLIM_INFINITY and hard < wanted:
+        raise SystemExit(f"{sockets} followers need {wanted} open files; the hard limit is {hard}")
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        return wanted
+    return soft
 
 
 def cpu_snapshot(stack: Stack) -> dict[str, float]:
@@ -281,29 +305,62 @@ def completeness(found: dict[str, Any], expected: int) -> dict[str, Any]:
     }
 
 
+@dataclass
+class Ticking:
+    """What the followers of one ``bench.ticks`` run saw, and the CPU spent while it ticked."""
+
+    run_id: str
+    ticks: int
+    processes: int
+    attach_s: float
+    found: dict[str, Any]
+    cpu_before: dict[str, float]
+    cpu_after: dict[str, float]
+
+    @property
+    def latencies_s(self) -> list[float]:
+        """receive - emit of every (follower, tick) pair."""
+        return [value for f in self.found["followers"] for value in f["latencies_s"]]
+
+
+async def tick(
+    stack: Stack,
+    count: int,
+    per_process: int,
+    rate_per_s: float,
+    seconds: float,
+    *,
+    attached_already: int = 0,
+) -> Ticking:
+    """``count`` followers of a new ``bench.ticks`` run, attached, then the run's ticks."""
+    ticks = round(rate_per_s * seconds)
+    run_id = await create(stack, "bench.ticks", {"count": ticks, "rate_per_s": rate_per_s})
+    with followers(stack, run_id, count, per_process) as procs:
+        attach_s = await wait_attached(stack, attached_already + count, procs)
+        before = cpu_snapshot(stack)
+        await go(stack, run_id)
+        found = await collect(procs, seconds + FINISH_GRACE_S)
+        after = cpu_snapshot(stack)
+    return Ticking(run_id, ticks, len(procs), attach_s, found, before, after)
+
+
 async def latency_rep(
     stack: Stack, *, count: int, per_process: int, rate_per_s: float, seconds: float
 ) -> dict[str, Any]:
     """One repetition: ``count`` followers of one ``bench.ticks`` run."""
     load = harness.load_average()
-    ticks = round(rate_per_s * seconds)
-    run_id = await create(stack, "bench.ticks", {"count": ticks, "rate_per_s": rate_per_s})
-    with followers(stack, run_id, count, per_process) as procs:
-        attach_s = await wait_attached(stack, count, procs)
-        before = cpu_snapshot(stack)
-        await go(stack, run_id)
-        found = await collect(procs, seconds + FINISH_GRACE_S)
-        after = cpu_snapshot(stack)
-    latencies = [value for f in found["followers"] for value in f["latencies_s"]]
+    ticking = await tick(stack, count, per_process, rate_per_s, seconds)
+    found, before, after = ticking.found, ticking.cpu_before, ticking.cpu_after
+    ticks = ticking.ticks
     rep = {
         "followers": count,
-        "client_processes": len(procs),
+        "client_processes": ticking.processes,
         "load_before": load,
         "ticks": ticks,
         "rate_per_s": rate_per_s,
-        "attach_s": round(attach_s, 2),
-        **distribution(latencies),
-        "emit_to_append": distribution(await append_delays(stack, run_id)),
+        "attach_s": round(ticking.attach_s, 2),
+        **distribution(ticking.latencies_s),
+        "emit_to_append": distribution(await append_delays(stack, ticking.run_id)),
         **completeness(found, ticks),
         "api_cpu_s": round(after["api"] - before["api"], 2),
         "worker_cpu_s": round(after["worker"] - before["worker"], 2),
@@ -321,8 +378,14 @@ async def latency_rep(
     return rep
 
 
-async def idle_rep(stack: Stack, *, count: int) -> dict[str, Any]:
-    """``count`` followers of a run that emits nothing yet: the API's memory for them."""
+async def idle_rep(
+    stack: Stack, *, count: int, live: int = 0, rate_per_s: float = 20.0, seconds: float = 10.0
+) -> dict[str, Any]:
+    """``count`` followers of a run that emits nothing yet: the API's memory for them.
+
+    With ``live``: while they are held, ``live`` followers of a ticking run, in a
+    second client process, and their delivery latency among the idle ones.
+    """
     load = harness.load_average()
     run_id = await create(stack, "bench.ticks", {"count": 1, "rate_per_s": 1})
     api_pid = stack.api_pids[0]
@@ -336,6 +399,7 @@ async def idle_rep(stack: Stack, *, count: int) -> dict[str, Any]:
             "client_rss_mb": rss_mb(procs[0][0].pid),
             "api_cpu_s_idle": round(cpu_snapshot(stack)["api"] - cpu_before, 2),
         }
+        among = await live_among(stack, count, live, rate_per_s, seconds) if live else {}
         await go(stack, run_id)  # one tick and the terminal event, to every follower
         found = await collect(procs, FINISH_GRACE_S)
     rep = {
@@ -347,6 +411,7 @@ async def idle_rep(stack: Stack, *, count: int) -> dict[str, Any]:
         "api_kib_per_follower": round((held["api_rss_mb"] - before) * 1024 / count, 1),
         "hold_s": IDLE_HOLD_S,
         **completeness(found, 1),
+        "live": among,
     }
     log(
         f"idle, {count} followers: API RSS {before} -> {held['api_rss_mb']} MiB "
@@ -354,6 +419,30 @@ async def idle_rep(stack: Stack, *, count: int) -> dict[str, Any]:
         f"complete {rep['followers_complete']}/{count} (load {load[0]:.2f})"
     )
     return rep
+
+
+async def live_among(
+    stack: Stack, idle: int, count: int, rate_per_s: float, seconds: float
+) -> dict[str, Any]:
+    """``count`` followers of a ticking run while ``idle`` others are held: their latency."""
+    load = harness.load_average()
+    ticking = await tick(stack, count, count, rate_per_s, seconds, attached_already=idle)
+    among = {
+        "followers": count,
+        "load_before": load,
+        "ticks": ticking.ticks,
+        "rate_per_s": rate_per_s,
+        **distribution(ticking.latencies_s),
+        **completeness(ticking.found, ticking.ticks),
+        "api_cpu_s": round(ticking.cpu_after["api"] - ticking.cpu_before["api"], 2),
+        "client_cpu_s": ticking.found["client_cpu_s"],
+    }
+    log(
+        f"live among {idle} idle, {count} followers: p50 {among['p50_ms']} ms, "
+        f"p99 {among['p99_ms']} ms, max {among['max_ms']} ms; "
+        f"complete {among['followers_complete']}/{count} (load {load[0]:.2f})"
+    )
+    return among
 
 
 async def run_output(stack: Stack, run_id: str) -> dict[str, Any]:
@@ -431,6 +520,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--idle", type=int, default=0, help="also hold this many idle followers (one client)"
     )
+    parser.add_argument(
+        "--live",
+        type=int,
+        default=0,
+        help="with --idle: this many followers of a ticking run among the idle ones",
+    )
     parser.add_argument("--client", choices=["protocol", "httpx"], default="protocol")
     parser.add_argument("--rate", type=float, default=20.0, help="tick events per second")
     parser.add_argument("--seconds", type=float, default=10.0, help="how long ticks are emitted")
@@ -476,7 +571,15 @@ async def run_all(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
         if args.idle:
             await quiet(args.quiet_load)
             log(f"rep {rep + 1}/{args.reps}: {args.idle} idle followers")
-            result["idle"].append(await idle_rep(stack, count=args.idle))
+            result["idle"].append(
+                await idle_rep(
+                    stack,
+                    count=args.idle,
+                    live=args.live,
+                    rate_per_s=args.rate,
+                    seconds=args.seconds,
+                )
+            )
         if "latency" not in args.skip:
             for count in args.followers:
                 await quiet(args.quiet_load)
@@ -515,6 +618,12 @@ def print_report(result: dict[str, Any]) -> None:
             f"API CPU idle {rep['api_cpu_s_idle']} s / {rep['hold_s']} s, "
             f"complete {rep['followers_complete']}/{rep['idle_followers']}"
         )
+        if live := rep["live"]:
+            print(
+                f"  + {live['followers']} live at {live['rate_per_s']} ev/s: p50 "
+                f"{live['p50_ms']} ms, p99 {live['p99_ms']} ms, max {live['max_ms']} ms, "
+                f"complete {live['followers_complete']}/{live['followers']}"
+            )
     print("tokens  load  emitted/s  written/s  received/s  end-to-end s  complete")
     for rep in result["tokens"]:
         print(
@@ -527,6 +636,7 @@ def print_report(result: dict[str, Any]) -> None:
 async def main(argv: list[str] | None = None) -> None:
     """Start a private redis-server, the API and a worker; measure; print; record."""
     args = parse_args(argv)
+    fd_limit = raise_fd_limit(args.idle + args.live + max(args.followers))
     async with harness.private_redis("bench-sse") as redis_server:
         settings = Settings(redis_url=redis_server.url)  # the defaults a user gets
         store = RunStore.for_settings(redis_server.client, Scripts(), settings)
@@ -538,6 +648,7 @@ async def main(argv: list[str] | None = None) -> None:
             "events_maxlen": maxlen,
             "api_processes": args.api_processes,
             "pinned": args.pin,
+            "fd_limit": fd_limit,
         }
         async with stack(
             bench,
@@ -546,7 +657,7 @@ async def main(argv: list[str] | None = None) -> None:
             events_maxlen=maxlen,
             api_processes=args.api_processes,
             pinned=args.pin,
-            max_followers=args.idle,
+            max_followers=args.idle + args.live,
         ) as running:
             result |= await run_all(running, args)
     path = harness.record(result)
