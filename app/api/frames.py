@@ -8,11 +8,15 @@ follower writes the same bytes.
 Messages use sse-starlette's own encoder and separator (``\\r\\n``), so a
 pre-encoded message is byte for byte what the library would send. Each frame
 also carries its message as one HTTP/1.1 chunk, byte for byte what uvicorn
-would write for it, for the followers written to directly (:mod:`app.api.fanout`).
+would write for it, for the followers written to directly (:mod:`app.api.fanout`),
+and the frames of one read travel as a :class:`Burst`: their chunks joined once
+for all of those followers, and one tally of what was written from it, so the
+sent-events counter moves once per read, not once per follower.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -37,6 +41,23 @@ class Frame:
     message: bytes  # the SSE message, without a retry: field
     terminal: bool
     chunk: bytes  # the message as one chunk of a chunked HTTP/1.1 body
+
+
+class Burst(list[Frame]):
+    """The frames of one feed read, in order, as every follower written to directly gets them.
+
+    ``chunk`` is all of their chunks, joined once however many followers write it;
+    ``sent`` tallies the events written from it (by :meth:`app.api.streaming.Cursor.write`),
+    for the hub to count once (a follower's counter increment takes a lock: at
+    1,000 followers it cost about as much as the follower's own checks).
+    """
+
+    __slots__ = ("chunk", "sent")
+
+    def __init__(self, frames: Iterable[Frame]) -> None:
+        super().__init__(frames)
+        self.chunk = self[0].chunk if len(self) == 1 else b"".join(item.chunk for item in self)
+        self.sent = 0
 
 
 def chunked(message: bytes) -> bytes:

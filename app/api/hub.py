@@ -22,8 +22,9 @@ sends a ``replay_unavailable`` event before the rest, as a replay does: never a
 silent gap.
 
 Each event is encoded once, as a :class:`~app.api.frames.Frame`, and the same
-bytes go to every subscriber; a subscriber takes what has queued up in one
-:meth:`Subscription.get_batch`, so a burst goes out in one write, not one each.
+bytes go to every subscriber (a read's frames as one :class:`~app.api.frames.Burst`);
+a subscriber takes what has queued up in one :meth:`Subscription.get_batch`, so a
+burst goes out in one write, not one each.
 A subscriber in direct mode (:meth:`Subscription.go_direct`, :mod:`app.api.fanout`)
 is handed each read's frames together, in the reader's own loop.
 """
@@ -38,7 +39,8 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from redis.exceptions import RedisError
 
-from app.api.frames import Frame, frame, gap
+from app.api.frames import Burst, Frame, frame, gap
+from app.metrics import SSE_EVENTS_SENT
 from app.retry import REDIS_BACKOFF
 from app.store.feeds import read_group, wait_for_news
 from app.store.refusals import describe
@@ -399,5 +401,8 @@ class EventHub:
             if frames[-1].terminal:
                 break
         if frames:
-            fan_out_all(feed.subscribers, frames)
+            burst = Burst(frames)
+            fan_out_all(feed.subscribers, burst)
+            if burst.sent:  # what went straight to followers' sockets, counted once
+                SSE_EVENTS_SENT.inc(burst.sent)
         return bool(frames) and frames[-1].terminal

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, MutableMapping, Sequence
 from datetime import UTC, datetime
-from functools import partial
 from typing import Any
 
 from fastapi import HTTPException
@@ -27,7 +26,7 @@ from sse_starlette import EventSourceResponse
 
 from app.api.admission import SlottedEventSourceResponse, refuse
 from app.api.fanout import DirectSink, direct_sink
-from app.api.frames import Frame, encode
+from app.api.frames import Burst, Frame, encode
 from app.api.hub import EventHub, Subscription
 from app.api.state import ApiState
 from app.metrics import SSE_EVENTS_SENT, SSE_SUBSCRIBERS
@@ -47,6 +46,7 @@ class Cursor:
         self.order = event_id_order(after) if after else None
         self.hint: int | None = retry_ms  # the first message carries it
         self.ended = False
+        self.sink: DirectSink | None = None  # set once the hub writes to it directly
 
     def message(self, event: RunEvent, encoded: bytes | None = None) -> bytes:
         """The event's SSE message (``encoded`` if given and no hint is due); moves past it."""
@@ -58,26 +58,37 @@ class Cursor:
         self.ended = event.type in TERMINAL_EVENT_TYPES
         return encoded
 
-    def write(self, sink: DirectSink, frames: Sequence[Frame]) -> bool:
-        """Write the live frames not already sent to ``sink``, at once; False once done.
+    def write(self, frames: Sequence[Frame]) -> bool:
+        """Write the live frames not already sent to the follower's sink at once; False once done.
 
-        Called by the hub's reader for every follower in direct mode: kept to a
-        comparison, one socket write and a counter.
+        Called by the hub's reader for every follower in direct mode (:meth:`go_direct`),
+        with one :class:`~app.api.frames.Burst` per read: kept to a comparison, one
+        socket write and a tally.
         """
-        if self.order is not None and frames[0].order <= self.order:
+        burst = frames if isinstance(frames, Burst) else Burst(frames)
+        data, count, last = burst.chunk, len(burst), burst[-1]
+        if self.order is not None and burst[0].order <= self.order:
             order = self.order  # the replay overlapped the feed: skip what it sent
-            frames = [item for item in frames if item.order > order]
-            if not frames:
+            unsent = [item for item in burst if item.order > order]
+            if not unsent:
                 return True
-        data = frames[0].chunk if len(frames) == 1 else b"".join(f.chunk for f in frames)
-        if not sink.push(data):
+            data, count = b"".join(item.chunk for item in unsent), len(unsent)
+        assert self.sink is not None, "written to directly only after go_direct"
+        if not self.sink.push(data):
             return False
-        SSE_EVENTS_SENT.inc(len(frames))
-        last = frames[-1]
+        if burst is frames:
+            burst.sent += count  # the hub counts the read's deliveries once
+        else:
+            SSE_EVENTS_SENT.inc(count)
         if last.event.id:
             self.last_id, self.order = last.event.id, last.order
         self.ended = last.terminal
         return not last.terminal
+
+    def go_direct(self, sink: DirectSink, subscription: Subscription[Frame]) -> bool:
+        """Have the hub write live frames to ``sink`` through :meth:`write`; whether it will."""
+        self.sink = sink
+        return subscription.go_direct(self.write)
 
     def take(self, frames: list[Frame]) -> list[bytes]:
         """Messages for the frames this follower has not been sent, up to the terminal one."""
@@ -159,7 +170,7 @@ def caught_up(cursor: Cursor, sink: DirectSink, subscription: Subscription[Frame
     """
     if cursor.hint is not None or not sink.ready():
         return False
-    return subscription.go_direct(partial(cursor.write, sink))
+    return cursor.go_direct(sink, subscription)
 
 
 async def replay(store: RunStore, run_id: str, cursor: Cursor) -> AsyncIterator[bytes]:

@@ -8,8 +8,11 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
+from app.api.fanout import DirectSink
 from app.api.frames import Frame
 from app.api.hub import EventHub, Subscription
+from app.api.streaming import Cursor
+from app.metrics import API_REGISTRY
 from app.store.runs import RunStore
 from tests.support.polling import eventually
 from tests.support.streams import append, new_run
@@ -72,6 +75,68 @@ async def test_every_follower_gets_the_same_frames_encoded_once(
         first is other for frames in seen[1:] for first, other in zip(seen[0], frames, strict=True)
     )
     assert seen[0][0].message.startswith(f"id: {seen[0][0].event.id}\r\nevent: token\r\n".encode())
+
+
+class SocketBytes:
+    """What a follower's socket was given: the transport and flow-control parts a sink reads."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.write_paused = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+class OpenChunkedResponse:
+    """A uvicorn cycle whose chunked 200 is out and still open."""
+
+    response_started = True
+    chunked_encoding = True
+    response_complete = False
+    disconnected = False
+
+    def __init__(self, socket: SocketBytes) -> None:
+        self.transport = self.flow = socket
+
+
+def sent_counter() -> float:
+    return API_REGISTRY.get_sample_value("leasehold_sse_events_sent_total") or 0.0
+
+
+async def test_direct_followers_get_each_read_as_one_write_and_each_delivery_is_counted(
+    hub: EventHub, run_store: RunStore, redis_client: aioredis.Redis
+) -> None:
+    run_id, key = await new_run(run_store)
+    _, newest = await run_store.stream_bounds(run_id)
+    sockets = [SocketBytes() for _ in range(3)]
+    for socket in sockets:
+        inbox = await hub.subscribe(run_id)
+        cursor = Cursor(newest, retry_ms=1000)
+        cursor.hint = None  # as after a replay: the retry hint went out with it
+        response = OpenChunkedResponse(socket)
+        sink = DirectSink(response, max_buffer=1 << 20, send_timeout_s=5)  # type: ignore[arg-type]
+        assert cursor.go_direct(sink, inbox)
+    before = sent_counter()
+    await append(redis_client, key, range(4))  # one MULTI: the feed reads them together
+
+    async def writes() -> list[int]:
+        return [len(socket.writes) for socket in sockets]
+
+    await eventually(writes, until=all, what="every follower written to")
+    events = await run_store.read_events(run_id, after=newest)
+    assert [event.data["i"] for event in events] == list(range(4))
+    for socket in sockets:
+        assert len(socket.writes) == 1, "a read's frames go out in one write"
+        assert socket.writes[0].count(b"event: token") == 4
+        assert socket.writes[0] is sockets[0].writes[0], "joined once for every follower"
+    assert sent_counter() - before == 3 * 4
 
 
 async def blocked_readers(client: aioredis.Redis) -> int:
