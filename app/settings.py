@@ -157,6 +157,14 @@ class Settings(BaseSettings):
     claim_batch_max: int = Field(
         default=64, ge=1, le=1000, description="Most runs a worker claims in one round trip"
     )
+    prefetch_max: int = Field(
+        default=64,
+        ge=0,
+        le=100_000,
+        description="Most runs a worker holds leased beyond its concurrency, claimed while "
+        "the current ones run; only as many as would start within 50 ms at the recent run "
+        "duration (0: none)",
+    )
     handlers: CommaList = Field(
         default_factory=list,
         description="Modules imported at start to register handlers (comma-separated); "

@@ -93,7 +93,10 @@ class ExecutionDeps:
     courier_for: Callable[[str], Courier]
     thread_pool: Executor
     retry: RetryPolicy
-    on_slot_freed: Callable[[], None]
+    # the run left its slot after holding it this many seconds (None: it never started)
+    on_slot_freed: Callable[[float | None], None]
+    # at most the worker's concurrency of runs execute at once; prefetched ones wait here
+    run_gate: asyncio.Semaphore
     on_settled: Callable[[str], None]
 
 
@@ -125,6 +128,8 @@ class RunExecution:
         self.context = RunContext(claimed, helpers=self.helpers, loop=self._loop)
         self.stop_reason: StopReason | None = None
         self._in_handler = False
+        self._waiting_for_slot = False
+        self.started = False  # it took a run slot (a prefetched run waits for one first)
         self.task: asyncio.Task[None] | None = None
         self._started_at = time.monotonic()
 
@@ -144,7 +149,7 @@ class RunExecution:
             self.stop_reason = reason
         self.span.add_event(reason)
         self.context._signal_cancel(reason)
-        if self._in_handler and self.task is not None:
+        if (self._in_handler or self._waiting_for_slot) and self.task is not None:
             self.task.cancel()
 
     def interrupt(self, reason: StopReason) -> None:
@@ -169,8 +174,7 @@ class RunExecution:
 
     async def _run(self) -> None:
         try:
-            result = await self._execute()
-            self._deps.on_slot_freed()
+            result = await self._execute_in_slot()
             if self.stop_reason == StopReason.PARKED:
                 log.debug("run parked: its lease is given back", extra=self._log_extra())
                 return
@@ -190,6 +194,47 @@ class RunExecution:
             await self._finish(result)
         finally:
             self._deps.on_settled(self.claimed.id)
+
+    async def _execute_in_slot(self) -> HandlerResult:
+        """Wait for a run slot (a prefetched run), execute, then give the slot back.
+
+        A run stopped while it waits never starts: a drain releases it, a cancel
+        ends it cancelled, a lost lease abandons it, as if it had been interrupted.
+        """
+        gate = self._deps.run_gate
+        interrupted = await self._wait_for_slot(gate)
+        if interrupted is not None:
+            self._deps.on_slot_freed(None)
+            return interrupted
+        self.started = True
+        took_at = time.monotonic()
+        try:
+            return await self._execute()
+        finally:
+            gate.release()
+            self._deps.on_slot_freed(time.monotonic() - took_at)
+
+    async def _wait_for_slot(self, gate: asyncio.Semaphore) -> HandlerResult | None:
+        """Take a slot of ``gate`` (at once when one is free); an interrupted result instead
+        when the run is stopped first."""
+        if self.stop_reason is not None:
+            return HandlerResult(interrupted=True)
+        self._waiting_for_slot = True
+        try:
+            await gate.acquire()
+        except asyncio.CancelledError:
+            if self.stop_reason is None:
+                raise  # not ours: the worker itself is being torn down
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            return HandlerResult(interrupted=True)
+        finally:
+            self._waiting_for_slot = False
+        if self.stop_reason is not None:  # stopped as the slot came: it never starts
+            gate.release()
+            return HandlerResult(interrupted=True)
+        return None
 
     async def _execute(self) -> HandlerResult:
         if self._spec is None:

@@ -1,48 +1,74 @@
-"""Concurrency slots: how many more runs this worker may start.
+"""Concurrency slots: how many more runs this worker may claim, and start.
 
 Claims reserve slots *before* the round trip, so two queues' claims in flight
-at once can never start more runs than the concurrency limit.
+at once can never hold more runs than the limit. The limit is the concurrency
+plus a **prefetch window**: runs claimed (leased, fenced, heartbeated, evented
+like any other) while the current ones still run, so the next batch is in hand
+when slots free and the round trip that fetched it overlapped with the work. At
+most ``concurrency`` of them run at once (:attr:`Slots.run_gate`); the others
+wait in the worker, in claim order.
+
+The window is bounded twice: by ``LEASEHOLD_PREFETCH_MAX``, and by how long a
+prefetched run would wait for a free slot at the recent run duration (an
+exponential average): only as many as start within :data:`PREFETCH_WAIT_S`. A
+worker of slow runs (a model call of seconds) so prefetches nothing and leaves
+the queue to idle workers, and a fresh worker prefetches nothing before it has
+seen a run end.
 """
 
 from __future__ import annotations
 
 import asyncio
 
+PREFETCH_WAIT_S = 0.05  # the longest a prefetched run is expected to wait for a slot
+DURATION_WEIGHT = 0.1  # weight of the newest run in the average duration
+
 
 class Slots:
-    """A counter of free run slots with an event for "at least one is free"."""
+    """A counter of claimable run slots: the concurrency, plus the prefetch window."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, *, prefetch_max: int = 0) -> None:
         self.capacity = capacity
-        self._free = capacity
-        self._available = asyncio.Event()
-        self._available.set()
+        self.prefetch_max = prefetch_max
+        self._used = 0
+        self._window = 0  # prefetched runs allowed now (see the module docstring)
+        self._mean_run_s: float | None = None
+        # at most ``capacity`` runs execute at once, prefetched ones wait here in order
+        self.run_gate = asyncio.Semaphore(capacity)
 
     @property
     def free(self) -> int:
-        """Slots not reserved by a claim nor held by a running handler."""
-        return self._free
+        """Slots a claim may still reserve: neither reserved nor held by a run."""
+        return max(0, self.capacity + self._window - self._used)
 
     @property
     def busy(self) -> int:
-        """Slots in use (running handlers plus claims in flight)."""
-        return self.capacity - self._free
+        """Slots in use (runs held, running or prefetched, plus claims in flight)."""
+        return self._used
+
+    @property
+    def window(self) -> int:
+        """How many runs beyond the concurrency a claim may take now."""
+        return self._window
 
     def reserve(self, wanted: int) -> int:
         """Take up to ``wanted`` slots; returns how many were taken."""
-        taken = min(wanted, self._free)
-        self._free -= taken
-        if self._free == 0:
-            self._available.clear()
+        taken = min(wanted, self.free)
+        self._used += taken
         return taken
 
     def give_back(self, count: int = 1) -> None:
-        """Return slots (a handler finished, or a claim got fewer runs than reserved)."""
-        if count <= 0:
-            return
-        self._free = min(self.capacity, self._free + count)
-        self._available.set()
+        """Return slots (a run left its slot, or a claim got fewer runs than reserved)."""
+        if count > 0:
+            self._used = max(0, self._used - count)
 
-    async def wait_available(self) -> None:
-        """Wait until at least one slot is free."""
-        await self._available.wait()
+    def ran(self, seconds: float) -> None:
+        """A run held its slot ``seconds``: the prefetch window follows the average."""
+        if self.prefetch_max <= 0:
+            return
+        mean = self._mean_run_s
+        mean = seconds if mean is None else mean + DURATION_WEIGHT * (seconds - mean)
+        self._mean_run_s = mean
+        # a prefetched run k places back waits about k / capacity run durations
+        fits = self.capacity * PREFETCH_WAIT_S / mean if mean > 0 else float(self.prefetch_max)
+        self._window = min(self.prefetch_max, int(fits))

@@ -90,7 +90,7 @@ class Worker:
         self._executions: dict[str, RunExecution] = {}
         self._couriers: dict[str, Courier] = {}
         self._table = LeaseTable()
-        self._slots = Slots(settings.concurrency)
+        self._slots = Slots(settings.concurrency, prefetch_max=settings.prefetch_max)
         self._loop_lag_ms = 0.0
 
     def request_stop(self) -> None:
@@ -208,6 +208,7 @@ class Worker:
             retry=RetryPolicy(settings.retry_backoff_s, settings.retry_backoff_max_s),
             on_slot_freed=self._slot_freed,
             on_settled=self._settled,
+            run_gate=self._slots.run_gate,
         )
 
     def _family_deps(self, stores: StoreContext) -> FamilyDeps:
@@ -333,7 +334,9 @@ class Worker:
         self._executions[claimed.id] = execution
         execution.start()
 
-    def _slot_freed(self) -> None:
+    def _slot_freed(self, held_s: float | None) -> None:
+        if held_s is not None:
+            self._slots.ran(held_s)
         self._slots.give_back(1)
         self._kick_couriers()
 
@@ -395,6 +398,9 @@ class Worker:
         )
         for courier in self._couriers.values():
             courier.stop_claiming()
+        for execution in list(self._executions.values()):
+            if not execution.started:  # prefetched: back to the queue now, not after the drain
+                execution.stop(StopReason.DRAIN)
         in_flight = set(self._executions)
         await self._wait_for_executions(self.settings.drain_timeout_s)
         finished = sorted(in_flight - set(self._executions))
