@@ -12,16 +12,22 @@ The window is bounded twice: by ``LEASEHOLD_PREFETCH_MAX``, and by how long a
 prefetched run would wait for a free slot at the recent run duration (an
 exponential average): only as many as start within :data:`PREFETCH_WAIT_S`. A
 worker of slow runs (a model call of seconds) so prefetches nothing and leaves
-the queue to idle workers, and a fresh worker prefetches nothing before it has
-seen a run end.
+the queue to idle workers, and a worker prefetches nothing before its slots
+turned over once (``concurrency`` runs ended): workers started together share a
+short queue's first runs as they did without prefetch. The average lags a
+change of workload: runs that turn slow hold the window their short
+predecessors opened until they end (a prefetched run then waits up to one slow
+run's duration).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 
 PREFETCH_WAIT_S = 0.05  # the longest a prefetched run is expected to wait for a slot
 DURATION_WEIGHT = 0.1  # weight of the newest run in the average duration
+ENDED_COUNTED = 1_000_000  # runs counted for the first turnover and the plain mean
 
 
 class Slots:
@@ -32,9 +38,10 @@ class Slots:
         self.prefetch_max = prefetch_max
         self._used = 0
         self._window = 0  # prefetched runs allowed now (see the module docstring)
-        self._mean_run_s: float | None = None
+        self._mean_run_s = 0.0
+        self._ended = 0  # runs that left their slot, counted up to ENDED_COUNTED
         # at most ``capacity`` runs execute at once, prefetched ones wait here in order
-        self.run_gate = asyncio.Semaphore(capacity)
+        self.run_gate = RunGate(capacity)
 
     @property
     def free(self) -> int:
@@ -66,9 +73,49 @@ class Slots:
         """A run held its slot ``seconds``: the prefetch window follows the average."""
         if self.prefetch_max <= 0:
             return
-        mean = self._mean_run_s
-        mean = seconds if mean is None else mean + DURATION_WEIGHT * (seconds - mean)
-        self._mean_run_s = mean
+        if self._ended < ENDED_COUNTED:
+            self._ended += 1
+        # the plain mean of the first runs, then an exponential one (no first-run bias)
+        weight = max(DURATION_WEIGHT, 1 / self._ended)
+        mean = self._mean_run_s = self._mean_run_s + weight * (seconds - self._mean_run_s)
+        if self._ended < self.capacity:
+            return  # not one turnover of the slots yet: no window
         # a prefetched run k places back waits about k / capacity run durations
         fits = self.capacity * PREFETCH_WAIT_S / mean if mean > 0 else float(self.prefetch_max)
         self._window = min(self.prefetch_max, int(fits))
+
+
+class RunGate:
+    """At most ``capacity`` runs inside at once; the others wait their turn, first come first.
+
+    ``asyncio.Semaphore`` would do, but in Python 3.11 each ``acquire`` scans all
+    its waiters (``locked()``): with a full prefetch window that is per run, for
+    every run. Here a free slot is a counter and a waiter one future in a queue.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self._free = capacity
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    async def enter(self) -> None:
+        """Take a slot, waiting for one in arrival order; cancellable while it waits."""
+        if self._free > 0 and not self._waiters:
+            self._free -= 1
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.leave()  # the slot was handed over as the cancel came: pass it on
+            raise
+
+    def leave(self) -> None:
+        """Give a slot back: to the first run still waiting, else to the counter."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._free += 1

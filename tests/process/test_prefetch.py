@@ -41,7 +41,10 @@ async def saturated_worker(
         LEASEHOLD_LEASE_TTL_S="2",
         LEASEHOLD_DRAIN_TIMEOUT_S="60",  # the running runs finish inside a drain
     )
-    short = [await submit(run_store, seconds=0) for _ in range(20)]
+    # no-op runs (microseconds each): the window opens however loaded the machine is
+    short = [
+        (await run_store.create(NewRun(handler="demo.echo", input={}))).run.id for _ in range(20)
+    ]
     for run_id in short:
         await wait_status(run_store, run_id, RunStatus.SUCCEEDED)
     slow = [await submit(run_store, seconds=SLOW_S) for _ in range(CONCURRENCY + PREFETCH + 1)]
