@@ -235,18 +235,22 @@ class RunExecution:
         try:
             await gate.enter()
         except asyncio.CancelledError:
-            if self.stop_reason is None:
-                raise  # not ours: the worker itself is being torn down
-            task = asyncio.current_task()
-            if task is not None:
-                task.uncancel()
-            return HandlerResult(interrupted=True)
+            return self._interrupted_by_stop()
         finally:
             self._waiting_for_slot = False
         if self.stop_reason is not None:  # stopped as the slot came: it never starts
             gate.leave()
             return HandlerResult(interrupted=True)
         return None
+
+    def _interrupted_by_stop(self) -> HandlerResult:
+        """The run's task was cancelled: by :meth:`stop` (interrupted), else re-raised."""
+        if self.stop_reason is None:
+            raise asyncio.CancelledError  # not ours: the worker itself is being torn down
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        return HandlerResult(interrupted=True)
 
     async def _execute(self) -> HandlerResult:
         if self._spec is None:
@@ -267,12 +271,7 @@ class RunExecution:
         try:
             return HandlerResult(value=await self._call(self._spec, params))
         except asyncio.CancelledError:
-            if self.stop_reason is None:
-                raise  # not ours: the worker itself is being torn down
-            task = asyncio.current_task()
-            if task is not None:
-                task.uncancel()
-            return HandlerResult(interrupted=True)
+            return self._interrupted_by_stop()
         except RunParked:
             return HandlerResult(interrupted=True)
         except Exception as exc:
