@@ -553,6 +553,13 @@ class Settings(BaseSettings):
         description="SSE responses (run events and /activity) one API process serves at once; "
         "past it 503 with Retry-After",
     )
+    tree_stream_max_runs: int = Field(
+        default=200,
+        ge=1,
+        le=10_000,
+        description="Runs one GET /runs/{id}/events?include=children follows (the run and its "
+        "descendants, first found first); past it a tree_truncated event and no more",
+    )
     activity_max_queues: int = Field(
         default=100,
         ge=1,

@@ -34,6 +34,7 @@ from app.api.routes import (
     decisions,
     docs,
     events,
+    family,
     flow,
     metrics,
     queues,
@@ -146,6 +147,7 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
     app.include_router(retries.router)
     app.include_router(runs.router)
     app.include_router(events.router)
+    app.include_router(family.router)
     app.include_router(decisions.router)
     app.include_router(signals.router)
     app.include_router(system.router)

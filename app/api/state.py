@@ -19,6 +19,7 @@ from app.store.queues import QueueStore
 from app.store.ratelimits import RateLimitStore
 from app.store.runs import RunStore
 from app.store.scripts import Scripts
+from app.store.tree import TreeStore
 
 
 @dataclass
@@ -53,6 +54,11 @@ class ApiState:
             prefix=self.settings.prefix,
             events_maxlen=self.settings.events_maxlen,
         )
+
+    @property
+    def tree(self) -> TreeStore:
+        """Reads of run families: children pages and the tree stream's rounds."""
+        return TreeStore(self.store.ctx)
 
     def detach(self, task: asyncio.Task[object]) -> None:
         """Keep a reference to a background task until it is done."""

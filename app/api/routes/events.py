@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Query, Request
 from sse_starlette import EventSourceResponse
@@ -15,6 +15,7 @@ from app.api.streaming import (
     resume_point,
     run_events,
 )
+from app.api.tree import follow_tree
 
 router = APIRouter(tags=["events"])
 
@@ -37,15 +38,22 @@ async def follow_run(
     run_id: RunId,
     state: State,
     request: Request,
-    last_event_id: Annotated[str | None, Header(max_length=64)] = None,
-    last_event_id_query: Annotated[str | None, Query(alias="last_event_id", max_length=64)] = None,
+    last_event_id: Annotated[str | None, Header(max_length=128)] = None,
+    last_event_id_query: Annotated[str | None, Query(alias="last_event_id", max_length=128)] = None,
+    include: Annotated[
+        Literal["children"] | None,
+        Query(description="`children`: one stream for the run and all its descendants"),
+    ] = None,
 ) -> EventSourceResponse:
     """Replay the run's events (after Last-Event-ID), then follow live until it ends.
 
     Unknown run → 404 before the stream starts (browsers stop reconnecting on a
     non-200); malformed Last-Event-ID → 400; this process's stream caps reached →
-    503 with Retry-After.
+    503 with Retry-After. ``include=children`` streams the whole tree instead
+    (:mod:`app.api.tree`): every message's data names its run, ids are tree keys.
     """
+    if include == "children":
+        return await follow_tree(run_id, state, last_event_id or last_event_id_query)
     after = resume_point(last_event_id, last_event_id_query)
     run = await state.store.get(run_id)
     stream = run_events(
