@@ -90,12 +90,19 @@ def _check(response: httpx.Response) -> httpx.Response:
     return response
 
 
-def _events_request(run_id: str, cursor: str | None) -> tuple[str, dict[str, str]]:
-    return f"/runs/{run_id}/events", ({"Last-Event-ID": cursor} if cursor else {})
+def _events_request(
+    run_id: str, cursor: str | None, tree: bool = False
+) -> tuple[str, dict[str, str]]:
+    path = f"/runs/{run_id}/events" + ("?include=children" if tree else "")
+    return path, ({"Last-Event-ID": cursor} if cursor else {})
 
 
 def _event(message: ServerSentEvent) -> RunEvent:
     return RunEvent.model_validate_json(message.data)
+
+
+# the tree stream's last message: every run of the tree ended (app/api/tree.py)
+TREE_ENDED = "tree_ended"
 
 
 def _resumable(exc: httpx.TransportError | ApiError, reconnect: bool) -> bool:
@@ -119,16 +126,22 @@ class _Cursor:
     event received starts the next outage's backoff from the beginning.
     """
 
-    def __init__(self, run_id: str, last_event_id: str | None) -> None:
+    def __init__(self, run_id: str, last_event_id: str | None, tree: bool = False) -> None:
         self.run_id = run_id
         self.last_event_id = last_event_id
+        self.tree = tree
         self.ended = False
         self._reconnects = API_BACKOFF.streak()
 
-    def advance(self, event: RunEvent) -> RunEvent:
-        if event.id:
-            self.last_event_id = event.id
-        self.ended = event.type in TERMINAL_EVENT_TYPES
+    def advance(self, message: ServerSentEvent) -> RunEvent:
+        """The message's event; past it. A tree stream resumes from the SSE id (a tree key)."""
+        event = _event(message)
+        if self.tree:
+            self.last_event_id = message.id or self.last_event_id
+            self.ended = event.type == TREE_ENDED
+        else:
+            self.last_event_id = event.id or self.last_event_id
+            self.ended = event.type in TERMINAL_EVENT_TYPES
         self._reconnects.reset()
         return event
 
@@ -196,6 +209,11 @@ def _list_runs(filters: dict[str, Any]) -> _Call[RunPage]:
     for key, value in (filters.get("metadata") or {}).items():
         params[f"metadata.{key}"] = value  # GET /runs?metadata.<key>=<value>
     return _Call("GET", "/runs", RunPage.model_validate, params=params)
+
+
+def _children(run_id: str, limit: int, cursor: str | None) -> _Call[RunPage]:
+    params = _present({"limit": limit, "cursor": cursor})
+    return _Call("GET", f"/runs/{run_id}/children", RunPage.model_validate, params=params)
 
 
 def _cancel(run_id: str) -> _Call[StatusChange]:
@@ -401,10 +419,14 @@ class Client:
         return self._send(_get(run_id))
 
     def list_runs(self, **filters: Any) -> RunPage:
-        """GET /runs with queue/status/handler/limit/cursor filters and ``metadata={k: v}``
-        (each pair must hold); summaries unless ``include="input,output,metadata"``
-        (any of them) asks for the large fields."""
+        """GET /runs with queue/status/handler/parent_id/root_id/limit/cursor filters and
+        ``metadata={k: v}`` (each pair must hold); summaries unless
+        ``include="input,output,metadata"`` (any of them) asks for the large fields."""
         return self._send(_list_runs(filters))
+
+    def children(self, run_id: str, limit: int = 50, cursor: str | None = None) -> RunPage:
+        """GET /runs/{id}/children: the runs it spawned, oldest first, as summaries."""
+        return self._send(_children(run_id, limit, cursor))
 
     def cancel(self, run_id: str) -> StatusChange:
         """POST /runs/{id}/cancel."""
@@ -471,19 +493,27 @@ class Client:
         return self._send(_operation(operation_id, "cancel"))
 
     def events(
-        self, run_id: str, *, last_event_id: str | None = None, reconnect: bool = True
+        self,
+        run_id: str,
+        *,
+        last_event_id: str | None = None,
+        reconnect: bool = True,
+        include_children: bool = False,
     ) -> Iterator[RunEvent]:
         """Follow a run: history after ``last_event_id``, then live, until its terminal event.
 
         A dropped connection, or an API answering 502/503/504 (e.g. Redis briefly
         unreachable), is resumed with Last-Event-ID (with backoff) unless ``reconnect``
         is False. Other API errors (404, 400) raise :class:`ApiError`.
+        ``include_children``: the whole tree (``?include=children``), each event's
+        ``run_id`` naming its run, until the ``tree_ended`` event; every event of
+        every run exactly once across reconnects.
         """
-        cursor = _Cursor(run_id, last_event_id)
+        cursor = _Cursor(run_id, last_event_id, include_children)
         while not cursor.ended:
             try:
-                for event in self._follow_once(run_id, cursor.last_event_id):
-                    yield cursor.advance(event)
+                for message in self._follow_once(cursor):
+                    yield cursor.advance(message)
                     if cursor.ended:
                         return
             except (httpx.TransportError, ApiError) as exc:
@@ -495,15 +525,15 @@ class Client:
                 return
             time.sleep(cursor.reconnect_delay_s(None))
 
-    def _follow_once(self, run_id: str, cursor: str | None) -> Iterator[RunEvent]:
-        path, headers = _events_request(run_id, cursor)
+    def _follow_once(self, cursor: _Cursor) -> Iterator[ServerSentEvent]:
+        path, headers = _events_request(cursor.run_id, cursor.last_event_id, cursor.tree)
         with connect_sse(self.http, "GET", path, headers=headers, timeout=STREAM_TIMEOUT) as source:
             if source.response.is_error:
                 source.response.read()
                 _check(source.response)
             for message in source.iter_sse():
                 if message.data:  # a keep-alive comment is not an event
-                    yield _event(message)
+                    yield message
 
     def handlers(self) -> list[HandlerInfo]:
         """GET /handlers."""
@@ -650,10 +680,14 @@ class AsyncClient:
         return await self._send(_get(run_id))
 
     async def list_runs(self, **filters: Any) -> RunPage:
-        """GET /runs with queue/status/handler/limit/cursor filters and ``metadata={k: v}``
-        (each pair must hold); summaries unless ``include="input,output,metadata"``
-        (any of them) asks for the large fields."""
+        """GET /runs with queue/status/handler/parent_id/root_id/limit/cursor filters and
+        ``metadata={k: v}`` (each pair must hold); summaries unless
+        ``include="input,output,metadata"`` (any of them) asks for the large fields."""
         return await self._send(_list_runs(filters))
+
+    async def children(self, run_id: str, limit: int = 50, cursor: str | None = None) -> RunPage:
+        """GET /runs/{id}/children; see :meth:`Client.children`."""
+        return await self._send(_children(run_id, limit, cursor))
 
     async def queues(self) -> QueuePage:
         """GET /queues: every declared queue and what it holds."""
@@ -797,14 +831,19 @@ class AsyncClient:
         return await self._send(_workers())
 
     async def events(
-        self, run_id: str, *, last_event_id: str | None = None, reconnect: bool = True
+        self,
+        run_id: str,
+        *,
+        last_event_id: str | None = None,
+        reconnect: bool = True,
+        include_children: bool = False,
     ) -> AsyncIterator[RunEvent]:
         """Async twin of :meth:`Client.events`."""
-        cursor = _Cursor(run_id, last_event_id)
+        cursor = _Cursor(run_id, last_event_id, include_children)
         while not cursor.ended:
             try:
-                async for event in self._follow_once(run_id, cursor.last_event_id):
-                    yield cursor.advance(event)
+                async for message in self._follow_once(cursor):
+                    yield cursor.advance(message)
                     if cursor.ended:
                         return
             except (httpx.TransportError, ApiError) as exc:
@@ -816,8 +855,8 @@ class AsyncClient:
                 return
             await asyncio.sleep(cursor.reconnect_delay_s(None))
 
-    async def _follow_once(self, run_id: str, cursor: str | None) -> AsyncIterator[RunEvent]:
-        path, headers = _events_request(run_id, cursor)
+    async def _follow_once(self, cursor: _Cursor) -> AsyncIterator[ServerSentEvent]:
+        path, headers = _events_request(cursor.run_id, cursor.last_event_id, cursor.tree)
         async with aconnect_sse(
             self.http, "GET", path, headers=headers, timeout=STREAM_TIMEOUT
         ) as source:
@@ -826,4 +865,4 @@ class AsyncClient:
                 _check(source.response)
             async for message in source.aiter_sse():
                 if message.data:  # a keep-alive comment is not an event
-                    yield _event(message)
+                    yield message

@@ -101,6 +101,7 @@ ANSWERS: dict[str, Any] = {
     "/queues/default/limits": LIMITS,
     "/rate-limits": {"items": [RATE_LIMIT], "max_rate_limits": 1000},
     "/rate-limits/crm:{tenant}": RATE_LIMIT,
+    f"/runs/{RUN_ID}/children": {"items": [RUN], "next_cursor": None},
 }
 # (method, args, kwargs): every request-response method of the clients
 CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
@@ -133,6 +134,7 @@ CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
     ("rate_limit", ("crm:{tenant}",), {}),
     ("declare_rate_limit", ("crm:{tenant}", RateLimitSpec(limit=5, period_s=2.0)), {}),
     ("undeclare_rate_limit", ("crm:{tenant}",), {}),
+    ("children", (RUN_ID,), {"limit": 10}),
     ("create_schedule", ("nightly", {"handler": "demo.echo"}), {"cron": "30 2 * * *"}),
     ("get_schedule", ("nightly",), {}),
     ("list_schedules", (), {"limit": 10}),
@@ -241,6 +243,8 @@ async def test_every_method_sends_the_same_request_and_reads_the_same_answer() -
     spec = {"limit": 5, "period_s": 2.0, "burst": 1}
     assert sync_api.seen[19] == ("PUT", "/rate-limits/crm:{tenant}", "", spec)
     assert sync_api.seen[20][:2] == ("DELETE", "/rate-limits/crm:{tenant}")
+    assert sync_api.seen[21] == ("GET", f"/runs/{RUN_ID}/children", "limit=10", None)
+    assert sync_results[21].items[0].id == RUN_ID
     at = [name for name, _, _ in CALLS].index("create_schedule")  # the schedule calls
     assert sync_api.seen[at] == (
         "POST",

@@ -35,7 +35,10 @@ reconnects. History trimmed from a capped stream is reported per run with a
 **Rounds** are polls: right away while there is more to read, then at
 :data:`POLL_MIN_S`, doubling while nothing happens up to :data:`POLL_MAX_S`.
 The stream ends once every run followed has sent its terminal event and no
-more children can appear (each ended run's index was read after its end).
+more children can appear (each ended run's index was read after its end): a
+last ``tree_ended`` event (no id) says so, so a client can tell the end from a
+dropped connection. A child its parent's index names only after the parent
+ended (a stale worker's late spawn) is not followed.
 
 **Bound.** It follows at most ``LEASEHOLD_TREE_STREAM_MAX_RUNS`` runs: the
 first found, breadth first by index order. Past that one ``tree_truncated``
@@ -324,6 +327,8 @@ class TreeFollower:
         )
 
 
+# the last message: every run followed ended; a client stops instead of reconnecting
+TREE_ENDED = "tree_ended"
 _UNBOUNDED = TreeKey((_U64 + 1, 0), "", (0, 0))
 
 
@@ -371,7 +376,10 @@ async def tree_events(
                 hint = None
                 SSE_EVENTS_SENT.inc(len(chunks))
                 yield b"".join(chunks)
-            if follower.done or follower.behind:
+            if follower.done:
+                yield encode_message(None, _synthetic(root_id, TREE_ENDED, {}), retry_ms=hint)
+                return
+            if follower.behind:
                 continue
             pause = (
                 POLL_MIN_S if follower.progressed or follower.held else min(2 * pause, POLL_MAX_S)
