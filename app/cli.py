@@ -22,7 +22,14 @@ import typer
 
 from app.errors import ConfigurationError, LeaseholdError
 from app.logs import configure_logging
-from app.models import PARKED_STATUSES, QueueLimits, Run, RunStatus
+from app.models import (
+    PARKED_STATUSES,
+    TERMINAL_EVENT_TYPES,
+    QueueLimits,
+    Run,
+    RunPage,
+    RunStatus,
+)
 from app.preflight import (
     EXIT_CONFIG,
     handlers_or_exit,
@@ -348,30 +355,46 @@ def runs_get(
 def runs_watch(
     run_id: str,
     last_event_id: Annotated[str | None, typer.Option(help="Resume after this event id.")] = None,
+    tree: Annotated[
+        bool, typer.Option("--tree", help="The run and all its children, until all ended.")
+    ] = False,
     as_json: JsonFlag = False,
     api_url: ApiUrl = None,
     api_key: ApiKey = None,
 ) -> None:
     """Follow a run's events live until it ends (reconnects by itself)."""
     with _api(api_url, api_key) as client:
-        code = _follow(client, run_id, as_json, last_event_id=last_event_id)
+        code = _follow(client, run_id, as_json, last_event_id=last_event_id, tree=tree)
     raise typer.Exit(code)
 
 
-def _follow(client: Client, run_id: str, as_json: bool, *, last_event_id: str | None = None) -> int:
-    """Print a run's events until its terminal one; exit code 0 only if it succeeded."""
+def _follow(
+    client: Client,
+    run_id: str,
+    as_json: bool,
+    *,
+    last_event_id: str | None = None,
+    tree: bool = False,
+) -> int:
+    """Print a run's events until its terminal one; exit code 0 only if it succeeded.
+
+    ``tree``: its children's too, each line naming its run, until the whole tree
+    ended; the exit code is still the run's own outcome.
+    """
     from app.render import EventPrinter
 
-    printer = EventPrinter(sys.stdout)
-    last_type = ""
-    for event in client.events(run_id, last_event_id=last_event_id):
+    printer = EventPrinter(sys.stdout, name_runs=tree)
+    outcome = ""
+    for event in client.events(run_id, last_event_id=last_event_id, include_children=tree):
         if as_json:
             typer.echo(event.model_dump_json())
         else:
             printer.show(event)
-            _hint_if_still_parked(client, run_id, event.type)
-        last_type = event.type
-    return 0 if last_type == RunStatus.SUCCEEDED.value else EXIT_FAILED
+            if event.run_id == run_id:
+                _hint_if_still_parked(client, run_id, event.type)
+        if event.run_id == run_id and event.type in TERMINAL_EVENT_TYPES:
+            outcome = event.type
+    return 0 if outcome == RunStatus.SUCCEEDED.value else EXIT_FAILED
 
 
 def _hint_if_still_parked(client: Client, run_id: str, event_type: str) -> None:
@@ -420,6 +443,8 @@ def runs_list(
     queue: Annotated[str | None, typer.Option(help="Only this queue.")] = None,
     status: Annotated[RunStatus | None, typer.Option(help="Only this status.")] = None,
     handler: Annotated[str | None, typer.Option(help="Only this handler.")] = None,
+    parent: Annotated[str | None, typer.Option(help="Only children of this run.")] = None,
+    root: Annotated[str | None, typer.Option(help="Only runs of this run's tree.")] = None,
     limit: Annotated[int, typer.Option(help="Page size.", min=1, max=500)] = 20,
     cursor: Annotated[str | None, typer.Option(help="Cursor from a previous page.")] = None,
     as_json: JsonFlag = False,
@@ -432,9 +457,31 @@ def runs_list(
             queue=queue,
             status=status.value if status else None,
             handler=handler,
+            parent_id=parent,
+            root_id=root,
             limit=limit,
             cursor=cursor,
         )
+    _print_page(page, as_json)
+
+
+@runs_app.command("children")
+def runs_children(
+    run_id: str,
+    limit: Annotated[int, typer.Option(help="Page size.", min=1, max=500)] = 20,
+    cursor: Annotated[str | None, typer.Option(help="Cursor from a previous page.")] = None,
+    as_json: JsonFlag = False,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+) -> None:
+    """List the runs a run spawned, oldest first."""
+    with _api(api_url, api_key) as client:
+        page = client.children(run_id, limit=limit, cursor=cursor)
+    _print_page(page, as_json)
+
+
+def _print_page(page: RunPage, as_json: bool) -> None:
+    """A page of runs, one line each, and the cursor of the next page if there is one."""
     if as_json:
         typer.echo(page.model_dump_json())
         return

@@ -130,13 +130,15 @@ DESCRIBE: dict[str, Callable[[dict[str, Any]], str]] = {
 class EventPrinter:
     """Writes events to ``out`` as they arrive; tokens inline, the rest one per line."""
 
-    def __init__(self, out: TextIO) -> None:
+    def __init__(self, out: TextIO, *, name_runs: bool = False) -> None:
         self._out = out
         self._in_tokens = False
+        # a tree stream interleaves runs: each line names its run, tokens go one per line
+        self._name_runs = name_runs
 
     def show(self, event: RunEvent) -> None:
         """Print one event."""
-        if event.type == "token":
+        if event.type == "token" and not self._name_runs:
             self._out.write(str(event.data.get("text", "")))
             self._in_tokens = True
             self._out.flush()
@@ -147,5 +149,6 @@ class EventPrinter:
         describe = DESCRIBE.get(event.type)
         text = describe(event.data) if describe else f"{event.type} {_compact(event.data)}"
         marker = "==" if event.type in TERMINAL_EVENT_TYPES else "--"
-        self._out.write(f"{event.ts:%H:%M:%S} {marker} {text}  [fence {event.fence}]\n")
+        run = f"{event.run_id}  " if self._name_runs else ""
+        self._out.write(f"{event.ts:%H:%M:%S} {marker} {run}{text}  [fence {event.fence}]\n")
         self._out.flush()
