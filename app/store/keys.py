@@ -322,10 +322,6 @@ class QueueKeys:
         """
         return f"{self.tag}:waits:{run_id}"
 
-    def children(self, parent_id: str) -> str:
-        """A parent's children index (zset: child id -> ms its entry was written), in its slot."""
-        return f"{self.tag}:children:{parent_id}"
-
     def idem(self, idempotency_key: str) -> str:
         """Where an idempotency key remembers its run."""
         return f"{self.idem_prefix}{idempotency_key}"
