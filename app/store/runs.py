@@ -496,6 +496,8 @@ class RunStore(Store):
         among: Sequence[str] | None = None,
         created_before_ms: int | None = None,
         metadata: Mapping[str, str] | None = None,
+        parent_id: str | None = None,
+        root_id: str | None = None,
     ) -> RunPage:
         """Runs newest first, filtered, one page at a time, as summaries.
 
@@ -515,6 +517,9 @@ class RunStore(Store):
         ``metadata`` keeps runs whose metadata has each key equal to its value (a
         string equals itself, anything else its compact JSON: ``3``, ``true``); it
         reads each scanned run's metadata too, so it costs what the scan reads.
+        ``parent_id`` / ``root_id`` keep a run's children / the runs of its tree (scan
+        filters: a parent's children, oldest first, are cheaper from
+        :meth:`app.store.tree.TreeStore.children_page`).
         """
         after = _Position.decode(cursor) if cursor else None
         if created_before_ms is not None:
@@ -530,7 +535,11 @@ class RunStore(Store):
                 return RunPage(items=page.items, next_cursor=None)
             scanned += len(batch)
             stop = await self._fill(
-                page, batch, after, _Filter(status, handler, metadata or {}), include
+                page,
+                batch,
+                after,
+                _Filter(status, handler, metadata or {}, parent_id, root_id),
+                include,
             )
             if stop is not None:
                 return RunPage(items=page.items, next_cursor=stop.encode())
@@ -743,16 +752,23 @@ _Matched = tuple["_Position", "_Position | None", dict[str, str]]
 
 @dataclass(frozen=True)
 class _Filter:
-    """What a listing keeps: a status, a handler, metadata key=value pairs (all must hold)."""
+    """What a listing keeps: a status, a handler, metadata key=value pairs, a parent, a
+    root (all must hold)."""
 
     status: RunStatus | None
     handler: str | None
     metadata: Mapping[str, str]
+    parent_id: str | None = None
+    root_id: str | None = None
 
     def matches(self, run: Run) -> bool:
-        """Whether a summary passes the status and handler filters (metadata: see below)."""
-        return (self.status is None or run.status == self.status) and (
-            self.handler is None or run.handler == self.handler
+        """Whether a summary passes the status, handler, parent and root filters (metadata:
+        see below)."""
+        return (
+            (self.status is None or run.status == self.status)
+            and (self.handler is None or run.handler == self.handler)
+            and (self.parent_id is None or run.parent_id == self.parent_id)
+            and (self.root_id is None or run.root_id == self.root_id)
         )
 
 

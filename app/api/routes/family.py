@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 
 from app.api.routes.runs import RunId, State, problems
 from app.models import RunPage
+from app.store.codec import LARGE_FIELDS
 
 router = APIRouter(tags=["runs"])
 
@@ -20,7 +21,7 @@ async def list_children(
     state: State,
     limit: Annotated[int, Query(ge=1, le=CHILDREN_PAGE_MAX)] = 50,
     cursor: Annotated[str | None, Query(max_length=256)] = None,
-) -> RunPage:
+) -> Response:
     """The run's children in the order they were spawned, as summaries (no input/output).
 
     Each item is a run (status, handler, created_at, finished_at, parent_id, ...);
@@ -28,4 +29,7 @@ async def list_children(
     a child spawned later comes after the last one listed). Unknown run → 404; a
     run without children → an empty page; a cursor this API did not return → 400.
     """
-    return await state.tree.children_page(run_id, limit=limit, cursor=cursor)
+    page = await state.tree.children_page(run_id, limit=limit, cursor=cursor)
+    # summaries, as GET /runs lists them: the large fields are not read, so not shown
+    omitted = {"items": {"__all__": set(LARGE_FIELDS)}}
+    return Response(page.model_dump_json(exclude=omitted), media_type="application/json")

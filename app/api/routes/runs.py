@@ -366,6 +366,13 @@ async def list_runs(
     queue: Annotated[str | None, Query(pattern=QUEUE_NAME_PATTERN)] = None,
     status: RunStatus | None = None,
     handler: Annotated[str | None, Query(pattern=HANDLER_NAME_PATTERN)] = None,
+    parent_id: Annotated[
+        str | None, Query(pattern=RUN_ID_PATTERN, description="only this run's children")
+    ] = None,
+    root_id: Annotated[
+        str | None,
+        Query(pattern=RUN_ID_PATTERN, description="only the runs of this top-level run's tree"),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=256)] = None,
     include: Annotated[
@@ -383,7 +390,8 @@ async def list_runs(
     ``LEASEHOLD_LIST_MAX_BYTES`` of runs, so a list costs what it returns.
     ``metadata.<key>=<value>`` (up to 8, all must hold) keeps runs whose metadata
     has that key with that value: a string as is, a number or boolean as JSON
-    (``metadata.tenant=acme``, ``metadata.priority=3``).
+    (``metadata.tenant=acme``, ``metadata.priority=3``). ``parent_id`` keeps a
+    run's children, ``root_id`` every run of a tree (the top-level run included).
     """
     included = _included(request)
     metadata = _metadata_filters(request)
@@ -397,6 +405,8 @@ async def list_runs(
         max_bytes=state.settings.list_max_bytes,
         among=None if queue else await state.queues.declared(),
         metadata=metadata,
+        parent_id=parent_id,
+        root_id=root_id,
     )
     omitted = {name for name in LARGE_FIELDS if name not in included}
     return Response(
