@@ -89,6 +89,8 @@ EXIT_FAILED = 1
 WAIT_POLL_S = 0.2
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+PageSize = Annotated[int, typer.Option("--limit", help="Page size.", min=1, max=500)]
+PageCursor = Annotated[str | None, typer.Option("--cursor", help="Cursor from a previous page.")]
 ApiUrl = Annotated[str | None, typer.Option("--api-url", help="API base URL.")]
 ApiKey = Annotated[
     str | None,
@@ -445,8 +447,8 @@ def runs_list(
     handler: Annotated[str | None, typer.Option(help="Only this handler.")] = None,
     parent: Annotated[str | None, typer.Option(help="Only children of this run.")] = None,
     root: Annotated[str | None, typer.Option(help="Only runs of this run's tree.")] = None,
-    limit: Annotated[int, typer.Option(help="Page size.", min=1, max=500)] = 20,
-    cursor: Annotated[str | None, typer.Option(help="Cursor from a previous page.")] = None,
+    limit: PageSize = 20,
+    cursor: PageCursor = None,
     as_json: JsonFlag = False,
     api_url: ApiUrl = None,
     api_key: ApiKey = None,
@@ -468,8 +470,8 @@ def runs_list(
 @runs_app.command("children")
 def runs_children(
     run_id: str,
-    limit: Annotated[int, typer.Option(help="Page size.", min=1, max=500)] = 20,
-    cursor: Annotated[str | None, typer.Option(help="Cursor from a previous page.")] = None,
+    limit: PageSize = 20,
+    cursor: PageCursor = None,
     as_json: JsonFlag = False,
     api_url: ApiUrl = None,
     api_key: ApiKey = None,

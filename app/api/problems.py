@@ -45,8 +45,8 @@ from app.errors import (
     UnknownHandler,
 )
 from app.store.connection import PoolExhausted, TlsHandshakeFailed
+from app.store.positions import InvalidCursor
 from app.store.refusals import Refusal, refusal_of
-from app.store.runs import InvalidCursor
 
 # a full signal inbox empties as the run's waits take its signals
 SIGNAL_RETRY_AFTER_S = 5

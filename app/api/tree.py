@@ -61,7 +61,8 @@ from app.api.state import ApiState
 from app.api.streaming import admit_stream, event_stream_response
 from app.metrics import SSE_EVENTS_SENT, SSE_SUBSCRIBERS
 from app.models import TERMINAL_EVENT_TYPES, RunEvent, event_id_order
-from app.store.tree import ChildPosition, IndexRead, Round, StreamChunk, StreamRead, TreeStore
+from app.store.positions import Position
+from app.store.tree import IndexRead, Round, StreamChunk, StreamRead, TreeStore
 
 # events read per run per round: bounds what one round holds to max_runs x this
 TREE_READ_CHUNK = 200
@@ -262,9 +263,7 @@ class TreeFollower:
         parent = self.members.get(member.parent_id or "")
         return parent is None or parent.family_final
 
-    def _take_index(
-        self, parent: _Member, entries: list[ChildPosition], out: list[Message]
-    ) -> TreeKey:
+    def _take_index(self, parent: _Member, entries: list[Position], out: list[Message]) -> TreeKey:
         """Follow the children an index read found; the bound the newest puts on the horizon."""
         bound = _UNBOUNDED
         for position in entries:

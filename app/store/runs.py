@@ -7,8 +7,6 @@ transitions that change state are single Lua scripts (see ``scripts/lua``).
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +35,7 @@ from app.store.codec import (
 )
 from app.store.context import Store
 from app.store.keys import GlobalKeys, queue_of
+from app.store.positions import Position as _Position
 from app.store.queues import declared_queues
 from app.store.ratelimits import StartGate, start_gates_arg
 from app.store.scripts import ScriptCode
@@ -167,34 +166,6 @@ class FeedRead:
     # entries written after the feed's position and trimmed before it read them;
     # -1 when some may have been but Redis (before 7.0) does not count them
     missing: int
-
-
-class InvalidCursor(ValueError):
-    """A list cursor that this store did not produce."""
-
-
-@dataclass(frozen=True, order=True)
-class _Position:
-    """A place in the newest-first listing order: (created_at ms, run id)."""
-
-    score: int
-    run_id: str
-
-    def encode(self) -> str:
-        raw = f"{self.score}:{self.run_id}".encode()
-        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-    @classmethod
-    def decode(cls, cursor: str) -> _Position:
-        try:
-            raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-            score, run_id = raw.split(":", 1)
-            position = cls(int(score), run_id)
-        except (ValueError, UnicodeDecodeError, binascii.Error) as exc:
-            raise InvalidCursor("cursor is not one this API returned") from exc
-        if queue_of(run_id) is None:
-            raise InvalidCursor("cursor is not one this API returned")
-        return position
 
 
 class RunStore(Store):

@@ -9,13 +9,11 @@ non-transactional; redis-py sends each command to its own node).
 
 The index is a zset, child id -> the Redis ms at which its entry was written.
 Listing it oldest first, ties by id, gives every child a stable place
-(:class:`ChildPosition`) that later spawns never move.
+(:class:`Position`) that later spawns never move.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
@@ -27,33 +25,7 @@ from app.models import Run, RunEvent, RunPage
 from app.store.codec import SUMMARY_FIELDS, event_from_entry, run_from_hash
 from app.store.context import Store
 from app.store.keys import queue_of
-from app.store.runs import InvalidCursor
-
-
-@dataclass(frozen=True, order=True)
-class ChildPosition:
-    """A child's place in its parent's index: (index score ms, child id), oldest first."""
-
-    score: int
-    run_id: str
-
-    def encode(self) -> str:
-        """The position as an opaque page cursor."""
-        raw = f"{self.score}:{self.run_id}".encode()
-        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-    @classmethod
-    def decode(cls, cursor: str) -> ChildPosition:
-        """A cursor :meth:`encode` made; raises :class:`InvalidCursor` for anything else."""
-        try:
-            raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-            score, run_id = raw.split(":", 1)
-            position = cls(int(score), run_id)
-        except (ValueError, UnicodeDecodeError, binascii.Error) as exc:
-            raise InvalidCursor("cursor is not one this API returned") from exc
-        if queue_of(run_id) is None or position.score < 0:
-            raise InvalidCursor("cursor is not one this API returned")
-        return position
+from app.store.positions import Position
 
 
 @dataclass(frozen=True)
@@ -98,7 +70,7 @@ class Round:
     """The replies of one stream round, in the order of the reads."""
 
     chunks: list[StreamChunk]
-    entries: list[list[ChildPosition]]
+    entries: list[list[Position]]
 
 
 class TreeStore(Store):
@@ -114,7 +86,7 @@ class TreeStore(Store):
         store did not make. A child whose record expired before its parent's is left
         out; the page still moves on.
         """
-        after = ChildPosition.decode(cursor) if cursor else None
+        after = Position.decode(cursor) if cursor else None
         keys = self.keys(_queue(parent_id))
         if not await self.client.exists(keys.run(parent_id)):
             raise RunNotFound(parent_id)
@@ -127,12 +99,12 @@ class TreeStore(Store):
         return RunPage(items=items, next_cursor=next_cursor)
 
     async def children_after(
-        self, parent_id: str, after: ChildPosition | None, count: int
-    ) -> list[ChildPosition]:
+        self, parent_id: str, after: Position | None, count: int
+    ) -> list[Position]:
         """Up to ``count`` index entries past ``after``, oldest first."""
         key = self.keys(_queue(parent_id)).children(parent_id)
         low: int | str = after.score if after else "-inf"
-        found: list[ChildPosition] = []
+        found: list[Position] = []
         offset = 0
         while len(found) < count:
             # entries at ``after``'s own score come back again: skip them, read on
@@ -219,8 +191,8 @@ class TreeStore(Store):
         return Round(chunks=chunks, entries=found)
 
 
-def _positions(batch: list[tuple[str, float]]) -> list[ChildPosition]:
-    return [ChildPosition(int(score), member) for member, score in batch]
+def _positions(batch: list[tuple[str, float]]) -> list[Position]:
+    return [Position(int(score), member) for member, score in batch]
 
 
 def _ms(reply: tuple[int, int]) -> int:

@@ -18,7 +18,8 @@ import pytest
 
 from app.api.tree import TreeFollower, TreeKey
 from app.models import RunEvent, event_id_order
-from app.store.tree import ChildPosition, IndexRead, Round, StreamChunk, StreamRead
+from app.store.positions import Position
+from app.store.tree import IndexRead, Round, StreamChunk, StreamRead
 
 ULIDS = "0123456789ABCDEFGHJKMNPQRSTV"
 
@@ -77,7 +78,7 @@ class World:
                 for child, score in self.index.get(index.parent_id, {}).items()
                 if score >= index.min_score
             )
-            found.append([ChildPosition(s, c) for s, c in children[: index.count]])
+            found.append([Position(s, c) for s, c in children[: index.count]])
         return Round(chunks=chunks, entries=found)
 
 
