@@ -1,6 +1,6 @@
 """Plumbing shared by the benchmarks: child processes, Redis counters, statistics.
 
-Every child (worker, API) is started with ``python -m app.cli`` from the repo
+Every child (worker, API) is started with ``python -m app.launch`` from the repo
 root through :mod:`app.processes` (the one process harness), logs to
 ``bench/out/logs`` and is stopped by its own pid (SIGTERM, then SIGKILL), the
 way the peer harness stops its workers. Redis counters come from
@@ -58,7 +58,7 @@ def compile_bytecode() -> None:
 
 
 def spawn(name: str, args: list[str], env: dict[str, str]) -> Child:
-    """Start ``python -m app.cli <args>`` with ``env`` added; output goes to a log file."""
+    """Start ``python -m app.launch <args>`` with ``env`` added; output goes to a log file."""
     compile_bytecode()
     log_path = LOG_DIR / f"{name}.log"
     LOG_DIR.mkdir(parents=True, exist_ok=True)
