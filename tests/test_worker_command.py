@@ -29,12 +29,19 @@ ARGVS = [
     ["--lease-ttl-s", "2."],
     ["--no-reconciler"],
     ["--no-reconciler", "--queues", "a", "--concurrency", "50", "--lease-ttl-s", "30"],
+    ["--queues=a=b"],
+    ["--concurrency", "9" * 400],  # huge: taken, then refused by the setting's bound
+    ["--lease-ttl-s", "1" * 400 + ".5"],
+    ["--queues", "q" * 10_000],
     # left to typer: help, unknown or repeated words, values it must judge
     ["--help"],
     ["--queue", "a"],
     ["--concurrency", "x"],
     ["--concurrency", "-1"],
     ["--concurrency", "1_0"],
+    ["--concurrency", "\u0663"],  # a digit, but not ASCII
+    ["--concurrency", "5\n"],
+    ["--lease-ttl-s", "\u0661.5"],
     ["--concurrency", "5", "--concurrency", "6"],
     ["--lease-ttl-s", "inf"],
     ["--lease-ttl-s", "nan"],
@@ -99,6 +106,7 @@ def start(module: str, *args: str, **env: str) -> subprocess.CompletedProcess[st
     [
         ((), {"LEASEHOLD_CONCURRENCY": "0"}, "invalid setting LEASEHOLD_CONCURRENCY"),
         (("--concurrency", "0"), {}, "invalid setting LEASEHOLD_CONCURRENCY"),
+        (("--concurrency", "9" * 400), {}, "invalid setting LEASEHOLD_CONCURRENCY"),
         (("--lease-ttl-s", "0"), {}, "invalid setting LEASEHOLD_LEASE_TTL_S"),
         (("--queues", "no spaces"), {}, "invalid setting LEASEHOLD_QUEUES"),
         ((), {}, "no handlers: set LEASEHOLD_HANDLERS"),
