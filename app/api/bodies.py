@@ -44,6 +44,10 @@ M = TypeVar("M", bound=BaseModel)
 
 # application/json, application/problem+json, application/merge-patch+json, ...
 _JSON_MEDIA_TYPE = re.compile(r"application/(?:[a-z0-9!#$&^_.-]+\+)?json")
+# where a UTF-8 body can hold a UTF-16 surrogate: a \uD800-\uDFFF escape (any case), or
+# the three bytes that would encode one (json.loads decodes bytes with surrogatepass);
+# a body without either needs no second encoding to prove it has a UTF-8 form
+_MAYBE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
 EXPECTED_MEDIA_TYPE = "application/json"
 # how many offending values one 422 lists at most
 _MAX_REPORTED = 10
@@ -87,12 +91,23 @@ def load_json(raw: bytes) -> object:
         data = json.loads(raw)
     except RecursionError:
         raise NestingTooDeep("the JSON nests too deeply to parse") from None
+    if json.detect_encoding(raw) == "utf-8" and not _may_hold_surrogate(raw):
+        return data  # no escape or UTF-8 form of a surrogate: nothing to re-encode
     try:
         json.dumps(data, ensure_ascii=False).encode()
     except UnicodeEncodeError:
         # "\ud800" parses in Python but has no UTF-8 form: Redis could not store it
         raise ValueError("a string holds a lone UTF-16 surrogate escape") from None
     return data
+
+
+def _may_hold_surrogate(raw: bytes) -> bool:
+    """Whether a UTF-8 body may hold a lone surrogate (a pair answers yes too: then re-encoded).
+
+    ``in`` first (C memchr speed over a 1,000-item batch), the pattern only when
+    a ``\\u`` escape or an 0xED byte is there at all.
+    """
+    return (b"\\u" in raw or b"\xed" in raw) and _MAYBE_SURROGATE.search(raw) is not None
 
 
 def non_finite(value: object) -> list[tuple[str | int, ...]]:

@@ -217,6 +217,8 @@ async def test_nesting_deep_enough_to_break_the_parser_is_422_not_500(
     [
         pytest.param(b'{"message": "\\ud800"}', id="lone-surrogate"),
         pytest.param(b'{"\\udc00": 1}', id="lone-surrogate-key"),
+        pytest.param(b'{"message": "\\uDBFF"}', id="lone-surrogate-upper-case"),
+        pytest.param(b'{"message": "\xed\xa0\x80"}', id="lone-surrogate-as-utf8-bytes"),
         pytest.param(b'{"x": ' + b"9" * 5000 + b"}", id="huge-integer"),
         pytest.param(b'{"message": "\xff"}', id="invalid-utf8"),
     ],
@@ -228,6 +230,17 @@ async def test_json_that_cannot_be_stored_faithfully_is_400(
     response = await api.post("/runs", content=body, headers={"content-type": "application/json"})
     assert response.status_code == 400
     assert "not valid JSON" in response.json()["detail"]
+    assert await keys_of(untouched, prefix) == []
+
+
+async def test_a_utf16_body_with_a_lone_surrogate_is_400(
+    api: httpx.AsyncClient, untouched: aioredis.Redis, prefix: str
+) -> None:
+    # json.loads reads UTF-16 bodies too: a lone surrogate there has no UTF-8 form either
+    text = '{"handler":"demo.echo","input":{"message":"\ud800"}}'
+    body = text.encode("utf-16-le", "surrogatepass")
+    response = await api.post("/runs", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 400
     assert await keys_of(untouched, prefix) == []
 
 
