@@ -641,7 +641,10 @@ class QueueFlow(BaseModel):
     """A queue's flow control at one moment: limits, slots used, the busiest keys."""
 
     limits: QueueLimits
-    handlers: list[HandlerUsage] = Field(description="handlers with runs running or a limit")
+    handlers: list[HandlerUsage] = Field(
+        description="handlers with a limit, or with runs holding a slot of one (a handler "
+        "without a limit takes no slot, so its running runs are not counted here)"
+    )
     keys: list[KeyUsage] = Field(
         description="the busiest concurrency keys (most running, then most queued), at "
         "most LEASEHOLD_QUEUE_TOP_KEYS"

@@ -36,6 +36,11 @@
 --          slot of res is given back), at most 2*count+64 visits: O(1) per claimed run
 --          whatever the number of lanes. Lanes take turns: the ring is FIFO and a
 --          served lane goes to its tail; only the one lane in the ring is served in bulk.
+--          A run takes a handler slot only while its handler has a limit, a key slot
+--          when it names a key, its singleton when it names one; a run that takes none
+--          (the fast path: nothing limits it) gets no `held` field and costs no slot
+--          read or write (set_limits adopts the running runs of a handler it limits
+--          anew). Each limit is read once per call; `queued` is counted down once.
 --          A `waiting` run (park_run) whose time came is promoted to its lane and
 --          claimed like a queued one, retaking its slots. Run keys
 --          are derived from KEYS[4]/KEYS[5] because a claim cannot know in advance
@@ -115,17 +120,38 @@ local function under(res, limit, used, room)
   return nil, math.min(room, free)
 end
 
+-- The queue's limits, each field read once per call (a call serves one handler or a
+-- few: one HGET each, not one per run): a number, or false for none.
+local limits_read = {}
+local function limit_of(field)
+  local known = limits_read[field]
+  if known == nil then
+    known = tonumber(redis.call('HGET', tag .. 'limits', field)) or false
+    limits_read[field] = known
+  end
+  return known
+end
+
+-- The limit of a run's key (its own, else the default key limit), false for none.
+local function key_limit(ckey)
+  return limit_of('k:' .. ckey) or limit_of('k:*')
+end
+
 local function gate(cur, room)
   local handler, ckey, skey = cur[2], cur[13] or '', cur[14] or ''
-  local lim = redis.call('HMGET', tag .. 'limits', 'h:' .. handler, 'k:' .. ckey, 'k:*')
+  local hlimit = limit_of('h:' .. handler)
+  local klimit = ckey ~= '' and key_limit(ckey)
+  if not hlimit and not klimit and skey == '' then
+    return nil, room  -- the fast path: nothing limits this run, no slot to read
+  end
   local used = redis.call('HMGET', tag .. 'slots', 'h:' .. handler, 'k:' .. ckey, 's:' .. skey)
   local res
-  res, room = under('h:' .. handler, tonumber(lim[1]), used[1], room)
+  res, room = under('h:' .. handler, hlimit or nil, used[1], room)
   if res then
     return res, room
   end
   if ckey ~= '' then
-    res, room = under('k:' .. ckey, tonumber(lim[2]) or tonumber(lim[3]), used[2], room)
+    res, room = under('k:' .. ckey, klimit or nil, used[2], room)
     if res then
       return res, room
     end
@@ -156,51 +182,72 @@ end
 
 local FIELDS = {'status', 'handler', 'input', 'attempt', 'max_attempts', 'state',
   'resume_input', 'budget', 'attempt_fence', 'attempt_owner', 'traceparent', 'created_at',
-  'ckey', 'skey', 'blocked_on', 'fence'}
+  'ckey', 'skey', 'blocked_on', 'fence', 'rate_limits', 'rate_slot_at'}
 
 local claimed = {}
 -- a queued run, or a waiting one (park_run's durable sleep) whose time came
 local CLAIMABLE = {queued = true, waiting = true}
 
--- Lease one queued run (already out of its lane) to this owner; take its slots.
-local function lease(id, cur)
-  local run_key = KEYS[4] .. id
+-- Runs this call took out of lanes: the queue's `queued` counter goes down once, at the end.
+local dequeued = 0
+local function dequeue(ckey, skey, id)
+  dequeued = dequeued + 1
+  uncount_keys(tag, ckey, skey, id)
+end
+
+-- What a run about to be leased takes: a slot of its handler when the handler has a
+-- limit, of its key when it has one, its singleton. The `held` field lists them, for
+-- release_held; a run that takes none (the fast path) gets no field.
+local function take_slots(id, cur)
   local handler, ckey, skey = cur[2], cur[13] or '', cur[14] or ''
-  count_dequeued(tag, ckey, skey, id)
-  local held = 'h:' .. handler
-  redis.call('HINCRBY', tag .. 'slots', held, 1)
+  local held = {}
+  if limit_of('h:' .. handler) then
+    held[#held + 1] = 'h:' .. handler
+    redis.call('HINCRBY', tag .. 'slots', 'h:' .. handler, 1)
+  end
   if ckey ~= '' then
-    held = held .. '\nk:' .. ckey
+    held[#held + 1] = 'k:' .. ckey
     redis.call('HINCRBY', tag .. 'slots', 'k:' .. ckey, 1)
   end
   if skey ~= '' then
-    held = held .. '\ns:' .. skey
+    held[#held + 1] = 's:' .. skey
     redis.call('HSET', tag .. 'slots', 's:' .. skey, id)
   end
+  return table.concat(held, '\n')
+end
+
+-- Lease one queued run (already out of its lane) to this owner; take its slots.
+local function lease(id, cur)
+  local run_key = KEYS[4] .. id
+  dequeue(cur[13], cur[14], id)
+  local held = take_slots(id, cur)
   local data = cjson.encode({owner_id = owner, attempt = tonumber(cur[4])})
   local fence = redis.call('HINCRBY', run_key, 'fence', 1)
   local expires = now + ttl
   redis.call('HSET', run_key, 'status', 'running', 'owner_id', owner,
     'lease_expires_at', expires, 'lease_ttl_ms', ttl, 'started_at', now,
-    'last_renewed_at', now, 'attempt_fence', fence, 'attempt_owner', owner, 'held', held)
+    'last_renewed_at', now, 'attempt_fence', fence, 'attempt_owner', owner)
+  if held ~= '' then
+    redis.call('HSET', run_key, 'held', held)
+  end
   if cur[15] then
     redis.call('HDEL', run_key, 'blocked_on')
   end
   -- the first claim's time stays: a run's duration spans every attempt and park
-  redis.call('HSETNX', run_key, 'first_started_at', now)
-  redis.call('ZADD', KEYS[3], expires, id)
-  if fence == 1 then
-    -- claimed at last: its queued time-to-live no longer applies
+  if redis.call('HSETNX', run_key, 'first_started_at', now) == 1 then
+    -- claimed at last: its queued time-to-live no longer applies (a re-run's fence
+    -- goes on from its old run's, so its first claim is not fence 1)
     redis.call('ZREM', unclaimed_key_of(KEYS[4]), id)
   end
-  emit(run_key, KEYS[5] .. id, 'claimed', fence, now, data, ARGV[4])
+  redis.call('ZADD', KEYS[3], expires, id)
+  emit(run_key, KEYS[5] .. id, 'claimed', fence, now, data, ARGV[4], 'running')
   claimed[#claimed + 1] = row(id, fence, cur, cur[9] or '', cur[10] or '')
 end
 
 -- A run its rate-limit buckets hold back leaves its lane for `delayed` at its exact start
 -- time (rate_hold in lib.lua: the tokens are taken only when it is leased).
-local function held_back(id)
-  return rate_hold(KEYS[4], KEYS[5], KEYS[2], id, now, ARGV[4])
+local function held_back(id, cur)
+  return rate_hold(KEYS[4], KEYS[5], KEYS[2], id, now, ARGV[4], {cur[17], cur[18], cur[16]})
 end
 
 -- Serve one lane from the ring: lease its head (or, when it is the only lane, as many
@@ -218,7 +265,7 @@ local function serve(lane, room)
   if not CLAIMABLE[cur[1]] then
     -- not queued any more (a record gone): drop the entry, look at the lane again
     redis.call('ZREM', lane_key, head[1])
-    count_dequeued(tag, cur[13], cur[14], head[1])
+    dequeue(cur[13], cur[14], head[1])
     redis.call('LPUSH', KEYS[1], lane)
     return
   end
@@ -233,16 +280,16 @@ local function serve(lane, room)
     for i = 1, #popped, 2 do
       local id = popped[i]
       local run = i == 1 and cur or redis.call('HMGET', KEYS[4] .. id, unpack(FIELDS))
-      if CLAIMABLE[run[1]] and not held_back(id) then
+      if CLAIMABLE[run[1]] and not held_back(id, run) then
         lease(id, run)
       else
-        count_dequeued(tag, run[13], run[14], id)
+        dequeue(run[13], run[14], id)
       end
     end
   else
     redis.call('ZREM', lane_key, head[1])
-    if held_back(head[1]) then
-      count_dequeued(tag, cur[13], cur[14], head[1])
+    if held_back(head[1], cur) then
+      dequeue(cur[13], cur[14], head[1])
     else
       lease(head[1], cur)
     end
@@ -254,7 +301,7 @@ local function serve(lane, room)
   end
 end
 
-local qlimit = tonumber(redis.call('HGET', tag .. 'limits', 'q'))
+local qlimit = limit_of('q')
 -- runs the rate gate holds back are looked at but not claimed: bound the looking
 local visits = 2 * want + 64
 while #claimed < want and visits > 0 do
@@ -273,6 +320,9 @@ while #claimed < want and visits > 0 do
     break
   end
   serve(lane, room)
+end
+if dequeued > 0 then
+  redis.call('DECRBY', tag .. 'queued', dequeued)
 end
 
 if token ~= '' and #claimed > 0 then

@@ -107,9 +107,9 @@ end
 -- This owner already wrote this terminal outcome under this fence: the same
 -- write sent again because its reply was lost. Answer what the first one did
 -- (a retry or escalation that a cancel turned into cancelled included: the
--- reconciler's cancel moves the fence, this script's keeps it).
-local function already_settled(run_key, group)
-  local cur = redis.call('HMGET', run_key, 'status', 'owner_id', 'fence')
+-- reconciler's cancel moves the fence, this script's keeps it). cur: the run's
+-- status, owner_id, fence.
+local function already_settled(cur, group)
   if cur[2] ~= owner or cur[3] ~= group.fence then
     return nil
   end
@@ -128,13 +128,15 @@ local function cancel_instead(group)
   finalize(k, group.id, 'cancelled', group.fence, now, {}, data, retention, maxlen)
 end
 
+-- One read of the run per group: the holder check and the attempt counts together.
 local function settle(group)
   local run_key = KEYS[4] .. group.id
-  if not holds(run_key, owner, group.fence) then
-    return already_settled(run_key, group) or 'LOST'
+  local cur = redis.call('HMGET', run_key, 'status', 'owner_id', 'fence', 'attempt',
+    'max_attempts')
+  if not holding(cur, owner, group.fence) then
+    return already_settled(cur, group) or 'LOST'
   end
-  if supersedes_cancel(group.outcome, group.delay)
-      and redis.call('HGET', run_key, 'status') == 'cancelling' then
+  if supersedes_cancel(group.outcome, group.delay) and cur[1] == 'cancelling' then
     cancel_instead(group)
     return 'CANCEL'
   end
@@ -142,8 +144,7 @@ local function settle(group)
     park(k, group.id, 'waiting_human', now, {'escalation', group.output}, group.output, maxlen)
     return 'OK'
   end
-  local counts = redis.call('HMGET', run_key, 'attempt', 'max_attempts')
-  local attempt, max_attempts = tonumber(counts[1]) or 1, tonumber(counts[2]) or 1
+  local attempt, max_attempts = tonumber(cur[4]) or 1, tonumber(cur[5]) or 1
   if group.outcome == 'failed' and group.delay >= 0 and attempt < max_attempts then
     retry(group, attempt + 1)
     return 'RETRY'

@@ -106,14 +106,16 @@ end
 -- event are always written together. The same step adds a summary line to the
 -- queue's activity stream (run id, the event's id, type, status afterwards, fence,
 -- time), which the console's live runs view follows. Handler events (progress,
--- token, wait, verdict) use xadd_event directly and stay out of it.
-local function emit(run_key, events_key, event_type, fence, ts, data, maxlen)
+-- token, wait, verdict) use xadd_event directly and stay out of it. status: the
+-- status the caller just wrote, when it knows it (the hot paths: claim, finalize);
+-- nil reads it back from the record.
+local function emit(run_key, events_key, event_type, fence, ts, data, maxlen, status)
   local id = xadd_event(events_key, event_type, fence, ts, data, maxlen)
   redis.call('HSET', run_key, 'last_event_id', id)
   local activity_key, run_id = activity_of(events_key)
   redis.call('XADD', activity_key, 'MAXLEN', '~', ACTIVITY_MAXLEN, '*',
     'run_id', run_id, 'event_id', id, 'type', event_type,
-    'status', redis.call('HGET', run_key, 'status') or '', 'fence', fence, 'ts', ts)
+    'status', status or redis.call('HGET', run_key, 'status') or '', 'fence', fence, 'ts', ts)
   return id
 end
 
@@ -138,11 +140,16 @@ local function retention_arg(spec)
   return spec
 end
 
--- Does (owner, fence) still hold this run? The check every worker write makes.
-local function holds(run_key, owner, fence)
-  local cur = redis.call('HMGET', run_key, 'status', 'owner_id', 'fence')
+-- Does (owner, fence) still hold this run? The check every worker write makes. cur:
+-- the run's status, owner_id and fence, as a script that reads more of the run at once
+-- already has them (holding); holds reads them.
+local function holding(cur, owner, fence)
   return (cur[1] == 'running' or cur[1] == 'cancelling')
     and cur[2] == owner and cur[3] == fence
+end
+
+local function holds(run_key, owner, fence)
+  return holding(redis.call('HMGET', run_key, 'status', 'owner_id', 'fence'), owner, fence)
 end
 
 -- Flow control (issue 15): lanes, slots and singletons. Every key here is the queue's
@@ -162,7 +169,8 @@ end
 --                         newest of them
 -- A lane is '<handler>|<concurrency key>', or '!<singleton key>' (one lane per
 -- singleton key, so its runs start in order whatever their handler). A run holds what
--- its `held` field lists (one resource per line), written by claim_runs and given back
+-- its `held` field lists (one resource per line; no field: nothing, the fast path of a
+-- run nothing limits), written by claim_runs (and set_limits, adopting) and given back
 -- by release_held, which every script that ends, parks, releases or requeues a run
 -- calls (through finalize, park and make_ready; a script that moves a held run
 -- anywhere else, e.g. straight to `delayed` or a parked state of its own, calls
@@ -178,9 +186,10 @@ local function lane_of(handler, ckey, skey)
   return (handler or '') .. '|' .. (ckey or '')
 end
 
--- One fewer run of (ckey, skey) waits in a lane.
-local function count_dequeued(tag, ckey, skey, run_id)
-  redis.call('DECR', tag .. 'queued')
+-- One fewer run of (ckey, skey) waits in a lane: the per-key counts (uncount_keys) and
+-- the queue's `queued` counter (claim_runs takes many at once: it counts the keys per
+-- run and the counter once per call).
+local function uncount_keys(tag, ckey, skey, run_id)
   if ckey and ckey ~= '' and tonumber(redis.call('ZINCRBY', tag .. 'kqueued', -1, ckey)) <= 0 then
     redis.call('ZREM', tag .. 'kqueued', ckey)
   end
@@ -193,6 +202,11 @@ local function count_dequeued(tag, ckey, skey, run_id)
       redis.call('HDEL', one, 'last')
     end
   end
+end
+
+local function count_dequeued(tag, ckey, skey, run_id)
+  redis.call('DECR', tag .. 'queued')
+  uncount_keys(tag, ckey, skey, run_id)
 end
 
 -- Put a queued run in its lane, its lane in the ring if it is in no place yet. qbase:
@@ -238,6 +252,9 @@ local function unqueue(tag, run_key, run_id)
       redis.call('LREM', tag .. 'ready', 1, lane)
     elseif where then
       redis.call('SREM', tag .. 'wait:' .. where, lane)
+      if redis.call('EXISTS', tag .. 'wait:' .. where) == 0 then
+        redis.call('SREM', tag .. 'blocked', where)
+      end
     end
     redis.call('HDEL', tag .. 'placed', lane)
   end
@@ -256,15 +273,33 @@ local function wake_lanes(tag, res, n)
   return #lanes
 end
 
+-- Does the queue have a queue-wide limit? Read once per script call (no script both
+-- changes a queue's limits and gives slots back), so a batch that ends many runs asks
+-- once. The queue-wide limit counts the leases themselves, so a run holds nothing for it.
+local queue_limited_memo = {}
+local function queue_limited(tag)
+  local known = queue_limited_memo[tag]
+  if known == nil then
+    known = redis.call('HEXISTS', tag .. 'limits', 'q') == 1
+    queue_limited_memo[tag] = known
+  end
+  return known
+end
+
 -- Give back everything a run holds: its slots (handler, key), its singleton, and one
 -- blocked lane per resource freed, so a waiting lane is served next. Idempotent: the
 -- `held` field goes first, so a second call (a finish resent after the reconciler
--- acted) gives back nothing, and no counter goes below zero. Returns true when idle
--- workers should look again (a lane woke, or the queue has a queue-wide limit).
-local function release_held(tag, run_key, run_id)
-  local held = redis.call('HGET', run_key, 'held')
+-- acted) gives back nothing, and no counter goes below zero. A run that took no slot
+-- (no limit applied to it, no key: the fast path) has no `held` field and costs one
+-- read. held: the field as the caller already read it (false: absent), nil to read it
+-- here. Returns true when idle workers should look again (a lane woke, or the queue
+-- has a queue-wide limit: a lease ended).
+local function release_held(tag, run_key, run_id, held)
+  if held == nil then
+    held = redis.call('HGET', run_key, 'held')
+  end
   if not held then
-    return false
+    return queue_limited(tag)
   end
   redis.call('HDEL', run_key, 'held')
   local woke = 0
@@ -278,13 +313,17 @@ local function release_held(tag, run_key, run_id)
     end
     woke = woke + wake_lanes(tag, res, 1)
   end
-  return woke > 0 or redis.call('HEXISTS', tag .. 'limits', 'q') == 1
+  return woke > 0 or queue_limited(tag)
 end
 
--- release_held, then tell idle workers of the queue when a slot they wait for freed.
-local function give_back(run_prefix, run_id)
+-- release_held, then tell idle workers of the queue when a slot they wait for freed:
+-- once per script call and queue (the wake is a broadcast, read after the script, so
+-- one message says all that fifty would). held: as release_held's.
+local woken_queues = {}
+local function give_back(run_prefix, run_id, held)
   local tag = string.sub(run_prefix, 1, -5)
-  if release_held(tag, run_prefix .. run_id, run_id) then
+  if release_held(tag, run_prefix .. run_id, run_id, held) and not woken_queues[tag] then
+    woken_queues[tag] = true
     redis.call('PUBLISH', tag .. 'wake', 'ready')
   end
 end
@@ -404,17 +443,13 @@ local function count_outcome(run_prefix, kind, now)
   end
 end
 
--- How long a run that ended in `status` is kept, in ms: its own `retention_ms` (set
--- at create from the request's retention_s) or the value the retention spec names
--- for the status. The spec is one ARGV, "succeeded=<ms> failed=<ms> ...", as
--- store/retention.py encodes it for every terminal status: reading it is a
--- string.match, which cannot fail, so callers may use it after their first write.
-local function retention_for(run_key, status, spec)
-  local own = tonumber(redis.call('HGET', run_key, 'retention_ms'))
-  if own then
-    return own
-  end
-  return tonumber(string.match(spec, status .. '=(%d+)'))
+-- How long a run that ended in `status` is kept, in ms: its own `retention_ms` (own:
+-- the field as read; set at create from the request's retention_s) or the value the
+-- retention spec names for the status. The spec is one ARGV, "succeeded=<ms>
+-- failed=<ms> ...", as store/retention.py encodes it for every terminal status: reading
+-- it is a string.match, which cannot fail, so callers may use it after their first write.
+local function retention_for(own, status, spec)
+  return tonumber(own) or tonumber(string.match(spec, status .. '=(%d+)'))
 end
 
 -- Runs that start runs (issue 17). A parent's children index, spawn steps and its
@@ -441,28 +476,32 @@ end
 -- start the retention clock (retention_for: per run, else per status) on the record,
 -- its events, its effects and its idempotency key, so a key lives exactly as long
 -- as its run; the queue's counter of that status this minute goes up by one.
--- fields: extra HSET field/value pairs (output, error, ...).
+-- fields: extra HSET field/value pairs (output, error, ...). The run is read once. A
+-- run that was held (running, cancelling) is in no lane, no parked index and no
+-- unclaimed index (its claim took it out of its lane and, at its first claim, out of
+-- the unclaimed index; resume and resolve take a run out of the parked index before it
+-- can be claimed again), so only a run ended while nobody held it is looked for there.
 local function finalize(k, run_id, status, fence, now, fields, data, retention, maxlen)
   local run_key = k.run_prefix .. run_id
   local events_key = k.events_prefix .. run_id
-  local retention_ms = retention_for(run_key, status, retention)
-  redis.call('HSET', run_key, 'status', status, 'finished_at', now)
-  if #fields > 0 then
-    redis.call('HSET', run_key, unpack(fields))
-  end
+  local cur = redis.call('HMGET', run_key, 'status', 'retention_ms', 'idempotency_key', 'held')
+  local retention_ms = retention_for(cur[2], status, retention)
+  redis.call('HSET', run_key, 'status', status, 'finished_at', now, unpack(fields))
   redis.call('HDEL', run_key, 'lease_expires_at')
   redis.call('ZREM', k.leases, run_id)
-  give_back(k.run_prefix, run_id)
-  unqueue(string.sub(k.run_prefix, 1, -5), run_key, run_id)
-  redis.call('ZREM', parked_of(k.run_prefix), run_id)
-  redis.call('ZREM', unclaimed_key_of(k.run_prefix), run_id)
-  emit(run_key, events_key, status, fence, now, data, maxlen)
+  give_back(k.run_prefix, run_id, cur[4])
+  if cur[1] ~= 'running' and cur[1] ~= 'cancelling' then
+    unqueue(string.sub(k.run_prefix, 1, -5), run_key, run_id)
+    redis.call('ZREM', parked_of(k.run_prefix), run_id)
+    redis.call('ZREM', unclaimed_key_of(k.run_prefix), run_id)
+  end
+  emit(run_key, events_key, status, fence, now, data, maxlen, status)
   count_outcome(k.run_prefix, status, now)
   redis.call('PEXPIRE', run_key, retention_ms)
   redis.call('PEXPIRE', events_key, retention_ms)
   redis.call('PEXPIRE', effects_key_of(k.run_prefix, run_id), retention_ms)
   redis.call('PEXPIRE', waits_key_of(k.run_prefix, run_id), retention_ms)
-  local idem = redis.call('HGET', run_key, 'idempotency_key')
+  local idem = cur[3]
   if idem and idem ~= '' then
     redis.call('PEXPIRE', k.idem_prefix .. idem, retention_ms)
   end
@@ -654,9 +693,10 @@ end
 -- after all, the run takes a new slot at the end of the line. A run cancelled in line
 -- leaves its slot unused: a bucket may under-admit, never over-admit. Call it after the
 -- run's reads, before its own writes; an undecodable field counts as no gate
--- (create_run validated it).
-local function rate_gate(run_key, run_prefix, now)
-  local cur = redis.call('HMGET', run_key, 'rate_limits', 'rate_slot_at')
+-- (create_run validated it). known: {rate_limits, rate_slot_at} as the caller already
+-- read them (claim_runs reads a run once), nil to read them here.
+local function rate_gate(run_key, run_prefix, now, known)
+  local cur = known or redis.call('HMGET', run_key, 'rate_limits', 'rate_slot_at')
   if not cur[1] or cur[1] == '' then
     return 0, ''
   end
@@ -709,16 +749,17 @@ end
 -- stream says why ({kind = rate_limited, key, until_ms}, a `wait` event at its current
 -- fence). Returns true when the run was held back (the caller writes nothing else for
 -- it and claims the next), false when it may be leased now (its tokens are taken).
--- claim_runs calls it for each run right before leasing it.
-local function rate_hold(run_prefix, events_prefix, delayed_key, run_id, now, maxlen)
+-- claim_runs calls it for each run right before leasing it, with the run's
+-- rate_limits, rate_slot_at and fence fields as it read them (known; nil: read here).
+local function rate_hold(run_prefix, events_prefix, delayed_key, run_id, now, maxlen, known)
   local run_key = run_prefix .. run_id
-  local eligible, bucket = rate_gate(run_key, run_prefix, now)
+  local eligible, bucket = rate_gate(run_key, run_prefix, now, known)
   if eligible == 0 then
     return false
   end
   redis.call('ZADD', delayed_key, eligible, run_id)
   if bucket ~= '' then
-    local fence = redis.call('HGET', run_key, 'fence') or 0
+    local fence = (known and known[3]) or redis.call('HGET', run_key, 'fence') or 0
     xadd_event(events_prefix .. run_id, 'wait', fence, now,
       cjson.encode({kind = 'rate_limited', key = bucket, until_ms = eligible,
         wait_ms = eligible - now}), maxlen)
@@ -747,7 +788,9 @@ local function enter_queue(run_key, events_key, run_id, q, created_data, now, st
     -- idle workers claim once and learn the earliest delayed time (their timer's next wake)
     redis.call('PUBLISH', q.wake, 'ready')
   else
-    make_ready(q.ready, q.wake, run_id, false)
+    -- make_ready less its give-back: a new run holds nothing
+    enqueue(tag_of_ready(q.ready), run_key, run_id, now, false)
+    redis.call('PUBLISH', q.wake, 'ready')
   end
 end
 
