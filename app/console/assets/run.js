@@ -7,6 +7,7 @@
 import { api, follow } from "./api.js";
 import { cancelRun, deleteRun, resolveRun, resumeRun, retryRun } from "./actions.js";
 import { Attempts } from "./attempts.js";
+import { Family } from "./family.js";
 import {
   clock, describe, duration, HANDLER_EVENTS, PARKED, rateWaitText, story, TERMINAL,
 } from "./describe.js";
@@ -49,6 +50,8 @@ function fields(run) {
     row("Idempotency key", run.idempotency_key),
     row("Re-run of", runLink(run.retry_of)),
     row("Re-run as", runLink(run.retried_by)),
+    row("Parent", runLink(run.parent_id)),
+    row("Top-level run", run.root_id && run.root_id !== run.id ? runLink(run.root_id) : null),
     row("Priority", String(run.priority ?? 0)),
     row("Concurrency key", run.concurrency_key),
     row("Singleton key", run.singleton_key),
@@ -185,9 +188,12 @@ export function renderRun(root, runId) {
   const list = h("ol", { class: "timeline" });
   const attemptsSection = h("section", { class: "attempts", "aria-labelledby": "attempts-title",
     hidden: true });
+  const familySection = h("section", { class: "family", "aria-labelledby": "children-title",
+    hidden: true });
   root.replaceChildren(
     h("p", {}, h("a", { href: "#/runs" }, "← All runs")), title, outcome, waitBanner, parked,
     actions, problem, details,
+    familySection,
     attemptsSection,
     h("section", { "aria-labelledby": "events-title" },
       h("h2", { id: "events-title" }, "Events"), connection,
@@ -196,6 +202,7 @@ export function renderRun(root, runId) {
   const banners = new WaitBanners(waitBanner);
   const timeline = new Timeline(list);
   const attempts = new Attempts(attemptsSection);
+  const family = new Family(familySection, runId);
   let lastParkedReason = "";
   let run = null;
 
@@ -228,6 +235,7 @@ export function renderRun(root, runId) {
       run = await api("GET", `/runs/${encodeURIComponent(runId)}`);
       problem.hidden = true;
       showRun();
+      family.refresh(run);
     } catch (error) {
       problem.textContent = error.status === 404
         ? `There is no run ${runId} (it may have expired).`
@@ -270,6 +278,7 @@ export function renderRun(root, runId) {
 
   return () => {
     clearInterval(ticker);
+    family.stop();
     stream.stop();
   };
 }
