@@ -32,9 +32,7 @@ def test_a_parent_s_page_lists_its_children_and_opens_one(
     ]
     # the page keeps reading while children run: both end up shown as succeeded
     for child in children:
-        expect(page.locator(f'tr[data-child-id="{child["id"]}"] .badge')).to_have_text(
-            "succeeded"
-        )
+        expect(page.locator(f'tr[data-child-id="{child["id"]}"] .badge')).to_have_text("succeeded")
     expect(page.get_by_role("heading", name="Children (2, 0 live)")).to_be_visible()
     assert violations(page) == []
     page.get_by_role("link", name=children[0]["id"]).click()
