@@ -28,7 +28,10 @@ Detection time is at most TTL + one reconcile interval (+ jitter).
 
 Beside it, on its own shorter interval (``LEASEHOLD_SCHEDULE_TICK_S``), every
 reconciler runs the schedule pass (:mod:`app.schedule_pass`): due fires become
-runs, exactly one per fire time however many reconcilers run.
+runs, exactly one per fire time however many reconcilers run. And on
+``LEASEHOLD_OUTBOX_SWEEP_S`` it sweeps each queue's outbox (:mod:`app.store.outbox`):
+a child's end reaches its parent, a parent's end its children, even when whoever
+ended the run died before delivering it.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from app.settings import Settings
 from app.store.connection import async_client
 from app.store.flow import FlowStore
 from app.store.leases import RECONCILE_BATCH, LeaseStore, ReconcileAction
+from app.store.outbox import Outbox
 from app.store.runs import RunStore
 from app.store.scripts import Scripts
 
@@ -66,6 +70,7 @@ class Reconciler:
         interval_s: float,
         schedules: SchedulePass | None = None,
         schedule_tick_s: float = 1.0,
+        outbox_sweep_s: float | None = None,
     ) -> None:
         self._lease_store = lease_store
         self._run_store = run_store
@@ -83,23 +88,40 @@ class Reconciler:
             events_maxlen=lease_store.events_maxlen,
         )
         self._sweep_at: dict[str, int] = {}  # per queue: where the listing-index sweep resumes
+        self._outbox_sweep_s = outbox_sweep_s
+        self._outbox = Outbox(run_store.ctx)
 
     async def run_forever(self) -> None:
         """Scan, sleep a jittered interval, repeat; survives Redis outages.
 
         The schedule pass, when given, runs beside it on its own interval.
         """
-        if self._schedules is None:
-            await self._scan_forever()
-            return
-        passes = asyncio.create_task(
-            self._schedules.run_forever(self._schedule_tick_s), name="schedule-pass"
-        )
+        passes = []
+        if self._schedules is not None:
+            passes.append(
+                asyncio.create_task(
+                    self._schedules.run_forever(self._schedule_tick_s), name="schedule-pass"
+                )
+            )
+        if self._outbox_sweep_s is not None:
+            passes.append(asyncio.create_task(self._sweep_outboxes(), name="outbox-sweep"))
         try:
             await self._scan_forever()
         finally:
-            passes.cancel()
-            await asyncio.gather(passes, return_exceptions=True)
+            for task in passes:
+                task.cancel()
+            await asyncio.gather(*passes, return_exceptions=True)
+
+    async def _sweep_outboxes(self) -> None:
+        """Deliver what every queue's outbox holds, every ``outbox_sweep_s`` (jittered)."""
+        assert self._outbox_sweep_s is not None
+        while True:
+            await asyncio.sleep(self._outbox_sweep_s * random.uniform(1 - JITTER, 1 + JITTER))
+            try:
+                queues = set(self._queues) | set(await self._run_store.queues())
+                await self._outbox.sweep(queues)
+            except (RedisError, OSError) as exc:
+                log.warning("outbox sweep failed: %s", exc)
 
     async def _scan_forever(self) -> None:
         while True:
@@ -168,6 +190,7 @@ async def run_standalone(settings: Settings) -> None:
         interval_s=settings.effective_reconcile_interval_s,
         schedules=SchedulePass.for_settings(run_store, settings),
         schedule_tick_s=settings.schedule_tick_s,
+        outbox_sweep_s=settings.outbox_sweep_s,
     )
     log.info("reconciler scanning every %.2fs", settings.effective_reconcile_interval_s)
     try:

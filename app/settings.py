@@ -393,6 +393,14 @@ class Settings(BaseSettings):
         description="Most children one run may spawn (ctx.spawn); one more raises SpawnRefused "
         "in the handler and creates nothing: the parent's index and outcomes live in one slot",
     )
+    outbox_sweep_s: float = Field(
+        default=0.25,
+        gt=0,
+        le=60,
+        allow_inf_nan=False,
+        description="How often every reconciler delivers what the queues' outboxes hold: a "
+        "child's end to its parent (wakes its join), a parent's end to its children",
+    )
     max_run_depth: int = Field(
         default=16,
         ge=1,

@@ -2,8 +2,8 @@
 
 ``from app.executor import RunContext, handler, EffectNotApplied`` and nothing
 else: the run's context, the decorator that registers a handler, the operation
-it supervises, a spawned child's handle (``Child``), and the error types a
-handler raises on purpose or may catch
+it supervises, a spawned child's handle and outcome (``Child``,
+``ChildOutcome``), and the error types a handler raises on purpose or may catch
 around ``ctx.operation`` / ``ctx.effect`` / ``ctx.checkpoint`` / ``ctx.emit``
 to clean up. ``__all__`` lists exactly these names, and
 ``tests/executor/test_surface.py`` fails when an internal name leaks into this
@@ -41,7 +41,7 @@ from app.errors import (
     SignalTimeout,
     SpawnRefused,
 )
-from app.executor.children import Child
+from app.executor.children import Child, ChildOutcome
 from app.executor.context import RunContext
 from app.handlers import handler
 from app.supervision.operation import Operation
@@ -52,6 +52,7 @@ __all__ = [
     "CheckpointTooLarge",
     "Child",
     "ChildFailed",
+    "ChildOutcome",
     "DurationExceeded",
     "EffectNotApplied",
     "EscalationRequested",

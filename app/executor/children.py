@@ -1,4 +1,4 @@
-"""Runs that start runs: ``ctx.spawn`` (and, with it, what a child inherits).
+"""Runs that start runs: ``ctx.spawn`` and ``ctx.join`` (and what a child inherits).
 
 ``child = await ctx.spawn("summarize", {"text": ...}, queue="llm")`` creates a run
 linked to this one (``parent_id``, ``root_id``, ``depth``) and returns a
@@ -20,6 +20,20 @@ tracing context (the child's attempts join the parent's trace), ``root_id`` and
 ``depth + 1``. Everything else is the child's own: its handler's defaults, then
 the options given here.
 
+**Joining.** ``await ctx.join(children, mode="all", timeout_s=None)`` is a durable
+wait (numbered ``join:<n>``): one fenced script (``join_children``) checks the
+outcomes delivered so far and, when its condition does not hold, parks the run in
+the same step (no lease, no slot, a ``wait`` event of kind ``join``); the handler
+is unwound and runs again from the top when the condition holds (the children's
+ends reach the parent's slot through the outbox, :mod:`app.store.outbox`) or its
+timeout comes, its earlier spawns replaying the same children. ``all`` returns the
+outputs in order and raises :class:`~app.errors.ChildFailed` for the first child
+(in the order given) that failed, was cancelled, orphaned or expired, as soon as
+one has; ``any`` returns the first success in order (``ChildFailed`` when every
+child failed); ``settled`` returns a :class:`ChildOutcome` per child. Past
+``timeout_s``: :class:`~app.errors.JoinTimeout`. An id that is not this run's
+child, ``join([])`` or a duplicate: :class:`~app.errors.InvalidWait`.
+
 **Refused before anything is written** (:class:`~app.errors.SpawnRefused`, in the
 handler): a handler this worker does not know or whose input model refuses the
 input (as ``POST /runs`` refuses them), an undeclared queue, an input over
@@ -31,28 +45,50 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+import math
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict, Unpack
+from typing import Any, TypedDict, TypeVar, Unpack
 
 from pydantic import BaseModel
 
-from app.errors import HandlerError, InvalidTransition, LeaseLost, SpawnRefused
+from app.errors import (
+    ChildFailed,
+    HandlerError,
+    InvalidTransition,
+    InvalidWait,
+    JoinTimeout,
+    LeaseLost,
+    SpawnRefused,
+)
 from app.executor.effects import EffectLedger, send_until_taken
 from app.executor.events import EventSink
 from app.executor.reasons import StopReason
 from app.executor.waits import RunParked
 from app.handlers import HandlerRegistry
-from app.models import FLOW_KEY, OnLeaseExpired
-from app.store.children import ChildStore, OnParentEnd, SpawnAnswer, SpawnLimits, SpawnStep
+from app.models import FLOW_KEY, RUN_ID, OnLeaseExpired
+from app.store.children import (
+    ChildStore,
+    JoinAnswer,
+    JoinMode,
+    JoinOutcome,
+    OnParentEnd,
+    SpawnAnswer,
+    SpawnLimits,
+    SpawnStep,
+)
 from app.store.leases import Lease
+from app.store.outbox import Outbox
 from app.store.queues import QueueStore
 from app.store.runs import NewRun
 
 log = logging.getLogger(__name__)
 
 # the counter spawns are numbered under: an effect's name cannot hold ':' (no clash)
+T = TypeVar("T")
+
 SPAWN_COUNTER = "spawn:"
+JOIN_COUNTER = "join:"
 MAX_ATTEMPTS = 1000  # as POST /runs and the settings bound max_attempts
 
 
@@ -78,6 +114,21 @@ class SpawnOptions(TypedDict, total=False):
 
 
 @dataclass(frozen=True)
+class ChildOutcome:
+    """How one joined child ended (``ctx.join(..., mode="settled")``)."""
+
+    child_id: str
+    status: str  # succeeded, failed, cancelled, orphaned, expired
+    output: Any = None
+    error: dict[str, Any] | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        """True when the child succeeded (``output`` is its result)."""
+        return self.status == "succeeded"
+
+
+@dataclass(frozen=True)
 class FamilyDeps:
     """What every run's spawns share: the stores, the registry, the bounds and defaults."""
 
@@ -88,6 +139,8 @@ class FamilyDeps:
     max_input_bytes: int
     default_max_attempts: int
     default_on_lease_expired: OnLeaseExpired
+    outbox: Outbox | None = None  # None: ends are left to the reconcilers' sweep
+    max_wait_s: float = 30 * 24 * 3600.0
 
 
 class Family:
@@ -157,6 +210,110 @@ class Family:
             )
         return Child(step.child_id, child_queue, handler, ordinal)
 
+    async def join(
+        self, children: Sequence[Child | str], *, mode: str = "all", timeout_s: float | None = None
+    ) -> Any:
+        """Wait, parked, until ``children`` meet ``mode``; see the module docstring."""
+        ids = self._join_ids(children)
+        join_mode = _join_mode(mode)
+        timeout_ms = None if timeout_s is None else self._timeout_ms(timeout_s)
+        ordinal = await self._ledger.next_ordinal(JOIN_COUNTER)
+        # resent after a lost reply that parked the run, it answers LOST: parked either way
+        answer = await self._fenced(
+            "join",
+            lambda: self._deps.store.join(
+                self._lease,
+                ordinal=ordinal,
+                mode=join_mode,
+                child_ids=ids,
+                timeout_ms=timeout_ms,
+            ),
+        )
+        return self._joined(answer, ids, join_mode, ordinal, timeout_s)
+
+    def _joined(
+        self,
+        answer: JoinAnswer,
+        ids: list[str],
+        mode: JoinMode,
+        ordinal: int,
+        timeout_s: float | None,
+    ) -> Any:
+        step = f"join:{ordinal}"
+        if answer.outcome == JoinOutcome.OVER:
+            return _results(mode, ids, answer.outcomes)
+        if answer.outcome == JoinOutcome.TIMED_OUT:
+            raise JoinTimeout(
+                f"the children did not meet mode={mode.value!r} within timeout_s={timeout_s}",
+                details={"step": step, "until_ms": answer.until_ms, "children": len(ids)},
+            )
+        if answer.outcome == JoinOutcome.STRANGER:
+            raise InvalidWait(
+                f"{answer.stranger} is not a child of this run: only its own children "
+                "(ctx.spawn) may be joined",
+                details={"child_id": answer.stranger},
+            )
+        if answer.outcome == JoinOutcome.FULL:
+            raise InvalidWait(
+                f"the run already holds {self._deps.store.max_waits} waits "
+                "(LEASEHOLD_MAX_WAITS_PER_RUN)",
+                details={"step": step, "limit": self._deps.store.max_waits},
+            )
+        reason = (
+            StopReason.CANCEL_REQUESTED
+            if answer.outcome == JoinOutcome.CANCELLING
+            else StopReason.PARKED
+        )
+        self._on_stop(reason)
+        raise RunParked(step)
+
+    def _join_ids(self, children: Sequence[Child | str]) -> list[str]:
+        if isinstance(children, str | Child) or not isinstance(children, Sequence):
+            raise InvalidWait("ctx.join takes a list of children (Child handles or run ids)")
+        ids = [child.id if isinstance(child, Child) else child for child in children]
+        if not ids:
+            raise InvalidWait("ctx.join of no children: nothing to wait for")
+        bad = [i for i in ids if not isinstance(i, str) or not RUN_ID.fullmatch(i)]
+        if bad:
+            raise InvalidWait(f"not run ids: {bad[:3]!r}", details={"child_id": repr(bad[0])[:200]})
+        if len(set(ids)) != len(ids):
+            raise InvalidWait("ctx.join names a child twice")
+        if len(ids) > self._deps.limits.max_children:
+            raise InvalidWait(
+                f"ctx.join of {len(ids)} children; a run has at most "
+                f"{self._deps.limits.max_children} (LEASEHOLD_MAX_CHILDREN_PER_RUN)"
+            )
+        return ids
+
+    def _timeout_ms(self, seconds: Any) -> int:
+        limit = self._deps.max_wait_s
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not math.isfinite(seconds)
+            or not 0 <= seconds <= limit
+        ):
+            raise InvalidWait(
+                f"timeout_s must be a finite number of seconds from 0 to {limit:g} "
+                f"(LEASEHOLD_MAX_WAIT_S); got {seconds!r}",
+                details={"timeout_s": repr(seconds)},
+            )
+        return math.ceil(seconds * 1000)
+
+    async def deliver_end(self) -> None:
+        """After this run's terminal write: its cascade, at once (the sweep would, later).
+
+        Never raises: what is not delivered now stays in the outbox for the sweep.
+        """
+        if self._deps.outbox is None:
+            return
+        try:
+            await self._deps.outbox.deliver_end_of(self._lease.run_id)
+        except Exception:  # the sweep delivers it: a failure here must not fail the run
+            log.warning(
+                "the run's end was left to the outbox sweep", exc_info=True, extra=self._log_extra()
+            )
+
     async def _checked(self, handler: str, input: Any, queue: str, **opts: Any) -> dict[str, Any]:
         """The child's NewRun fields, or :class:`SpawnRefused`: checked before any write."""
         try:
@@ -193,24 +350,32 @@ class Family:
             "budget": spec.defaults.merged_budget(None),
         }
 
-    async def _record(self, ordinal: int, child_queue: str, policy: OnParentEnd) -> SpawnStep:
-        await self._sink.flush()  # what the handler emitted before the spawn comes first
-        limits = self._deps.limits
+    async def _fenced(self, what: str, write: Callable[[], Awaitable[T]]) -> T:
+        """Send a fenced write of the run, after the events the handler emitted before it.
+
+        Retried while Redis refuses it transiently; a lease lost stops the run and raises.
+        """
+        await self._sink.flush()  # what the handler emitted before this comes first
         try:
-            # resent after a lost reply, the step answers REPLAYED with the same child
-            step = await send_until_taken(
-                lambda: self._deps.store.record_spawn(
-                    self._lease,
-                    ordinal=ordinal,
-                    child_queue=child_queue,
-                    on_parent_end=policy,
-                    limits=limits,
-                )
-            )
+            return await send_until_taken(write)
         except LeaseLost:
-            log.warning("spawn rejected: lease lost", extra=self._log_extra())
+            log.warning("%s rejected: lease lost", what, extra=self._log_extra())
             self._on_stop(StopReason.LEASE_LOST)
             raise
+
+    async def _record(self, ordinal: int, child_queue: str, policy: OnParentEnd) -> SpawnStep:
+        limits = self._deps.limits
+        # resent after a lost reply, the step answers REPLAYED with the same child
+        step = await self._fenced(
+            "spawn",
+            lambda: self._deps.store.record_spawn(
+                self._lease,
+                ordinal=ordinal,
+                child_queue=child_queue,
+                on_parent_end=policy,
+                limits=limits,
+            ),
+        )
         if step.answer == SpawnAnswer.CANCELLING:
             self._on_stop(StopReason.CANCEL_REQUESTED)
             raise RunParked(f"spawn:{ordinal}")
@@ -280,6 +445,40 @@ def _check_options(
 def _strict_json(value: Any) -> str:
     """The stored JSON text of ``value``; raises for what POST /runs refuses (NaN, Infinity)."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _join_mode(value: str) -> JoinMode:
+    try:
+        return JoinMode(value)
+    except ValueError:
+        raise InvalidWait(
+            f"mode must be 'all', 'any' or 'settled'; got {value!r}", details={"mode": repr(value)}
+        ) from None
+
+
+def _results(mode: JoinMode, ids: list[str], raw: list[str]) -> Any:
+    """What ``ctx.join`` returns for the delivered outcomes (raises ChildFailed per ``mode``)."""
+    ended = [
+        ChildOutcome(child_id, **_decoded(text)) if text else None
+        for child_id, text in zip(ids, raw, strict=True)
+    ]
+    outcomes = [outcome for outcome in ended if outcome is not None]
+    failed = [outcome for outcome in outcomes if not outcome.succeeded]
+    if mode == JoinMode.SETTLED:
+        return outcomes
+    if mode == JoinMode.ANY:
+        for outcome in outcomes:
+            if outcome.succeeded:
+                return outcome.output
+    if failed:
+        first = failed[0]
+        raise ChildFailed(first.child_id, first.status, first.error)
+    return [outcome.output for outcome in outcomes]
+
+
+def _decoded(text: str) -> dict[str, Any]:
+    value = json.loads(text)
+    return {"status": value["status"], "output": value.get("output"), "error": value.get("error")}
 
 
 def _policy(value: str) -> OnParentEnd:

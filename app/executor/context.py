@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Unpack
@@ -153,6 +153,12 @@ class RunHelpers:
             sink=self.sink,
             on_stop=self._interrupt,
         )
+
+    async def settle_family(self) -> None:
+        """After the run's terminal write: deliver its cascade at once, if it spawned."""
+        family: Family | None = self.__dict__.get("family")
+        if family is not None:
+            await family.deliver_end()
 
     async def flush_events(self) -> None:
         """Wait until the run's queued events are written; nothing to do if it emitted none."""
@@ -332,6 +338,32 @@ class RunContext:
         LEASEHOLD_MAX_CHILDREN_PER_RUN / LEASEHOLD_MAX_RUN_DEPTH.
         """
         return await self._helpers.family.spawn(handler, input, **options)
+
+    async def join(
+        self, children: Sequence[Child | str], *, mode: str = "all", timeout_s: float | None = None
+    ) -> Any:
+        """Wait for ``children`` without holding a worker; return their results.
+
+        ``mode="all"``: their outputs, in order; raises :class:`~app.errors.ChildFailed`
+        (the child's id, status and error attached) as soon as one failed, was
+        cancelled, orphaned or expired. ``"any"``: the first success's output
+        (``ChildFailed`` when none succeeded). ``"settled"``: a
+        :class:`~app.executor.children.ChildOutcome` per child. A durable wait: the run
+        parks (no lease, no slot) until that holds, then **the handler is called again
+        from the top**, its spawns replaying the same children and this join returning.
+        Past ``timeout_s``: :class:`~app.errors.JoinTimeout`. Joining no child, a child
+        twice or a run that is not this run's child: :class:`~app.errors.InvalidWait`.
+        """
+        return await self._helpers.family.join(children, mode=mode, timeout_s=timeout_s)
+
+    def join_sync(
+        self, children: Sequence[Child | str], *, mode: str = "all", timeout_s: float | None = None
+    ) -> Any:
+        """``join`` for sync handlers: parks the run and unwinds the thread's call."""
+        future = asyncio.run_coroutine_threadsafe(
+            self.join(children, mode=mode, timeout_s=timeout_s), self._loop
+        )
+        return future.result()
 
     def spawn_sync(self, handler: str, input: Any = None, **options: Unpack[SpawnOptions]) -> Child:
         """``spawn`` for sync handlers running in the worker's thread pool."""

@@ -305,6 +305,8 @@ class RunExecution:
         status = _status_after(outcome, code)
         child(RUNS_FINISHED, self.claimed.queue, self.claimed.handler, status).inc()
         self._observe(status)
+        if code in (LeaseAnswer.OK, LeaseAnswer.CANCEL):
+            await self.helpers.settle_family()  # a parent's cascade, at once
         if code == LeaseAnswer.LOST:
             log.warning(
                 "outcome rejected: lease lost before the terminal write", extra=self._log_extra()

@@ -54,6 +54,7 @@ from app.store.children import ChildStore, SpawnLimits
 from app.store.connection import AsyncRedis, SyncRedis, async_client, sync_client
 from app.store.context import StoreContext
 from app.store.leases import ClaimedRun, LeaseRenewer, LeaseStore
+from app.store.outbox import Outbox
 from app.store.progress import ProgressStore
 from app.store.queues import QueueStore
 from app.store.ratelimits import RateLimitStore
@@ -215,13 +216,15 @@ class Worker:
         """What ``ctx.spawn`` shares: the child store, queues, registry, bounds, defaults."""
         settings = self.settings
         return FamilyDeps(
-            store=ChildStore(stores),
+            store=ChildStore(stores, max_waits=settings.max_waits_per_run),
             queues=QueueStore.for_settings(stores.client, stores.scripts, settings),
             registry=self.registry,
             limits=SpawnLimits(settings.max_children_per_run, settings.max_run_depth),
             max_input_bytes=settings.max_input_bytes,
             default_max_attempts=settings.default_max_attempts,
             default_on_lease_expired=settings.default_on_lease_expired,
+            outbox=Outbox(stores),
+            max_wait_s=settings.max_wait_s,
         )
 
     def _start_background(
@@ -297,6 +300,7 @@ class Worker:
             interval_s=self.settings.effective_reconcile_interval_s,
             schedules=SchedulePass.for_settings(run_store, self.settings),
             schedule_tick_s=self.settings.schedule_tick_s,
+            outbox_sweep_s=self.settings.outbox_sweep_s,
         )
 
     def _install_signal_handlers(self) -> None:

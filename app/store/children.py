@@ -13,6 +13,11 @@ slot (Redis Cluster: the two may be on different nodes), so no script touches bo
   a second one; a child the parent's end cancelled before it existed is refused
   (its tombstone).
 
+``join_children`` (parent's slot, fenced) checks a join's condition against the
+outcomes delivered to the parent's family (``out:<child>``) and parks the parent in
+the same step when it does not hold, as ``park_run`` parks a wait; the outbox
+(:mod:`app.store.outbox`) delivers each child's end there and wakes it.
+
 Reads of the family (``GET /runs/{id}/children``, the tree stream) are not here.
 """
 
@@ -21,13 +26,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from app.errors import LeaseLost
+from app.errors import InvalidTransition, LeaseLost
+from app.models import RunStatus
 from app.store.codec import new_run_id
-from app.store.context import Store
+from app.store.context import Store, StoreContext
 from app.store.leases import Lease
-from app.store.runs import Created, NewRun, RunStore
+from app.store.runs import NewRun, RunStore
 from app.store.scripts import ScriptCode
-from app.store.transitions import SPAWN_CHILD, SpawnArgs, SpawnReply
+from app.store.transitions import (
+    CREATE_RUN,
+    JOIN_CHILDREN,
+    SPAWN_CHILD,
+    ChildIdGroup,
+    JoinArgs,
+    SpawnArgs,
+    SpawnReply,
+)
 
 
 class OnParentEnd(StrEnum):
@@ -56,6 +70,45 @@ _ANSWERS = {
 }
 
 
+class JoinMode(StrEnum):
+    """When a join is over: every child succeeded (or one did not), the first success, all ended."""
+
+    ALL = "all"
+    ANY = "any"
+    SETTLED = "settled"
+
+
+class JoinOutcome(StrEnum):
+    """What ``join_children`` answered."""
+
+    OVER = "over"  # the condition holds: one outcome per child ('' for one not ended)
+    PARKED = "parked"  # the run is parked: its lease is gone, the handler must unwind
+    TIMED_OUT = "timed_out"  # the deadline came first
+    STRANGER = "stranger"  # an id that is not this run's child: nothing written
+    CANCELLING = "cancelling"  # a client is cancelling the run: it was not parked
+    FULL = "full"  # a new step past the run's bound of waits: nothing written
+
+
+_JOIN_OUTCOMES = {
+    ScriptCode.REPLAYED: JoinOutcome.OVER,
+    ScriptCode.OK: JoinOutcome.PARKED,
+    ScriptCode.TIMEOUT: JoinOutcome.TIMED_OUT,
+    ScriptCode.INVALID: JoinOutcome.STRANGER,
+    ScriptCode.CANCEL: JoinOutcome.CANCELLING,
+    ScriptCode.FULL: JoinOutcome.FULL,
+}
+
+
+@dataclass(frozen=True)
+class JoinAnswer:
+    """``join_children``'s answer: ``outcomes`` (OVER), ``until_ms``, the ``stranger`` id."""
+
+    outcome: JoinOutcome
+    outcomes: list[str]
+    until_ms: int | None = None
+    stranger: str = ""
+
+
 @dataclass(frozen=True)
 class SpawnStep:
     """One spawn step as the parent recorded it: the child and what it inherits."""
@@ -80,7 +133,12 @@ class SpawnLimits:
 
 
 class ChildStore(Store):
-    """Records a parent's spawn steps and creates its children, on one context."""
+    """Records a parent's spawn steps, creates its children and parks its joins."""
+
+    def __init__(self, ctx: StoreContext, *, max_waits: int = 10_000) -> None:
+        super().__init__(ctx)
+        # fields a run's waits hash may hold (a join is a wait): LEASEHOLD_MAX_WAITS_PER_RUN
+        self.max_waits = max_waits
 
     async def record_spawn(
         self,
@@ -124,11 +182,54 @@ class ChildStore(Store):
             count=int(reply.child_id) if full else 0,
         )
 
-    async def create_child(self, child: NewRun) -> Created:
+    async def create_child(self, child: NewRun) -> bool:
         """Create the child a spawn step named (``child.run_id``): once, however often called.
 
-        Raises :class:`~app.errors.InvalidTransition` (status cancelled) when the
-        parent's end cancelled the child before it was created.
+        True when this call created it; False when it existed already (a replay of the
+        step: nothing written, and no read of it). Raises
+        :class:`~app.errors.InvalidTransition` (status cancelled) when the parent's end
+        cancelled the child before it was created.
         """
         assert child.run_id and child.parent_id, "a child is created with its step's id"
-        return await RunStore(self.ctx).create(child)
+        runs = RunStore(self.ctx)
+        reply = await CREATE_RUN.send(
+            self.scripts, self.client, self.keys(child.queue), runs.create_args(child)
+        )
+        if reply.code == ScriptCode.CANCEL:
+            raise InvalidTransition(child.run_id, RunStatus.CANCELLED.value, "create")
+        return reply.code == ScriptCode.OK
+
+    async def join(
+        self,
+        lease: Lease,
+        *,
+        ordinal: int,
+        mode: JoinMode,
+        child_ids: list[str],
+        timeout_ms: int | None,
+    ) -> JoinAnswer:
+        """Join step ``ordinal`` of the parent on ``child_ids``: over, or parked (fenced).
+
+        Raises :class:`LeaseLost` when fenced out (nothing written).
+        """
+        keys = self.keys(lease.queue)
+        args = JoinArgs(
+            owner_id=lease.owner_id,
+            fence=lease.fence,
+            run_id=lease.run_id,
+            ordinal=ordinal,
+            mode=mode.value,
+            timeout_ms="" if timeout_ms is None else timeout_ms,
+            maxlen=self.events_maxlen,
+            wake_channel=keys.wake_channel,
+            max_waits=self.max_waits,
+            groups=[ChildIdGroup(child_id) for child_id in child_ids],
+        )
+        reply = await JOIN_CHILDREN.send(self.scripts, self.client, keys, args)
+        if reply.code == ScriptCode.LOST:  # INVALID is a stranger's id here, not a status
+            raise LeaseLost(lease.run_id, lease.fence)
+        outcome = _JOIN_OUTCOMES[ScriptCode(reply.code)]
+        if outcome == JoinOutcome.STRANGER:
+            return JoinAnswer(outcome, [], stranger=reply.value)
+        until = int(reply.value) if reply.value.isdigit() else None
+        return JoinAnswer(outcome, reply.outcomes, until_ms=until)

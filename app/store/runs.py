@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisError, ResponseError
 
 from app.errors import IdempotencyConflict, InvalidTransition, RunNotFound, SingletonConflict
 from app.models import (
@@ -35,6 +36,7 @@ from app.store.codec import (
 )
 from app.store.context import Store
 from app.store.keys import GlobalKeys, queue_of
+from app.store.outbox import Outbox
 from app.store.positions import Position as _Position
 from app.store.queues import declared_queues
 from app.store.ratelimits import StartGate, start_gates_arg
@@ -59,6 +61,8 @@ from app.store.transitions import (
     Transition,
     raise_for,
 )
+
+log = logging.getLogger(__name__)
 
 LIST_SCAN_CHUNK = 200
 LIST_SCAN_BUDGET = 5000
@@ -183,7 +187,7 @@ class RunStore(Store):
         The queue must be declared (the API checks it with ``QueueStore.require``):
         creating a run never declares one.
         """
-        args = self._create_args(new)
+        args = self.create_args(new)
         reply = await CREATE_RUN.send(self.scripts, self.client, self.keys(new.queue), args)
         if reply.code == ScriptCode.REPLAYED:
             return Created(await self.get(reply.run_id), replayed=True)
@@ -207,7 +211,7 @@ class RunStore(Store):
 
         async def one_queue(indexes: list[int]) -> None:
             keys = self.keys(news[indexes[0]].queue)
-            calls = [CREATE_RUN.call(keys, self._create_args(news[i])) for i in indexes]
+            calls = [CREATE_RUN.call(keys, self.create_args(news[i])) for i in indexes]
             replies = await self.scripts.pipeline(self.client, calls, raise_on_error=False)
             replayed: dict[int, str] = {}
             for i, raw in zip(indexes, replies, strict=True):
@@ -235,7 +239,8 @@ class RunStore(Store):
         replies = cast(list[dict[str, str]], await pipe.execute())
         return [run_from_hash(fields) if fields else None for fields in replies]
 
-    def _create_args(self, new: NewRun) -> CreateArgs:
+    def create_args(self, new: NewRun) -> CreateArgs:
+        """``create_run``'s ARGV for ``new`` (a new id unless ``new.run_id`` names one)."""
         return CreateArgs(
             run_id=new.run_id or new_run_id(new.queue),
             queue=new.queue,
@@ -319,7 +324,20 @@ class RunStore(Store):
             run_id, self.retention.script_arg(), self.events_maxlen, keys.cancel_channel
         )
         reply = await self._on_run(CANCEL_RUN, run_id, args, "cancel")
+        if reply.status == RunStatus.CANCELLED.value:
+            await self._cascade_now(run_id)
         return RunStatus(reply.status)
+
+    async def _cascade_now(self, run_id: str) -> None:
+        """A cancelled parent's children are cancelled at once (issue 17); never raises.
+
+        One take of the outbox entry its end left; a run without children has none.
+        What fails here stays in the outbox for the reconcilers' sweep.
+        """
+        try:
+            await Outbox(self.ctx).deliver_end_of(run_id)
+        except RedisError as exc:
+            log.warning("the cascade of %s was left to the outbox sweep: %s", run_id, exc)
 
     async def delete(self, run_id: str) -> RunStatus:
         """Delete a finished run and every key of it now; returns the status it had.

@@ -1097,6 +1097,137 @@ SPAWN_CHILD: Transition[SpawnArgs, SpawnReply] = Transition(
 )
 
 
+# --- join_children / child_ended / cancel_children / take_outbox -------------------
+
+
+class ChildIdGroup(NamedTuple):
+    """One child id in a variadic ARGV tail."""
+
+    child_id: str
+
+
+class JoinArgs(NamedTuple):
+    """ARGV of ``join_children``."""
+
+    owner_id: str
+    fence: int
+    run_id: str
+    ordinal: int
+    mode: str  # all | any | settled
+    timeout_ms: int | str  # '' for none
+    maxlen: int
+    wake_channel: str
+    max_waits: int
+    groups: Sequence[ChildIdGroup]
+
+
+class JoinReply(NamedTuple):
+    """``join_children``'s answer: its code, value, and (REPLAYED) one outcome per child."""
+
+    code: str
+    value: str
+    outcomes: list[str]
+
+
+def _join_keys(k: QueueKeys, run_id: str, a: JoinArgs) -> tuple[str, ...]:
+    return (
+        k.run(a.run_id),
+        k.events(a.run_id),
+        k.waits(a.run_id),
+        k.leases,
+        k.delayed,
+        k.family(a.run_id),
+        k.children(a.run_id),
+        k.joining(a.run_id),
+    )
+
+
+def _join_reply(reply: Sequence[Any]) -> JoinReply:
+    return JoinReply(reply[0], reply[1], list(reply[2:]))
+
+
+JOIN_CHILDREN: Transition[JoinArgs, JoinReply] = Transition(
+    "join_children", _join_keys, JoinArgs, _join_reply, durable=True, group=ChildIdGroup
+)
+
+
+class ChildEndedArgs(NamedTuple):
+    """ARGV of ``child_ended``."""
+
+    parent_id: str
+    child_id: str
+    status: str
+    outcome: str  # '{"status":"<status>","output":...,"error":...}'
+    maxlen: int
+    wake_channel: str
+
+
+def _child_ended_keys(k: QueueKeys, run_id: str, a: ChildEndedArgs) -> tuple[str, ...]:
+    return (
+        k.run(a.parent_id),
+        k.events(a.parent_id),
+        k.family(a.parent_id),
+        k.children(a.parent_id),
+        k.joining(a.parent_id),
+        k.delayed,
+    )
+
+
+CHILD_ENDED: Transition[ChildEndedArgs, CodeReply] = Transition(
+    "child_ended", _child_ended_keys, ChildEndedArgs, _code_reply, durable=True
+)
+
+
+class CancelChildrenArgs(NamedTuple):
+    """ARGV of ``cancel_children``."""
+
+    parent_id: str
+    reason: str  # parent_cancelled | parent_ended
+    retention: str
+    maxlen: int
+    unborn_ms: int
+    groups: Sequence[ChildIdGroup]
+
+
+def _cancel_children_keys(k: QueueKeys, run_id: str, a: CancelChildrenArgs) -> tuple[str, ...]:
+    return (k.run_prefix, k.events_prefix, k.leases, k.delayed, k.idem_prefix)
+
+
+def _statuses(reply: Sequence[Any]) -> CodeReply:
+    return CodeReply(reply[0], ",".join(reply[1:]))
+
+
+CANCEL_CHILDREN: Transition[CancelChildrenArgs, CodeReply] = Transition(
+    "cancel_children",
+    _cancel_children_keys,
+    CancelChildrenArgs,
+    _statuses,
+    durable=True,
+    group=ChildIdGroup,
+)
+
+
+class TakeOutboxArgs(NamedTuple):
+    """ARGV of ``take_outbox``."""
+
+    max_entries: int
+    hold_ms: int
+    entry: str  # '' for the due ones
+
+
+def _outbox_keys(k: QueueKeys, run_id: str, a: TakeOutboxArgs) -> tuple[str, ...]:
+    return (k.outbox,)
+
+
+def _entries(reply: Sequence[Any]) -> list[str]:
+    return list(reply[1:])
+
+
+TAKE_OUTBOX: Transition[TakeOutboxArgs, list[str]] = Transition(
+    "take_outbox", _outbox_keys, TakeOutboxArgs, _entries
+)
+
+
 TRANSITIONS: dict[str, Transition[Any, Any]] = {
     t.name: t
     for t in (
@@ -1131,6 +1262,10 @@ TRANSITIONS: dict[str, Transition[Any, Any]] = {
         PUT_SCHEDULE,
         FIRE_SCHEDULE,
         SPAWN_CHILD,
+        JOIN_CHILDREN,
+        CHILD_ENDED,
+        CANCEL_CHILDREN,
+        TAKE_OUTBOX,
     )
 }
 """Every binding by script name (a test holds it to ``scripts/lua``)."""

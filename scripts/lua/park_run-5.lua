@@ -144,7 +144,7 @@ record.status = 'waiting'
 local record_json = cjson.encode(record)
 local run_prefix = string.sub(KEYS[1], 1, #KEYS[1] - #run_id)
 local k = {leases = KEYS[4], run_prefix = run_prefix,
-  events_prefix = string.sub(KEYS[2], 1, #KEYS[2] - #run_id)}
+  events_prefix = string.sub(KEYS[2], 1, #KEYS[2] - #run_id), delayed = KEYS[5]}
 if kind == 'human' then
   local escalation = cjson.encode({reason = 'ask_human', question = question, step = step})
   local waiting_for = cjson.encode({kind = kind, subject = name, step = step, since_ms = now})
@@ -159,16 +159,5 @@ local data = cjson.encode({kind = kind, subject = name, step = step, until_ms = 
 local waiting_for = cjson.encode({kind = kind, subject = name, step = step,
   until_ms = until_ms, since_ms = now})
 redis.call('HSET', KEYS[3], step, record_json)
-local new_fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
-redis.call('HSET', KEYS[1], 'status', 'waiting', 'waiting_for', waiting_for)
-redis.call('HDEL', KEYS[1], 'owner_id', 'lease_expires_at')
-redis.call('ZREM', KEYS[4], run_id)
--- a waiting run holds no slot and no singleton: they come back now (release_held)
-give_back(k.run_prefix, run_id)
-emit(KEYS[1], KEYS[2], 'wait', new_fence, now, data, maxlen)
-if until_ms then
-  redis.call('ZADD', KEYS[5], until_ms, run_id)
-  -- idle workers claim once and learn the earliest delayed time (their timer's next wake)
-  redis.call('PUBLISH', ARGV[11], 'ready')
-end
+park_waiting(k, KEYS[1], KEYS[2], run_id, now, data, waiting_for, until_ms, ARGV[11], maxlen)
 return {'OK', until_ms and tostring(until_ms) or ''}

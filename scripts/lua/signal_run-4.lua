@@ -83,14 +83,8 @@ if waited then
   if seen_field then
     redis.call('HSET', KEYS[3], seen_field, fingerprint .. ' delivered')
   end
-  redis.call('HSET', KEYS[1], 'status', 'queued')
-  redis.call('HDEL', KEYS[1], 'waiting_for')
+  requeue_waiting(KEYS[1], KEYS[4], run_id, wait, now, ARGV[6])
   emit(KEYS[1], KEYS[2], 'signal', cur[3], now, data, maxlen)
-  -- a timeout already due was promoted to the ready queue by a claim: it is there
-  if redis.call('ZSCORE', KEYS[4], run_id) or not wait.until_ms then
-    redis.call('ZADD', KEYS[4], now, run_id)
-  end
-  redis.call('PUBLISH', ARGV[6], 'ready')
   return {'OK', 'delivered'}
 end
 

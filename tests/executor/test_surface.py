@@ -13,7 +13,7 @@ import types
 
 import app.errors
 import app.executor
-from app.executor.children import Child
+from app.executor.children import Child, ChildOutcome
 from app.executor.context import RunContext
 from app.handlers import handler
 from app.supervision.operation import Operation
@@ -23,6 +23,7 @@ HANDLER_SURFACE = {
     "handler": handler,
     "Operation": Operation,
     "Child": Child,
+    "ChildOutcome": ChildOutcome,
     **{
         name: getattr(app.errors, name)
         for name in (

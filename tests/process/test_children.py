@@ -12,10 +12,15 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from app.models import RunStatus
+from app.models import QueueLimits, RunStatus
+from app.processes import Child
 from app.settings import Settings
+from app.store.flow import FlowStore
 from app.store.keys import QueueKeys
 from app.store.runs import NewRun, RunStore
+from app.store.scripts import Scripts
+from app.store.waits import WaitStore
+from app.store.workers import list_workers
 from tests.support.family_handlers import trail_key
 from tests.support.polling import eventually, wait_status
 from tests.support.processes import Processes
@@ -52,7 +57,8 @@ async def test_a_parent_killed_after_spawn_is_taken_over_and_gets_the_same_child
     parent = await submit(
         run_store,
         "test.fan_out",
-        input={"children": 2, "hang_after_spawn": True},
+        # detached: the children may still be queued when the parent succeeds
+        input={"children": 2, "hang_after_spawn": True, "on_parent_end": "detach"},
         max_attempts=3,
         on_lease_expired="retry",
     )
@@ -127,3 +133,185 @@ async def test_a_spawn_the_api_would_refuse_fails_typed_and_creates_nothing(
         assert done.error is not None and done.error.code == "spawn_refused", done.error
         assert detail in done.error.details, done.error
         assert await runs_where(redis_client, settings.prefix, "parent_id", parent) == []
+
+
+KIDS = "kids"
+
+
+def flow(settings: Settings, client: aioredis.Redis) -> FlowStore:
+    return FlowStore(
+        client, scripts=Scripts(), prefix=settings.prefix, events_maxlen=settings.events_maxlen
+    )
+
+
+async def statuses(run_store: RunStore, ids: list[str]) -> list[RunStatus]:
+    return [(await run_store.get(run_id)).status for run_id in ids]
+
+
+async def spawned_ids(client: aioredis.Redis, prefix: str, parent: str) -> list[str]:
+    lines = await eventually(
+        lambda: trail(client, prefix, parent), until=bool, what="the parent's spawns"
+    )
+    return lines[0].split(":")[2].split(",")
+
+
+async def test_a_joining_parent_holds_no_lease_and_no_slot_and_resumes_with_the_outputs(
+    processes: Processes, run_store: RunStore, redis_client: aioredis.Redis, settings: Settings
+) -> None:
+    # one run of the key at a time: the children (which inherit the key) can only start
+    # once the parent gave its slot back, and each gives it back while it waits
+    await flow(settings, redis_client).set_limits(QUEUE, QueueLimits(keys={"tenant-1": 1}))
+    processes.worker("--concurrency", "4")
+    parent = await submit(
+        run_store,
+        "test.fan_in",
+        input={"children": 2, "handler": "test.await_signal", "child_input": {"name": "go"}},
+        concurrency_key="tenant-1",
+    )
+    kids = await spawned_ids(redis_client, settings.prefix, parent)
+    await eventually(
+        lambda: statuses(run_store, [parent, *kids]),
+        until=lambda got: got == [RunStatus.WAITING] * 3,
+        what="the parent parked in its join and both children parked on their signal",
+    )
+    keys = QueueKeys(settings.prefix, QUEUE)
+    parked = await run_store.get(parent)
+    assert parked.owner_id is None
+    assert parked.waiting_for is not None and parked.waiting_for["kind"] == "join"
+    assert await redis_client.zscore(keys.leases, parent) is None
+    assert await redis_client.hget(keys.run(parent), "held") is None
+    assert await redis_client.hget(keys.slots, "k:tenant-1") is None  # nobody holds the key
+    assert (await run_store.get(kids[0])).concurrency_key == "tenant-1"  # inherited
+
+    waits = WaitStore.for_settings(redis_client, Scripts(), settings)
+    for n, kid in enumerate(kids):
+        await waits.signal(kid, "go", f'{{"n":{n}}}', max_pending=4)
+    done = await wait_status(run_store, parent, RunStatus.SUCCEEDED, RunStatus.FAILED)
+    assert done.status == RunStatus.SUCCEEDED, done.error
+    assert done.output is not None
+    assert [out["payload"] for out in done.output["joined"]] == [{"n": 0}, {"n": 1}]
+    events = await run_store.read_events(parent)
+    assert [e.type for e in events].count("child_ended") == 2
+    waits_seen = [e for e in events if e.type == "wait"]
+    assert [w.data["kind"] for w in waits_seen] == ["join"]
+
+
+async def running_family(
+    processes: Processes,
+    run_store: RunStore,
+    client: aioredis.Redis,
+    prefix: str,
+    *,
+    children: int,
+    mode: str = "all",
+) -> tuple[Child, str, list[str]]:
+    """A parent parked in its join, its ``children`` sleeping on another queue's worker.
+
+    Returns that worker (to kill or pause), the parent and the children, once all run.
+    """
+    kid_worker = processes.worker("--queues", KIDS, "--concurrency", str(children))
+    processes.worker("--concurrency", "2")
+    await eventually(
+        lambda: client.sismember(f"{prefix}:queues", KIDS),
+        until=bool,
+        what="the kids' worker to declare its queue",
+    )
+    sleepy = {"handler": "demo.sleep", "child_input": {"seconds": 120}, "queue": KIDS}
+    parent = await submit(
+        run_store, "test.fan_in", input={"children": children, "mode": mode, **sleepy}
+    )
+    kids = await spawned_ids(client, prefix, parent)
+    await eventually(
+        lambda: statuses(run_store, [parent, *kids]),
+        until=lambda got: got == [RunStatus.WAITING] + [RunStatus.RUNNING] * children,
+        what="every child running, the parent parked",
+    )
+    return kid_worker, parent, kids
+
+
+async def test_a_killed_childs_worker_orphans_it_and_the_parked_parent_resumes_with_that(
+    processes: Processes, run_store: RunStore, redis_client: aioredis.Redis, settings: Settings
+) -> None:
+    kid_worker, parent, kids = await running_family(
+        processes, run_store, redis_client, settings.prefix, children=2, mode="settled"
+    )
+    kid_worker.signal(signal.SIGKILL)
+    assert kid_worker.wait(timeout_s=10) is not None
+
+    done = await wait_status(run_store, parent, RunStatus.SUCCEEDED, RunStatus.FAILED)
+    assert done.status == RunStatus.SUCCEEDED, done.error
+    assert done.output is not None
+    joined = done.output["joined"]
+    assert [o["child_id"] for o in joined] == kids
+    assert [o["status"] for o in joined] == ["orphaned", "orphaned"]
+    assert all(o["error"]["code"] for o in joined)  # the orphan's own typed error
+
+
+async def test_cancelling_a_parent_cancels_its_five_live_children_once_even_on_a_paused_worker(
+    processes: Processes, run_store: RunStore, redis_client: aioredis.Redis, settings: Settings
+) -> None:
+    kid_worker, parent, kids = await running_family(
+        processes, run_store, redis_client, settings.prefix, children=5
+    )
+    kid_worker.signal(signal.SIGSTOP)
+    assert await run_store.cancel(parent) == RunStatus.CANCELLED
+    # the paused worker cannot stop them: their leases run out and a reconciler ends them
+    await eventually(
+        lambda: statuses(run_store, kids),
+        until=lambda got: got == [RunStatus.CANCELLED] * 5,
+        what="all five children cancelled",
+    )
+    before = {kid: await run_store.read_events(kid) for kid in kids}
+    kid_worker.signal(signal.SIGCONT)
+    # the woken worker learns its leases are gone (renewal answers LOST) and drops them
+    await eventually(
+        lambda: list_workers(redis_client, settings.prefix, settings.lease_ttl_ms),
+        until=lambda infos: any(
+            KIDS in info.queues and info.running == 0 and info.alive for info in infos
+        ),
+        what="the resumed worker to hold nothing",
+    )
+    terminal = {"succeeded", "failed", "cancelled", "orphaned", "expired"}
+    for run_id in [parent, *kids]:
+        events = await run_store.read_events(run_id)
+        assert [e.type for e in events if e.type in terminal] == ["cancelled"], run_id
+        if run_id != parent:
+            assert events == before[run_id], f"{run_id}: written after its cancellation"
+            cancel = next(e for e in events if e.type == "cancel_requested")
+            assert cancel.data["reason"] == "parent_cancelled"
+            assert cancel.data["parent_id"] == parent
+
+
+async def test_hostile_joins_fail_typed_and_a_timeout_is_join_timeout(
+    processes: Processes, run_store: RunStore, redis_client: aioredis.Redis, settings: Settings
+) -> None:
+    processes.worker("--concurrency", "8")
+    stranger = await submit(run_store, "demo.echo")
+    cases = {
+        "no children": ({"children": 0, "join_ids": []}, "invalid_wait"),
+        "a stranger": ({"children": 1, "join_ids": [stranger]}, "invalid_wait"),
+        "not an id": ({"children": 1, "join_ids": ["../../etc"]}, "invalid_wait"),
+        "a bad mode": ({"children": 1, "mode": "most"}, "invalid_wait"),
+        "an endless timeout": ({"children": 1, "timeout_s": 1e300}, "invalid_wait"),
+        "a timeout": (
+            {
+                "children": 1,
+                "handler": "demo.sleep",
+                "child_input": {"seconds": 60},
+                "timeout_s": 0.5,
+            },
+            "join_timeout",
+        ),
+    }
+    parents = {
+        name: await submit(run_store, "test.fan_in", input=spec)
+        for name, (spec, _) in cases.items()
+    }
+    for name, (_, code) in cases.items():
+        done = await wait_status(run_store, parents[name], RunStatus.SUCCEEDED, RunStatus.FAILED)
+        assert done.status == RunStatus.FAILED, name
+        assert done.error is not None and done.error.code == code, (name, done.error)
+    timed_out = await run_store.get(parents["a timeout"])
+    (kid,) = await runs_where(redis_client, settings.prefix, "parent_id", timed_out.id)
+    # the parent failed: its live child got the default policy, cancel
+    assert (await wait_status(run_store, kid, RunStatus.CANCELLED)).status == RunStatus.CANCELLED

@@ -131,8 +131,7 @@ async def test_a_spawn_step_names_one_child_for_ever_and_a_second_create_makes_n
     # in the parent's index before the child exists: a cascade never misses it
     assert await w.client.zrange(index, 0, -1) == [first.child_id]
 
-    created = await w.children.create_child(child_of(first, parent))
-    assert not created.replayed
+    assert await w.children.create_child(child_of(first, parent))  # created
     stored = await w.runs.get(first.child_id)
     assert (stored.parent_id, stored.root_id, stored.depth) == (parent.id, parent.id, 1)
     assert stored.queue == OTHER and stored.status == RunStatus.QUEUED
@@ -140,7 +139,7 @@ async def test_a_spawn_step_names_one_child_for_ever_and_a_second_create_makes_n
     # a takeover (or a reply lost) meets the step again: the same child, created once
     again = await spawn(w.children, parent.lease, 1)
     assert (again.answer, again.child_id) == (SpawnAnswer.REPLAYED, first.child_id)
-    assert (await w.children.create_child(child_of(again, parent))).replayed
+    assert not await w.children.create_child(child_of(again, parent))  # existed
     assert await runs_of_parent(w, OTHER, parent.id) == 1
     assert await w.client.zcard(index) == 1
 

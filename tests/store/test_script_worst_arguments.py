@@ -21,10 +21,11 @@ from redis.exceptions import ResponseError
 
 from app.models import QueueLimits, RateLimitSpec, RunStatus
 from app.settings import Settings
-from app.store.children import ChildStore, OnParentEnd, SpawnLimits
+from app.store.children import ChildStore, JoinMode, OnParentEnd, SpawnLimits
 from app.store.flow import FlowStore
 from app.store.keys import GlobalKeys, QueueKeys
 from app.store.leases import Lease, LeaseRenewer, LeaseStore, Outcome
+from app.store.outbox import Outbox
 from app.store.progress import EffectCall, EffectOutcome, ProgressStore
 from app.store.queues import QueueStore
 from app.store.ratelimits import Declared, RateLimitStore
@@ -411,6 +412,72 @@ async def _spawn_child(w: World) -> ScriptCall:
     )
 
 
+async def _family(w: World) -> tuple[Lease, list[str]]:
+    """A held parent with two children on its queue: one ended (in the outbox), one queued."""
+    (lease,) = await w.held()
+    real = ChildStore(w.runs.ctx)
+    ids = []
+    for ordinal in (1, 2):
+        step = await real.record_spawn(
+            lease,
+            ordinal=ordinal,
+            child_queue=QUEUE,
+            on_parent_end=OnParentEnd.CANCEL,
+            limits=SpawnLimits(),
+        )
+        await real.create_child(
+            NewRun(
+                handler="demo.echo",
+                input={"n": 1},
+                run_id=step.child_id,
+                parent_id=lease.run_id,
+                root_id=step.root_id,
+                depth=step.depth,
+            )
+        )
+        ids.append(step.child_id)
+    await w.runs.cancel(ids[0])
+    return lease, ids
+
+
+async def _join_children(w: World) -> ScriptCall:
+    lease, ids = await _family(w)
+    captured = ChildStore(w.c_runs.ctx)
+    return await capture(
+        captured.join(lease, ordinal=1, mode=JoinMode.ALL, child_ids=ids, timeout_ms=60_000)
+    )
+
+
+async def _child_ended(w: World) -> ScriptCall:
+    lease, ids = await _family(w)
+    await ChildStore(w.runs.ctx).join(
+        lease, ordinal=1, mode=JoinMode.SETTLED, child_ids=ids, timeout_ms=None
+    )
+    await w.leases.claim(QUEUE, OWNER, 5)  # the second child runs
+    await w.c_runs.client.hset(
+        w.keys.run(ids[1]), mapping={"status": "succeeded", "output": '{"a":[1,2.5]}'}
+    )
+    return await capture(Outbox(w.c_runs.ctx).deliver(QUEUE, f"ended {ids[1]}"))
+
+
+async def _cancel_children(w: World) -> ScriptCall:
+    lease, _ids = await _family(w)
+    await ChildStore(w.runs.ctx).record_spawn(
+        lease,
+        ordinal=3,
+        child_queue=QUEUE,
+        on_parent_end=OnParentEnd.CANCEL,
+        limits=SpawnLimits(),
+    )  # never created: a tombstone
+    await w.leases.finish_and_claim(QUEUE, OWNER, [Outcome(lease, RunStatus.SUCCEEDED)], 0)
+    return await capture(Outbox(w.c_runs.ctx).deliver(QUEUE, f"cascade {lease.run_id}"))
+
+
+async def _take_outbox(w: World) -> ScriptCall:
+    await _family(w)
+    return await capture(Outbox(w.c_runs.ctx).take(QUEUE))
+
+
 def _schedule_fields(**extra: object) -> dict[str, object]:
     return {
         "queue": QUEUE,
@@ -490,6 +557,10 @@ SETUPS: dict[str, Setup] = {
     "set_priority": _set_priority,
     "recount_slots": _recount_slots,
     "spawn_child": _spawn_child,
+    "join_children": _join_children,
+    "child_ended": _child_ended,
+    "cancel_children": _cancel_children,
+    "take_outbox": _take_outbox,
 }
 
 

@@ -85,10 +85,43 @@ class BombInput(BaseModel):
 
 @handler("test.fork_bomb")
 async def fork_bomb(ctx: RunContext, params: BombInput) -> dict[str, Any]:
-    """Spawn itself, twice, for ever: stopped by LEASEHOLD_MAX_RUN_DEPTH."""
+    """Spawn itself, twice, for ever, and wait for both: stopped by LEASEHOLD_MAX_RUN_DEPTH."""
     try:
         first = await ctx.spawn("test.fork_bomb", {})
         second = await ctx.spawn("test.fork_bomb", {})
     except SpawnRefused as exc:
         return {"refused": exc.details}
+    await ctx.join([first, second])
     return {"children": [first.id, second.id]}
+
+
+class FanInInput(BaseModel):
+    children: int = 2
+    handler: str = "demo.echo"
+    child_input: dict[str, Any] = {}
+    queue: str | None = None
+    mode: str = "all"
+    timeout_s: float | None = None
+    join_ids: list[str] | None = None  # join these instead of the children (hostile joins)
+
+
+@handler("test.fan_in")
+async def fan_in(ctx: RunContext, params: FanInInput) -> dict[str, Any]:
+    """Spawn ``children`` children, trail their ids, join them, return what the join gave."""
+    kids = [
+        await ctx.spawn(params.handler, params.child_input, queue=params.queue)
+        for _ in range(params.children)
+    ]
+    await _trail(ctx, "spawned:" + ",".join(kid.id for kid in kids))
+    joined = await ctx.join(
+        params.join_ids if params.join_ids is not None else kids,
+        mode=params.mode,
+        timeout_s=params.timeout_s,
+    )
+    await _trail(ctx, "joined")
+    if params.mode == "settled":
+        joined = [
+            {"child_id": o.child_id, "status": o.status, "output": o.output, "error": o.error}
+            for o in joined
+        ]
+    return {"children": [kid.id for kid in kids], "joined": joined}

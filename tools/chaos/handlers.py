@@ -232,3 +232,29 @@ def judge(evidence: dict[str, Any]) -> dict[str, str]:
     if evidence.get("subject") == ESCALATION_SUBJECT:
         return {"verdict": "ESCALATE", "reason": "the pager needs a person"}
     return {"verdict": "RENEW", "reason": "not the pager"}
+
+
+class FamilyInput(BaseModel):
+    """How many children to spawn (``chaos.tick`` each), for how long, and how to join them."""
+
+    children: int = Field(default=2, ge=1, le=5)
+    child_s: float = Field(default=0.5, ge=0)
+    mode: str = "settled"
+
+
+@handler("chaos.family")
+async def family(ctx: RunContext, params: FamilyInput) -> dict[str, Any]:
+    """Spawn children and join them (parked, no lease); return what each child's end was.
+
+    The checker holds it to exactly one child per spawn step (counted by parent_id), and
+    a succeeded parent to having seen every child's own terminal status.
+    """
+    _record_tick(ctx)
+    kids = [
+        await ctx.spawn("chaos.tick", {"seconds": params.child_s, "every_s": 0.1})
+        for _ in range(params.children)
+    ]
+    outcomes = await ctx.join(kids, mode="settled")
+    _record_tick(ctx)
+    seen = [{"id": o.child_id, "status": o.status} for o in outcomes]
+    return _returning(ctx, {**_identity(ctx), "children": seen})

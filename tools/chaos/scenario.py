@@ -32,7 +32,7 @@ import redis.asyncio as aioredis
 from app.models import QueueLimits
 from app.store.connection import async_client
 from app.store.keys import QueueKeys
-from tools.chaos import checker, figures, flow, promises, rates, schedules
+from tools.chaos import checker, family, figures, flow, promises, rates, schedules
 from tools.chaos.checker import Snapshot, Violation
 from tools.chaos.cluster import Cluster, ClusterConfig
 from tools.chaos.faults import QUEUE, REDIS_DOWN_KINDS, STALE_KINDS, FaultKind, Injector, now_ms
@@ -169,7 +169,7 @@ class ChaosRun:
             snapshot,
             self.workload.runs,
             frozenset(gone.deleted | gone.maybe_deleted | gone.vanished),
-            schedules.scheduled_ids(snapshot),
+            schedules.scheduled_ids(snapshot) | family.child_ids(snapshot),
         )
         violations += checker.check_settled(snapshot)
         violations += checker.check_parked_hold_nothing(snapshot)
@@ -211,6 +211,7 @@ class ChaosRun:
         returned, self.returns_compared = promises.check_returns(snapshot, side_dir, pressure)
         violations += returned
         violations += promises.check_cancels(self.workload.runs, snapshot, self.tap)
+        violations += await family.check_families(self.redis, self.cluster.prefix, snapshot)
         violations += await flow.check_slots_returned(
             self.redis, self.cluster.prefix, QUEUE, snapshot
         )

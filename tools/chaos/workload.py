@@ -11,6 +11,9 @@ Runs are created at a steady rate, each from a seeded plan:
 * ``flaky``    ``demo.fail`` with a retryable error and two attempts;
 * ``nap``      ``chaos.nap``: parks in a durable ``ctx.sleep`` for about a lease and
                must wake, on whichever worker is alive, whatever faults land meanwhile.
+* ``family``   ``chaos.family``: spawns 2-3 ``chaos.tick`` children and joins them
+               (parked, no lease): one child per spawn step, every end seen by the
+               parent, none left running after it (:mod:`tools.chaos.family`).
 
 Seven in ten runs name one of four tenants as ``concurrency_key``; the queue limits
 each key to a few running runs (:mod:`tools.chaos.flow` checks it held).
@@ -69,6 +72,7 @@ MIX = [
     ("flaky", 8),
     ("nap", 6),
     ("quota", 8),
+    ("family", 6),
 ]
 
 
@@ -153,6 +157,11 @@ def _handler_input(kind: str, rng: random.Random, ttl_s: float) -> tuple[str, di
         return "chaos.escalate", {"lease_s": 0.3}
     if kind == "nap":
         return "chaos.nap", {"seconds": rng.uniform(0.5, 2.0) * ttl_s}
+    if kind == "family":
+        return "chaos.family", {
+            "children": rng.randint(2, 3),
+            "child_s": rng.uniform(0.2, 1.5) * ttl_s,
+        }
     if kind == "quota":
         return "chaos.quota", {"calls": rng.randint(1, 3)}
     return "demo.fail", {"message": "flaky upstream", "retryable": True}

@@ -421,6 +421,43 @@ local function wait_name_arg(value)
   return value
 end
 
+-- Park a held run in `waiting` on a durable wait (park_run's sleeps and signals,
+-- join_children's joins): the lease goes (fence+1, owner dropped), so its owner can write
+-- nothing more, every slot it held comes back (give_back), and the `wait` event (data)
+-- says what for; with a deadline it wakes through the delayed set (claim_runs promotes
+-- it), and idle workers learn the earliest delayed time. k: {leases, run_prefix, delayed}.
+-- Encodes nothing: the caller encoded data and waiting_for before its first write.
+local function park_waiting(k, run_key, events_key, run_id, now, data, waiting_for, until_ms,
+    wake_channel, maxlen)
+  local new_fence = redis.call('HINCRBY', run_key, 'fence', 1)
+  redis.call('HSET', run_key, 'status', 'waiting', 'waiting_for', waiting_for)
+  redis.call('HDEL', run_key, 'owner_id', 'lease_expires_at')
+  redis.call('ZREM', k.leases, run_id)
+  -- a waiting run holds no slot and no singleton: they come back now (release_held)
+  give_back(k.run_prefix, run_id)
+  emit(run_key, events_key, 'wait', new_fence, now, data, maxlen)
+  if until_ms then
+    redis.call('ZADD', k.delayed, until_ms, run_id)
+    redis.call('PUBLISH', wake_channel, 'ready')
+  end
+  return new_fence
+end
+
+-- A parked `waiting` run's wait is over (its signal came: signal_run; its children met
+-- its join: child_ended): it is queued again through the delayed set at the Redis
+-- clock's now, so the claim path (its slots and limits) takes it, and the handler replays
+-- from the top. wait: its decoded waiting_for. The caller emits the event after this
+-- (the status is then `queued`). A timeout already due was promoted by a claim: the run
+-- is in its lane then, and is not queued twice.
+local function requeue_waiting(run_key, delayed_key, run_id, wait, now, wake_channel)
+  redis.call('HSET', run_key, 'status', 'queued')
+  redis.call('HDEL', run_key, 'waiting_for')
+  if redis.call('ZSCORE', delayed_key, run_id) or not wait.until_ms then
+    redis.call('ZADD', delayed_key, now, run_id)
+  end
+  redis.call('PUBLISH', wake_channel, 'ready')
+end
+
 -- A queue's unclaimed index sits beside its run records: store/keys.py builds
 -- `<tag>:run:` and `<tag>:unclaimed` from the same tag (a test holds the two equal).
 -- Derived from the run prefix, so a run's first claim and finalize drop it from the
@@ -463,12 +500,28 @@ local function family_key_of(run_prefix, run_id)
   return queue_key_of(run_prefix, 'family:' .. run_id)
 end
 
+-- The queue's outbox (zset '<kind> <run id>' -> ms): ends that must reach another slot,
+-- kept until a deliverer (store/outbox.py) has written them there. 'ended <id>': a child
+-- ended, its parent must learn its outcome (child_ended); 'cascade <id>': a parent ended,
+-- its live children get its policy (cancel_children). take_outbox hands them out.
+local function outbox_of(run_prefix)
+  return queue_key_of(run_prefix, 'outbox')
+end
+
 -- A run of a family ended (finalize calls this, once, for every terminal write): its
--- family keys expire with it. Reads its parent_id and children index only.
-local function note_family_end(k, run_id, retention_ms)
+-- family keys expire with it, a parked join's set goes, and its end enters the outbox
+-- of its own slot (Redis Cluster: the parent or the children may live in other slots),
+-- in the same step as the terminal state, so no end is lost between the two.
+local function note_family_end(k, run_id, retention_ms, now)
   local children = children_key_of(k.run_prefix, run_id)
   if redis.call('PEXPIRE', children, retention_ms) == 1 then
+    redis.call('DEL', queue_key_of(k.run_prefix, 'joining:' .. run_id))
     redis.call('PEXPIRE', family_key_of(k.run_prefix, run_id), retention_ms)
+    redis.call('ZADD', outbox_of(k.run_prefix), 'NX', now, 'cascade ' .. run_id)
+  end
+  local parent = redis.call('HGET', k.run_prefix .. run_id, 'parent_id')
+  if parent and parent ~= '' then
+    redis.call('ZADD', outbox_of(k.run_prefix), 'NX', now, 'ended ' .. run_id)
   end
 end
 
@@ -505,7 +558,7 @@ local function finalize(k, run_id, status, fence, now, fields, data, retention, 
   if idem and idem ~= '' then
     redis.call('PEXPIRE', k.idem_prefix .. idem, retention_ms)
   end
-  note_family_end(k, run_id, retention_ms)
+  note_family_end(k, run_id, retention_ms, now)
 end
 
 -- The effects of a run that started and have no recorded outcome, as fields of its
