@@ -220,7 +220,7 @@ class Operation:
         lease_deadline = self.started_at + self.limits.lease_s
         while True:
             now = self._clock()
-            wake_at = min([lease_deadline, *self._budget_deadlines()])
+            wake_at = min([lease_deadline, *self._budget_deadlines(), *self._idle_checks(now)])
             if wake_at > now:
                 await asyncio.sleep(wake_at - now)
                 continue
@@ -250,6 +250,18 @@ class Operation:
         if self._last_progress is not None and limits.idle_s is not None:
             deadlines.append(self._last_progress + limits.idle_s)
         return deadlines
+
+    def _idle_checks(self, now: float) -> list[float]:
+        """Before the first progress, look again every ``idle_s``: idle counts from it.
+
+        The watcher sleeps until its next deadline, and the first progress sets no
+        timer; without these looks an ``idle_s`` far shorter than the lease would be
+        noticed only when the lease fires. A look at most ``idle_s`` after the first
+        progress still finds that progress's idle deadline ahead, so it fires on time.
+        """
+        if self._last_progress is None and self.limits.idle_s is not None:
+            return [now + self.limits.idle_s]
+        return []
 
     def _budget_error(self, now: float) -> LeaseholdError | None:
         limits, elapsed = self.limits, now - self.started_at

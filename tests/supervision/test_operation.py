@@ -90,7 +90,10 @@ async def test_an_operation_that_keeps_progressing_is_never_intervened() -> None
     # a longer lease than the other tests': on a loaded machine the loop can stall for
     # more than 50 ms, and a stall the size of a lease is silence the watchdog rightly sees
     lease_s = 0.2
-    async with operation(recorder, lease_s=lease_s) as op:
+    # and no renewal cap: ten leases of 20 ms sleeps run past the default 10 renewals as
+    # soon as the loop is a little late, and that cap is another rung than the evidence
+    policy = WatchdogPolicy(suspicion_threshold=1.0, max_renewals=1000)
+    async with operation(recorder, policy=policy, lease_s=lease_s) as op:
         for _ in range(100):  # ten leases' worth of work, progress every 20 ms
             await asyncio.sleep(lease_s / 10)
             op.progress(tokens=1)
@@ -179,6 +182,24 @@ async def test_idle_budget_fires_alone_when_chunks_stop() -> None:
             await asyncio.Event().wait()
     assert failure.value.code == "idle_timeout"
     assert recorder.events == []
+
+
+async def test_idle_budget_fires_long_before_the_lease_when_the_first_chunk_comes_late() -> None:
+    recorder = Recorder()
+
+    async def stream() -> None:
+        async with operation(recorder, lease_s=60, idle_s=0.1) as op:
+            await asyncio.sleep(0.05)  # the connection takes a moment: the watcher sleeps first
+            for _ in range(5):
+                op.progress()
+                await asyncio.sleep(0.02)
+            await asyncio.Event().wait()  # the provider hangs mid-answer
+
+    # before the fix the watcher slept until the 60 s lease and only then saw the silence
+    with pytest.raises(IdleTimeout) as failure:
+        await asyncio.wait_for(stream(), timeout=10)
+    assert failure.value.details["elapsed_s"] < 10
+    assert recorder.events == []  # the lease never fired: the budget alone ended it
 
 
 async def test_duration_budget_fires_alone_when_chunks_never_stop() -> None:
