@@ -23,7 +23,7 @@ from app.api.hosts import TrustedHosts, trusted_hosts
 from app.api.hub import EventHub
 from app.api.limits import BodySizeLimit
 from app.api.memory import MemoryAdmission
-from app.api.openapi import complete_openapi
+from app.api.openapi import install_openapi
 from app.api.operations import RetryDrivers
 from app.api.origins import CrossSiteWrites
 from app.api.problems import install_problem_handlers
@@ -169,5 +169,5 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
     install_cors(app, settings.cors_origins)
     # outermost: a Host nobody named (DNS rebinding) is refused before anything else runs
     app.add_middleware(TrustedHosts, hosts=hosts)
-    complete_openapi(app, auth_enabled=bool(settings.api_keys), open_paths=OPEN_PATHS)
+    install_openapi(app, auth_enabled=bool(settings.api_keys), open_paths=OPEN_PATHS)
     return app

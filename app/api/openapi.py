@@ -8,8 +8,11 @@ makes every error response point at the ``Problem`` schema under
 ``application/problem+json``, the media type the API actually sends, so a client
 generated from ``/openapi.json`` (or schemathesis) knows every code it can get.
 
-Run once by :func:`app.api.app.create_app` after every router is included; the
-result is cached on the app, which is what FastAPI serves at ``/openapi.json``.
+Installed by :func:`app.api.app.create_app`; the document is built and completed
+on its first use (the first ``/openapi.json``) and cached on the app, which is what
+FastAPI serves from then on. Not at start: building it is most of what
+``create_app`` would cost (about 0.3 s of CPU), paid by every API process and every
+in-process app whether or not anyone ever reads the document.
 """
 
 from __future__ import annotations
@@ -32,12 +35,28 @@ INTERNAL = "Unexpected error; the response carries no details (they go to the se
 UNAVAILABLE = "Redis cannot be reached; retry later"
 
 
-def complete_openapi(app: FastAPI, *, auth_enabled: bool, open_paths: frozenset[str]) -> None:
-    """Build the app's OpenAPI document now and add the codes no route declares.
+def install_openapi(app: FastAPI, *, auth_enabled: bool, open_paths: frozenset[str]) -> None:
+    """Make ``app.openapi()`` build the document once, completed, on its first call.
 
     ``open_paths`` are the paths that need no key (and do not touch Redis).
     """
-    document = app.openapi()
+    generate = app.openapi
+
+    def completed_openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        document = generate()  # FastAPI keeps it as app.openapi_schema: completed once
+        complete_openapi(document, auth_enabled=auth_enabled, open_paths=open_paths)
+        return document
+
+    # FastAPI's documented way to extend the schema: replace the app's openapi method
+    app.openapi = completed_openapi  # type: ignore[method-assign]
+
+
+def complete_openapi(
+    document: dict[str, Any], *, auth_enabled: bool, open_paths: frozenset[str]
+) -> None:
+    """Add to FastAPI's ``document`` (in place) the codes no route declares."""
     schemas = document.setdefault("components", {}).setdefault("schemas", {})
     schemas.setdefault("Problem", Problem.model_json_schema(ref_template=_ref("{model}")))
     for path, operations in document.get("paths", {}).items():

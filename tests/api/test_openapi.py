@@ -24,6 +24,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from app.api.app import create_app
+from app.settings import Settings
 from tests.support.processes import Processes
 
 PROBLEM = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
@@ -94,6 +96,17 @@ async def test_without_keys_the_document_declares_no_authentication(
     assert "securitySchemes" not in document.get("components", {})
     for method, path, operation in operations(document):
         assert "401" not in operation["responses"], (method, path)
+
+
+def test_the_document_is_built_on_first_use_completed_and_then_served_as_built(
+    settings: Settings,
+) -> None:
+    app = create_app(settings)
+    assert app.openapi_schema is None  # an API that nobody asks for its document never builds it
+    first = app.openapi()
+    assert "Problem" in first["components"]["schemas"]  # completed, not FastAPI's bare one
+    assert "503" in first["paths"]["/runs"]["post"]["responses"]
+    assert app.openapi() is first  # built once: the codes are not added again
 
 
 @pytest.mark.slow
