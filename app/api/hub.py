@@ -141,6 +141,14 @@ def fan_out_all(subscribers: set[Subscription[T]], items: Sequence[T]) -> None:
             subscribers.discard(subscription)
 
 
+def fan_out_frames(subscribers: set[Subscription[Frame]], frames: Sequence[Frame]) -> None:
+    """A run feed's read to every follower: one :class:`Burst`, its direct writes counted once."""
+    burst = Burst(frames)
+    fan_out_all(subscribers, burst)
+    if burst.sent:  # what went straight to followers' sockets
+        SSE_EVENTS_SENT.inc(burst.sent)
+
+
 class Feed(Generic[T]):
     """One followed stream (a run's events, a queue's activity), shared by every subscriber.
 
@@ -401,8 +409,5 @@ class EventHub:
             if frames[-1].terminal:
                 break
         if frames:
-            burst = Burst(frames)
-            fan_out_all(feed.subscribers, burst)
-            if burst.sent:  # what went straight to followers' sockets, counted once
-                SSE_EVENTS_SENT.inc(burst.sent)
+            fan_out_frames(feed.subscribers, frames)
         return bool(frames) and frames[-1].terminal
