@@ -433,6 +433,7 @@ async def live_among(
         "ticks": ticking.ticks,
         "rate_per_s": rate_per_s,
         **distribution(ticking.latencies_s),
+        "emit_to_append": distribution(await append_delays(stack, ticking.run_id)),
         **completeness(ticking.found, ticking.ticks),
         "api_cpu_s": round(ticking.cpu_after["api"] - ticking.cpu_before["api"], 2),
         "client_cpu_s": ticking.found["client_cpu_s"],
