@@ -44,6 +44,7 @@ from collections.abc import Awaitable, Callable
 from redis.exceptions import RedisError
 
 from app.metrics import RECONCILER_ACTIONS, RECONCILER_SCANS, SLOT_RECOUNTS
+from app.retry import REDIS_BACKOFF
 from app.schedule_pass import SchedulePass
 from app.settings import Settings
 from app.store.connection import async_client
@@ -115,13 +116,17 @@ class Reconciler:
     async def _sweep_outboxes(self) -> None:
         """Deliver what every queue's outbox holds, every ``outbox_sweep_s`` (jittered)."""
         assert self._outbox_sweep_s is not None
+        # while Redis is away the sweep backs off (and logs) like every loop that waits for it
+        refusals = REDIS_BACKOFF.streak()
         while True:
             await asyncio.sleep(self._outbox_sweep_s * random.uniform(1 - JITTER, 1 + JITTER))
             try:
                 queues = set(self._queues) | set(await self._run_store.queues())
                 await self._outbox.sweep(queues)
             except (RedisError, OSError) as exc:
-                log.warning("outbox sweep failed: %s", exc)
+                await refusals.wait(exc, what="outbox sweep", logger=log)
+                continue
+            refusals.reset()
 
     async def _scan_forever(self) -> None:
         while True:
