@@ -1,7 +1,8 @@
 -- spawn_child: a handler starts a child run (ctx.spawn): the parent records, fenced, which
 --          child its spawn step names, before the child is created in the child's slot.
 --
--- KEYS[1]  run          hash    the parent's record
+-- KEYS[1]  run          hash    the parent's record (marked `spawned`: finalize then looks
+--                               for its children)
 -- KEYS[2]  children     zset    the parent's children index: child id -> created_at ms
 -- KEYS[3]  family       hash    the parent's family: 'spawn:<ordinal>' -> child id,
 --                               'detach:<child id>' -> '1' for a child that outlives its
@@ -79,4 +80,6 @@ if policy == 'detach' then
   redis.call('HSET', KEYS[3], 'detach:' .. child_id, '1')
 end
 redis.call('ZADD', KEYS[2], now, child_id)
+-- finalize's note_family_end looks for children only on a run marked so
+redis.call('HSET', KEYS[1], 'spawned', 1)
 return {'OK', child_id, root, depth, ckey, traceparent, ''}

@@ -513,13 +513,15 @@ end
 -- of its own slot (Redis Cluster: the parent or the children may live in other slots),
 -- in the same step as the terminal state, so no end is lost between the two.
 local function note_family_end(k, run_id, retention_ms, now)
-  local children = children_key_of(k.run_prefix, run_id)
-  if redis.call('PEXPIRE', children, retention_ms) == 1 then
+  -- one read for a run outside any family (spawn_child marks a parent `spawned`)
+  local family = redis.call('HMGET', k.run_prefix .. run_id, 'parent_id', 'spawned')
+  if family[2] then
+    redis.call('PEXPIRE', children_key_of(k.run_prefix, run_id), retention_ms)
     redis.call('DEL', queue_key_of(k.run_prefix, 'joining:' .. run_id))
     redis.call('PEXPIRE', family_key_of(k.run_prefix, run_id), retention_ms)
     redis.call('ZADD', outbox_of(k.run_prefix), 'NX', now, 'cascade ' .. run_id)
   end
-  local parent = redis.call('HGET', k.run_prefix .. run_id, 'parent_id')
+  local parent = family[1]
   if parent and parent ~= '' then
     redis.call('ZADD', outbox_of(k.run_prefix), 'NX', now, 'ended ' .. run_id)
   end
