@@ -12,8 +12,9 @@ leave every key under the test's prefix exactly as it was.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis.asyncio as aioredis
@@ -22,6 +23,7 @@ from redis.exceptions import ResponseError
 from app.models import QueueLimits, RateLimitSpec, RunStatus
 from app.settings import Settings
 from app.store.children import ChildStore, JoinMode, OnParentEnd, SpawnLimits
+from app.store.connection import async_client
 from app.store.flow import FlowStore
 from app.store.keys import GlobalKeys, QueueKeys
 from app.store.leases import Lease, LeaseRenewer, LeaseStore, Outcome
@@ -39,6 +41,27 @@ from tests.support.snapshots import changes, snapshot
 QUEUE = "default"
 OWNER = "w-1"
 DEEP = "[" * 1001 + "]" * 1001
+# a snapshot SCANs every key of its database, and the session's database 0 holds every
+# earlier test's keys: here, hundreds of snapshots per script cost O(the whole session)
+# each (fire_schedule's case: 2.5 s alone, 66 s after the rest of tests/store)
+OWN_DB = 9
+
+
+@pytest.fixture
+async def redis_client(redis_url: str, prefix: str) -> AsyncIterator[aioredis.Redis]:
+    """A client on a database of this module's own; the test's keys are deleted after it.
+
+    Only keys under the test's prefix are deleted (never a flush): the session's Redis
+    may be one this session did not start (LEASEHOLD_TEST_REDIS_URL).
+    """
+    client = async_client(urlunsplit(urlsplit(redis_url)._replace(path=f"/{OWN_DB}")))
+    yield client
+    keys = [key async for key in client.scan_iter(match=f"{prefix}*", count=1000)]
+    if keys:
+        await client.unlink(*keys)
+    await client.aclose()
+
+
 WORST: list[ScriptArg] = [
     "",
     "x",
