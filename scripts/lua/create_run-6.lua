@@ -53,7 +53,8 @@
 -- invariant: one idempotency key names at most one run, one run id one record; a run is ready only once
 --          its record and its `created` event exist. A singleton key's conflict is
 --          decided in this same step, so two creates of one key in one millisecond
---          meet in order; only a never-claimed (fence 0) queued run is superseded.
+--          meet in order; only a never-claimed queued run (no first_started_at; not
+--          fence 0, as a re-run's fence starts above 0) is superseded.
 -- validate-then-write: every argument is checked, the record and the idempotency key
 --          looked up and the event encoded before the first SET; input, metadata and
 --          budget are stored as the API encoded them (it refuses non-finite numbers).
@@ -120,8 +121,8 @@ if skey ~= '' then
     return {'SINGLETON', active or last, 0}
   end
   if on_conflict == 'replace_queued' and last then
-    local cur = redis.call('HMGET', tag .. 'run:' .. last, 'status', 'fence')
-    if cur[1] == 'queued' and cur[2] == '0' then
+    local cur = redis.call('HMGET', tag .. 'run:' .. last, 'status', 'first_started_at')
+    if cur[1] == 'queued' and not cur[2] then
       superseded = last
     end
   end

@@ -12,9 +12,10 @@
 -- ARGV[3]  maxlen       integer approximate cap of each event stream
 -- returns  {code, actions}  codes: OK; actions is a list of {id, 'expired', fence}
 -- events   expired (terminal), data {reason = 'queued_ttl', queued_for_ms}
--- invariant: only a run that is still `queued` and was never claimed (fence 0) when
---          its time-to-live has passed by the Redis clock *now* is expired, with one
---          terminal event, and leaves its lane in the same step. A first
+-- invariant: only a run that is still `queued` and was never claimed (no
+--          first_started_at; not fence 0, as a re-run's fence goes on from its old
+--          run's) when its time-to-live has passed by the Redis clock *now* is
+--          expired, with one terminal event, and leaves its lane in the same step. A first
 --          claim and every terminal write drop their run from the index themselves;
 --          any other entry found due (a record gone) is only dropped. Idempotent: a
 --          second pass finds nothing left to do.
@@ -34,9 +35,9 @@ local now = now_ms()
 local plans = {}
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
 for _, id in ipairs(due) do
-  local cur = redis.call('HMGET', KEYS[4] .. id, 'status', 'fence', 'created_at')
+  local cur = redis.call('HMGET', KEYS[4] .. id, 'status', 'first_started_at', 'created_at')
   local plan = {id = id}
-  if cur[1] == 'queued' and cur[2] == '0' then
+  if cur[1] == 'queued' and not cur[2] then
     local queued_for = now - (tonumber(cur[3]) or now)
     plan.fields = {'error', cjson.encode({code = 'queued_ttl_expired',
       message = 'expired: not claimed within its queued time-to-live', retryable = false,

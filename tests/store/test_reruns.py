@@ -7,6 +7,7 @@ import redis.asyncio as aioredis
 
 from app.errors import AlreadyRetried, IdempotencyConflict, InvalidTransition, RunNotFound
 from app.models import TERMINAL_EVENT_TYPES, RunStatus
+from app.store.keys import QueueKeys
 from app.store.leases import Lease, LeaseStore, Outcome
 from app.store.progress import EffectAnswer, EffectCall, EffectOutcome, ProgressStore
 from app.store.reruns import Rerun, retry_run
@@ -225,3 +226,44 @@ async def test_an_effect_the_old_run_started_but_never_recorded_is_not_started_a
     again = EffectCall(new_id, "charge", 1, idempotent=False, key_root=created.run.id)
     started = await progress.start_effect(Lease("default", new_id, OWNER, claimed.fence), again)
     assert started.answer == EffectAnswer.UNKNOWN
+
+
+async def test_a_queued_re_run_nobody_claims_expires_by_its_queued_ttl(
+    run_store: RunStore,
+    lease_store: LeaseStore,
+    progress: ProgressStore,
+    redis_client: aioredis.Redis,
+    prefix: str,
+) -> None:
+    # a re-run's fence goes on from its old run's (7912d97), so "never claimed" cannot
+    # be read from fence 0: expire_queued must still end a re-run nobody claimed
+    old_id = await ended(run_store, lease_store, progress)
+    new = (await retry_run(run_store, Rerun(old_id))).run
+    keys = QueueKeys(prefix, "default")
+    assert int(await redis_client.hget(keys.run(new.id), "fence")) > 0
+    await redis_client.zadd(keys.unclaimed, {new.id: 1})  # its queued TTL has passed
+    actions = await lease_store.expire_queued("default")
+    assert [(a.run_id, a.action) for a in actions] == [(new.id, "expired")]
+    expired = await run_store.get(new.id)
+    assert expired.status == RunStatus.EXPIRED
+    assert expired.error is not None and expired.error.code == "queued_ttl_expired"
+    assert [e.type for e in await run_store.read_events(new.id)] == ["created", "expired"]
+    assert (await lease_store.claim("default", OWNER, 5)).runs == []
+
+
+async def test_replace_queued_supersedes_a_queued_re_run_of_its_singleton_key(
+    run_store: RunStore, lease_store: LeaseStore
+) -> None:
+    created = await run_store.create(NewRun(handler="demo.echo", input={}, singleton_key="t"))
+    run = (await lease_store.claim("default", OWNER, 1)).runs[0]
+    outcome = Outcome(run.lease, RunStatus.FAILED, error_json='{"code":"boom","message":"m"}')
+    await lease_store.finish_and_claim("default", OWNER, [outcome], 0)
+    rerun = (await retry_run(run_store, Rerun(created.run.id))).run
+    newest = await run_store.create(
+        NewRun(handler="demo.echo", input={}, singleton_key="t", on_conflict="replace_queued")
+    )
+    gone = await run_store.get(rerun.id)
+    assert gone.status == RunStatus.CANCELLED
+    assert gone.error is not None and gone.error.code == "superseded"
+    claimed = (await lease_store.claim("default", OWNER, 5)).runs
+    assert [r.id for r in claimed] == [newest.run.id]
