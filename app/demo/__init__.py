@@ -2,4 +2,5 @@
 
 from app.demo import agent as agent
 from app.demo import handlers as handlers
+from app.demo import research as research
 from app.demo import waits as waits
