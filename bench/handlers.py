@@ -111,3 +111,42 @@ async def tokens(ctx: RunContext, params: TokensInput) -> dict[str, Any]:
         await ctx.emit("token", {"i": i, "text": " tok"})
     loop_s = time.perf_counter() - loop_start
     return {"emit_loop_s": loop_s, "first_emit_at": first_emit_at, "last_emit_at": time.time()}
+
+
+FAN_KEY = "bench:fan:{run_id}"  # hash: what bench.fan measured, read by bench.children
+
+
+class FanInput(BaseModel):
+    """How many ``demo.echo`` children to spawn on which queue, and whether to join them."""
+
+    n: int = Field(default=1000, ge=1, le=100_000)
+    queue: str = "kids"
+    join: bool = True
+
+
+@handler("bench.fan")
+async def fan(ctx: RunContext, params: FanInput) -> dict[str, Any]:
+    """Spawn ``n`` children, timing the spawns; join them (settled), timing the replay.
+
+    A join parks the run and calls it again from the top once every child ended:
+    the spawns then replay (each answers the recorded child), which is part of
+    what a fan-in costs, so the second pass's spawn time is recorded apart.
+    """
+    key = FAN_KEY.format(run_id=ctx.run_id)
+    first_pass = not ctx.state
+    t0 = time.perf_counter()
+    children = [
+        await ctx.spawn("demo.echo", {"i": i}, queue=params.queue, on_parent_end="detach")
+        for i in range(params.n)
+    ]
+    spawn_s = time.perf_counter() - t0
+    if first_pass:
+        await _redis().hset(key, mapping={"spawn_s": spawn_s, "spawned_at": time.time()})
+        await ctx.checkpoint({"spawned": True})
+    else:
+        await _redis().hset(key, mapping={"replay_s": spawn_s, "resumed_at": time.time()})
+    if not params.join:
+        return {"n": params.n}
+    outcomes = await ctx.join(children, mode="settled")
+    await _redis().hset(key, "joined_at", time.time())
+    return {"n": params.n, "succeeded": sum(1 for o in outcomes if o.succeeded)}
