@@ -123,6 +123,13 @@ async def test_stale_owner_cannot_overwrite_the_new_owners_result(
         ),
     )
     stale = await wait_status(run_store, run_id, RunStatus.RUNNING)
+    # stop the first owner only once its handler runs: `running` is written by the
+    # claim, and on a loaded machine the handler's first line can come much later
+    await eventually(
+        lambda: redis_client.get(executions_key(prefix, run_id)),
+        until=lambda count: count is not None and int(count) == 1,
+        what="the first owner's handler to start",
+    )
     first.signal(signal.SIGSTOP)
     second = processes.worker()
     done = await wait_status(run_store, run_id, RunStatus.SUCCEEDED)
