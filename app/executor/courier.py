@@ -82,6 +82,8 @@ class Courier:
         self._kick = asyncio.Event()
         self._claiming = True
         self._maybe_ready = True  # ready may hold runs: claim when slots are free
+        # wake messages so far: one that came while a claim was in flight is not lost
+        self._wakes = 0
         self._next_due_ms: int | None = None
         # (token, reserved slots) of a claim sent without an answer coming back
         self._unanswered: tuple[str, int] | None = None
@@ -113,6 +115,7 @@ class Courier:
     def notify_ready(self) -> None:
         """Runnable work appeared on the queue (a wake message): claim when there is room."""
         self._maybe_ready = True
+        self._wakes += 1
         self._kick.set()
 
     @property
@@ -152,6 +155,7 @@ class Courier:
             if not batch and not wanted:
                 return
             sent_at = time.monotonic()
+            wakes = self._wakes
             try:
                 codes, claim = await self._store.finish_and_claim(
                     self.queue, self._owner_id, [outcome for outcome, _ in batch], wanted, token
@@ -170,9 +174,18 @@ class Courier:
             if claim.refused is not None:
                 self._claim_refused(token, wanted, claim.refused)
                 continue
-            self._claim_answered(token, wanted, claim, sent_at)
+            self._claim_answered(token, wanted, claim, sent_at, woken=self._wakes != wakes)
 
-    def _claim_answered(self, token: str, wanted: int, claim: Claim, sent_at: float) -> None:
+    def _claim_answered(
+        self, token: str, wanted: int, claim: Claim, sent_at: float, *, woken: bool
+    ) -> None:
+        """Start what the claim took; claim again only if the queue may still hold runs.
+
+        A short claim says the queue was empty when the script ran, not that it is now:
+        a wake message that came while the trip was in flight (a run created just after
+        the claim read the queue) keeps the courier claiming, else that run would wait
+        for the ``idle_wake_s`` safety net.
+        """
         if self._unanswered == (token, wanted):
             self._unanswered = None
         unused = wanted - len(claim.runs)
@@ -185,7 +198,7 @@ class Courier:
         if self._claims_paused():
             return  # a trip that claimed nothing on purpose tells nothing about the queue
         self._claim_refusals.reset()
-        self._maybe_ready = len(claim.runs) == wanted and wanted > 0
+        self._maybe_ready = woken or (len(claim.runs) == wanted and wanted > 0)
         for run in claim.runs:
             self._start_run(run, sent_at)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -207,3 +208,58 @@ async def test_at_maxmemory_outcomes_land_claims_pause_and_resume_once_memory_fr
         assert started[1].id == ids[1]
     finally:
         await client.aclose()
+
+
+class CreatedWhileClaiming(LeaseStore):
+    """A store where a run is created, and its wake heard, while a claim's reply is on its way.
+
+    The claim runs in Redis on an empty queue; before its reply reaches the courier a
+    producer creates a run and the worker's listener hands the courier that run's wake,
+    the order a busy machine gives them (issue 17: a fan-out's children spawned while the
+    children's worker was claiming waited ~5 s, the safety-net timer, to start).
+    """
+
+    run_store: RunStore | None = None
+    courier: Courier | None = None
+    created: ClassVar[list[str]] = []
+
+    async def finish_and_claim(self, *args: Any, **kwargs: Any) -> tuple[list[LeaseAnswer], Claim]:
+        """Run the round trip; after the first (the courier's start: a claim on an empty
+        queue), create a run and wake the courier before the reply is handed back."""
+        answer = await super().finish_and_claim(*args, **kwargs)
+        if not answer[1].runs and not self.created:
+            assert self.run_store is not None and self.courier is not None
+            self.created.append(
+                (await self.run_store.create(NewRun(handler="demo.echo", input={}))).run.id
+            )
+            self.courier.notify_ready()  # the listener got the create's wake meanwhile
+        return answer
+
+
+async def test_a_run_created_while_a_claim_is_in_flight_starts_without_waiting_for_the_timer(
+    run_store: RunStore, lease_store: LeaseStore
+) -> None:
+    store = store_like(CreatedWhileClaiming, lease_store)
+    assert isinstance(store, CreatedWhileClaiming)
+    started: list[ClaimedRun] = []
+    courier = Courier(
+        queue="default",
+        store=store,
+        owner_id=OWNER,
+        slots=Slots(4),
+        start_run=lambda run, _sent_at: started.append(run),
+        batch_max=4,
+        idle_wake_s=60.0,  # the safety net would start it only after a minute
+    )
+    store.run_store, store.courier = run_store, courier
+    store.created.clear()
+    courier.start()
+    try:
+        await eventually(
+            lambda: asyncio.sleep(0, [run.id for run in started]),
+            until=lambda ids: ids == store.created and ids != [],
+            timeout_s=5.0,
+            what="the run created during the claim's flight to start",
+        )
+    finally:
+        await courier.close()

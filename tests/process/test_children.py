@@ -315,3 +315,41 @@ async def test_hostile_joins_fail_typed_and_a_timeout_is_join_timeout(
     (kid,) = await runs_where(redis_client, settings.prefix, "parent_id", timed_out.id)
     # the parent failed: its live child got the default policy, cancel
     assert (await wait_status(run_store, kid, RunStatus.CANCELLED)).status == RunStatus.CANCELLED
+
+
+async def test_children_spawned_while_their_worker_claims_start_at_once_and_the_parent_too(
+    processes: Processes, run_store: RunStore, redis_client: aioredis.Redis, settings: Settings
+) -> None:
+    # the kids' worker is up and claiming while the parent spawns: each child's create
+    # wakes it while its previous claim may be in flight, the order that lost a wake
+    # (that child then waited for the 5 s safety-net timer to start, its parent with it)
+    processes.worker("--queues", KIDS, "--concurrency", "8")
+    processes.worker("--concurrency", "2")
+    await eventually(
+        lambda: redis_client.sismember(f"{settings.prefix}:queues", KIDS),
+        until=bool,
+        what="the kids' worker to declare its queue",
+    )
+    children = 30
+    parent = await submit(
+        run_store,
+        "test.fan_in",
+        input={"children": children, "queue": KIDS, "child_input": {"message": "hi"}},
+    )
+    done = await wait_status(run_store, parent, RunStatus.SUCCEEDED, RunStatus.FAILED)
+    assert done.status == RunStatus.SUCCEEDED, done.error
+    kids = await spawned_ids(redis_client, settings.prefix, parent)
+    assert len(kids) == children
+    # measured from the runs' own event times; a lost wake shows as ~5 s (idle_wake_s)
+    waited, ends = {}, []
+    for kid in kids:
+        by_type = {e.type: e.ts for e in await run_store.read_events(kid)}
+        waited[kid] = (by_type["claimed"] - by_type["created"]).total_seconds()
+        ends.append(by_type["succeeded"])
+    slow = {kid: round(s, 2) for kid, s in waited.items() if s >= 2.5}
+    assert not slow, f"children queued this long (s) beside free slots: {slow}"
+    events = await run_store.read_events(parent)
+    woke = next(e for e in events if e.type == "child_ended" and e.data["woke"])
+    resumed = next(e for e in events if e.type == "claimed" and e.id > woke.id)
+    lag_s = (resumed.ts - max(ends)).total_seconds()
+    assert lag_s < 2.5, f"the parent resumed {lag_s:.2f} s after its last child ended"
