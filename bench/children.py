@@ -87,11 +87,14 @@ async def fan_rep(bench: Bench, n: int, tag: str) -> dict[str, Any]:
     measured = {k: float(v) for k, v in (await bench.client.hgetall(key)).items()}
     done = await bench.store.get(parent)
     last_child_end = await _last_child_end(bench, parent, n)
+    # n, or the fan-in measured is not the one spawned (a replay that spawned anew)
+    spawned = await bench.client.zcard(bench.store.keys("default").children(parent))
     baseline = await plain_runs(bench, n, tag)
     rep = {
         "load_before": load,
         "parent": done.status.value,
         "output": done.output,
+        "children_spawned": spawned,
         "create": {
             "wall_s": round(measured["spawn_s"], 3),
             "ms_per_child": round(measured["spawn_s"] / n * 1000, 3),

@@ -133,7 +133,9 @@ async def fan(ctx: RunContext, params: FanInput) -> dict[str, Any]:
     what a fan-in costs, so the second pass's spawn time is recorded apart.
     """
     key = FAN_KEY.format(run_id=ctx.run_id)
-    first_pass = not ctx.state
+    # not a checkpoint: one saves the spawn count, so the pass after the join would spawn
+    # n new children rather than replay these (and fan in twice)
+    first_pass = not await _redis().hexists(key, "spawn_s")
     t0 = time.perf_counter()
     children = [
         await ctx.spawn("demo.echo", {"i": i}, queue=params.queue, on_parent_end="detach")
@@ -142,7 +144,6 @@ async def fan(ctx: RunContext, params: FanInput) -> dict[str, Any]:
     spawn_s = time.perf_counter() - t0
     if first_pass:
         await _redis().hset(key, mapping={"spawn_s": spawn_s, "spawned_at": time.time()})
-        await ctx.checkpoint({"spawned": True})
     else:
         await _redis().hset(key, mapping={"replay_s": spawn_s, "resumed_at": time.time()})
     if not params.join:
