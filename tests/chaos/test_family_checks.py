@@ -69,3 +69,16 @@ async def test_a_live_child_of_an_ended_parent_is_left_running(
     a = kid(1, "running")
     found = await check_families(redis_client, prefix, snapshot(parent("failed"), a))
     assert [(v.kind, v.run_id) for v in found] == [("child_left_running", a.id)]
+
+
+async def test_a_child_the_janitor_deleted_after_its_parent_saw_it_is_not_unseen(
+    redis_client: aioredis.Redis, prefix: str
+) -> None:
+    # the soak's purge takes finished runs, children too: the parent saw the child's
+    # end, then the child's record went; only a child nobody deleted must be there
+    a, b = kid(1), kid(2, "orphaned")
+    seen = {a.id: "succeeded", b.id: "orphaned"}
+    only_a = snapshot(parent(seen=seen), a)
+    assert await check_families(redis_client, prefix, only_a, lambda run_id: run_id == b.id) == []
+    found = await check_families(redis_client, prefix, only_a, lambda run_id: False)
+    assert [v.kind for v in found] == ["child_outcome_unseen"]

@@ -8,7 +8,9 @@ children and joins them (parked, no lease) through every fault. From the stored 
   and its index names exactly the children that exist.
 * ``child_outcome_unseen``: a parent that succeeded returned every child of it, each
   with the terminal status the child's own record has (no end was lost on its way to
-  the parent's slot).
+  the parent's slot). A child whose record is gone because the janitor's purge or
+  DELETE took it (answered, or unanswered but covering its end) is judged by the
+  deletion promises, not here: the parent saw it before it was deleted.
 * ``child_left_running``: at the end, no child is live whose parent ended (every
   child is spawned with ``on_parent_end="cancel"``: the cascade reached it).
 * a joining parent holds no lease (``parked_holds_lease``, checker.py) and no slot
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Callable
 
 import redis.asyncio as aioredis
 
@@ -45,9 +48,15 @@ def _children_of(snapshot: Snapshot) -> dict[str, list[StoredRun]]:
 
 
 async def check_families(
-    client: aioredis.Redis, prefix: str, snapshot: Snapshot
+    client: aioredis.Redis,
+    prefix: str,
+    snapshot: Snapshot,
+    deleted: Callable[[str], bool] = lambda run_id: False,
 ) -> list[Violation]:
-    """``child_doubled``, ``child_outcome_unseen`` and ``child_left_running`` (module doc)."""
+    """``child_doubled``, ``child_outcome_unseen`` and ``child_left_running`` (module doc).
+
+    ``deleted`` says whether the janitor may have deleted a run whose record is gone.
+    """
     found: list[Violation] = []
     children = _children_of(snapshot)
     for parent in snapshot.runs.values():
@@ -55,7 +64,7 @@ async def check_families(
             continue
         kids = children.get(parent.id, [])
         found += await _check_count(client, prefix, parent, kids)
-        found += _check_seen(parent, kids)
+        found += _check_seen(parent, kids, deleted)
     for parent_id, kids in children.items():
         parent = snapshot.runs.get(parent_id)
         if parent is None or parent.status not in TERMINAL:
@@ -84,12 +93,18 @@ async def _check_count(
     return []
 
 
-def _check_seen(parent: StoredRun, kids: list[StoredRun]) -> list[Violation]:
+def _check_seen(
+    parent: StoredRun, kids: list[StoredRun], deleted: Callable[[str], bool]
+) -> list[Violation]:
     if parent.status != "succeeded":
         return []
     output = json.loads(parent.fields.get("output") or "{}")
-    seen = {entry["id"]: entry["status"] for entry in output.get("children", [])}
     actual = {kid.id: kid.status for kid in kids}
+    seen = {
+        entry["id"]: entry["status"]
+        for entry in output.get("children", [])
+        if entry["id"] in actual or not deleted(entry["id"])
+    }
     if seen != actual:
         detail = f"returned {seen}, the children's records say {actual}"
         return [Violation("child_outcome_unseen", parent.id, detail)]

@@ -70,6 +70,15 @@ def account_for_missing(
     return gone
 
 
+def may_be_deleted(run_id: str, janitor: Janitor, tap: ActivityTap) -> bool:
+    """Whether an answered purge or DELETE took ``run_id``, or an unanswered one may have.
+
+    For runs no client created (a parent's children), whose absence the family checks
+    must tell from a lost end.
+    """
+    return run_id in janitor.deleted or _maybe_deleted(run_id, janitor, tap)
+
+
 def _maybe_deleted(run_id: str, janitor: Janitor, tap: ActivityTap) -> bool:
     end = _terminal(tap.by_run.get(run_id, []))
     for window in janitor.unanswered:

@@ -211,7 +211,12 @@ class ChaosRun:
         returned, self.returns_compared = promises.check_returns(snapshot, side_dir, pressure)
         violations += returned
         violations += promises.check_cancels(self.workload.runs, snapshot, self.tap)
-        violations += await family.check_families(self.redis, self.cluster.prefix, snapshot)
+        violations += await family.check_families(
+            self.redis,
+            self.cluster.prefix,
+            snapshot,
+            lambda run_id: promises.may_be_deleted(run_id, self.janitor, self.tap),
+        )
         violations += await flow.check_slots_returned(
             self.redis, self.cluster.prefix, QUEUE, snapshot
         )
