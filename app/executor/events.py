@@ -64,6 +64,13 @@ RESERVED_EVENT_TYPES = frozenset(
         "cancelled",
         "orphaned",
         "expired",
+        # written by the scripts with the change they describe (set_priority,
+        # signal_run, child_ended), or by the API's tree stream only (never stored)
+        "priority_changed",
+        "signal",
+        "child_ended",
+        "tree_ended",
+        "tree_truncated",
     }
 )
 HIGH_WATER = 10_000

@@ -18,7 +18,10 @@ def sink() -> EventSink:
 
 @pytest.mark.parametrize(
     "event_type",
-    ["token\n", "token\r\n", "tok\nen", "Token", "", "x" * 65, "succeeded", "1token", "to ken"],
+    [
+        *["token\n", "token\r\n", "tok\nen", "Token", "", "x" * 65, "1token", "to ken"],
+        *["succeeded", "signal", "priority_changed", "child_ended", "tree_ended", "tree_truncated"],
+    ],
 )
 def test_a_malformed_or_reserved_type_is_refused(event_type: str) -> None:
     with pytest.raises(InvalidEvent):
