@@ -13,7 +13,10 @@ queue's index must match, so a fast wrong answer cannot pass.
 
 Bodies are encoded before the clock starts, so what is timed is the API and
 Redis, not this client's JSON encoding. The load average before each mode is
-recorded: the machine is shared. One JSON line goes to ``bench/out/results.jsonl``.
+recorded: the machine is shared, so each mode also reports what is stable
+under load: the API process's CPU per run (``/proc/<pid>/stat``), the Redis
+server's (``INFO cpu``) and the script calls and commands per run (``INFO
+commandstats``). One JSON line goes to ``bench/out/results.jsonl``.
 """
 
 from __future__ import annotations
@@ -31,7 +34,17 @@ from app.embedded import free_port
 from app.processes import child_env
 from app.settings import Settings
 from app.store.keys import QueueKeys
-from bench.harness import LOG_DIR, header, load_average, log, private_redis, record, stop
+from bench.harness import (
+    LOG_DIR,
+    counters,
+    header,
+    load_average,
+    log,
+    private_redis,
+    record,
+    stop,
+)
+from bench.sse import process_cpu_s
 
 PREFIX = Settings.model_fields["prefix"].default
 
@@ -83,30 +96,41 @@ async def send_all(http: httpx.AsyncClient, path: str, payloads: list[bytes], cl
 
 
 async def measure(
-    http: httpx.AsyncClient, redis: Any, mode: str, args: argparse.Namespace
+    http: httpx.AsyncClient, redis: Any, api_pid: int, mode: str, args: argparse.Namespace
 ) -> dict[str, Any]:
-    """One mode: runs/s, checked against the answers and Redis's own index."""
+    """One mode: runs/s and CPU per run, checked against the answers and Redis's own index."""
     batch = int(mode.split("-")[1]) if mode.startswith("batch-") else 1
     payloads = bodies(mode, args.runs, batch, tag=f"{mode}-{time.time_ns()}")
     path = "/runs" if mode == "single" else "/runs/batch"
     runs_key = QueueKeys(PREFIX, "default").runs
     before = await redis.zcard(runs_key)
     load = load_average()
+    redis_before, api_cpu_before = await counters(redis), process_cpu_s(api_pid)
     started = time.perf_counter()
     created = await send_all(http, path, payloads, args.clients)
     elapsed_s = time.perf_counter() - started
+    api_cpu_s = process_cpu_s(api_pid) - api_cpu_before
+    spent = (await counters(redis)).minus(redis_before)
     stored = await redis.zcard(runs_key) - before
     if created != args.runs or stored != args.runs:
         raise RuntimeError(f"{mode}: {created} answered created, {stored} stored of {args.runs}")
     rate = round(args.runs / elapsed_s)
-    log(f"{mode}: {args.runs} runs in {elapsed_s:.2f}s = {rate}/s (load {load[0]:.2f})")
-    return {
+    row = {
         "mode": mode,
         "runs": args.runs,
         "seconds": round(elapsed_s, 3),
         "runs_per_s": rate,
         "load_before": load,
+        "api_cpu_us_per_run": round(api_cpu_s / args.runs * 1e6, 1),
+        "redis_cpu_us_per_run": round(spent.cpu_s / args.runs * 1e6, 1),
+        "scripts_per_run": round(spent.scripts / args.runs, 3),
+        "commands_per_run": round(spent.total / args.runs, 2),
     }
+    log(
+        f"{mode}: {args.runs} runs in {elapsed_s:.2f}s = {rate}/s (load {load[0]:.2f}), "
+        f"API {row['api_cpu_us_per_run']} / Redis {row['redis_cpu_us_per_run']} us CPU per run"
+    )
+    return row
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -130,7 +154,10 @@ async def main(args: argparse.Namespace) -> None:
             limits = httpx.Limits(max_connections=args.clients)
             async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
                 for mode in modes:
-                    reps = [await measure(http, redis.client, mode, args) for _ in range(args.reps)]
+                    reps = [
+                        await measure(http, redis.client, api.pid, mode, args)
+                        for _ in range(args.reps)
+                    ]
                     reps.sort(key=lambda rep: rep["runs_per_s"])
                     results.append(
                         {
@@ -147,11 +174,15 @@ async def main(args: argparse.Namespace) -> None:
             "modes": results,
         }
     record(result)
-    print(f"{'mode':<12} {'runs/s':>8}  {'all reps':<24} load before")
+    print(
+        f"{'mode':<12} {'runs/s':>8}  {'all reps':<24} {'API us/run':>10} {'Redis us/run':>12} "
+        f"{'cmds/run':>8}  load before"
+    )
     for row in results:
         print(
             f"{row['mode']:<12} {row['runs_per_s']:>8}  {row['all_runs_per_s']!s:<24} "
-            f"{row['load_before'][0]:.2f}"
+            f"{row['api_cpu_us_per_run']:>10} {row['redis_cpu_us_per_run']:>12} "
+            f"{row['commands_per_run']:>8}  {row['load_before'][0]:.2f}"
         )
 
 

@@ -44,6 +44,7 @@ from app.store.scripts import ScriptCode
 from app.store.transitions import (
     CANCEL_RUN,
     CREATE_RUN,
+    CREATE_RUNS,
     DELETE_RUN,
     READ_EVENTS,
     RESOLVE_RUN,
@@ -51,6 +52,7 @@ from app.store.transitions import (
     A,
     CancelArgs,
     CreateArgs,
+    CreateGroup,
     CreateReply,
     DeleteArgs,
     ReadEventsArgs,
@@ -70,6 +72,11 @@ LIST_SCAN_BUDGET = 5000
 LIST_LOAD_CHUNK = 8
 # JSON keys, quotes and dates a listed run adds to its stored bytes, roughly
 LIST_ITEM_OVERHEAD_BYTES = 512
+# runs one create_runs call creates at most, and the input + metadata bytes after which a
+# chunk closes: a call holds Redis alone (~30-60 us per run), and one past maxmemory is
+# refused whole, so these bound both the pause and what a call can write past the mark
+CREATE_CHUNK_RUNS = 100
+CREATE_CHUNK_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -194,41 +201,50 @@ class RunStore(Store):
         return self._queued(new, reply)
 
     async def create_many(self, news: Sequence[NewRun]) -> list[Created | Exception]:
-        """Create several runs in one pipeline per queue; one outcome per run, in order.
+        """Create several runs, a chunk of one queue's per script call; one outcome per run.
 
-        Each run is its own ``create_run`` call, atomic on its own: a run refused
-        (:class:`IdempotencyConflict`, or an error reply such as OOM, returned in
-        its place) leaves the others standing. Runs of one batch naming the same
-        idempotency key meet like two requests in that order (replay or conflict).
-        Queues are sent concurrently, each on its own node in cluster mode.
-        Raises only when Redis cannot be reached at all; then some may stand
-        (their idempotency keys make a retry safe).
+        Each chunk is one ``create_runs`` call (up to :data:`CREATE_CHUNK_RUNS` runs
+        and about :data:`CREATE_CHUNK_BYTES` of input and metadata: a call runs
+        alone in Redis, and one past ``maxmemory`` is refused whole before it
+        writes, so both bound what a call holds Redis for and writes past the
+        mark); a queue's chunks share one pipeline. Each run is created exactly
+        as :meth:`create` creates it (lib.lua ``create_one``), one after the
+        other: a run refused (:class:`IdempotencyConflict` in its place) leaves
+        the others standing, and runs of one batch naming the same idempotency
+        key meet like two requests in that order (replay or conflict). An error
+        reply (OOM) is the outcome of every run of its chunk, and nothing of that
+        chunk was written. Queues are sent concurrently, each on its own node in
+        cluster mode. Raises only when Redis cannot be reached at all; then some
+        may stand (their idempotency keys make a retry safe).
         """
         by_queue: dict[str, list[int]] = {}
         for i, new in enumerate(news):
             by_queue.setdefault(new.queue, []).append(i)
         outcomes: list[Created | Exception] = [RunNotFound("")] * len(news)
 
-        async def one_queue(indexes: list[int]) -> None:
-            keys = self.keys(news[indexes[0]].queue)
-            calls = [CREATE_RUN.call(keys, self.create_args(news[i])) for i in indexes]
+        async def one_queue(queue: str, indexes: list[int]) -> None:
+            keys = self.keys(queue)
+            groups = [self.create_group(news[i]) for i in indexes]
+            chunks = _chunks(groups)
+            calls = [CREATE_RUNS.call(keys, self._args_of(queue, groups[c])) for c in chunks]
             replies = await self.scripts.pipeline(self.client, calls, raise_on_error=False)
             replayed: dict[int, str] = {}
-            for i, raw in zip(indexes, replies, strict=True):
+            for chunk, raw in zip(chunks, replies, strict=True):
                 if isinstance(raw, Exception):
-                    outcomes[i] = raw
+                    for i in indexes[chunk]:
+                        outcomes[i] = raw
                     continue
-                reply = CREATE_RUN.decode(raw)
-                if reply.code == ScriptCode.REPLAYED:
-                    replayed[i] = reply.run_id
-                else:
-                    outcomes[i] = _settled(self._queued, news[i], reply)
+                for i, reply in zip(indexes[chunk], CREATE_RUNS.decode(raw), strict=True):
+                    if reply.code == ScriptCode.REPLAYED:
+                        replayed[i] = reply.run_id
+                    else:
+                        outcomes[i] = _settled(self._queued, news[i], reply)
             if replayed:
                 found = await self._get_many(list(replayed.values()))
                 for i, run in zip(replayed, found, strict=True):
                     outcomes[i] = Created(run, replayed=True) if run else RunNotFound(replayed[i])
 
-        await asyncio.gather(*(one_queue(indexes) for indexes in by_queue.values()))
+        await asyncio.gather(*(one_queue(queue, indexes) for queue, indexes in by_queue.items()))
         return outcomes
 
     async def _get_many(self, run_ids: list[str]) -> list[Run | None]:
@@ -241,9 +257,22 @@ class RunStore(Store):
 
     def create_args(self, new: NewRun) -> CreateArgs:
         """``create_run``'s ARGV for ``new`` (a new id unless ``new.run_id`` names one)."""
+        return self._args_of(new.queue, [self.create_group(new)])
+
+    def _args_of(self, queue: str, groups: list[CreateGroup]) -> CreateArgs:
+        """The ARGV of a create of ``groups``, runs of ``queue``."""
         return CreateArgs(
+            queue=queue,
+            maxlen=self.events_maxlen,
+            wake_channel=self.keys(queue).wake_channel,
+            retention=self.retention.script_arg(),
+            groups=groups,
+        )
+
+    def create_group(self, new: NewRun) -> CreateGroup:
+        """One run's fields of ``create_run`` / ``create_runs`` ARGV."""
+        return CreateGroup(
             run_id=new.run_id or new_run_id(new.queue),
-            queue=new.queue,
             handler=new.handler,
             input=new.input_json,
             max_attempts=new.max_attempts,
@@ -251,8 +280,6 @@ class RunStore(Store):
             metadata=dumps(new.metadata),
             idempotency_key=new.idempotency_key or "",
             fingerprint=new.fingerprint(),
-            maxlen=self.events_maxlen,
-            wake_channel=self.keys(new.queue).wake_channel,
             budget=dumps(new.budget) if new.budget else "",
             retention_ms="" if new.retention_ms is None else new.retention_ms,
             queued_ttl_ms=new.queued_ttl_ms or self.queued_ttl_ms,
@@ -265,7 +292,6 @@ class RunStore(Store):
             on_conflict=new.on_conflict,
             priority=new.priority,
             boost_ms=new.boost_ms,
-            retention=self.retention.script_arg(),
             parent_id=new.parent_id or "",
             root_id=new.root_id or "",
             depth=new.depth,
@@ -691,6 +717,21 @@ def _feed_read(run_id: str, reply: ReadEventsReply) -> FeedRead:
         for entry_id, fields in reply.entries
     ]
     return FeedRead(events, reply.missing)
+
+
+def _chunks(groups: list[CreateGroup]) -> list[slice]:
+    """``groups`` cut in order into create_runs chunks (:data:`CREATE_CHUNK_RUNS`, bytes)."""
+    chunks: list[slice] = []
+    start = size = 0
+    for end, group in enumerate(groups):
+        cost = len(group.input) + len(group.metadata)
+        if end > start and (end - start >= CREATE_CHUNK_RUNS or size + cost > CREATE_CHUNK_BYTES):
+            chunks.append(slice(start, end))
+            start, size = end, 0
+        size += cost
+    if start < len(groups):
+        chunks.append(slice(start, len(groups)))
+    return chunks
 
 
 def _settled(create: Callable[..., Created], *args: Any) -> Created | Exception:

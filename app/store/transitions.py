@@ -108,11 +108,10 @@ def _answers(reply: Sequence[str]) -> list[LeaseAnswer]:
 # --- create_run -------------------------------------------------------------------
 
 
-class CreateArgs(NamedTuple):
-    """ARGV of ``create_run``."""
+class CreateGroup(NamedTuple):
+    """One run's group of ``create_run`` / ``create_runs`` ARGV (lib.lua ``create_checked``)."""
 
     run_id: str
-    queue: str
     handler: str
     input: str
     max_attempts: int
@@ -120,8 +119,6 @@ class CreateArgs(NamedTuple):
     metadata: str
     idempotency_key: str
     fingerprint: str
-    maxlen: int
-    wake_channel: str
     budget: str
     retention_ms: int | str
     queued_ttl_ms: int
@@ -134,10 +131,19 @@ class CreateArgs(NamedTuple):
     on_conflict: str  # reject | enqueue | cancel_active | replace_queued
     priority: int
     boost_ms: int  # priority x LEASEHOLD_PRIORITY_AGING_STEP_S, in ms
-    retention: str  # the per-status retention spec, for a run replace_queued supersedes
     parent_id: str  # '' for a top-level run
     root_id: str  # '' : the run's own id
     depth: int
+
+
+class CreateArgs(NamedTuple):
+    """ARGV of ``create_run`` (exactly one group) and ``create_runs`` (a chunk of one queue)."""
+
+    queue: str
+    maxlen: int
+    wake_channel: str
+    retention: str  # the per-status retention spec, for a run replace_queued supersedes
+    groups: Sequence[CreateGroup]
 
 
 class CreateReply(NamedTuple):
@@ -150,12 +156,13 @@ class CreateReply(NamedTuple):
 
 
 def _create_keys(k: QueueKeys, run_id: str, a: CreateArgs) -> tuple[str, ...]:
+    (group,) = a.groups
     return (
-        k.run(a.run_id),
-        k.events(a.run_id),
+        k.run(group.run_id),
+        k.events(group.run_id),
         k.ready,
         k.runs,
-        k.idem(a.idempotency_key),
+        k.idem(group.idempotency_key),
         k.unclaimed,
     )
 
@@ -166,7 +173,25 @@ def _create_reply(reply: Sequence[Any]) -> CreateReply:
 
 
 CREATE_RUN: Transition[CreateArgs, CreateReply] = Transition(
-    "create_run", _create_keys, CreateArgs, _create_reply, durable=True
+    "create_run", _create_keys, CreateArgs, _create_reply, durable=True, group=CreateGroup
+)
+
+
+def _create_many_keys(k: QueueKeys, run_id: str, a: CreateArgs) -> tuple[str, ...]:
+    return (k.ready, k.runs, k.unclaimed, k.run_prefix, k.events_prefix, k.idem_prefix)
+
+
+def _create_replies(reply: Sequence[Any]) -> list[CreateReply]:
+    return [CreateReply(reply[i], reply[i + 1], int(reply[i + 2])) for i in range(0, len(reply), 3)]
+
+
+CREATE_RUNS: Transition[CreateArgs, list[CreateReply]] = Transition(
+    "create_runs",
+    _create_many_keys,
+    CreateArgs,
+    _create_replies,
+    durable=True,
+    group=CreateGroup,
 )
 
 
@@ -1232,6 +1257,7 @@ TRANSITIONS: dict[str, Transition[Any, Any]] = {
     t.name: t
     for t in (
         CREATE_RUN,
+        CREATE_RUNS,
         CLAIM_RUNS,
         FINISH_RUNS,
         RETRY_RUN,

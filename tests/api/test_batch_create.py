@@ -8,6 +8,7 @@ refused items left no key behind while the valid ones are queued.
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -101,9 +102,13 @@ async def test_idempotency_keys_replay_with_200_and_conflict_with_409_per_item(
         {**ECHO, "idempotency_key": "order-2"},
         {**ECHO, "idempotency_key": "order-1"},  # the same key twice in one batch: a replay
     ]
-    first = await post_batch(api, items)
-    assert [o["status"] for o in first] == [201, 201, 200]
+    first = await post_batch(
+        api, [*items, {**ECHO, "input": {"message": "other"}, "idempotency_key": "order-1"}]
+    )
+    # as four requests in that order: the same body again replays, another body conflicts
+    assert [o["status"] for o in first] == [201, 201, 200, 409]
     assert first[2]["run"]["id"] == first[0]["run"]["id"]
+    assert first[0]["run"]["id"] in first[3]["problem"]["detail"]
 
     again = await post_batch(api, [*items, {**ECHO, "idempotency_key": "order-3"}])
     assert [o["status"] for o in again] == [200, 200, 200, 201]
@@ -282,3 +287,83 @@ async def test_async_client_create_many_returns_each_outcome(settings: Settings)
             with pytest.raises(ApiError) as refused:
                 await client.create_many([{"handler": "demo.echo"}] * 20_000)
             assert refused.value.status == 413
+
+
+# what differs between two creates of the same body: the run's own id, time and key, and
+# what is derived from them (its tree's root is itself, its stream ids are its own); the
+# singleton key, which the test gives each its own; a delayed start is compared as a delay
+_OWN_FIELDS = {"id", "created_at", "idempotency_key", "root_id", "last_event_id", "qbase"}
+_OWN_FIELDS |= {"singleton_key", "skey", "lane", "run_at"}
+
+
+def _same_parts(run: dict[str, Any]) -> dict[str, Any]:
+    same = {name: value for name, value in run.items() if name not in _OWN_FIELDS}
+    if run.get("run_at"):
+        start, created = (run[name] for name in ("run_at", "created_at"))
+        if start.isdigit():  # Redis's epoch ms, else the API's ISO times
+            same["delay"] = int(start) - int(created)
+        else:
+            same["delay"] = datetime.fromisoformat(start) - datetime.fromisoformat(created)
+    return same
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        ECHO,
+        {
+            **ECHO,
+            "metadata": {"tenant": "t-1", "n": 3},
+            "budget": {"max_steps": 5},
+            "max_attempts": 3,
+            "on_lease_expired": "retry",
+            "priority": 7,
+            "concurrency_key": "tenant-1",
+            "retention_s": 600,
+            "queued_ttl_s": 900,
+        },
+        {**ECHO, "delay_s": 60},
+        {**ECHO, "singleton_key": "nightly"},
+    ],
+    ids=["plain", "options", "delayed", "singleton"],
+)
+async def test_a_batch_run_and_a_single_run_are_the_same_run_to_a_user(
+    api: httpx.AsyncClient,
+    run_store: Any,
+    redis_client: aioredis.Redis,
+    settings: Settings,
+    body: dict[str, Any],
+) -> None:
+    """The answer, the stored run, its record in Redis and its events: equal but for its id."""
+    single = await post_json(api, "/runs", {**body, "idempotency_key": "one"})
+    assert single.status_code == 201, single.text
+    if "singleton_key" in body:  # a second run of the key would meet the first: another key
+        body = {**body, "singleton_key": "nightly-2"}
+    (outcome,) = await post_batch(api, [{**body, "idempotency_key": "two"}])
+    assert outcome["status"] == 201
+    answers = [single.json(), outcome["run"]]
+    fetched = [(await api.get(f"/runs/{run['id']}")).json() for run in answers]
+    assert fetched[1]["idempotency_key"] == "two"
+    assert _same_parts(answers[0]) == _same_parts(answers[1])
+    for answer, run in zip(answers, fetched, strict=True):
+        # what the create answered is what a read gives (but the event id, not known then)
+        assert answer == {**run, "last_event_id": None}
+    assert _same_parts(fetched[0]) == _same_parts(fetched[1])
+
+    keys = QueueKeys(settings.prefix, "default")
+    records = [await redis_client.hgetall(keys.run(run["id"])) for run in answers]
+    assert _same_parts(records[0]) == _same_parts(records[1])
+    events = []
+    for run, record in zip(answers, records, strict=True):
+        stream = [(e.type, e.fence, e.data) for e in await run_store.read_events(run["id"])]
+        for _, _, data in stream:
+            data.pop("singleton_key", None)
+            if "until_ms" in data:
+                data["until_ms"] -= int(record["created_at"])
+        events.append(stream)
+    assert events[0] == events[1]
+    assert events[0][0][0] == "created"
+    # both wait for a worker the same way: in their lane, or (delayed) until their time
+    waiting = await redis_client.get(f"{keys.tag}:queued")
+    assert int(waiting or 0) == (0 if "delay_s" in body else 2)
+    assert await redis_client.zcard(keys.delayed) == (2 if "delay_s" in body else 0)

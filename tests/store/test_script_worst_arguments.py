@@ -175,6 +175,25 @@ async def _create(w: World) -> ScriptCall:
     return await capture(w.c_runs.create(new))
 
 
+async def _create_many(w: World) -> ScriptCall:
+    """Two runs in one create_runs call: a worst value in the second writes nothing of the first."""
+    await w.queued(idempotency_key="k-0")
+    news = [
+        NewRun(handler="demo.echo", input={"a": 1}, idempotency_key="k-2"),
+        NewRun(
+            handler="demo.echo",
+            input={"a": [1, 2]},
+            idempotency_key="k-3",
+            budget={"max_steps": 3},
+            concurrency_key="tenant-1",
+            priority=3,
+            boost_ms=3000,
+            delay_ms=5000,
+        ),
+    ]
+    return await capture(w.c_runs.create_many(news))
+
+
 def _flow(w: World, scripts: Scripts) -> FlowStore:
     return FlowStore(
         w.client, scripts=scripts, prefix=w.settings.prefix, events_maxlen=w.settings.events_maxlen
@@ -552,6 +571,7 @@ SETUPS: dict[str, Setup] = {
     "put_schedule": _put_schedule,
     "fire_schedule": _fire_schedule,
     "create_run": _create,
+    "create_runs": _create_many,
     "claim_runs": _claim,
     "finish_runs": _finish,
     "release_runs": _release,

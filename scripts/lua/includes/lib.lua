@@ -211,8 +211,10 @@ end
 
 -- Put a queued run in its lane, its lane in the ring if it is in no place yet. qbase:
 -- the enqueue time its score ages from (0: the head of its lane, for release, resume).
-local function enqueue(tag, run_key, run_id, qbase, at_front)
-  local f = redis.call('HMGET', run_key, 'handler', 'ckey', 'skey', 'boost_ms', 'lane')
+-- known: the run's {handler, ckey, skey, boost_ms, lane} when the caller has just
+-- written them (a create), nil to read them.
+local function enqueue(tag, run_key, run_id, qbase, at_front, known)
+  local f = known or redis.call('HMGET', run_key, 'handler', 'ckey', 'skey', 'boost_ms', 'lane')
   local lane = f[5] or lane_of(f[1], f[2], f[3])
   local score = qbase - (tonumber(f[4]) or 0)
   if redis.call('ZADD', tag .. 'lane:' .. lane, score, run_id) == 1 then
@@ -827,10 +829,11 @@ end
 -- start_ms is ahead of now, the delayed set (claim_runs promotes it when due) with a
 -- `wait` event saying until when. create_run and fire_schedule both enter runs here,
 -- so a run made by a schedule is queued exactly as one a client created.
--- q: {ready, runs, unclaimed, wake (channel), maxlen}. Encodes only numbers and strings.
+-- q: {ready, runs, unclaimed, wake (channel; nil: the caller publishes), maxlen, known
+-- (optional: enqueue's fields, just written)}. Encodes only numbers and strings.
 local function enter_queue(run_key, events_key, run_id, q, created_data, now, start_ms,
     queued_ttl_ms)
-  emit(run_key, events_key, 'created', 0, now, created_data, q.maxlen)
+  emit(run_key, events_key, 'created', 0, now, created_data, q.maxlen, 'queued')
   redis.call('ZADD', q.runs, now, run_id)
   -- a delayed run's time-to-live unclaimed counts from its start time, not from now
   redis.call('ZADD', q.unclaimed, math.max(now, start_ms) + queued_ttl_ms, run_id)
@@ -840,11 +843,13 @@ local function enter_queue(run_key, events_key, run_id, q, created_data, now, st
     emit(run_key, events_key, 'wait', 0, now,
       cjson.encode({kind = 'run_at', subject = 'start', until_ms = start_ms}), q.maxlen)
     redis.call('ZADD', delayed_of(prefix), start_ms, run_id)
-    -- idle workers claim once and learn the earliest delayed time (their timer's next wake)
-    redis.call('PUBLISH', q.wake, 'ready')
   else
     -- make_ready less its give-back: a new run holds nothing
-    enqueue(tag_of_ready(q.ready), run_key, run_id, now, false)
+    enqueue(tag_of_ready(q.ready), run_key, run_id, now, false, q.known)
+  end
+  -- idle workers claim (a delayed run: once, to learn the earliest delayed time, their
+  -- timer's next wake); q.wake nil: the caller publishes once for many runs
+  if q.wake then
     redis.call('PUBLISH', q.wake, 'ready')
   end
 end
@@ -880,4 +885,137 @@ local function set_next_fire(schedule_key, due_key, schedule_id, next_fire)
     redis.call('HDEL', schedule_key, 'next_fire_ms')
     redis.call('ZREM', due_key, schedule_id)
   end
+end
+
+-- Creating runs: create_run creates one, create_runs a chunk of one queue's, and both
+-- do it with these three, so a run is the same whichever way it came in. Their ARGV
+-- share one layout: queue, maxlen, wake_channel, retention, then one group of
+-- CREATE_GROUP_SIZE fields per run (create_run: exactly one group).
+local CREATE_GROUP_SIZE = 23
+
+-- The call's shared arguments, checked: {queue, maxlen, wake, retention}.
+local function create_shared()
+  int_arg(ARGV[2], 'maxlen', 0)
+  return {queue = ARGV[1], maxlen = ARGV[2], wake = ARGV[3], retention = retention_arg(ARGV[4])}
+end
+
+-- One run's group (ARGV[i..i+22]), every field checked and decoded, nothing read or
+-- written: a script checks every group before its first write. run_key, events_key,
+-- idem_key: the run's own keys (KEYS of create_run, or derived by create_runs).
+local function create_checked(i, run_key, events_key, idem_key)
+  local c = {run_id = run_id_arg(ARGV[i], run_key, events_key), handler = ARGV[i + 1],
+    input = ARGV[i + 2], max_attempts = int_arg(ARGV[i + 3], 'max_attempts', 1),
+    on_lease_expired = enum_arg(ARGV[i + 4], 'on_lease_expired', {'orphan', 'retry'}),
+    metadata = ARGV[i + 5], idempotency_key = ARGV[i + 6], fingerprint = ARGV[i + 7],
+    budget = ARGV[i + 8], retention_ms = ARGV[i + 9],
+    queued_ttl_ms = int_arg(ARGV[i + 10], 'queued_ttl_ms', 1), traceparent = ARGV[i + 11],
+    rate_limits = ARGV[i + 14], ckey = ARGV[i + 15], skey = ARGV[i + 16],
+    on_conflict = enum_arg(ARGV[i + 17], 'on_conflict',
+      {'reject', 'enqueue', 'cancel_active', 'replace_queued'}),
+    priority = int_arg(ARGV[i + 18], 'priority', -1000000),
+    boost_ms = int_arg(ARGV[i + 19], 'boost_ms', -1000000000000),
+    parent_id = ARGV[i + 20], root_id = ARGV[i + 21],
+    depth = int_arg(ARGV[i + 22], 'depth', 0),
+    run_key = run_key, events_key = events_key, idem_key = idem_key}
+  if c.parent_id ~= '' then
+    run_id_arg(c.parent_id)
+  end
+  if c.root_id ~= '' then
+    run_id_arg(c.root_id)
+  else
+    c.root_id = c.run_id
+  end
+  if c.retention_ms ~= '' then
+    int_arg(c.retention_ms, 'retention_ms', 0)
+  end
+  if ARGV[i + 12] ~= '' then
+    c.start_at_ms = int_arg(ARGV[i + 12], 'start_at_ms', 0)
+  end
+  if ARGV[i + 13] ~= '' then
+    c.delay_ms = int_arg(ARGV[i + 13], 'delay_ms', 0)
+  end
+  if c.rate_limits ~= '' then
+    rate_limits_arg(c.rate_limits)
+  end
+  if string.find(c.ckey, '[|\n]') or string.find(c.skey, '[|\n]') then
+    bad_argument('concurrency_key or singleton_key', c.ckey .. c.skey)
+  end
+  return c
+end
+
+-- Create one checked run (create_checked) of the queue whose keys q holds ({tag, ready,
+-- runs, unclaimed, wake, maxlen}; wake nil: the caller publishes once for all). Reads
+-- what decides it (the record, the idempotency key, a child's tombstone, the singleton
+-- key) before its own writes. Returns code, run id, created ms (0 when nothing was
+-- written): OK, REPLAYED, CONFLICT, SINGLETON or CANCEL as create_run's header says.
+local function create_one(c, q, shared, now)
+  local run_id, ckey, skey, tag = c.run_id, c.ckey, c.skey, q.tag
+  -- a create retried after a lost reply must not enqueue the run twice
+  if redis.call('EXISTS', c.run_key) == 1 then
+    return 'REPLAYED', run_id, 0
+  end
+  local prior_code, prior_id = idempotent_prior(c.idem_key, c.idempotency_key, c.fingerprint)
+  if prior_code then
+    return prior_code, prior_id, 0
+  end
+  if c.parent_id ~= '' and redis.call('EXISTS', tag .. 'unborn:' .. run_id) == 1 then
+    return 'CANCEL', run_id, 0
+  end
+  -- a singleton key's holder and newest queued run, and what this create does to them
+  local active, superseded
+  if skey ~= '' then
+    active = redis.call('HGET', tag .. 'slots', 's:' .. skey)
+    local last = redis.call('HGET', tag .. 'one:' .. skey, 'last')
+    if c.on_conflict == 'reject' and (active or last) then
+      return 'SINGLETON', active or last, 0
+    end
+    if c.on_conflict == 'replace_queued' and last then
+      local cur = redis.call('HMGET', tag .. 'run:' .. last, 'status', 'first_started_at')
+      if cur[1] == 'queued' and not cur[2] then
+        superseded = last
+      end
+    end
+    if active and (c.on_conflict ~= 'cancel_active'
+        or redis.call('HGET', tag .. 'run:' .. active, 'status') ~= 'running') then
+      active = nil
+    end
+  end
+
+  local priority, lane = c.priority, lane_of(c.handler, ckey, skey)
+  local data = cjson.encode({handler = c.handler, queue = shared.queue,
+    max_attempts = c.max_attempts, concurrency_key = ckey ~= '' and ckey or nil,
+    singleton_key = skey ~= '' and skey or nil, priority = priority ~= 0 and priority or nil})
+  local start_ms = c.start_at_ms or (c.delay_ms and now + c.delay_ms) or now
+  if c.idempotency_key ~= '' then
+    redis.call('SET', c.idem_key, run_id .. ' ' .. c.fingerprint)
+  end
+  redis.call('HSET', c.run_key,
+    'id', run_id, 'queue', shared.queue, 'handler', c.handler, 'status', 'queued',
+    'input', c.input, 'attempt', 1, 'max_attempts', c.max_attempts,
+    'on_lease_expired', c.on_lease_expired, 'fence', 0, 'created_at', now,
+    'metadata', c.metadata, 'idempotency_key', c.idempotency_key, 'budget', c.budget,
+    'retention_ms', c.retention_ms, 'traceparent', c.traceparent, 'rate_limits', c.rate_limits,
+    'ckey', ckey, 'skey', skey, 'priority', priority, 'boost_ms', c.boost_ms,
+    'lane', lane, 'root_id', c.root_id)
+  if c.parent_id ~= '' then
+    redis.call('HSET', c.run_key, 'parent_id', c.parent_id, 'depth', c.depth)
+  end
+  if superseded then
+    local k = {leases = tag .. 'leases', run_prefix = tag .. 'run:', events_prefix = tag .. 'events:',
+      idem_prefix = tag .. 'idem:'}
+    local err = {code = 'superseded', message = 'replaced by a newer run of its singleton key '
+      .. 'before it started', retryable = false, details = {superseded_by = run_id}}
+    finalize(k, superseded, 'cancelled', 0, now, {'error', cjson.encode(err)},
+      cjson.encode({reason = 'superseded', superseded_by = run_id}), shared.retention,
+      shared.maxlen)
+  end
+  if active then
+    request_cancel(tag, active, now, {reason = 'cancel_active', superseded_by = run_id},
+      shared.maxlen)
+  end
+  enter_queue(c.run_key, c.events_key, run_id,
+    {ready = q.ready, runs = q.runs, unclaimed = q.unclaimed, wake = q.wake,
+      maxlen = shared.maxlen, known = {c.handler, ckey, skey, c.boost_ms, lane}},
+    data, now, start_ms, c.queued_ttl_ms)
+  return 'OK', run_id, now
 end

@@ -1,0 +1,60 @@
+-- create_runs: a chunk of new runs of one queue enters it as `queued`, each with its
+-- `created` event, in one call; each run exactly as create_run creates it.
+--
+-- KEYS[1]  ready        list    runnable ids (FIFO)
+-- KEYS[2]  runs         zset    every run of the queue by created_at ms
+-- KEYS[3]  unclaimed    zset    id -> epoch ms when a run expires if nobody claimed it
+-- KEYS[4]  run_prefix   prefix  run keys are this prefix .. id (same hash tag)
+-- KEYS[5]  events_prefix  prefix  event streams are this prefix .. id
+-- KEYS[6]  idem_prefix  prefix  idempotency keys are this prefix .. key
+-- ARGV[1]  queue        string
+-- ARGV[2]  maxlen       integer approximate cap of each event stream
+-- ARGV[3]  wake_channel string  pub/sub channel idle workers of the queue listen on
+-- ARGV[4]  retention    string  per-status retention spec (store/retention.py), for a run
+--          replace_queued supersedes
+-- ARGV[5..] run_id, handler, input, max_attempts, on_lease_expired, metadata, idempotency_key, fingerprint, budget, retention_ms, queued_ttl_ms, traceparent, start_at_ms, delay_ms, rate_limits, concurrency_key, singleton_key, on_conflict, priority, boost_ms, parent_id, root_id, depth
+--          groups of 23, one per run, in create order: the fields of create_run's one
+--          group, meaning what its header says
+-- derived  as create_run's: the flow-control keys, the delayed zset, a child's
+--          tombstone, from the queue's tag (KEYS[1] less ':ready')
+-- returns  a flat list of {code, run_id, created_at_ms} per group, in order, with the
+--          codes of create_run: OK (created), REPLAYED (same key and same body, or the
+--          run id exists: the earlier run's id), CONFLICT (same key, other body: the
+--          earlier run's id), SINGLETON (reject: nothing written for it), CANCEL (a
+--          child its parent's end cancelled: nothing written for it)
+-- events   per run as create_run: created, then wait (run_at) when its start is ahead;
+--          cancel_requested / cancelled (superseded) on a singleton's runs
+-- invariant: create_run's, per run: the runs are created one after the other, so two
+--          runs of one chunk naming the same idempotency key (or singleton key) meet
+--          as two create_run calls in that order would (the second a replay, or a
+--          conflict if its body differs). One TIME for the chunk (its runs share
+--          created_at) and one PUBLISH of the wake channel when any run was created.
+-- validate-then-write: every group's fields are checked (create_checked) before the
+--          first write; each run's record, idempotency key, tombstone and singleton key
+--          are then read before its own writes (after the earlier runs' writes).
+--- @include lib
+
+check_groups(5, CREATE_GROUP_SIZE)
+local shared = create_shared()
+local run_prefix, events_prefix, idem_prefix = KEYS[4], KEYS[5], KEYS[6]
+local checked = {}
+for i = 5, #ARGV, CREATE_GROUP_SIZE do
+  local run_id, idem = ARGV[i], ARGV[i + 6]
+  checked[#checked + 1] = create_checked(i, run_prefix .. run_id, events_prefix .. run_id,
+    idem_prefix .. idem)
+end
+
+local q = {tag = tag_of_ready(KEYS[1]), ready = KEYS[1], runs = KEYS[2], unclaimed = KEYS[3]}
+local now = now_ms()
+local reply, created = {}, false
+for _, c in ipairs(checked) do
+  local code, id, created_ms = create_one(c, q, shared, now)
+  reply[#reply + 1] = code
+  reply[#reply + 1] = id
+  reply[#reply + 1] = created_ms
+  created = created or code == 'OK'
+end
+if created then
+  redis.call('PUBLISH', shared.wake, 'ready')
+end
+return reply
