@@ -442,6 +442,10 @@ class Settings(BaseSettings):
         allow_inf_nan=False,
         description="Safety-net claim interval of an idle worker, for a missed pub/sub wake-up",
     )
+    worker_event_loop: Literal["uvloop", "asyncio"] = Field(
+        default="uvloop",
+        description="The worker's event loop: uvloop (the standard one where it is not installed)",
+    )
     op_default_lease_s: float = Field(
         default=30.0,
         gt=0,

@@ -86,8 +86,7 @@ def _converted(given: dict[str, str], *, no_reconciler: bool) -> WorkerFlags | N
 
 def run_worker(flags: WorkerFlags) -> None:
     """Serve as an executor until SIGTERM/SIGINT; flags override LEASEHOLD_* (exit 2 if bad)."""
-    import asyncio
-
+    from app import event_loop
     from app.executor.worker import Worker
 
     settings = settings_or_exit(
@@ -99,7 +98,7 @@ def run_worker(flags: WorkerFlags) -> None:
     registry = runnable_handlers_or_exit(settings)
     configure_logging(settings.log_level, settings.log_format)
     tracing_or_exit(settings, "leasehold-worker")
-    asyncio.run(Worker(settings, registry).run())
+    event_loop.run(Worker(settings, registry).run(), settings.worker_event_loop)
 
 
 def main(args: list[str]) -> bool:

@@ -175,6 +175,10 @@ class Courier:
                 self._claim_refused(token, wanted, claim.refused)
                 continue
             self._claim_answered(token, wanted, claim, sent_at, woken=self._wakes != wakes)
+            if claim.runs:
+                # the runs' tasks take their first step (their handlers start) before
+                # this loop's bookkeeping and next trip: one loop pass per trip, not per run
+                await asyncio.sleep(0)
 
     def _claim_answered(
         self, token: str, wanted: int, claim: Claim, sent_at: float, *, woken: bool

@@ -12,6 +12,7 @@ whose cancel was requested.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 
@@ -57,18 +58,23 @@ class ChannelListener:
                 for queue in self._wake.values():
                     self._on_ready(queue)  # anything published while we were away
                 async for message in pubsub.listen():
-                    self._dispatch(message["channel"], message["data"])
+                    if self._dispatch(message["channel"], message["data"]):
+                        # the courier just woken goes first: its claim is sent before this
+                        # task reads the socket again (one loop pass, off the start path)
+                        await asyncio.sleep(0)
             except (RedisError, OSError) as exc:
                 await failures.wait(exc, what="channel subscription", why=describe(exc), logger=log)
             finally:
                 await pubsub.aclose()  # type: ignore[no-untyped-call]
 
-    def _dispatch(self, channel: str, data: str) -> None:
+    def _dispatch(self, channel: str, data: str) -> bool:
+        """Hand one message to the worker; ``True`` when it woke a queue's courier."""
         queue = self._wake.get(channel)
         if queue is not None:
             self._on_ready(queue)
-            return
+            return True
         if channel in self._cancel:
             run_id, _, fence = data.partition(" ")
             if fence.isdigit():
                 self._on_cancel(run_id, int(fence))
+        return False

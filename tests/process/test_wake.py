@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from app.models import RunStatus
 from app.store.runs import NewRun, RunStore
 from tests.support.polling import wait_status
@@ -13,10 +15,11 @@ from tests.support.processes import Processes
 IDLE_WAKE_S = 600
 
 
+@pytest.mark.parametrize("event_loop", ["uvloop", "asyncio"])
 async def test_an_idle_worker_starts_a_run_on_its_wake_message(
-    processes: Processes, run_store: RunStore
+    processes: Processes, run_store: RunStore, event_loop: str
 ) -> None:
-    processes.worker(LEASEHOLD_IDLE_WAKE_S=str(IDLE_WAKE_S))
+    processes.worker(LEASEHOLD_IDLE_WAKE_S=str(IDLE_WAKE_S), LEASEHOLD_WORKER_EVENT_LOOP=event_loop)
     first = (await run_store.create(NewRun(handler="test.record", input={}))).run.id
     await wait_status(run_store, first, RunStatus.SUCCEEDED)  # up, subscribed, idle again
     created = time.monotonic()
