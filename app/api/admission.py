@@ -4,18 +4,13 @@ A stream holds a socket, a task and an inbox for as long as the client stays, so
 one careless client opening hundreds of them could starve everyone else. Each
 SSE response takes a slot of :class:`StreamSlots` before its 200 is sent, and
 gives it back when the response ends, however it ends (the slot is tied to the
-response object, not to the generator: a generator that never started would
-never run its ``finally``). Past a cap the request gets 503 problem+json with
-``Retry-After`` and nothing is opened.
+response object, :class:`~app.api.eventstream.EventStream`, not to the
+generator: a generator that never started would never run its ``finally``).
+Past a cap the request gets 503 problem+json with ``Retry-After`` and nothing
+is opened.
 """
 
 from __future__ import annotations
-
-from collections.abc import AsyncIterator
-from typing import Any
-
-from sse_starlette import EventSourceResponse
-from starlette.types import Receive, Scope, Send
 
 from app.errors import CapacityExceeded
 from app.metrics import SSE_REFUSED, SSE_STREAMS
@@ -53,24 +48,3 @@ class StreamSlots:
         """Return a slot taken by :meth:`take`."""
         self.taken -= 1
         SSE_STREAMS.dec()
-
-
-class SlottedEventSourceResponse(EventSourceResponse):
-    """An SSE response that gives back the slot its route took once it has been sent, or not.
-
-    Build it right after :meth:`StreamSlots.take`, with nothing that can raise
-    in between.
-    """
-
-    def __init__(self, content: AsyncIterator[Any], *, slots: StreamSlots, **kwargs: Any) -> None:
-        super().__init__(content, **kwargs)
-        self._slots: StreamSlots | None = slots
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Send the stream; the slot is given back when it ends, for any reason."""
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            if self._slots is not None:
-                self._slots.give_back()
-                self._slots = None

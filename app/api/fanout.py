@@ -18,8 +18,8 @@ The bounds the per-follower path gives are kept:
   the bounded inbox (``LEASEHOLD_SSE_QUEUE_MAX``);
 * one whose socket has taken nothing new (uvicorn's flow control paused) for
   longer than ``LEASEHOLD_SSE_SEND_TIMEOUT_S`` is dropped at its next event:
-  the slow-client send timeout. Keep-alive comments still go through
-  sse-starlette, whose own send timeout covers a follower with no events.
+  the slow-client send timeout. Keep-alive comments are written the same way
+  (:mod:`app.api.eventstream`), so it covers a follower with no events too.
 
 A dropped follower reconnects with ``Last-Event-ID`` and loses nothing. Anything
 else (another ASGI server, an in-process transport) keeps the per-follower path.
@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import Any, Protocol, cast
 
 from app.metrics import SSE_DROPPED
@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 
 # where app.api.server's protocol puts the request's uvicorn cycle in the ASGI scope
 CYCLE_EXTENSION = "leasehold.http_cycle"
+# and the request's CloseHook: how the protocol tells an event stream its connection ended
+CLOSE_EXTENSION = "leasehold.on_close"
 
 
 class FlowControl(Protocol):
@@ -56,6 +58,27 @@ class HttpCycle(Protocol):
     response_complete: bool
     disconnected: bool
     chunked_encoding: bool | None
+
+
+class CloseHook:
+    """The protocol's word to a request's event stream: its connection is lost, or the server stops.
+
+    An event stream sets :attr:`callback` while it runs; ``app.api.server``'s
+    protocol calls :meth:`fire` with ``"disconnect"`` or ``"shutdown"``. It replaces
+    a listener task per follower (waiting on ``receive()``) and sse-starlette's
+    shutdown watcher.
+    """
+
+    __slots__ = ("callback",)
+
+    def __init__(self) -> None:
+        self.callback: Callable[[str], None] | None = None
+
+    def fire(self, why: str) -> None:
+        """Tell the stream (once) why it must end, if one is listening."""
+        callback, self.callback = self.callback, None
+        if callback is not None:
+            callback(why)
 
 
 class DirectSink:
@@ -89,15 +112,15 @@ class DirectSink:
             if self._paused_since is None:
                 self._paused_since = now
             elif now - self._paused_since > self._send_timeout_s:
-                return self._drop("send_timeout")
+                return self.drop("send_timeout")
             if transport.get_write_buffer_size() + len(chunk) > self._max_buffer:
-                return self._drop("write_buffer")
+                return self.drop("write_buffer")
         else:
             self._paused_since = None
         transport.write(chunk)
         return True
 
-    def _drop(self, why: str) -> bool:
+    def drop(self, why: str) -> bool:
         """Abort the connection of a follower too slow to keep: it resumes by Last-Event-ID."""
         SSE_DROPPED.labels(why).inc()
         log.info("slow event-stream follower dropped (%s)", why)

@@ -14,7 +14,9 @@ client holding a few hundred half-sent requests keeps them all open. Here:
 
 Each request's uvicorn cycle is also put in its ASGI scope, so that event
 streams can write pre-encoded live frames to the socket directly
-(:mod:`app.api.fanout`).
+(:mod:`app.api.fanout`), with a :class:`~app.api.fanout.CloseHook` the protocol
+fires when the connection is lost or the server shuts down: an event stream
+(:mod:`app.api.eventstream`) then needs no task of its own to notice either.
 
 Every command that starts uvicorn (``leasehold api``, and ``leasehold up``
 through it) takes its options from :func:`uvicorn_options`.
@@ -28,7 +30,7 @@ from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from app.api.fanout import CYCLE_EXTENSION
+from app.api.fanout import CLOSE_EXTENSION, CYCLE_EXTENSION, CloseHook
 from app.settings import Settings
 
 BUSY_RETRY_AFTER_S = 1
@@ -68,12 +70,22 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         """Accept the connection; its first request's headers are due within the deadline."""
         super().connection_made(transport)
         self._header_deadline: asyncio.TimerHandle | None = None
+        self._close_hook: CloseHook | None = None
         self._arm_header_deadline()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        """Forget the deadline with the connection."""
+        """Forget the deadline with the connection; an event stream on it ends."""
         self._disarm_header_deadline()
         super().connection_lost(exc)
+        if self._close_hook is not None:
+            self._close_hook.fire("disconnect")
+
+    def shutdown(self) -> None:
+        """The server stops: an event stream on this connection ends its body (then it closes)."""
+        cycle = self.cycle
+        if self._close_hook is not None and cycle is not None and not cycle.response_complete:
+            self._close_hook.fire("shutdown")
+        super().shutdown()
 
     def on_message_begin(self) -> None:
         """A request's first byte: its headers are due within the deadline."""
@@ -97,13 +109,16 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._expose_cycle()
 
     def _expose_cycle(self) -> None:
-        """Put the request's cycle in its scope: event streams write live frames to it directly.
+        """Put the request's cycle and close hook in its scope, for event streams.
 
         Its ASGI task starts at the next turn of the loop, after this.
         """
         cycle = self.cycle
         if cycle is not None and cycle.scope is self.scope:
-            self.scope.setdefault("extensions", {})[CYCLE_EXTENSION] = cycle  # type: ignore[assignment]
+            self._close_hook = hook = CloseHook()
+            extensions = self.scope.setdefault("extensions", {})
+            extensions[CYCLE_EXTENSION] = cycle  # type: ignore[assignment]
+            extensions[CLOSE_EXTENSION] = hook  # type: ignore[assignment]
 
     def _arm_header_deadline(self) -> None:
         self._disarm_header_deadline()

@@ -8,11 +8,12 @@
 * The stream closes after the terminal event, so a client that reconnects at
   any time learns the outcome and then stops.
 
-Messages are yielded as bytes (sse-starlette passes bytes through): live events
-arrive pre-encoded from the hub (:mod:`app.api.frames`), and whatever has queued
-up for a follower (a replay chunk, a token burst) goes out as one write. Under
-uvicorn, a follower that has caught up is then written to by the hub directly
-(:mod:`app.api.fanout`): the same bytes, without a pass through this generator.
+Messages are yielded as bytes, sent as they are by the response
+(:mod:`app.api.eventstream`): live events arrive pre-encoded from the hub
+(:mod:`app.api.frames`), and whatever has queued up for a follower (a replay
+chunk, a token burst) goes out as one write. Under uvicorn, a follower that has
+caught up is then written to by the hub directly (:mod:`app.api.fanout`): the
+same bytes, without a pass through this generator.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import HTTPException
-from sse_starlette import EventSourceResponse
 
-from app.api.admission import SlottedEventSourceResponse, refuse
+from app.api.admission import refuse
+from app.api.eventstream import EventStream
 from app.api.fanout import DirectSink, direct_sink
 from app.api.frames import Burst, Frame, encode
 from app.api.hub import EventHub, Subscription
@@ -235,22 +236,40 @@ def event_stream_response(
     *,
     status_code: int = 200,
     headers: dict[str, str] | None = None,
-) -> EventSourceResponse:
-    """An SSE response with the configured keep-alive and slow-client send timeout.
+    sink: DirectSink | None = None,
+) -> EventStream:
+    """An SSE response with the configured keep-alive and slow-client bounds.
 
-    Holds the slot :func:`admit_stream` took, until the response ends.
+    Holds the slot :func:`admit_stream` took, until the response ends. ``sink``:
+    the one the stream was given (:func:`live_sink`), so that its live frames and
+    the keep-alives share one send-timeout clock.
     """
+    return stream_response(
+        state,
+        stream,
+        status_code=status_code,
+        headers={"Cache-Control": "no-store", "X-Run-Id": run.id, **(headers or {})},
+        sink=sink,
+    )
+
+
+def stream_response(
+    state: ApiState,
+    stream: AsyncIterator[Any],
+    *,
+    status_code: int = 200,
+    headers: dict[str, str] | None = None,
+    sink: DirectSink | None = None,
+) -> EventStream:
+    """Any event stream's response (runs, trees, activity), bounded by the SSE settings."""
     settings = state.settings
-    return SlottedEventSourceResponse(
+    return EventStream(
         stream,
         slots=state.slots,
         status_code=status_code,
-        ping=settings.sse_keepalive_s,
-        send_timeout=settings.sse_send_timeout_s,
-        headers={
-            "Cache-Control": "no-store",
-            "X-Accel-Buffering": "no",
-            "X-Run-Id": run.id,
-            **(headers or {}),
-        },
+        ping_s=settings.sse_keepalive_s,
+        send_timeout_s=settings.sse_send_timeout_s,
+        max_buffer=settings.sse_write_buffer_max_bytes,
+        headers=headers,
+        sink=sink,
     )

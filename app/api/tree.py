@@ -55,8 +55,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from fastapi import HTTPException
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import ServerSentEvent
 
+from app.api.eventstream import EventStream
 from app.api.state import ApiState
 from app.api.streaming import admit_stream, event_stream_response
 from app.metrics import SSE_EVENTS_SENT, SSE_SUBSCRIBERS
@@ -388,9 +389,7 @@ async def tree_events(
         SSE_SUBSCRIBERS.dec()
 
 
-async def follow_tree(
-    run_id: str, state: ApiState, last_event_id: str | None
-) -> EventSourceResponse:
+async def follow_tree(run_id: str, state: ApiState, last_event_id: str | None) -> EventStream:
     """The tree stream's response: 404 for an unknown run, 400 for a malformed id, 503 when full."""
     after = tree_resume_point(last_event_id)
     run = await state.store.get(run_id)

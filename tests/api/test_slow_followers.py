@@ -98,6 +98,16 @@ async def subscribers(url: str) -> float:
     [
         # the unsent bytes pass the bound long before the send timeout
         ("write_buffer", {"LEASEHOLD_SSE_WRITE_BUFFER_MAX_BYTES": "65536"}),
+        # the whole run fits the bound: the socket takes nothing for a second, and the
+        # next write (a keep-alive, or the body's end) finds it so
+        (
+            "send_timeout",
+            {
+                "LEASEHOLD_SSE_WRITE_BUFFER_MAX_BYTES": "67108864",
+                "LEASEHOLD_SSE_SEND_TIMEOUT_S": "1",
+                "LEASEHOLD_SSE_KEEPALIVE_S": "0.5",
+            },
+        ),
     ],
 )
 async def test_a_follower_that_stops_reading_is_dropped_while_the_others_get_everything(

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, HTTPException, Query
-from sse_starlette import EventSourceResponse
 
 from app.api.activity import (
     MAX_QUEUES,
@@ -16,9 +15,11 @@ from app.api.activity import (
     decode_cursor,
     valid_queue,
 )
-from app.api.admission import SlottedEventSourceResponse, refuse
+from app.api.admission import refuse
+from app.api.eventstream import EventStream
 from app.api.routes.runs import State, problems
 from app.api.state import ApiState
+from app.api.streaming import stream_response
 from app.errors import QueueNotDeclared
 from app.store.activity import ActivityStore
 
@@ -66,12 +67,12 @@ async def _declared(state: ApiState, queues: list[str]) -> list[str]:
     return queues
 
 
-@router.get("/activity", responses=ACTIVITY_DOC, response_class=EventSourceResponse)
+@router.get("/activity", responses=ACTIVITY_DOC, response_class=EventStream)
 async def follow_activity(
     state: State,
     queue: Annotated[list[str] | None, Query(max_length=MAX_QUEUES)] = None,
     last_event_id: Annotated[str | None, Header(max_length=8192)] = None,
-) -> EventSourceResponse:
+) -> EventStream:
     """Follow the lifecycle events of every run on ``queue`` (repeatable; default all).
 
     Handler events (token, progress, wait, verdict) are not included: follow a run's
@@ -105,10 +106,4 @@ async def follow_activity(
     )
     stream = activity_events(follower, queues=queues, resume=resume, every_queue=every_queue)
     state.slots.take()
-    return SlottedEventSourceResponse(
-        stream,
-        slots=state.slots,
-        ping=settings.sse_keepalive_s,
-        send_timeout=settings.sse_send_timeout_s,
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-    )
+    return stream_response(state, stream)

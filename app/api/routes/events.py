@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Query, Request
-from sse_starlette import EventSourceResponse
 
+from app.api.eventstream import EventStream
 from app.api.routes.runs import RunId, State, problems
 from app.api.streaming import (
     admit_stream,
@@ -33,7 +33,7 @@ SSE_DOC: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.get("/runs/{run_id}/events", responses=SSE_DOC, response_class=EventSourceResponse)
+@router.get("/runs/{run_id}/events", responses=SSE_DOC, response_class=EventStream)
 async def follow_run(
     run_id: RunId,
     state: State,
@@ -44,7 +44,7 @@ async def follow_run(
         Literal["children"] | None,
         Query(description="`children`: one stream for the run and all its descendants"),
     ] = None,
-) -> EventSourceResponse:
+) -> EventStream:
     """Replay the run's events (after Last-Event-ID), then follow live until it ends.
 
     Unknown run → 404 before the stream starts (browsers stop reconnecting on a
@@ -56,13 +56,14 @@ async def follow_run(
         return await follow_tree(run_id, state, last_event_id or last_event_id_query)
     after = resume_point(last_event_id, last_event_id_query)
     run = await state.store.get(run_id)
+    sink = live_sink(state, request.scope)
     stream = run_events(
         state.store,
         state.hub,
         run.id,
         after=after,
         retry_ms=state.settings.sse_retry_ms,
-        sink=live_sink(state, request.scope),
+        sink=sink,
     )
     admit_stream(state, run.id)
-    return event_stream_response(state, run, stream)
+    return event_stream_response(state, run, stream, sink=sink)

@@ -256,19 +256,20 @@ async def _create(
         RUNS_CREATED.labels(created.run.queue, created.run.handler).inc()
     status = 200 if created.replayed else 201
     if streaming:
+        # a follower dropped as slow must not look like one that left (and cancel the run)
+        sink = None if body.cancel_on_disconnect else live_sink(state, request.scope)
         stream = run_events(
             state.store,
             state.hub,
             created.run.id,
             after=None,
             retry_ms=state.settings.sse_retry_ms,
-            # a follower dropped as slow must not look like one that left (and cancel the run)
-            sink=None if body.cancel_on_disconnect else live_sink(state, request.scope),
+            sink=sink,
         )
         if body.cancel_on_disconnect:
             stream = cancel_if_abandoned(state, created.run.id, stream)
         return event_stream_response(
-            state, created.run, stream, status_code=status, headers=headers
+            state, created.run, stream, status_code=status, headers=headers, sink=sink
         )
     response.status_code = status
     response.headers.update(headers)
