@@ -4,10 +4,10 @@
 its optional dependencies are installed, and they are (typer brings rich): click,
 rich and pygments, about a third of what a ``leasehold runs get`` costs to start on
 this machine (BENCHMARKS.md, CLI start-up). httpx itself falls back to a stub ``main``
-when that import fails, so this module makes it fail for the one import: a ``None``
-in ``sys.modules`` is how Python says "no such module", and it is taken out again at
-once, so a later ``import httpx._main`` works as usual. Nothing in Leasehold calls
-``httpx.main``; the ``httpx`` script in its own process is untouched.
+when that import fails, so this module makes it fail for the one import
+(:func:`app.imports.absent`): a later ``import httpx._main`` works as usual. Nothing
+in Leasehold calls ``httpx.main``; the ``httpx`` script in its own process is
+untouched.
 
 Import httpx from here (``from app.httpx_import import httpx``) wherever a process may
 import it first; :func:`verifies` says when a client needs its certificates.
@@ -15,18 +15,10 @@ import it first; :func:`verifies` says when a client needs its certificates.
 
 from __future__ import annotations
 
-import sys
-from typing import Any, cast
+from app.imports import absent
 
-_CLI = "httpx._main"
-_blocked = "httpx" not in sys.modules and _CLI not in sys.modules
-if _blocked:
-    cast(dict[str, Any], sys.modules)[_CLI] = None
-try:
+with absent("httpx._main"):
     import httpx as httpx
-finally:
-    if _blocked:
-        del sys.modules[_CLI]
 
 
 def verifies(base_url: str) -> bool:

@@ -86,6 +86,9 @@ def _converted(given: dict[str, str], *, no_reconciler: bool) -> WorkerFlags | N
 
 def run_worker(flags: WorkerFlags) -> None:
     """Serve as an executor until SIGTERM/SIGINT; flags override LEASEHOLD_* (exit 2 if bad)."""
+    from app.imports import import_redis
+
+    import_redis()  # first: before the worker's modules (or a handler's) import redis
     from app import event_loop
     from app.executor.worker import Worker
 

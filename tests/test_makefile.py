@@ -29,10 +29,13 @@ def test_make_clean_removes_every_generated_directory(tmp_path: Path) -> None:
     for name in GENERATED:
         (tmp_path / name).mkdir()
         (tmp_path / name / "left-over").write_text("x")
-    (tmp_path / "app").mkdir()  # and nothing else goes
+    (tmp_path / "app" / "__pycache__").mkdir(parents=True)  # `make install`'s bytecode
+    (tmp_path / "app" / "__pycache__" / "cli.cpython-311.pyc").write_bytes(b"x")
+    (tmp_path / "app" / "cli.py").write_text("")  # and nothing else goes
     result = subprocess.run(
         ["make", "clean"], cwd=tmp_path, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
     assert [name for name in GENERATED if (tmp_path / name).exists()] == []
-    assert (tmp_path / "app").is_dir()
+    assert (tmp_path / "app" / "cli.py").is_file()
+    assert not (tmp_path / "app" / "__pycache__").exists()

@@ -107,6 +107,30 @@ def test_a_worker_started_by_the_console_script_imports_no_cli_framework() -> No
     assert python_prints(code) == "[] True"
 
 
+def test_a_worker_with_tracing_off_imports_no_opentelemetry() -> None:
+    # redis-py's observability imports OpenTelemetry's metrics API, and the SDK's metrics
+    # where installed (this venv has the SDK: the tracing tests need it), for metrics
+    # Leasehold never turns on (app.imports); with tracing off nothing else needs them.
+    # A handler that imports them afterwards gets them as always.
+    code = (
+        "import asyncio, os, sys\n"
+        "os.environ['LEASEHOLD_HANDLERS'] = 'app.demo'\n"
+        "os.environ['LEASEHOLD_WORKER_EVENT_LOOP'] = 'asyncio'\n"
+        "def serve(worker_run):\n"
+        "    worker_run.close()\n"
+        "    loaded = sorted(n for n in sys.modules if n.startswith('opentelemetry'))\n"
+        "    from opentelemetry.metrics import get_meter\n"
+        "    from opentelemetry.sdk.metrics import MeterProvider\n"
+        "    meter = MeterProvider().get_meter('handler')\n"
+        "    print(loaded, 'redis' in sys.modules, type(meter).__name__, callable(get_meter))\n"
+        "asyncio.run = serve\n"
+        "sys.argv = ['leasehold', 'worker', '--concurrency', '3']\n"
+        "from app.launch import main\n"
+        "main()\n"
+    )
+    assert python_prints(code) == "[] True Meter True"
+
+
 def test_runs_get_imports_no_server_and_no_command_line_toolkit() -> None:
     # `leasehold runs get ID` against an address nobody listens on: the request is made
     # (httpx, the client, the models) and refused; the API's server side is not imported,
