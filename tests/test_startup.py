@@ -95,6 +95,7 @@ def test_a_worker_started_by_the_console_script_imports_no_cli_framework() -> No
     code = (
         "import asyncio, os, sys\n"
         "os.environ['LEASEHOLD_HANDLERS'] = 'app.demo'\n"
+        "os.environ['LEASEHOLD_WORKER_EVENT_LOOP'] = 'asyncio'  # so asyncio.run serves\n"
         "def serve(worker_run):\n"
         "    worker_run.close()\n"
         f"    print([name for name in {heavy!r} if name in sys.modules],\n"
