@@ -167,6 +167,8 @@ def content_errors(
     errors: list[dict[str, Any]] = []
     any_non_finite = False
     for name, value in fields:
+        if isinstance(value, str | int | None):  # most fields of an item: nothing to walk
+            continue
         depth, value_non_finite = depth_and_non_finite(value)
         if depth > max_depth:
             errors.append(_too_deep(loc if name is None else (*loc, name), max_depth))

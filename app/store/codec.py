@@ -3,6 +3,7 @@ and the shared models. Pure functions: no I/O."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -74,6 +75,16 @@ _COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 def dumps(value: Any) -> str:
     """Compact JSON, the form every JSON field is stored in."""
+    return _COMPACT.encode(value)
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def scalar_json(value: str | int | None) -> str:
+    """``dumps`` of a string, integer or None, remembered (``typed``: ``1`` is not ``True``).
+
+    A create's fingerprint encodes its handler, queue, attempts and lease policy, the
+    same few values run after run: from the cache that is a lookup, not an encode.
+    """
     return _COMPACT.encode(value)
 
 

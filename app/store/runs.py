@@ -33,6 +33,7 @@ from app.store.codec import (
     ms_to_datetime,
     new_run_id,
     run_from_hash,
+    scalar_json,
 )
 from app.store.context import Store
 from app.store.keys import GlobalKeys, queue_of
@@ -128,28 +129,34 @@ class NewRun:
         return start if start is not None and start > created_ms else None
 
     @property
+    def metadata_json(self) -> str:
+        """The metadata as stored (``{}``, the common case, without an encode)."""
+        return dumps(self.metadata) if self.metadata else "{}"
+
+    @property
     def input_json(self) -> str:
         """The input as stored: encoded once per run, for its size, its cost and the script."""
         return dumps(self.input) if self.encoded_input is None else self.encoded_input
 
-    def fingerprint(self) -> str:
+    def fingerprint(self, metadata_json: str | None = None) -> str:
         """Hash of everything that defines the run, to tell a replay from a conflict.
 
         The JSON array of the parts, built from the already encoded input (the
-        same text ``dumps`` of the whole list gives, so stored keys still match).
+        same text ``dumps`` of the whole list gives, so stored keys still match);
+        ``metadata_json``: the metadata as the caller encoded it already.
         """
         parts = [
-            dumps(self.handler),
+            scalar_json(self.handler),
             self.input_json,
-            dumps(self.queue),
-            dumps(self.max_attempts),
-            dumps(self.on_lease_expired),
-            dumps(self.metadata),
-            dumps(self.budget),
+            scalar_json(self.queue),
+            scalar_json(self.max_attempts),
+            scalar_json(self.on_lease_expired),
+            self.metadata_json if metadata_json is None else metadata_json,
+            "null" if self.budget is None else dumps(self.budget),
         ]
         if self.retention_ms is not None or self.queued_ttl_ms is not None:
             # only then: runs created before these existed keep their fingerprint
-            parts.extend((dumps(self.retention_ms), dumps(self.queued_ttl_ms)))
+            parts.extend((scalar_json(self.retention_ms), scalar_json(self.queued_ttl_ms)))
         if self.start_at_ms is not None or self.delay_ms is not None:
             parts.extend((dumps(self.start_at_ms), dumps(self.delay_ms)))
         if self.rate_limits:
@@ -271,15 +278,16 @@ class RunStore(Store):
 
     def create_group(self, new: NewRun) -> CreateGroup:
         """One run's fields of ``create_run`` / ``create_runs`` ARGV."""
+        metadata = new.metadata_json
         return CreateGroup(
             run_id=new.run_id or new_run_id(new.queue),
             handler=new.handler,
             input=new.input_json,
             max_attempts=new.max_attempts,
             on_lease_expired=new.on_lease_expired,
-            metadata=dumps(new.metadata),
+            metadata=metadata,
             idempotency_key=new.idempotency_key or "",
-            fingerprint=new.fingerprint(),
+            fingerprint=new.fingerprint(metadata),
             budget=dumps(new.budget) if new.budget else "",
             retention_ms="" if new.retention_ms is None else new.retention_ms,
             queued_ttl_ms=new.queued_ttl_ms or self.queued_ttl_ms,
