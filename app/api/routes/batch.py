@@ -106,7 +106,7 @@ async def create_runs(
         for i, outcome in zip(valid, created, strict=True):
             outcomes[i] = await _answer(request, outcome)
             if isinstance(outcome, Created) and not outcome.replayed:
-                made[outcome.run.queue, outcome.run.handler] += 1
+                made[outcome.queue_and_handler] += 1
         for (queue, handler), count in made.items():  # one metric update per label pair
             RUNS_CREATED.labels(queue, handler).inc(count)
     return Response(_items_json(outcomes), media_type="application/json")
@@ -160,7 +160,7 @@ async def _gate_starts(
 async def _answer(request: Request, outcome: Created | Exception) -> Outcome:
     if isinstance(outcome, Exception):
         return await _problem(request, outcome)
-    return {"status": 200 if outcome.replayed else 201, "run": outcome.run}
+    return {"status": 200 if outcome.replayed else 201, "run": outcome.answer()}
 
 
 async def _problem(request: Request, exc: Exception) -> Outcome:
