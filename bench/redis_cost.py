@@ -4,10 +4,11 @@ Creates N ``demo.echo`` runs on a private redis-server, then drains them the way
 worker's courier does (claim 50; finish those 50 and claim 50 more in one round trip)
 from this process. Over the drain only, from ``INFO commandstats`` and ``INFO cpu``:
 commands per run (those inside scripts included), Redis CPU per run (``used_cpu`` user
-+ sys) and the scripts' wall time per run. No worker, no polling: only Redis work is
-measured, so the figures change little with the machine's load, and an A/B of two
-checkouts compares their Lua. It uses only ``app.store`` calls that exist since before
-flow control, so each checkout runs it with its own venv::
++ sys), the scripts' wall time per run and the calls and usec per run of each command.
+No worker, no polling: only Redis work is measured, so the figures change little with
+the machine's load, and an A/B of two checkouts compares their Lua. It uses only
+``app.store`` calls that exist since before flow control, so each checkout runs it
+with its own venv::
 
     cd <checkout> && .venv/bin/python <this checkout>/bench/redis_cost.py 20000
 """
@@ -100,6 +101,12 @@ async def drain_cost(url: str, n: int) -> dict[str, Any]:
         "scripts": scripts_called,
         "script_wall_us_per_run": round(script_usec / n, 1),
         "redis_cpu_us_per_run": round((cpu_after - cpu_before) / n * 1e6, 1),
+        # where the commands go: calls and usec per run of each command, most calls first
+        "per_command": {
+            name: [round(count / n, 2), round(usec / n, 2)]
+            for name, (count, usec) in sorted(delta.items(), key=lambda item: -item[1][0])
+            if count and name not in ("evalsha", "eval")
+        },
     }
 
 

@@ -182,7 +182,7 @@ end
 
 local FIELDS = {'status', 'handler', 'input', 'attempt', 'max_attempts', 'state',
   'resume_input', 'budget', 'attempt_fence', 'attempt_owner', 'traceparent', 'created_at',
-  'ckey', 'skey', 'blocked_on', 'fence', 'rate_limits', 'rate_slot_at'}
+  'ckey', 'skey', 'blocked_on', 'fence', 'rate_limits', 'rate_slot_at', 'first_started_at'}
 
 local claimed = {}
 -- a queued run, or a waiting one (park_run's durable sleep) whose time came
@@ -216,31 +216,44 @@ local function take_slots(id, cur)
   return table.concat(held, '\n')
 end
 
--- Lease one queued run (already out of its lane) to this owner; take its slots.
+-- The call's leases (expiry, id pairs) and the runs claimed for the first time: one
+-- ZADD and one ZREM at the end of the call, not one of each per run (nothing in the
+-- call reads either set after a lease: the queue-wide limit counts #claimed on top of
+-- the leases it read once).
+local new_leases = {}
+local first_claims = {}
+
+-- Lease one queued run (already out of its lane) to this owner; take its slots. The
+-- run's fence is the one read with it, plus one (the read and the lease are in the same
+-- atomic call); its state, the event's id and the first claim's time are one HSET.
 local function lease(id, cur)
   local run_key = KEYS[4] .. id
   dequeue(cur[13], cur[14], id)
   local held = take_slots(id, cur)
   local data = cjson.encode({owner_id = owner, attempt = tonumber(cur[4])})
-  local fence = redis.call('HINCRBY', run_key, 'fence', 1)
+  local fence = (tonumber(cur[16]) or 0) + 1
   local expires = now + ttl
-  redis.call('HSET', run_key, 'status', 'running', 'owner_id', owner,
+  local fields = {'status', 'running', 'owner_id', owner, 'fence', fence,
     'lease_expires_at', expires, 'lease_ttl_ms', ttl, 'started_at', now,
-    'last_renewed_at', now, 'attempt_fence', fence, 'attempt_owner', owner)
+    'last_renewed_at', now, 'attempt_fence', fence, 'attempt_owner', owner}
   if held ~= '' then
-    redis.call('HSET', run_key, 'held', held)
+    fields[#fields + 1] = 'held'
+    fields[#fields + 1] = held
   end
   if cur[15] then
     redis.call('HDEL', run_key, 'blocked_on')
   end
   -- the first claim's time stays: a run's duration spans every attempt and park
-  if redis.call('HSETNX', run_key, 'first_started_at', now) == 1 then
+  if not cur[19] then
+    fields[#fields + 1] = 'first_started_at'
+    fields[#fields + 1] = now
     -- claimed at last: its queued time-to-live no longer applies (a re-run's fence
     -- goes on from its old run's, so its first claim is not fence 1)
-    redis.call('ZREM', unclaimed_key_of(KEYS[4]), id)
+    first_claims[#first_claims + 1] = id
   end
-  redis.call('ZADD', KEYS[3], expires, id)
-  emit(run_key, KEYS[5] .. id, 'claimed', fence, now, data, ARGV[4], 'running')
+  new_leases[#new_leases + 1] = expires
+  new_leases[#new_leases + 1] = id
+  emit(run_key, KEYS[5] .. id, 'claimed', fence, now, data, ARGV[4], 'running', fields)
   claimed[#claimed + 1] = row(id, fence, cur, cur[9] or '', cur[10] or '')
 end
 
@@ -302,13 +315,15 @@ local function serve(lane, room)
 end
 
 local qlimit = limit_of('q')
+-- the leases held before this call (read once: this call's own are #claimed)
+local leased_before = qlimit and redis.call('ZCARD', KEYS[3])
 -- runs the rate gate holds back are looked at but not claimed: bound the looking
 local visits = 2 * want + 64
 while #claimed < want and visits > 0 do
   visits = visits - 1
   local room = want - #claimed
   if qlimit then
-    local free = qlimit - redis.call('ZCARD', KEYS[3])
+    local free = qlimit - leased_before - #claimed
     if free <= 0 then
       throttled = throttled + 1
       break
@@ -324,6 +339,8 @@ end
 if dequeued > 0 then
   redis.call('DECRBY', tag .. 'queued', dequeued)
 end
+call_chunked('ZADD', KEYS[3], new_leases)
+call_chunked('ZREM', unclaimed_key_of(KEYS[4]), first_claims)
 
 if token ~= '' and #claimed > 0 then
   local held = {}

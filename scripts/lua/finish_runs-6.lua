@@ -37,8 +37,9 @@
 --- @include lib
 
 check_argc(4)
+-- the lease ZREMs and outcome counts of the whole batch are written once, at its end
 local k = {leases = KEYS[1], run_prefix = KEYS[4], events_prefix = KEYS[5],
-  idem_prefix = KEYS[6]}
+  idem_prefix = KEYS[6], defer = new_defer()}
 local owner = ARGV[1]
 local retention = retention_arg(ARGV[2])
 local maxlen = ARGV[3]
@@ -83,7 +84,7 @@ local function retry(group, attempt)
   end
 end
 
-local function terminate(group)
+local function terminate(group, known)
   local fields = {}
   local data = {}
   if group.output ~= '' then
@@ -95,7 +96,7 @@ local function terminate(group)
     data = {error = group.error}
   end
   finalize(k, group.id, group.outcome, group.fence, now, fields, cjson.encode(data),
-    retention, maxlen)
+    retention, maxlen, known)
 end
 
 -- A retry or an escalation of a cancelling run: the client's cancel wins, and what
@@ -122,22 +123,24 @@ local function already_settled(cur, group)
   return nil
 end
 
-local function cancel_instead(group)
+local function cancel_instead(group, known)
   local data = cjson.encode({reason = 'requested', superseded = group.outcome,
     error = group.error, escalation = group.escalation})
-  finalize(k, group.id, 'cancelled', group.fence, now, {}, data, retention, maxlen)
+  finalize(k, group.id, 'cancelled', group.fence, now, {}, data, retention, maxlen, known)
 end
 
--- One read of the run per group: the holder check and the attempt counts together.
+-- One read of the run per group: the holder check, the attempt counts and what
+-- finalize reads (FINALIZE_READS, in its order from cur[6] on: status is cur[1]).
 local function settle(group)
   local run_key = KEYS[4] .. group.id
   local cur = redis.call('HMGET', run_key, 'status', 'owner_id', 'fence', 'attempt',
-    'max_attempts')
+    'max_attempts', 'retention_ms', 'idempotency_key', 'held', 'parent_id', 'spawned')
   if not holding(cur, owner, group.fence) then
     return already_settled(cur, group) or 'LOST'
   end
+  local known = {cur[1], cur[6], cur[7], cur[8], cur[9], cur[10]}
   if supersedes_cancel(group.outcome, group.delay) and cur[1] == 'cancelling' then
-    cancel_instead(group)
+    cancel_instead(group, known)
     return 'CANCEL'
   end
   if group.outcome == 'waiting_human' then
@@ -149,11 +152,12 @@ local function settle(group)
     retry(group, attempt + 1)
     return 'RETRY'
   end
-  terminate(group)
+  terminate(group, known)
   return 'OK'
 end
 
 for _, group in ipairs(groups) do
   answers[#answers + 1] = settle(group)
 end
+flush_defer(k, k.defer, now)
 return answers

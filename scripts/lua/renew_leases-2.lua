@@ -21,6 +21,8 @@ local ttl = int_arg(ARGV[2], 'lease_ttl_ms', 1)
 check_groups(3, 2)
 local now = now_ms()
 local answers = {}
+-- the renewed leases (expiry, id pairs): one ZADD per thousand, not one per run
+local renewed = {}
 for i = 3, #ARGV, 2 do
   local id = ARGV[i]
   local run_key = KEYS[2] .. id
@@ -29,7 +31,8 @@ for i = 3, #ARGV, 2 do
       and cur[3] == ARGV[i + 1] then
     local expires = math.max(now + ttl, tonumber(cur[4]) or 0)
     redis.call('HSET', run_key, 'lease_expires_at', expires, 'last_renewed_at', now)
-    redis.call('ZADD', KEYS[1], expires, id)
+    renewed[#renewed + 1] = expires
+    renewed[#renewed + 1] = id
     if cur[1] == 'cancelling' then
       answers[#answers + 1] = 'CANCEL'
     else
@@ -39,4 +42,5 @@ for i = 3, #ARGV, 2 do
     answers[#answers + 1] = 'LOST'
   end
 end
+call_chunked('ZADD', KEYS[1], renewed)
 return answers

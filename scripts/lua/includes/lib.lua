@@ -108,10 +108,18 @@ end
 -- time), which the console's live runs view follows. Handler events (progress,
 -- token, wait, verdict) use xadd_event directly and stay out of it. status: the
 -- status the caller just wrote, when it knows it (the hot paths: claim, finalize);
--- nil reads it back from the record.
-local function emit(run_key, events_key, event_type, fence, ts, data, maxlen, status)
+-- nil reads it back from the record. fields: field/value pairs the caller writes with
+-- the change (the hot paths: claim, finalize), written in the same HSET as the event's
+-- id (one command, not two); the caller then passes the status they set.
+local function emit(run_key, events_key, event_type, fence, ts, data, maxlen, status, fields)
   local id = xadd_event(events_key, event_type, fence, ts, data, maxlen)
-  redis.call('HSET', run_key, 'last_event_id', id)
+  if fields then
+    fields[#fields + 1] = 'last_event_id'
+    fields[#fields + 1] = id
+    redis.call('HSET', run_key, unpack(fields))
+  else
+    redis.call('HSET', run_key, 'last_event_id', id)
+  end
   local activity_key, run_id = activity_of(events_key)
   redis.call('XADD', activity_key, 'MAXLEN', '~', ACTIVITY_MAXLEN, '*',
     'run_id', run_id, 'event_id', id, 'type', event_type,
@@ -475,10 +483,19 @@ end
 -- them however busy it is: GET /queues/{name}/series reads the last hour from them.
 local SERIES_KEEP_MS = 3660000
 
-local function count_outcome(run_prefix, kind, now)
+local function add_outcomes(run_prefix, kind, n, now)
   local key = queue_key_of(run_prefix, 'series:' .. math.floor(now / 60000))
-  if redis.call('HINCRBY', key, kind, 1) == 1 and redis.call('PTTL', key) < 0 then
+  if redis.call('HINCRBY', key, kind, n) == n and redis.call('PTTL', key) < 0 then
     redis.call('PEXPIRE', key, SERIES_KEEP_MS)
+  end
+end
+
+-- defer: a batch script's deferred writes (new_defer), or nil to count now.
+local function count_outcome(run_prefix, kind, now, defer)
+  if defer then
+    defer.outcomes[kind] = (defer.outcomes[kind] or 0) + 1
+  else
+    add_outcomes(run_prefix, kind, 1, now)
   end
 end
 
@@ -514,9 +531,10 @@ end
 -- family keys expire with it, a parked join's set goes, and its end enters the outbox
 -- of its own slot (Redis Cluster: the parent or the children may live in other slots),
 -- in the same step as the terminal state, so no end is lost between the two.
-local function note_family_end(k, run_id, retention_ms, now)
+-- family: the run's parent_id and spawned fields as the caller read them, nil to read here.
+local function note_family_end(k, run_id, retention_ms, now, family)
   -- one read for a run outside any family (spawn_child marks a parent `spawned`)
-  local family = redis.call('HMGET', k.run_prefix .. run_id, 'parent_id', 'spawned')
+  family = family or redis.call('HMGET', k.run_prefix .. run_id, 'parent_id', 'spawned')
   if family[2] then
     redis.call('PEXPIRE', children_key_of(k.run_prefix, run_id), retention_ms)
     redis.call('DEL', queue_key_of(k.run_prefix, 'joining:' .. run_id))
@@ -529,31 +547,69 @@ local function note_family_end(k, run_id, retention_ms, now)
   end
 end
 
+-- A batch script's writes that many runs share (finish_runs): the lease ZREMs and the
+-- outcome counts gathered while it ends its runs, written once at its end by
+-- flush_defer, one ZREM for every lease and one HINCRBY per status, not one of each per
+-- run. Only for a script that reads neither the leases nor the counters after a
+-- finalize.
+local function new_defer()
+  return {leases = {}, outcomes = {}}
+end
+
+-- One command over many members, in chunks (Lua's unpack takes a few thousand values).
+local function call_chunked(command, key, members)
+  for first = 1, #members, 1000 do
+    redis.call(command, key, unpack(members, first, math.min(first + 999, #members)))
+  end
+end
+
+local function flush_defer(k, defer, now)
+  call_chunked('ZREM', k.leases, defer.leases)
+  for kind, n in pairs(defer.outcomes) do
+    add_outcomes(k.run_prefix, kind, n, now)
+  end
+end
+
+-- What finalize reads of a run, in this order; a caller that already read them passes
+-- them (known) instead of finalize reading them again.
+local FINALIZE_READS = {'status', 'retention_ms', 'idempotency_key', 'held', 'parent_id',
+  'spawned'}
+
 -- Write a terminal state and its terminal event in one step, drop the lease, and
 -- start the retention clock (retention_for: per run, else per status) on the record,
 -- its events, its effects and its idempotency key, so a key lives exactly as long
 -- as its run; the queue's counter of that status this minute goes up by one.
--- fields: extra HSET field/value pairs (output, error, ...). The run is read once. A
+-- fields: extra HSET field/value pairs (output, error, ...). The run is read once
+-- (known: FINALIZE_READS as the caller read them, nil to read them here). A
 -- run that was held (running, cancelling) is in no lane, no parked index and no
 -- unclaimed index (its claim took it out of its lane and, at its first claim, out of
 -- the unclaimed index; resume and resolve take a run out of the parked index before it
 -- can be claimed again), so only a run ended while nobody held it is looked for there.
-local function finalize(k, run_id, status, fence, now, fields, data, retention, maxlen)
+-- The state, its fields and the event's id are one HSET (emit). k.defer: a batch's
+-- deferred lease and counter writes (new_defer), nil to write them now.
+local function finalize(k, run_id, status, fence, now, fields, data, retention, maxlen, known)
   local run_key = k.run_prefix .. run_id
   local events_key = k.events_prefix .. run_id
-  local cur = redis.call('HMGET', run_key, 'status', 'retention_ms', 'idempotency_key', 'held')
+  local cur = known or redis.call('HMGET', run_key, unpack(FINALIZE_READS))
   local retention_ms = retention_for(cur[2], status, retention)
-  redis.call('HSET', run_key, 'status', status, 'finished_at', now, unpack(fields))
   redis.call('HDEL', run_key, 'lease_expires_at')
-  redis.call('ZREM', k.leases, run_id)
+  if k.defer then
+    k.defer.leases[#k.defer.leases + 1] = run_id
+  else
+    redis.call('ZREM', k.leases, run_id)
+  end
   give_back(k.run_prefix, run_id, cur[4])
   if cur[1] ~= 'running' and cur[1] ~= 'cancelling' then
     unqueue(string.sub(k.run_prefix, 1, -5), run_key, run_id)
     redis.call('ZREM', parked_of(k.run_prefix), run_id)
     redis.call('ZREM', unclaimed_key_of(k.run_prefix), run_id)
   end
-  emit(run_key, events_key, status, fence, now, data, maxlen, status)
-  count_outcome(k.run_prefix, status, now)
+  local written = {'status', status, 'finished_at', now}
+  for _, value in ipairs(fields) do
+    written[#written + 1] = value
+  end
+  emit(run_key, events_key, status, fence, now, data, maxlen, status, written)
+  count_outcome(k.run_prefix, status, now, k.defer)
   redis.call('PEXPIRE', run_key, retention_ms)
   redis.call('PEXPIRE', events_key, retention_ms)
   redis.call('PEXPIRE', effects_key_of(k.run_prefix, run_id), retention_ms)
@@ -562,7 +618,7 @@ local function finalize(k, run_id, status, fence, now, fields, data, retention, 
   if idem and idem ~= '' then
     redis.call('PEXPIRE', k.idem_prefix .. idem, retention_ms)
   end
-  note_family_end(k, run_id, retention_ms, now)
+  note_family_end(k, run_id, retention_ms, now, {cur[5], cur[6]})
 end
 
 -- The effects of a run that started and have no recorded outcome, as fields of its
