@@ -57,8 +57,11 @@ class ChannelListener:
                 failures.reset()
                 for queue in self._wake.values():
                     self._on_ready(queue)  # anything published while we were away
-                async for message in pubsub.listen():
-                    if self._dispatch(message["channel"], message["data"]):
+                while True:
+                    # the raw reply, not listen(): its per-message dict and hooks cost
+                    # ~2x the read itself, on the path from a create to its run's start
+                    reply = await pubsub.parse_response(block=True)
+                    if reply and reply[0] == "message" and self._dispatch(reply[1], reply[2]):
                         # the courier just woken goes first: its claim is sent before this
                         # task reads the socket again (one loop pass, off the start path)
                         await asyncio.sleep(0)
