@@ -1195,8 +1195,14 @@ def _story_ended(story: Callable[[], Run]) -> None:
 
 def main() -> None:
     """Console-script entry point."""
+    guarded(app)
+
+
+def guarded(command: Callable[[], object]) -> None:
+    """Run ``command`` as the console script does: a setting found invalid late is one
+    line and status 2, not a traceback (also :mod:`app.runs_get_command`'s path)."""
     try:
-        app()
+        command()
     except ConfigurationError as exc:
         typer.echo(f"leasehold: {exc}", err=True)
         sys.exit(EXIT_CONFIG)

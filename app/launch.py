@@ -3,7 +3,9 @@
 Nothing but this module and :mod:`app.startup` is imported before the collector is
 quieted; why that pays is in :mod:`app.startup`. ``leasehold worker ...`` goes to
 :mod:`app.worker_command` without typer when every flag is one it knows (a worker's
-start-up is time before its first claim); anything else is the typer CLI's.
+start-up is time before its first claim); ``leasehold runs get ...`` to
+:mod:`app.runs_get_command`, which calls the command without typer's command tree;
+anything else is the typer CLI's.
 """
 
 from __future__ import annotations
@@ -21,6 +23,11 @@ def main() -> None:
         from app.worker_command import main as worker_main
 
         if worker_main(args[1:]):
+            return
+    if args[:2] == ["runs", "get"]:
+        from app.runs_get_command import main as runs_get_main
+
+        if runs_get_main(args[2:]):
             return
     from app.cli import main as cli_main
 

@@ -12,6 +12,7 @@ and error messages, exactly as before. Both paths start the same :func:`run_work
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from app.errors import ConfigurationError
@@ -56,16 +57,31 @@ def parse_worker_args(args: list[str]) -> WorkerFlags | None:
         if word == "--no-reconciler" and not no_reconciler:
             no_reconciler = True
             continue
-        flag, equals, value = word.partition("=")
-        name = _VALUE_OPTIONS.get(flag)
-        if name is None or name in given:
+        if not take_value_flag(word, words, _VALUE_OPTIONS, given):
             return None
-        if not equals:
-            value = next(words, "")
-        if not value or value.startswith("-"):
-            return None
-        given[name] = value
     return _converted(given, no_reconciler=no_reconciler)
+
+
+def take_value_flag(
+    word: str, words: Iterator[str], options: Mapping[str, str], given: dict[str, str]
+) -> bool:
+    """Record ``--flag value`` or ``--flag=value`` in ``given``; ``False``: typer must judge.
+
+    ``options`` maps each flag to its name in ``given``. Refused (for typer to answer):
+    an unknown flag, one given twice, a missing or empty value, a value that starts
+    with ``-`` (click would read it as the next option). ``words`` is advanced past a
+    separate value.
+    """
+    flag, equals, value = word.partition("=")
+    name = options.get(flag)
+    if name is None or name in given:
+        return False
+    if not equals:
+        value = next(words, "")
+    if not value or value.startswith("-"):
+        return False
+    given[name] = value
+    return True
 
 
 def _converted(given: dict[str, str], *, no_reconciler: bool) -> WorkerFlags | None:
