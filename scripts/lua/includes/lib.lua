@@ -235,7 +235,9 @@ local function enqueue(tag, run_key, run_id, qbase, at_front, known)
       redis.call('HSET', tag .. 'one:' .. f[3], 'last', run_id)
     end
   end
-  redis.call('HSET', run_key, 'qbase', qbase)
+  if not (known and known.qbase_written) then
+    redis.call('HSET', run_key, 'qbase', qbase)
+  end
   if redis.call('HSETNX', tag .. 'placed', lane, '') == 1 then
     if at_front then
       redis.call('LPUSH', tag .. 'ready', lane)
@@ -886,18 +888,31 @@ end
 -- `wait` event saying until when. create_run and fire_schedule both enter runs here,
 -- so a run made by a schedule is queued exactly as one a client created.
 -- q: {ready, runs, unclaimed, wake (channel; nil: the caller publishes), maxlen, known
--- (optional: enqueue's fields, just written)}. Encodes only numbers and strings.
+-- (optional: enqueue's fields, as the record holds them), record (optional: the
+-- record's fields not written yet, HSET here with the event's id, run_at or qbase)}.
+-- Encodes only numbers and strings.
 local function enter_queue(run_key, events_key, run_id, q, created_data, now, start_ms,
     queued_ttl_ms)
-  emit(run_key, events_key, 'created', 0, now, created_data, q.maxlen, 'queued')
+  local record, known = q.record, q.known
+  if record then
+    record[#record + 1] = start_ms > now and 'run_at' or 'qbase'
+    record[#record + 1] = start_ms > now and start_ms or now
+    if known then
+      known.qbase_written = start_ms <= now
+    end
+  end
+  emit(run_key, events_key, 'created', 0, now, created_data, q.maxlen, 'queued', record)
   redis.call('ZADD', q.runs, now, run_id)
   -- a delayed run's time-to-live unclaimed counts from its start time, not from now
   redis.call('ZADD', q.unclaimed, math.max(now, start_ms) + queued_ttl_ms, run_id)
   if start_ms > now then
     local prefix = string.sub(run_key, 1, #run_key - #run_id)
-    redis.call('HSET', run_key, 'run_at', start_ms)
+    if not record then
+      redis.call('HSET', run_key, 'run_at', start_ms)
+    end
     emit(run_key, events_key, 'wait', 0, now,
-      cjson.encode({kind = 'run_at', subject = 'start', until_ms = start_ms}), q.maxlen)
+      cjson.encode({kind = 'run_at', subject = 'start', until_ms = start_ms}), q.maxlen,
+      'queued')
     redis.call('ZADD', delayed_of(prefix), start_ms, run_id)
   else
     -- make_ready less its give-back: a new run holds nothing
@@ -1045,16 +1060,20 @@ local function create_one(c, q, shared, now)
   if c.idempotency_key ~= '' then
     redis.call('SET', c.idem_key, run_id .. ' ' .. c.fingerprint)
   end
-  redis.call('HSET', c.run_key,
+  -- the record is written with its `created` event's id (enter_queue): one HSET
+  local record = {
     'id', run_id, 'queue', shared.queue, 'handler', c.handler, 'status', 'queued',
     'input', c.input, 'attempt', 1, 'max_attempts', c.max_attempts,
     'on_lease_expired', c.on_lease_expired, 'fence', 0, 'created_at', now,
     'metadata', c.metadata, 'idempotency_key', c.idempotency_key, 'budget', c.budget,
     'retention_ms', c.retention_ms, 'traceparent', c.traceparent, 'rate_limits', c.rate_limits,
     'ckey', ckey, 'skey', skey, 'priority', priority, 'boost_ms', c.boost_ms,
-    'lane', lane, 'root_id', c.root_id)
+    'lane', lane, 'root_id', c.root_id}
   if c.parent_id ~= '' then
-    redis.call('HSET', c.run_key, 'parent_id', c.parent_id, 'depth', c.depth)
+    record[#record + 1] = 'parent_id'
+    record[#record + 1] = c.parent_id
+    record[#record + 1] = 'depth'
+    record[#record + 1] = c.depth
   end
   if superseded then
     local k = {leases = tag .. 'leases', run_prefix = tag .. 'run:', events_prefix = tag .. 'events:',
@@ -1071,7 +1090,8 @@ local function create_one(c, q, shared, now)
   end
   enter_queue(c.run_key, c.events_key, run_id,
     {ready = q.ready, runs = q.runs, unclaimed = q.unclaimed, wake = q.wake,
-      maxlen = shared.maxlen, known = {c.handler, ckey, skey, c.boost_ms, lane}},
+      maxlen = shared.maxlen, known = {c.handler, ckey, skey, c.boost_ms, lane},
+      record = record},
     data, now, start_ms, c.queued_ttl_ms)
   return 'OK', run_id, now
 end
