@@ -1,0 +1,109 @@
+"""Wall-clock stamps along a worker's wake → handler path (for :mod:`bench.latency_steps`).
+
+Loaded into a benchmark worker as a handler module (``LEASEHOLD_HANDLERS=...,bench.wake_probe``),
+it wraps the methods a run's start passes through and records ``(step, time, detail)``
+tuples, written as JSON to ``LEASEHOLD_BENCH_PROBE_OUT`` when the worker exits. The
+wrappers cost ~1 µs each; the same probe in a before and an after checkout makes the
+per-step figures comparable. Also recorded: every GC pass, reconciler scan and outbox
+sweep, so a slow start can be matched with what ran beside it. Never loaded outside
+benchmarks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import gc
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from app import reconciler
+from app.executor import courier, execution, listener, worker
+from app.store import leases, outbox, scripts
+
+OUT_ENV = "LEASEHOLD_BENCH_PROBE_OUT"
+EVENTS: list[tuple[str, float, str]] = []
+_WALL0, _PERF0 = time.time(), time.perf_counter()
+
+
+def now() -> float:
+    """Epoch seconds at perf_counter resolution (``time.time()`` is coarser on some hosts)."""
+    return _WALL0 + (time.perf_counter() - _PERF0)
+
+
+def stamp(step: str, detail: str = "") -> None:
+    """Record one step."""
+    EVENTS.append((step, now(), detail))
+
+
+@atexit.register
+def _dump() -> None:
+    path = os.environ.get(OUT_ENV)
+    if path:
+        with open(path, "w") as out:
+            json.dump(EVENTS, out)
+
+
+def _wrap_sync(cls: Any, name: str, before: str, after: str = "") -> None:
+    original: Callable[..., Any] = getattr(cls, name)
+
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        detail = _run_id(self, args)
+        stamp(before, detail)
+        result = original(self, *args, **kwargs)
+        if after:
+            stamp(after, detail)
+        return result
+
+    setattr(cls, name, wrapper)
+
+
+def _wrap_async(cls: Any, name: str, before: str, after: str = "") -> None:
+    original: Callable[..., Any] = getattr(cls, name)
+
+    async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        detail = _run_id(self, args)
+        stamp(before, detail)
+        result = await original(self, *args, **kwargs)
+        if after:
+            stamp(after, detail)
+        return result
+
+    setattr(cls, name, wrapper)
+
+
+def _run_id(owner: Any, args: tuple[Any, ...]) -> str:
+    claimed = getattr(owner, "claimed", None)
+    if claimed is None and args and hasattr(args[0], "lease"):
+        claimed = args[0]
+    return str(claimed.id) if claimed is not None else ""
+
+
+def _gc_pass(phase: str, info: dict[str, Any]) -> None:
+    if phase == "start":
+        EVENTS.append(("zgc", now(), str(info["generation"])))
+    else:
+        EVENTS.append(("zgc_end", now(), str(info["generation"])))
+
+
+def _loop_seen(self: Any, channel: str, data: str) -> Any:
+    if not any(step == "zloop" for step, _, _ in EVENTS):
+        EVENTS.append(("zloop", now(), type(asyncio.get_running_loop()).__module__))
+    stamp("a_dispatch")
+    return _dispatch(self, channel, data)
+
+
+_dispatch = listener.ChannelListener._dispatch
+listener.ChannelListener._dispatch = _loop_seen  # type: ignore[method-assign]
+_wrap_async(courier.Courier, "_exchange_until_idle", "b_courier_woke")
+_wrap_async(leases.LeaseStore, "finish_and_claim", "c_claim_call", "f_claim_parsed")
+_wrap_async(scripts.Scripts, "_round_trip", "d_sent", "e_reply")
+_wrap_sync(worker.Worker, "_start_run", "g_start_run", "h_task_created")
+_wrap_async(execution.RunExecution, "run", "i_task_runs")
+_wrap_async(execution.RunExecution, "_call", "j_call")
+_wrap_async(reconciler.Reconciler, "scan", "zscan", "zscan_end")
+_wrap_async(outbox.Outbox, "sweep", "zsweep", "zsweep_end")
+gc.callbacks.append(_gc_pass)
