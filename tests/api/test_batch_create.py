@@ -367,3 +367,24 @@ async def test_a_batch_run_and_a_single_run_are_the_same_run_to_a_user(
     waiting = await redis_client.get(f"{keys.tag}:queued")
     assert int(waiting or 0) == (0 if "delay_s" in body else 2)
     assert await redis_client.zcard(keys.delayed) == (2 if "delay_s" in body else 0)
+
+
+async def test_runs_across_script_chunks_meet_in_order_and_each_is_created_once(
+    api: httpx.AsyncClient, redis_client: aioredis.Redis, settings: Settings
+) -> None:
+    """More runs than one create_runs call takes (100): the calls meet in order."""
+    items: list[Any] = [
+        {**ECHO, "input": {"message": f"m{i}"}, "idempotency_key": f"k{i}"} for i in range(230)
+    ]
+    items[150] = {**items[3]}  # a replay of a run created in the first chunk
+    items[220] = {**items[4], "input": {"message": "other"}}  # a conflict with it
+    outcomes = await post_batch(api, items)
+    statuses = [o["status"] for o in outcomes]
+    assert statuses.count(201) == 228
+    assert (statuses[150], statuses[220]) == (200, 409)
+    assert outcomes[150]["run"]["id"] == outcomes[3]["run"]["id"]
+    created = [o["run"]["id"] for o in outcomes if o["status"] == 201]
+    assert len(set(created)) == 228
+    keys = QueueKeys(settings.prefix, "default")
+    assert await redis_client.zcard(keys.runs) == 228
+    assert int(await redis_client.get(f"{keys.tag}:queued")) == 228

@@ -1,5 +1,7 @@
 """A run's fingerprint never changes across versions: stored idempotency keys must still replay.
 
+(And the pure logic of how create_many cuts its script calls.)
+
 An idempotency key in Redis holds the fingerprint of the request that created
 its run; if this code computed another one for the same request, a client
 retrying after an upgrade would get 409 instead of its run. The hashes below
@@ -10,7 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.store.runs import NewRun
+from app.store.runs import CREATE_CHUNK_BYTES, CREATE_CHUNK_RUNS, NewRun, _chunks
+from app.store.transitions import CreateGroup
 
 STORED = [
     (
@@ -42,3 +45,15 @@ def test_an_input_encoded_up_front_gives_the_same_fingerprint() -> None:
     encoded = NewRun(new.handler, new.input, encoded_input=new.input_json)
     assert encoded.fingerprint() == new.fingerprint()
     assert encoded == new  # the encoding is a cache, not part of the run
+
+
+def test_a_chunk_closes_at_its_run_count_or_its_bytes() -> None:
+    """create_many's calls: at most CREATE_CHUNK_RUNS runs, about CREATE_CHUNK_BYTES of input."""
+    small = CreateGroup(*([""] * len(CreateGroup._fields)))
+    big = small._replace(input="x" * (CREATE_CHUNK_BYTES // 2))
+    sizes = [c.stop - c.start for c in _chunks([small] * (2 * CREATE_CHUNK_RUNS + 1))]
+    assert sizes == [CREATE_CHUNK_RUNS, CREATE_CHUNK_RUNS, 1]
+    assert [c.stop - c.start for c in _chunks([big, big, big, small])] == [2, 2]
+    assert [
+        c.stop - c.start for c in _chunks([big._replace(input="x" * 2 * CREATE_CHUNK_BYTES)])
+    ] == [1]
