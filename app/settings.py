@@ -167,6 +167,14 @@ class Settings(BaseSettings):
         "the current ones run; only as many as would start within 50 ms at the recent run "
         "duration (0: none)",
     )
+    round_trips_in_flight: int = Field(
+        default=2,
+        ge=1,
+        le=8,
+        description="Round trips (outcomes + a claim) a worker keeps in flight per queue; "
+        "each claims at most its share of the concurrency, so Redis finishes and leases one "
+        "share while the worker runs another (1: one at a time, the two take turns)",
+    )
     handlers: CommaList = Field(
         default_factory=list,
         description="Modules imported at start to register handlers (comma-separated); "

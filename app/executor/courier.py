@@ -22,6 +22,16 @@ A refused terminal write (out of memory, read-only after a failover, no
 answer) keeps its outcome here and is sent again until Redis takes it or
 answers LOST (another owner holds the run now).
 
+**Two round trips in flight.** The worker's Python and redis-server each take a
+core: with one trip at a time they alternate, each idle while the other works.
+So a courier keeps up to ``trips_in_flight`` trips going
+(``LEASEHOLD_ROUND_TRIPS_IN_FLIGHT``), and a claim takes at most its share of the
+concurrency (:attr:`Courier.claim_max`): while Redis runs
+one trip (finishing one half of the runs, leasing the next), the worker executes
+the runs the other trip brought. Runs held never exceed the slots, as before:
+each trip reserves its own. A claim whose answer was lost is resent by exactly
+one later trip (two trips with one token would both start its runs).
+
 Idle couriers sleep until :meth:`Courier.notify_ready` is called by the
 worker's :class:`~app.executor.listener.ChannelListener` (a script published on
 the queue's wake channel), so a producer's ``create`` wakes workers at once;
@@ -66,6 +76,7 @@ class Courier:
         batch_max: int,
         idle_wake_s: float,
         slots_returned: Callable[[], None] = lambda: None,
+        trips_in_flight: int = 2,
     ) -> None:
         self.queue = queue
         self._store = store
@@ -85,11 +96,17 @@ class Courier:
         # wake messages so far: one that came while a claim was in flight is not lost
         self._wakes = 0
         self._next_due_ms: int | None = None
-        # (token, reserved slots) of a claim sent without an answer coming back
-        self._unanswered: tuple[str, int] | None = None
+        # (token, reserved slots) of claims sent without an answer coming back, and not
+        # in flight again: each is resent by one trip
+        self._unanswered: list[tuple[str, int]] = []
         # Redis refused a claim (full, read-only): none is sent before this monotonic time
         self._claims_paused_until = 0.0
         self._claim_refusals = REDIS_BACKOFF.streak()
+        self._failures = REDIS_BACKOFF.streak()
+        self._trips: set[asyncio.Task[None]] = set()
+        self._trips_max = trips_in_flight
+        # a claim's share of the slots, so that the trips in flight split the work
+        self.claim_max = max(1, min(batch_max, -(-slots.capacity // trips_in_flight)))
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -98,10 +115,12 @@ class Courier:
         self._kick.set()
 
     async def close(self) -> None:
-        """Stop the loop; outcomes still pending are abandoned (their leases expire)."""
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        """Stop the loop and its trips; outcomes still pending are abandoned (their leases
+        expire)."""
+        tasks = [*self._trips] + ([self._task] if self._task is not None else [])
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def stop_claiming(self) -> None:
         """Drain: keep writing outcomes, claim nothing more."""
@@ -143,46 +162,67 @@ class Courier:
             except TimeoutError:
                 self._maybe_ready = True  # safety net, or a delayed retry is due
             self._kick.clear()
-            await self._exchange_until_idle()
+            self._send_trips()
 
-    async def _exchange_until_idle(self) -> None:
-        """Round trips until nothing is pending and the queue looks empty."""
-        failures = REDIS_BACKOFF.streak()
-        while True:
+    def _send_trips(self) -> None:
+        """Send round trips until ``trips_in_flight`` are out or nothing is left to send.
+
+        Each carries every outcome pending now and a claim; a trip that ends kicks the
+        loop, which sends what accumulated meanwhile.
+        """
+        while len(self._trips) < self._trips_max:
+            token, wanted, resent = self._claim_to_send()
             batch = self._outcomes
-            self._outcomes = []
-            token, wanted = self._claim_to_send()
             if not batch and not wanted:
                 return
-            sent_at = time.monotonic()
-            wakes = self._wakes
-            try:
-                codes, claim = await self._store.finish_and_claim(
-                    self.queue, self._owner_id, [outcome for outcome, _ in batch], wanted, token
-                )
-            except (RedisError, OSError) as exc:
-                # the claim may have run in Redis: its slots stay reserved for the resend
-                if wanted:
-                    self._unanswered = (token, wanted)
-                self._outcomes[:0] = batch
-                await asyncio.sleep(self._round_trip_failed(exc, bool(batch), failures))
-                continue
-            failures.reset()
-            for (_, future), code in zip(batch, codes, strict=True):
-                if not future.done():
-                    future.set_result(code)
-            if claim.refused is not None:
-                self._claim_refused(token, wanted, claim.refused)
-                continue
-            self._claim_answered(token, wanted, claim, sent_at, woken=self._wakes != wakes)
-            if claim.runs:
-                # the runs' tasks take their first step (their handlers start) before
-                # this loop's bookkeeping and next trip: one loop pass per trip, not per run
-                await asyncio.sleep(0)
+            self._outcomes = []
+            trip = asyncio.get_running_loop().create_task(
+                self._trip(batch, token, wanted, resent=resent)
+            )
+            self._trips.add(trip)
+            trip.add_done_callback(self._trip_done)
 
-    def _claim_answered(
-        self, token: str, wanted: int, claim: Claim, sent_at: float, *, woken: bool
+    def _trip_done(self, trip: asyncio.Task[None]) -> None:
+        # a done callback runs after the first step of the tasks the trip started (their
+        # handlers began): the next trip carries their outcomes, one loop pass per trip
+        self._trips.discard(trip)
+        if not trip.cancelled() and trip.exception() is not None:
+            log.error("queue %s: round trip failed", self.queue, exc_info=trip.exception())
+        self._kick.set()
+
+    async def _trip(
+        self,
+        batch: list[tuple[Outcome, asyncio.Future[LeaseAnswer]]],
+        token: str,
+        wanted: int,
+        *,
+        resent: bool,
     ) -> None:
+        """One round trip: write ``batch``'s outcomes, claim ``wanted`` runs, settle both."""
+        sent_at = time.monotonic()
+        wakes = self._wakes
+        try:
+            codes, claim = await self._store.finish_and_claim(
+                self.queue, self._owner_id, [outcome for outcome, _ in batch], wanted, token
+            )
+        except (RedisError, OSError) as exc:
+            # the claim may have run in Redis: its slots stay reserved for the resend
+            if wanted:
+                self._unanswered.append((token, wanted))
+            self._outcomes[:0] = batch
+            # still in flight while it waits: no other trip is sent into the failure
+            await asyncio.sleep(self._round_trip_failed(exc, bool(batch), self._failures))
+            return
+        self._failures.reset()
+        for (_, future), code in zip(batch, codes, strict=True):
+            if not future.done():
+                future.set_result(code)
+        if claim.refused is not None:
+            self._claim_refused(token, wanted, claim.refused, resent=resent)
+            return
+        self._claim_answered(wanted, claim, sent_at, woken=self._wakes != wakes)
+
+    def _claim_answered(self, wanted: int, claim: Claim, sent_at: float, *, woken: bool) -> None:
         """Start what the claim took; claim again only if the queue may still hold runs.
 
         A short claim says the queue was empty when the script ran, not that it is now:
@@ -190,8 +230,6 @@ class Courier:
         the claim read the queue) keeps the courier claiming, else that run would wait
         for the ``idle_wake_s`` safety net.
         """
-        if self._unanswered == (token, wanted):
-            self._unanswered = None
         unused = wanted - len(claim.runs)
         self._slots.give_back(unused)
         if unused:
@@ -206,7 +244,7 @@ class Courier:
         for run in claim.runs:
             self._start_run(run, sent_at)
 
-    def _claim_refused(self, token: str, wanted: int, exc: Exception) -> None:
+    def _claim_refused(self, token: str, wanted: int, exc: Exception, *, resent: bool) -> None:
         """Redis took the outcomes but not the claim: claim nothing for a while.
 
         Out of memory or read-only, the script was refused whole, before it ran:
@@ -215,12 +253,12 @@ class Courier:
         """
         reason = refusal_of(exc)
         WORKER_WRITES_REFUSED.labels("claim", reason or "error").inc()
-        if reason in ("out_of_memory", "read_only") and self._unanswered != (token, wanted):
+        if reason in ("out_of_memory", "read_only") and not resent:
             self._slots.give_back(wanted)
             if wanted:
                 self._slots_returned()
         elif wanted:
-            self._unanswered = (token, wanted)
+            self._unanswered.append((token, wanted))
         pause_s = self._claim_refusals.failed(
             exc,
             what=f"queue {self.queue}: claim (outcomes still written)",
@@ -247,17 +285,19 @@ class Courier:
             logger=log,
         )
 
-    def _claim_to_send(self) -> tuple[str, int]:
-        """Token and slot count of this round trip's claim: an unanswered one again, or new.
+    def _claim_to_send(self) -> tuple[str, int, bool]:
+        """Token, slot count and resent-or-not of the next trip's claim: an unanswered one
+        again, or new (at most :attr:`claim_max` slots).
 
         While claims are paused the trip claims nothing (count 0 only promotes retries).
         """
         if self._claims_paused():
-            return new_claim_token(), 0
-        if self._unanswered is not None:
-            return self._unanswered
-        wanted = self._slots.reserve(self._batch_max) if self._wants_claim() else 0
-        return new_claim_token(), wanted
+            return new_claim_token(), 0, False
+        if self._unanswered:
+            token, wanted = self._unanswered.pop(0)
+            return token, wanted, True
+        wanted = self._slots.reserve(self.claim_max) if self._wants_claim() else 0
+        return new_claim_token(), wanted, False
 
     def _wants_claim(self) -> bool:
         return self._claiming and self._maybe_ready and self._slots.free > 0

@@ -41,7 +41,7 @@ from app.executor.listener import ChannelListener
 from app.executor.reasons import StopReason
 from app.executor.slots import Slots
 from app.executor.table import LeaseTable
-from app.handlers import HandlerRegistry
+from app.handlers import HandlerRegistry, HandlerSpec
 from app.metrics import LEASES_LOST, LOOP_LAG, RUNS_CLAIMED, child
 from app.models import WorkerInfo
 from app.reconciler import Reconciler
@@ -323,6 +323,7 @@ class Worker:
                 batch_max=self.settings.claim_batch_max,
                 idle_wake_s=self.settings.idle_wake_s,
                 slots_returned=self._kick_couriers,
+                trips_in_flight=self.settings.round_trips_in_flight,
             )
             self._couriers[queue] = courier
             courier.start()
@@ -331,9 +332,10 @@ class Worker:
         self._stop_stale(claimed)
         self._table.add(claimed.lease, confirmed_at)
         child(RUNS_CLAIMED, claimed.queue, claimed.handler).inc()
-        spec = None
-        with contextlib.suppress(UnknownHandler):  # the run then fails as unknown_handler
-            spec = self.registry.get(claimed.handler)
+        try:
+            spec: HandlerSpec | None = self.registry.get(claimed.handler)
+        except UnknownHandler:  # the run then fails as unknown_handler
+            spec = None
         execution = RunExecution(claimed, spec, self._deps)
         self._executions[claimed.id] = execution
         execution.start()

@@ -60,9 +60,13 @@ class Lease:
     fence: int
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ClaimedRun:
-    """A run this worker now holds: its :class:`Lease`, and what its handler is given."""
+    """A run this worker now holds: its :class:`Lease`, and what its handler is given.
+
+    Read-only by convention, not ``frozen``: one is built per claimed run, and a frozen
+    dataclass's ``__init__`` sets each of its 13 fields through ``object.__setattr__``.
+    """
 
     lease: Lease
     handler: str
@@ -148,7 +152,10 @@ def new_claim_token() -> str:
 
 
 def _json_or_none(raw: str) -> Any:
-    return json.loads(raw) if raw else None
+    if not raw:
+        return None
+    # the commonest input, decoded without the JSON decoder (a new dict: handlers may mutate)
+    return {} if raw == "{}" else json.loads(raw)
 
 
 class LeaseStore(Store):

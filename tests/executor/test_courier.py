@@ -222,13 +222,15 @@ class CreatedWhileClaiming(LeaseStore):
     run_store: RunStore | None = None
     courier: Courier | None = None
     created: ClassVar[list[str]] = []
+    creating = False  # two trips may be in flight: only the first empty answer creates
 
     async def finish_and_claim(self, *args: Any, **kwargs: Any) -> tuple[list[LeaseAnswer], Claim]:
         """Run the round trip; after the first (the courier's start: a claim on an empty
         queue), create a run and wake the courier before the reply is handed back."""
         answer = await super().finish_and_claim(*args, **kwargs)
-        if not answer[1].runs and not self.created:
+        if not answer[1].runs and not self.creating:
             assert self.run_store is not None and self.courier is not None
+            self.creating = True
             self.created.append(
                 (await self.run_store.create(NewRun(handler="demo.echo", input={}))).run.id
             )
