@@ -232,10 +232,10 @@ local function lease(id, cur)
   local held = take_slots(id, cur)
   local data = cjson.encode({owner_id = owner, attempt = tonumber(cur[4])})
   local fence = (tonumber(cur[16]) or 0) + 1
-  local expires = now + ttl
-  local fields = {'status', 'running', 'owner_id', owner, 'fence', fence,
-    'lease_expires_at', expires, 'lease_ttl_ms', ttl, 'started_at', now,
-    'last_renewed_at', now, 'attempt_fence', fence, 'attempt_owner', owner}
+  local fence_s, expires, at = num_arg(fence), num_arg(now + ttl), num_arg(now)
+  local fields = {'status', 'running', 'owner_id', owner, 'fence', fence_s,
+    'lease_expires_at', expires, 'lease_ttl_ms', num_arg(ttl), 'started_at', at,
+    'last_renewed_at', at, 'attempt_fence', fence_s, 'attempt_owner', owner}
   if held ~= '' then
     fields[#fields + 1] = 'held'
     fields[#fields + 1] = held
@@ -246,7 +246,7 @@ local function lease(id, cur)
   -- the first claim's time stays: a run's duration spans every attempt and park
   if not cur[19] then
     fields[#fields + 1] = 'first_started_at'
-    fields[#fields + 1] = now
+    fields[#fields + 1] = at
     -- claimed at last: its queued time-to-live no longer applies (a re-run's fence
     -- goes on from its old run's, so its first claim is not fence 1)
     first_claims[#first_claims + 1] = id

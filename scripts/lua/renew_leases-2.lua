@@ -29,8 +29,8 @@ for i = 3, #ARGV, 2 do
   local cur = redis.call('HMGET', run_key, 'status', 'owner_id', 'fence', 'lease_expires_at')
   if (cur[1] == 'running' or cur[1] == 'cancelling') and cur[2] == owner
       and cur[3] == ARGV[i + 1] then
-    local expires = math.max(now + ttl, tonumber(cur[4]) or 0)
-    redis.call('HSET', run_key, 'lease_expires_at', expires, 'last_renewed_at', now)
+    local expires = num_arg(math.max(now + ttl, tonumber(cur[4]) or 0))
+    redis.call('HSET', run_key, 'lease_expires_at', expires, 'last_renewed_at', num_arg(now))
     renewed[#renewed + 1] = expires
     renewed[#renewed + 1] = id
     if cur[1] == 'cancelling' then

@@ -150,6 +150,25 @@ async def test_a_parked_join_holds_no_lease_and_wakes_when_its_last_child_is_del
     ]
 
 
+async def test_a_sweep_of_empty_outboxes_calls_no_script_and_still_finds_a_full_one(
+    fam: Family,
+) -> None:
+    async def scripts_called() -> int:
+        stats = await fam.client.info("commandstats")
+        return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+
+    before = await scripts_called()
+    assert await fam.outbox.sweep([PARENTS, KIDS, "idle-queue"]) == 0
+    assert await scripts_called() == before  # three EXISTS in one round trip, no take_outbox
+    parent = await fam.parent()
+    ids = [await fam.spawn(parent, 1)]
+    assert (await fam.join(parent.lease, ids, JoinMode.ALL)).outcome == JoinOutcome.PARKED
+    await fam.end(await fam.claim_kid(), RunStatus.SUCCEEDED, '{"n":1}')
+    assert await fam.outbox.sweep([PARENTS, "idle-queue", KIDS]) == 1
+    assert (await fam.runs.get(parent.id)).status == RunStatus.QUEUED
+    assert await fam.client.zcard(fam.keys(KIDS).outbox) == 0
+
+
 async def test_a_delivery_twice_writes_nothing_the_second_time(fam: Family) -> None:
     parent = await fam.parent()
     kid_id = await fam.spawn(parent, 1)

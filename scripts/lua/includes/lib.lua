@@ -83,10 +83,27 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- A number as redis.call would send it (Redis 7.0 formats every number argument with
+-- snprintf "%.17g", a few hundred ns each): formatted once per script call and value,
+-- so the same time, expiry or fence written to many fields and runs costs one
+-- format. A string passes as it is.
+local formatted = {}
+local function num_arg(value)
+  if type(value) ~= 'number' then
+    return value
+  end
+  local known = formatted[value]
+  if not known then
+    known = string.format('%.17g', value)
+    formatted[value] = known
+  end
+  return known
+end
+
 -- Append one event to a run's stream, approximately capped at maxlen.
 local function xadd_event(events_key, event_type, fence, ts, data, maxlen)
   return redis.call('XADD', events_key, 'MAXLEN', '~', maxlen, '*',
-    'type', event_type, 'ts', ts, 'fence', fence, 'data', data)
+    'type', event_type, 'ts', num_arg(ts), 'fence', num_arg(fence), 'data', data)
 end
 
 -- Entries kept (approximately) in a queue's activity stream; store/activity.py
@@ -123,7 +140,8 @@ local function emit(run_key, events_key, event_type, fence, ts, data, maxlen, st
   local activity_key, run_id = activity_of(events_key)
   redis.call('XADD', activity_key, 'MAXLEN', '~', ACTIVITY_MAXLEN, '*',
     'run_id', run_id, 'event_id', id, 'type', event_type,
-    'status', status or redis.call('HGET', run_key, 'status') or '', 'fence', fence, 'ts', ts)
+    'status', status or redis.call('HGET', run_key, 'status') or '', 'fence', num_arg(fence),
+    'ts', num_arg(ts))
   return id
 end
 
@@ -593,7 +611,7 @@ local function finalize(k, run_id, status, fence, now, fields, data, retention, 
   local run_key = k.run_prefix .. run_id
   local events_key = k.events_prefix .. run_id
   local cur = known or redis.call('HMGET', run_key, unpack(FINALIZE_READS))
-  local retention_ms = retention_for(cur[2], status, retention)
+  local retention_ms = num_arg(retention_for(cur[2], status, retention))
   redis.call('HDEL', run_key, 'lease_expires_at')
   if k.defer then
     k.defer.leases[#k.defer.leases + 1] = run_id
@@ -606,7 +624,7 @@ local function finalize(k, run_id, status, fence, now, fields, data, retention, 
     redis.call('ZREM', parked_of(k.run_prefix), run_id)
     redis.call('ZREM', unclaimed_key_of(k.run_prefix), run_id)
   end
-  local written = {'status', status, 'finished_at', now}
+  local written = {'status', status, 'finished_at', num_arg(now)}
   for _, value in ipairs(fields) do
     written[#written + 1] = value
   end
