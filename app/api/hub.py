@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -55,6 +56,55 @@ F = TypeVar("F", bound="Feed[Any]")
 F_contra = TypeVar("F_contra", bound="Feed[Any]", contravariant=True)
 
 
+class Inbox(Generic[T]):
+    """A bounded FIFO with one consumer: what ``asyncio.Queue`` gives a follower, lighter.
+
+    A follower written to directly never queues anything, so the deque is made on
+    the first put, and a waiting consumer holds one future: an idle follower's
+    inbox costs a few hundred bytes, not the ~3 KiB of a queue (four deques and an
+    event) each of 10,000 idle followers held.
+    """
+
+    __slots__ = ("_items", "_maxsize", "_waiter")
+
+    def __init__(self, maxsize: int) -> None:
+        self._items: deque[T] | None = None
+        self._maxsize = maxsize
+        self._waiter: asyncio.Future[None] | None = None
+
+    def empty(self) -> bool:
+        """Whether nothing is queued."""
+        return not self._items
+
+    def put_nowait(self, item: T) -> None:
+        """Queue ``item``, waking the consumer; :class:`asyncio.QueueFull` at the bound."""
+        items = self._items
+        if items is None:
+            items = self._items = deque()
+        elif len(items) >= self._maxsize:
+            raise asyncio.QueueFull
+        items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def get_nowait(self) -> T:
+        """The oldest item; :class:`asyncio.QueueEmpty` if there is none."""
+        if not self._items:
+            raise asyncio.QueueEmpty
+        return self._items.popleft()
+
+    async def get(self) -> T:
+        """The oldest item, once there is one."""
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._items.popleft()
+
+
 class Subscription(Generic[T]):
     """One follower's bounded inbox; ``None`` in it means "stream closed, reconnect".
 
@@ -62,7 +112,7 @@ class Subscription(Generic[T]):
     """
 
     def __init__(self, maxsize: int) -> None:
-        self.queue: asyncio.Queue[T | None] = asyncio.Queue(maxsize=maxsize)
+        self.queue: Inbox[T | None] = Inbox(maxsize)
         self.dropped = False
         # set by go_direct: the feed hands what it read to this instead of the inbox
         self.direct: Callable[[Sequence[T]], bool] | None = None

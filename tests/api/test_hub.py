@@ -10,7 +10,7 @@ import redis.asyncio as aioredis
 
 from app.api.fanout import DirectSink
 from app.api.frames import Frame
-from app.api.hub import EventHub, Subscription
+from app.api.hub import EventHub, Inbox, Subscription
 from app.api.streaming import Cursor
 from app.metrics import API_REGISTRY
 from app.store.runs import RunStore
@@ -32,6 +32,27 @@ async def test_a_dropped_inbox_gives_an_empty_batch() -> None:
     assert not inbox.offer(2)  # too far behind: cleared and closed
     assert await inbox.get_batch(10) == []
     assert await inbox.get_batch(10) == []
+
+
+async def test_an_inbox_wakes_its_waiting_follower_and_keeps_what_a_cancelled_one_left() -> None:
+    inbox: Inbox[int] = Inbox(2)
+    waiting = asyncio.create_task(inbox.get())
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    inbox.put_nowait(7)
+    assert await asyncio.wait_for(waiting, timeout=10) == 7
+    cancelled = asyncio.create_task(inbox.get())
+    await asyncio.sleep(0)
+    inbox.put_nowait(8)  # wakes it, but it is cancelled before it runs
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    inbox.put_nowait(9)
+    with pytest.raises(asyncio.QueueFull):
+        inbox.put_nowait(10)
+    assert [await inbox.get(), inbox.get_nowait()] == [8, 9]  # nothing lost, in order
+    with pytest.raises(asyncio.QueueEmpty):
+        inbox.get_nowait()
 
 
 async def frames_until(inbox: Subscription[Frame], count: int) -> list[Frame]:

@@ -27,7 +27,8 @@ FOLLOWERS = 1000
 
 async def gauge(url: str, name: str) -> float:
     """One unlabelled metric of the API, as /metrics shows it."""
-    async with httpx.AsyncClient(base_url=url) as http:
+    # the API may be busy attaching a thousand followers on a loaded machine: wait for it
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
         text = (await http.get("/metrics")).text
     for line in text.splitlines():
         if line.startswith(f"{name} "):
@@ -95,21 +96,22 @@ async def test_a_thousand_followers_that_leave_give_back_every_socket_and_slot(
     port = urlsplit(url).port
     assert port is not None  # no worker below: the run stays queued, its streams open
 
-    followers = []
-    for _ in range(FOLLOWERS // 50):  # 50 at a time: attaching is not what is tested
-        followers += await asyncio.gather(*(follow(url, run.id) for _ in range(50)))
-    await eventually(
-        lambda: gauge(url, "leasehold_sse_subscribers"),
-        until=lambda n: n == FOLLOWERS,
-        timeout_s=120,
-        what="every follower to attach",
-    )
-    first = await asyncio.wait_for(read_until(followers[0][0], b"event: created"), 30)
-    assert first.startswith(b"HTTP/1.1 200") and b"event: created" in first
-    assert connections(api.pid, port) >= FOLLOWERS
-
-    for _, writer in followers:
-        writer.close()
+    followers: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+    try:
+        for _ in range(FOLLOWERS // 50):  # 50 at a time: attaching is not what is tested
+            followers += await asyncio.gather(*(follow(url, run.id) for _ in range(50)))
+        await eventually(
+            lambda: gauge(url, "leasehold_sse_subscribers"),
+            until=lambda n: n == FOLLOWERS,
+            timeout_s=120,
+            what="every follower to attach",
+        )
+        first = await asyncio.wait_for(read_until(followers[0][0], b"event: created"), 30)
+        assert first.startswith(b"HTTP/1.1 200") and b"event: created" in first
+        assert connections(api.pid, port) >= FOLLOWERS
+    finally:  # the followers leave (and on a failure above, no socket outlives the test)
+        for _, writer in followers:
+            writer.close()
     await eventually(
         lambda: gauge(url, "leasehold_sse_subscribers"),
         until=lambda n: n == 0,
@@ -123,8 +125,12 @@ async def test_a_thousand_followers_that_leave_give_back_every_socket_and_slot(
         what="the API to close the followers' sockets",
     )
     reader, writer = await follow(url, run.id)  # and the process still serves a new one
-    assert b"event: created" in await asyncio.wait_for(read_until(reader, b"event: created"), 30)
-    writer.close()
+    try:
+        assert b"event: created" in await asyncio.wait_for(
+            read_until(reader, b"event: created"), 30
+        )
+    finally:
+        writer.close()
 
 
 async def test_an_idle_follower_gets_keep_alives_and_a_shutdown_ends_its_body(
