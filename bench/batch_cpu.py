@@ -33,14 +33,15 @@ import httpx
 from app.api.app import create_app
 from app.api.routes import batch
 from app.settings import Settings
+from app.store import runs
 from app.store.runs import RunStore
 from bench.harness import load_average, private_redis
 
 PHASES: list[tuple[Any, str]] = [
     (batch, "_judged"),
     (batch, "_items_json"),
-    (RunStore, "_create_args"),
-    (RunStore, "_queued"),
+    (RunStore, "create_group"),
+    (runs, "_fresh"),
 ]
 
 
