@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import signal
 from urllib.parse import urlsplit
 
 import httpx
+import pytest
 
 from app.store.runs import NewRun, RunStore
 from tests.support.polling import eventually
@@ -23,6 +25,21 @@ from tests.support.processes import Processes
 
 END = b"0\r\n\r\n"  # the last chunk of a chunked body
 FOLLOWERS = 1000
+
+
+def open_file_room(wanted: int) -> None:
+    """Raise this process's open-file limit to ``wanted`` (the API it starts inherits it).
+
+    A thousand followers need a thousand sockets on each side, and many machines
+    start processes with a soft limit of 1,024; only a hard limit below it is a
+    reason not to run.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft >= wanted:
+        return
+    if hard != resource.RLIM_INFINITY and hard < wanted:
+        pytest.skip(f"the open-file hard limit ({hard}) is below the {wanted} this test needs")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
 async def gauge(url: str, name: str) -> float:
@@ -88,6 +105,7 @@ async def read_until(reader: asyncio.StreamReader, marker: bytes, *, count: int 
 async def test_a_thousand_followers_that_leave_give_back_every_socket_and_slot(
     processes: Processes, run_store: RunStore
 ) -> None:
+    open_file_room(4 * FOLLOWERS)
     api, url = processes.api(
         LEASEHOLD_SSE_MAX_FOLLOWERS=str(FOLLOWERS + 10),
         LEASEHOLD_API_MAX_CONNECTIONS=str(FOLLOWERS + 50),
