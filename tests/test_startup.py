@@ -26,6 +26,7 @@ def test_a_worker_imports_no_http_server_or_client() -> None:
         "app.api",
         "app.client",
         "app.metrics_server",
+        "app.api_models",  # the API's request/response models: created only where used
     ]
     code = (
         "import sys\n"
@@ -44,6 +45,22 @@ def test_models_are_built_when_first_used_not_at_import() -> None:
         "print(before, m.Run.__pydantic_complete__, run.status.value, run.fence)\n"
     )
     assert python_prints(code) == "False True queued 0"
+
+
+def test_the_api_models_are_still_found_in_app_models() -> None:
+    # moved out of the worker's imports, not out of app.models' names: the API, the
+    # client and users' code import them from there as before, and get the same class
+    code = (
+        "import sys\n"
+        "from app.models import RunStatus\n"
+        "loaded = 'app.api_models' in sys.modules\n"
+        "from app.models import CreateRunRequest\n"
+        "import app.api_models, app.models\n"
+        "request = CreateRunRequest.model_validate({'handler': 'h'})\n"
+        "print(loaded, CreateRunRequest is app.api_models.CreateRunRequest, request.handler,\n"
+        "    hasattr(app.models, 'NoSuchModel'))\n"
+    )
+    assert python_prints(code) == "False True h False"
 
 
 def test_the_console_script_starts_behind_a_quiet_collector() -> None:
