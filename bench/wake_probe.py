@@ -98,7 +98,7 @@ def _loop_seen(self: Any, channel: str, data: str) -> Any:
 
 _dispatch = listener.ChannelListener._dispatch
 listener.ChannelListener._dispatch = _loop_seen  # type: ignore[method-assign]
-_wrap_async(courier.Courier, "_exchange_until_idle", "b_courier_woke")
+_wrap_async(courier.Courier, "_trip", "b_courier_woke")
 _wrap_async(leases.LeaseStore, "finish_and_claim", "c_claim_call", "f_claim_parsed")
 _wrap_async(scripts.Scripts, "_round_trip", "d_sent", "e_reply")
 _wrap_sync(worker.Worker, "_start_run", "g_start_run", "h_task_created")
