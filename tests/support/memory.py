@@ -7,7 +7,9 @@ sees another's leftovers.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +17,8 @@ import pytest
 import redis
 
 from app.embedded import EmbeddedRedis
+from app.store.connection import async_client
+from app.store.scripts import Scripts
 
 
 @dataclass
@@ -42,8 +46,28 @@ class SmallRedis:
         with self.client() as client:
             client.config_set("maxmemory", max_bytes)
 
+    def load_scripts(self) -> None:
+        """SCRIPT LOAD every transition, as an API or worker does when it starts.
+
+        The scripts take ~2 MB of Redis memory (script cache and Lua), growing with
+        each new one: loaded before :meth:`allow` measures, they are not counted in a
+        headroom meant for runs. In a thread of its own, so a test whose thread runs
+        an event loop (Playwright's, an async test's) can call it too.
+        """
+
+        async def load() -> None:
+            client = async_client(self.url)
+            try:
+                await Scripts().load_all(client)
+            finally:
+                await client.aclose()
+
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pool.submit(asyncio.run, load()).result()
+
     def allow(self, headroom_bytes: int) -> int:
-        """Set maxmemory to what is used now plus ``headroom_bytes``; returns it."""
+        """Set maxmemory to what is used, scripts loaded, plus ``headroom_bytes``; returns it."""
+        self.load_scripts()
         max_bytes = self.used_bytes() + headroom_bytes
         self.set_max(max_bytes)
         return max_bytes
