@@ -1,8 +1,9 @@
 """Handlers the rate-limit tests run in real workers.
 
-They record, in a side channel the test owns (a Redis list per key), the Redis
-server's time at which each call got its token, so a test can check the bound
-from timestamps taken across workers by one clock.
+They record, in a side channel the test owns (a Redis list per key), each call's
+grant (the epoch ms the bucket counted it at, ``Grant.until_ms``) and the Redis
+server's time at which the call then ran, so a test can check the bound on the
+grants and that no call ran before its token was due, across workers by one clock.
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ from app.store.connection import AsyncRedis, async_client
 
 
 def calls_key(prefix: str, key: str) -> str:
-    """Where ``test.rate_call`` records each call's grant time (Redis clock, µs)."""
+    """Where ``test.rate_call`` records each call: ``"<call µs> <grant ms>"`` (Redis clock).
+
+    The grant is ``-`` for a call inside an operation (it does not expose its grant).
+    """
     return f"{prefix}:test:rate-calls:{key}"
 
 
@@ -41,8 +45,8 @@ async def rate_call(ctx: RunContext, params: CallsInput) -> dict[str, object]:
     try:
         for _ in range(params.calls):
             if params.first_progress_s is None:
-                async with ctx.rate_limit(params.key, params.cost):
-                    await _record(client, params.key)
+                async with ctx.rate_limit(params.key, params.cost) as grant:
+                    await _record(client, params.key, grant.until_ms)
             else:
                 operation = ctx.operation(
                     "model_call",
@@ -52,16 +56,19 @@ async def rate_call(ctx: RunContext, params: CallsInput) -> dict[str, object]:
                     rate_cost=params.cost,
                 )
                 async with operation as op:
-                    await _record(client, params.key)
+                    await _record(client, params.key, None)
                     op.progress()
     finally:
         await client.aclose()
     return {"owner": ctx.owner_id, "attempt": ctx.attempt}
 
 
-async def _record(client: AsyncRedis, key: str) -> None:
+async def _record(client: AsyncRedis, key: str, until_ms: int | None) -> None:
     seconds, micros = await client.time()
-    await client.rpush(calls_key(os.environ["LEASEHOLD_PREFIX"], key), seconds * 1_000_000 + micros)
+    grant = "-" if until_ms is None else str(until_ms)
+    await client.rpush(
+        calls_key(os.environ["LEASEHOLD_PREFIX"], key), f"{seconds * 1_000_000 + micros} {grant}"
+    )
 
 
 class Report429Input(BaseModel):
@@ -83,8 +90,8 @@ async def rate_429(ctx: RunContext, params: Report429Input) -> dict[str, object]
             until_ms = await ctx.rate_limited(
                 params.key, retry_after_s=params.retry_after_s, release=params.release
             )
-        async with ctx.rate_limit(params.key):
-            await _record(client, params.key)
+        async with ctx.rate_limit(params.key) as grant:
+            await _record(client, params.key, grant.until_ms)
     finally:
         await client.aclose()
     return {"attempt": ctx.attempt, "fence": ctx.fence, "until_ms": until_ms}
