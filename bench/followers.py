@@ -3,11 +3,15 @@
 Started by :mod:`bench.sse` as ``python -m bench.followers``. A follower must
 cost far less than the server's side of a message, or the client is what gets
 measured (the machine's cores are shared by the API, the worker, Redis and the
-clients). So the default follower is an ``asyncio.Protocol``: one GET, then
-chunked transfer decoding and SSE parsing (split on blank lines) straight from
-``data_received``. ``--client httpx`` follows with ``httpx`` streams and the same
-SSE parser instead, to cross-check; it costs several times more CPU per message.
-Receive time is ``time.time()`` once per network read, before parsing.
+clients). So the default follower is a :class:`Recorder`, an ``asyncio.Protocol``
+on uvloop whose ``data_received`` only keeps each read and its receive time
+(``time.time()``, before anything else): no decoding while events arrive. Once
+every follower has its terminal event, the reads are replayed through chunked
+transfer decoding and SSE parsing (:func:`parse_reads`), each message timed by
+the read that completed it. The garbage collector is off while followers are
+held (nothing they keep is cyclic), so no collection pauses the client mid-run.
+``--client httpx`` follows with ``httpx`` streams and the same parser, parsing as
+it goes, to cross-check; it costs several times more CPU per message.
 
 * ``tick`` events carry their emit time ``t``: the follower keeps
   ``receive - t`` per event and checks the ``seq`` numbers arrive complete and
@@ -16,13 +20,16 @@ Receive time is ``time.time()`` once per network read, before parsing.
   times of the first and last token and checks every index once, in order.
 
 A follower does not resume: a dropped stream is reported, not hidden. The
-result (one JSON object) goes to ``--out``.
+result (one JSON object) goes to ``--out``, with the process's CPU over its life
+(``cpu_s``), from the last follower attached to the last terminal event
+(``live_cpu_s``: what receiving the events cost) and to parse (``parse_cpu_s``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -37,6 +44,8 @@ from app.models import TERMINAL_EVENT_TYPES
 
 SEP = b"\r\n\r\n"  # sse-starlette's default line separator, doubled: end of a message
 CRLF = b"\r\n"
+OK = b"HTTP/1.1 200"
+BODY_END = b"\r\n0\r\n\r\n"  # a chunked body's last (empty) chunk, after the one before
 CONNECT_TIMEOUT_S = 60.0
 READ_TIMEOUT_S = 300.0
 
@@ -141,23 +150,26 @@ class Dechunker:
         return pieces
 
 
-class FollowerProtocol(asyncio.Protocol):
-    """One follower on its own connection: sends the GET, parses what comes back."""
+class Recorder(asyncio.Protocol):
+    """One follower on its own connection: sends the GET, keeps every read with its time.
+
+    Nothing is decoded while events arrive (:func:`parse_reads` does it after the
+    run): per read, one clock reading, two list appends and a look at the last
+    bytes for the body's end. ``attached`` is set by the first read (the response
+    has begun), ``done`` once the body's last chunk came or the connection ended.
+    """
 
     def __init__(
-        self,
-        request: bytes,
-        seen: Follower,
-        done: asyncio.Future[None],
-        attached: asyncio.Future[None],
+        self, request: bytes, done: asyncio.Future[None], attached: asyncio.Future[None]
     ) -> None:
         self._request = request
-        self._seen = seen
         self._done = done
         self._attached = attached
-        self._http = Dechunker()
-        self._sse = SseParser()
         self._transport: asyncio.Transport | None = None
+        self._tail = b""
+        self.times: list[float] = []  # receive time of each read, epoch s
+        self.reads: list[bytes] = []
+        self.error: str | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it
@@ -165,21 +177,21 @@ class FollowerProtocol(asyncio.Protocol):
         self._transport.write(self._request)
 
     def data_received(self, data: bytes) -> None:
-        now = time.time()
-        try:
-            for piece in self._http.feed(data):
-                if not self._attached.done():
-                    self._attached.set_result(None)  # the replay came: the next may connect
-                for event_type, payload in self._sse.feed(piece):
-                    self._seen.take(event_type, payload, now)
-        except ValueError as exc:
-            self._seen.error = f"bad response: {exc}"
-        if self._seen.error or self._seen.terminal or self._http.finished:
+        self.times.append(time.time())
+        self.reads.append(data)
+        if not self._attached.done():
+            self._attached.set_result(None)  # the replay came: the next may connect
+            if not data.startswith(OK):
+                self._finish()  # parse_reads says what came instead
+                return
+        tail = data[-len(BODY_END) :] if len(data) >= len(BODY_END) else self._tail + data
+        self._tail = tail[-len(BODY_END) :]
+        if self._tail == BODY_END:
             self._finish()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if exc is not None and self._seen.error is None and self._seen.terminal is None:
-            self._seen.error = f"{type(exc).__name__}: {exc}"
+        if exc is not None:
+            self.error = f"{type(exc).__name__}: {exc}"
         self._finish()
 
     def _finish(self) -> None:
@@ -191,8 +203,49 @@ class FollowerProtocol(asyncio.Protocol):
             self._transport.close()
 
 
-async def follow_raw(url: str, run_id: str, attaching: asyncio.Semaphore) -> Follower:
-    """Follow one run with :class:`FollowerProtocol`, until its terminal event or the end.
+def parse_reads(times: list[float], reads: list[bytes], error: str | None = None) -> Follower:
+    """What a follower saw, from its reads: each message timed by the read that completed it.
+
+    ``error`` (the connection's, if it broke) is kept unless the terminal event came first.
+    """
+    seen, http, sse = Follower(), Dechunker(), SseParser()
+    try:
+        for now, data in zip(times, reads, strict=True):
+            for piece in http.feed(data):
+                for event_type, payload in sse.feed(piece):
+                    seen.take(event_type, payload, now)
+    except ValueError as exc:
+        seen.error = f"bad response: {exc}"
+    if seen.error is None and seen.terminal is None:
+        seen.error = error or ("stream ended without its terminal event" if reads else "no reply")
+    return seen
+
+
+class Milestones:
+    """This process's CPU when the last follower attached and when the last one finished."""
+
+    def __init__(self, count: int) -> None:
+        self._attaching = self._running = count
+        self.attached_cpu_s: float | None = None
+        self.done_cpu_s: float | None = None
+
+    def attached(self) -> None:
+        """One more follower's response began."""
+        self._attaching -= 1
+        if self._attaching == 0:
+            self.attached_cpu_s = time.process_time()
+
+    def done(self) -> None:
+        """One more follower finished."""
+        self._running -= 1
+        if self._running == 0:
+            self.done_cpu_s = time.process_time()
+
+
+async def follow_raw(
+    url: str, run_id: str, attaching: asyncio.Semaphore, milestones: Milestones
+) -> Recorder | str:
+    """Follow one run with a :class:`Recorder` until its body ends; its reads, or what failed.
 
     ``attaching`` bounds the followers between connecting and their replay's
     arrival: a thousand replays at once would only measure the API's Redis pool.
@@ -203,23 +256,23 @@ async def follow_raw(url: str, run_id: str, attaching: asyncio.Semaphore) -> Fol
         f"GET /runs/{run_id}/events HTTP/1.1\r\nHost: {parts.netloc}\r\n"
         "Accept: text/event-stream\r\n\r\n"
     ).encode()
-    seen = Follower()
     loop = asyncio.get_running_loop()
     done: asyncio.Future[None] = loop.create_future()
     attached: asyncio.Future[None] = loop.create_future()
+    recorder = Recorder(request, done, attached)
     try:
         async with attaching:
             await asyncio.wait_for(
-                loop.create_connection(
-                    lambda: FollowerProtocol(request, seen, done, attached), host, port
-                ),
-                CONNECT_TIMEOUT_S,
+                loop.create_connection(lambda: recorder, host, port), CONNECT_TIMEOUT_S
             )
             await asyncio.wait_for(attached, CONNECT_TIMEOUT_S)
+        milestones.attached()
         await asyncio.wait_for(done, READ_TIMEOUT_S)
     except (OSError, TimeoutError) as exc:
-        seen.error = f"{type(exc).__name__}: {exc}"
-    return seen
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        milestones.done()
+    return recorder
 
 
 async def follow_httpx(http: httpx.AsyncClient, run_id: str) -> Follower:
@@ -245,20 +298,36 @@ async def follow_all(
 ) -> dict[str, Any]:
     """``count`` concurrent followers of one run; their findings and this process's CPU."""
     cpu_start, wall_start = time.process_time(), time.perf_counter()
+    live: dict[str, float | None] = {"live_cpu_s": None, "parse_cpu_s": None}
     if client == "httpx":
         limits = httpx.Limits(max_connections=count, max_keepalive_connections=count)
         timeout = httpx.Timeout(CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S)
         async with httpx.AsyncClient(base_url=url, limits=limits, timeout=timeout) as http:
             followers = await asyncio.gather(*(follow_httpx(http, run_id) for _ in range(count)))
     else:
-        attaching = asyncio.Semaphore(attach_concurrency)
-        followers = await asyncio.gather(
-            *(follow_raw(url, run_id, attaching) for _ in range(count))
-        )
+        attaching, milestones = asyncio.Semaphore(attach_concurrency), Milestones(count)
+        gc.disable()  # a follower keeps bytes and floats: no cycles to collect mid-run
+        try:
+            got = await asyncio.gather(
+                *(follow_raw(url, run_id, attaching, milestones) for _ in range(count))
+            )
+        finally:
+            gc.enable()
+        parse_start = time.process_time()
+        followers = [
+            Follower(error=item)
+            if isinstance(item, str)
+            else parse_reads(item.times, item.reads, item.error)
+            for item in got
+        ]
+        if milestones.attached_cpu_s is not None and milestones.done_cpu_s is not None:
+            live["live_cpu_s"] = milestones.done_cpu_s - milestones.attached_cpu_s
+        live["parse_cpu_s"] = time.process_time() - parse_start
     return {
         "followers": [asdict(seen) for seen in followers],
         "cpu_s": time.process_time() - cpu_start,
         "wall_s": time.perf_counter() - wall_start,
+        **live,
     }
 
 

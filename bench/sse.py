@@ -23,6 +23,15 @@ follower processes (:mod:`bench.followers`) on loopback.
   writer gets a ``replay_unavailable`` notice in place of the trimmed events.
 * **cost**: CPU seconds of the API, the worker and the client processes over each
   measurement (from ``/proc``), i.e. what one delivered message costs each side.
+  The API's is also given up to the run's end (``api_live_*``: the ticks'
+  fan-out, without the followers' teardown) and split into its system part (the
+  kernel's socket sends); the clients' from their last follower attached to
+  their last terminal event (``client_live_*``: receiving, without attaching or
+  parsing, which :mod:`bench.followers` does after the run).
+* **per tick** (``per_tick``): each tick's first follower's latency and the
+  spread to its last one, over the ticks: a late *first* follower means the
+  event left the API late; a wide spread, that its fan-out (or the client's
+  reads of it) took that long.
 * **idle** (``--idle N``): N followers of a run that emits nothing, all in one
   client process; the API's resident memory before and after they attach, per
   follower. The caps (``LEASEHOLD_SSE_MAX_FOLLOWERS``, ``_API_MAX_CONNECTIONS``)
@@ -101,8 +110,13 @@ class Stack:
 
 def process_cpu_s(pid: int) -> float:
     """User + system CPU seconds a running process has used (from /proc)."""
+    return sum(process_cpu_split(pid))
+
+
+def process_cpu_split(pid: int) -> tuple[float, float]:
+    """User and system (the kernel's, e.g. its socket sends) CPU seconds of a process."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_PER_S
+    return int(fields[11]) / CLOCK_TICKS_PER_S, int(fields[12]) / CLOCK_TICKS_PER_S
 
 
 def rss_mb(pid: int) -> float:
@@ -139,8 +153,13 @@ def raise_fd_limit(sockets: int) -> int:
 
 def cpu_snapshot(stack: Stack) -> dict[str, float]:
     """CPU seconds of the API processes (together) and the worker so far."""
-    api = sum(process_cpu_s(pid) for pid in stack.api_pids)
-    return {"api": api, "worker": process_cpu_s(stack.worker_pid)}
+    splits = [process_cpu_split(pid) for pid in stack.api_pids]
+    user, system = sum(split[0] for split in splits), sum(split[1] for split in splits)
+    return {
+        "api": user + system,
+        "api_system": system,
+        "worker": process_cpu_s(stack.worker_pid),
+    }
 
 
 @contextlib.asynccontextmanager
@@ -242,11 +261,15 @@ async def collect(procs: list[tuple[Child, Path]], timeout_s: float) -> dict[str
             raise RuntimeError("followers did not finish in time")
         await asyncio.sleep(POLL_S)
     merged: dict[str, Any] = {"followers": [], "client_cpu_s": [], "client_wall_s": []}
+    merged |= {"client_live_cpu_s": [], "client_parse_cpu_s": []}
     for _, out in procs:
         found = json.loads(out.read_text())
         merged["followers"] += found["followers"]
         merged["client_cpu_s"].append(round(found["cpu_s"], 2))
         merged["client_wall_s"].append(round(found["wall_s"], 2))
+        for key in ("live_cpu_s", "parse_cpu_s"):  # None from an httpx client
+            if found.get(key) is not None:
+                merged[f"client_{key}"].append(round(found[key], 3))
     return merged
 
 
@@ -287,6 +310,24 @@ async def append_delays(stack: Stack, run_id: str) -> list[float]:
     ]
 
 
+def per_tick(followers: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where a late delivery came from: each tick's first follower, and its spread to the last.
+
+    A tick whose *first* follower is late was late leaving the API (or the worker,
+    or Redis); a tick whose first follower is on time but whose last is late took
+    that long to fan out (or for the client to read). Over the ticks every
+    follower got (all of them when every follower is complete).
+    """
+    complete = [f["latencies_s"] for f in followers if f["in_order"] and f["latencies_s"]]
+    ticks = min((len(values) for values in complete), default=0)
+    firsts, spreads = [], []
+    for index in range(ticks):
+        column = [values[index] for values in complete]
+        firsts.append(min(column))
+        spreads.append(max(column) - min(column))
+    return {"first": distribution(firsts), "spread": distribution(spreads)}
+
+
 def completeness(found: dict[str, Any], expected: int) -> dict[str, Any]:
     """How many followers got all ``expected`` events, in order, then the terminal one."""
     seen = found["followers"]
@@ -316,6 +357,7 @@ class Ticking:
     found: dict[str, Any]
     cpu_before: dict[str, float]
     cpu_after: dict[str, float]
+    cpu_at_end: dict[str, float]  # when the run had finished: the ticks' fan-out, no teardown
 
     @property
     def latencies_s(self) -> list[float]:
@@ -339,9 +381,25 @@ async def tick(
         attach_s = await wait_attached(stack, attached_already + count, procs)
         before = cpu_snapshot(stack)
         await go(stack, run_id)
+        at_end = await cpu_when_finished(stack, run_id, seconds + FINISH_GRACE_S)
         found = await collect(procs, seconds + FINISH_GRACE_S)
         after = cpu_snapshot(stack)
-    return Ticking(run_id, ticks, len(procs), attach_s, found, before, after)
+    return Ticking(run_id, ticks, len(procs), attach_s, found, before, after, at_end)
+
+
+async def cpu_when_finished(stack: Stack, run_id: str, timeout_s: float) -> dict[str, float]:
+    """The CPU snapshot once the run has finished (its terminal event appended).
+
+    What the API spent from ``go`` to here is the ticks' fan-out; after it come
+    the terminal event and the followers' teardown (each stream's end, its
+    connection closed), which a per-message figure should not be charged with.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not (await stack.bench.store.get(run_id)).status.is_terminal:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"run {run_id} did not finish in time")
+        await asyncio.sleep(POLL_S)
+    return cpu_snapshot(stack)
 
 
 async def latency_rep(
@@ -351,6 +409,7 @@ async def latency_rep(
     load = harness.load_average()
     ticking = await tick(stack, count, per_process, rate_per_s, seconds)
     found, before, after = ticking.found, ticking.cpu_before, ticking.cpu_after
+    at_end = ticking.cpu_at_end
     ticks = ticking.ticks
     rep = {
         "followers": count,
@@ -363,13 +422,23 @@ async def latency_rep(
         "emit_to_append": distribution(await append_delays(stack, ticking.run_id)),
         **completeness(found, ticks),
         "api_cpu_s": round(after["api"] - before["api"], 2),
+        "api_system_cpu_s": round(after["api_system"] - before["api_system"], 2),
+        "api_live_cpu_s": round(at_end["api"] - before["api"], 2),
+        "api_live_system_cpu_s": round(at_end["api_system"] - before["api_system"], 2),
         "worker_cpu_s": round(after["worker"] - before["worker"], 2),
         "client_cpu_s": found["client_cpu_s"],
+        "client_live_cpu_s": found["client_live_cpu_s"],
+        "client_parse_cpu_s": found["client_parse_cpu_s"],
         "client_wall_s": found["client_wall_s"],
+        "per_tick": per_tick(found["followers"]),
     }
     messages = count * ticks
     rep["api_cpu_us_per_message"] = round(rep["api_cpu_s"] / messages * 1e6, 1)
+    rep["api_live_cpu_us_per_message"] = round(rep["api_live_cpu_s"] / messages * 1e6, 1)
     rep["client_cpu_us_per_message"] = round(sum(found["client_cpu_s"]) / messages * 1e6, 1)
+    # what receiving the events cost the clients, attaching and parsing left out
+    live_cpu = sum(found["client_live_cpu_s"]) if found["client_live_cpu_s"] else math.nan
+    rep["client_live_cpu_us_per_message"] = round(live_cpu / messages * 1e6, 1)
     log(
         f"latency, {count} followers: p50 {rep['p50_ms']} ms, p99 {rep['p99_ms']} ms, "
         f"max {rep['max_ms']} ms; complete {rep['followers_complete']}/{count} "
@@ -603,13 +672,20 @@ async def run_all(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
 
 def print_report(result: dict[str, Any]) -> None:
     """The result as two small tables on stdout."""
-    print("followers  load  p50 ms  p99 ms  max ms  complete   api µs/msg  client µs/msg")
+    print(
+        "followers  load  p50 ms  p99 ms  max ms  complete   api µs/msg  (live)  client µs/msg"
+        "  (live)  first p99 ms  spread p99 ms"
+    )
     for rep in result["latency"]:
+        ticks = rep["per_tick"]
         print(
             f"{rep['followers']:>9}  {rep['load_before'][0]:4.2f}  {rep['p50_ms']:6.2f}  "
             f"{rep['p99_ms']:6.2f}  {rep['max_ms']:6.1f}  "
             f"{rep['followers_complete']:>4}/{rep['followers']:<4}  "
-            f"{rep['api_cpu_us_per_message']:10.1f}  {rep['client_cpu_us_per_message']:12.1f}"
+            f"{rep['api_cpu_us_per_message']:10.1f}  {rep['api_live_cpu_us_per_message']:6.1f}"
+            f"  {rep['client_cpu_us_per_message']:12.1f}"
+            f"  {rep['client_live_cpu_us_per_message']:6.1f}  "
+            f"{ticks['first']['p99_ms']:12.2f}  {ticks['spread']['p99_ms']:13.2f}"
         )
     for rep in result["idle"]:
         print(
