@@ -32,6 +32,11 @@ the runs the other trip brought. Runs held never exceed the slots, as before:
 each trip reserves its own. A claim whose answer was lost is resent by exactly
 one later trip (two trips with one token would both start its runs).
 
+A second trip claims only while a backlog is known (the last claim came back full)
+or a wake came after the claim in flight was sent: an idle worker woken for one run
+sends one claim, not one per trip, and one finish (3.27 round trips per run at
+50 runs/s with both trips claiming on each wake, 2.26 with one trip).
+
 Idle couriers sleep until :meth:`Courier.notify_ready` is called by the
 worker's :class:`~app.executor.listener.ChannelListener` (a script published on
 the queue's wake channel), so a producer's ``create`` wakes workers at once;
@@ -93,6 +98,12 @@ class Courier:
         self._kick = asyncio.Event()
         self._claiming = True
         self._maybe_ready = True  # ready may hold runs: claim when slots are free
+        # the last claim answered came back full: every trip in flight may claim
+        self._backlog = False
+        # trips in flight with a claim, and the wake count when the last new claim went
+        # out: one claim in flight covers every wake before it
+        self._claim_trips: set[asyncio.Task[None]] = set()
+        self._wakes_claimed = 0
         # wake messages so far: one that came while a claim was in flight is not lost
         self._wakes = 0
         self._next_due_ms: int | None = None
@@ -180,12 +191,15 @@ class Courier:
                 self._trip(batch, token, wanted, resent=resent)
             )
             self._trips.add(trip)
+            if wanted:
+                self._claim_trips.add(trip)
             trip.add_done_callback(self._trip_done)
 
     def _trip_done(self, trip: asyncio.Task[None]) -> None:
         # a done callback runs after the first step of the tasks the trip started (their
         # handlers began): the next trip carries their outcomes, one loop pass per trip
         self._trips.discard(trip)
+        self._claim_trips.discard(trip)
         if not trip.cancelled() and trip.exception() is not None:
             log.error("queue %s: round trip failed", self.queue, exc_info=trip.exception())
         self._kick.set()
@@ -200,7 +214,6 @@ class Courier:
     ) -> None:
         """One round trip: write ``batch``'s outcomes, claim ``wanted`` runs, settle both."""
         sent_at = time.monotonic()
-        wakes = self._wakes
         try:
             codes, claim = await self._store.finish_and_claim(
                 self.queue, self._owner_id, [outcome for outcome, _ in batch], wanted, token
@@ -220,15 +233,16 @@ class Courier:
         if claim.refused is not None:
             self._claim_refused(token, wanted, claim.refused, resent=resent)
             return
-        self._claim_answered(wanted, claim, sent_at, woken=self._wakes != wakes)
+        self._claim_answered(wanted, claim, sent_at, woken=self._wakes != self._wakes_claimed)
 
     def _claim_answered(self, wanted: int, claim: Claim, sent_at: float, *, woken: bool) -> None:
         """Start what the claim took; claim again only if the queue may still hold runs.
 
         A short claim says the queue was empty when the script ran, not that it is now:
-        a wake message that came while the trip was in flight (a run created just after
-        the claim read the queue) keeps the courier claiming, else that run would wait
-        for the ``idle_wake_s`` safety net.
+        a wake message that came after the last new claim was sent (a run created just
+        after the claim read the queue) keeps the courier claiming, else that run would
+        wait for the ``idle_wake_s`` safety net. A full claim says more may wait: the
+        trips in flight all claim until one comes back short.
         """
         unused = wanted - len(claim.runs)
         self._slots.give_back(unused)
@@ -240,7 +254,8 @@ class Courier:
         if self._claims_paused():
             return  # a trip that claimed nothing on purpose tells nothing about the queue
         self._claim_refusals.reset()
-        self._maybe_ready = woken or (len(claim.runs) == wanted and wanted > 0)
+        self._backlog = len(claim.runs) == wanted and wanted > 0
+        self._maybe_ready = woken or self._backlog
         for run in claim.runs:
             self._start_run(run, sent_at)
 
@@ -296,11 +311,18 @@ class Courier:
         if self._unanswered:
             token, wanted = self._unanswered.pop(0)
             return token, wanted, True
-        wanted = self._slots.reserve(self.claim_max) if self._wants_claim() else 0
-        return new_claim_token(), wanted, False
+        if not self._wants_claim():
+            return new_claim_token(), 0, False
+        self._wakes_claimed = self._wakes
+        return new_claim_token(), self._slots.reserve(self.claim_max), False
 
     def _wants_claim(self) -> bool:
-        return self._claiming and self._maybe_ready and self._slots.free > 0
+        """Whether the next trip claims: there may be runs, room for them, and no claim in
+        flight that already covers them (one is enough unless a backlog is known or a wake
+        came after it was sent)."""
+        if not (self._claiming and self._maybe_ready and self._slots.free > 0):
+            return False
+        return self._backlog or not self._claim_trips or self._wakes != self._wakes_claimed
 
     def _claims_paused(self) -> bool:
         return time.monotonic() < self._claims_paused_until
