@@ -151,12 +151,22 @@ async def test_stale_owner_cannot_overwrite_the_new_owners_result(
     assert int(await redis_client.get(executions_key(prefix, run_id))) == 2
 
 
-async def test_cpu_bound_handler_holding_the_loop_for_three_ttls_is_not_orphaned(
+async def test_cpu_bound_handler_holding_the_loop_past_its_lease_ttl_is_not_orphaned(
     processes: Processes, run_store: RunStore
 ) -> None:
-    processes.worker()
+    """The heartbeat renews on its own thread while the handler spins on the loop.
+
+    A 2 s lease, not the 1 s of the other tests: at 1 s a renewal fails once it
+    takes over 167 ms (the margin, TTL/6, bounds each heartbeat call) and jeopardy
+    comes 0.83 s after the last one, which a loaded machine can reach without help
+    from the handler (the test's redis-server runs at the session's niceness). The
+    loop is held 1.5 TTLs (four renewals; a heartbeat on the loop would lose the
+    lease at 2 s), for the same 3 s of CPU as before.
+    """
+    ttl = str(2 * TTL_S)
+    processes.worker(LEASEHOLD_LEASE_TTL_S=ttl)
     run_id = await submit(run_store, "demo.cpu", seconds=3 * TTL_S)
-    processes.worker()  # a second worker whose reconciler is watching
+    processes.worker(LEASEHOLD_LEASE_TTL_S=ttl)  # a second worker whose reconciler is watching
     done = await wait_status(run_store, run_id, RunStatus.SUCCEEDED, RunStatus.ORPHANED)
     assert done.status == RunStatus.SUCCEEDED
     assert done.output["held_loop_s"] >= 3 * TTL_S
