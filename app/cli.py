@@ -12,15 +12,22 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from datetime import UTC, datetime
+from collections.abc import Callable
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from app.errors import ConfigurationError, LeaseholdError
+from app.cli_api import (
+    EXIT_FAILED,
+    guarded,
+    show_run,
+)
+from app.cli_api import api_client as _api
+from app.cli_api import fail as _fail
+from app.cli_api import print_run as _print_run
+from app.cli_api import unpark_lines as _unpark_lines
+from app.errors import LeaseholdError
 from app.logs import configure_logging
 from app.models import (
     PARKED_STATUSES,
@@ -31,7 +38,6 @@ from app.models import (
     RunStatus,
 )
 from app.preflight import (
-    EXIT_CONFIG,
     handlers_or_exit,
     runnable_handlers_or_exit,
     settings_or_exit,
@@ -44,7 +50,7 @@ from app.worker_command import WorkerFlags, run_worker
 # commands need (asyncio, redis through the probes and handlers, pydantic-settings, httpx,
 # rich) is imported inside those commands, not here
 if TYPE_CHECKING:
-    from app.client import ApiError, Client
+    from app.client import Client
     from app.models import FireResult, Schedule
     from app.probes import ProbeResult
     from app.settings import Settings
@@ -85,7 +91,6 @@ demo_app = typer.Typer(
 )
 app.add_typer(demo_app, name="demo")
 
-EXIT_FAILED = 1
 WAIT_POLL_S = 0.2
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
@@ -108,47 +113,6 @@ def with_demo(settings: Settings) -> Settings:
     if settings.demo_enabled:
         return settings
     return settings.model_copy(update={"handlers": [DEMO_HANDLERS, *settings.handlers]})
-
-
-@contextmanager
-def _api(api_url: str | None, api_key: str | None = None) -> Iterator[Client]:
-    """A client for the API; an error answer or an unreachable API is one line and exit 1.
-
-    The key is ``--api-key``, else ``LEASEHOLD_API_KEY``; a 401 says which to set.
-    """
-    # imported here, not at the top: httpx costs a command that never talks to the API
-    # (`leasehold worker`, `up`) start-up time; without its own CLI (app.httpx_import)
-    from app.client import ApiError, Client
-    from app.httpx_import import httpx
-
-    settings = settings_or_exit()
-    url = api_url or settings.client_api_url
-    try:
-        with Client(url, api_key=api_key or settings.api_key) as client:
-            yield client
-    except ApiError as exc:
-        raise _fail(_describe_problem(exc)) from None
-    except httpx.TransportError as exc:
-        raise _fail(
-            f"cannot reach the API at {url} ({str(exc) or type(exc).__name__}); is it running? "
-            "(--api-url or LEASEHOLD_API_URL says where it is)"
-        ) from None
-
-
-def _describe_problem(exc: ApiError) -> str:
-    """The API's problem detail, plus which fields were wrong when it lists them."""
-    errors = exc.problem.get("errors") or []
-    fields = "; ".join(
-        f"{'.'.join(str(part) for part in error.get('loc', []))}: {error.get('msg', '')}"
-        for error in errors
-        if isinstance(error, dict)
-    )
-    return f"{exc} ({fields})" if fields else str(exc)
-
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"leasehold: {message}", err=True)
-    return typer.Exit(EXIT_FAILED)
 
 
 @app.command()
@@ -348,9 +312,7 @@ def runs_get(
     run_id: str, as_json: JsonFlag = False, api_url: ApiUrl = None, api_key: ApiKey = None
 ) -> None:
     """Show one run."""
-    with _api(api_url, api_key) as client:
-        run = client.get(run_id)
-    _print_run(run, as_json)
+    show_run(run_id, as_json=as_json, api_url=api_url, api_key=api_key)
 
 
 @runs_app.command("watch")
@@ -410,34 +372,6 @@ def _hint_if_still_parked(client: Client, run_id: str, event_type: str) -> None:
     if run.status.is_parked:
         for line in _unpark_lines(run):
             typer.echo(f"   {line}")
-
-
-def _unpark_lines(run: Run) -> list[str]:
-    """What a parked run waits for and the command that moves it on; [] if not parked."""
-    if run.status == RunStatus.WAITING_HUMAN:
-        reason = (run.escalation or {}).get("reason") or "the watchdog escalated"
-        return [
-            f"waiting   for a person: {reason}",
-            f"unpark    leasehold runs resume {run.id} --input JSON  (what you decided)",
-        ]
-    wait = run.waiting_for or {}
-    if run.status == RunStatus.WAITING and wait.get("kind") == "sleep":
-        until = datetime.fromtimestamp(wait.get("until_ms", 0) / 1000, tz=UTC)
-        return [f"waiting   asleep until {until.isoformat()} (no lease held)"]
-    if run.status == RunStatus.WAITING and wait.get("kind") == "signal":
-        name = wait.get("subject")
-        return [
-            f"waiting   for signal {name} (no lease held)",
-            f"signal    leasehold runs signal {run.id} {name} --payload JSON",
-        ]
-    if run.status == RunStatus.RECONCILIATION_REQUIRED:
-        return [
-            "waiting   for a person: an effect's outcome is unknown (did it happen?)",
-            f"unpark    leasehold runs resolve {run.id} --action retry "
-            "--effect-outcome applied|not_applied  (or --action fail, or --action succeed "
-            "--output JSON)",
-        ]
-    return []
 
 
 @runs_app.command("list")
@@ -1085,36 +1019,6 @@ def schedules_backfill(
         _print_fired(client.backfill_schedule(schedule_id, begin, until, overlap), as_json)
 
 
-def _print_run(run: Run, as_json: bool) -> None:
-    if as_json:
-        typer.echo(run.model_dump_json())
-        return
-    lines = [
-        f"run       {run.id}",
-        f"status    {run.status.value}",
-        f"handler   {run.handler} (queue {run.queue})",
-        f"attempt   {run.attempt}/{run.max_attempts}   fence {run.fence}",
-    ]
-    if run.owner_id:
-        lines.append(f"owner     {run.owner_id}")
-    if run.lease_expires_at:
-        lines.append(f"lease     expires {run.lease_expires_at.isoformat()}")
-    if run.run_at and run.status == RunStatus.QUEUED:
-        lines.append(f"starts    not before {run.run_at.isoformat()}")
-    if run.output is not None:
-        lines.append(f"output    {json.dumps(run.output)}")
-    if run.error is not None:
-        lines.append(f"error     {run.error.code}: {run.error.message}")
-        if run.error.details:
-            lines.append(f"evidence  {json.dumps(run.error.details)}")
-    if run.retry_of:
-        lines.append(f"retry of  {run.retry_of}")
-    if run.retried_by:
-        lines.append(f"re-run as {run.retried_by}")
-    lines.extend(_unpark_lines(run))
-    typer.echo("\n".join(lines))
-
-
 DEMO_MAX_SECONDS = 300.0
 
 
@@ -1196,16 +1100,6 @@ def _story_ended(story: Callable[[], Run]) -> None:
 def main() -> None:
     """Console-script entry point."""
     guarded(app)
-
-
-def guarded(command: Callable[[], object]) -> None:
-    """Run ``command`` as the console script does: a setting found invalid late is one
-    line and status 2, not a traceback (also :mod:`app.runs_get_command`'s path)."""
-    try:
-        command()
-    except ConfigurationError as exc:
-        typer.echo(f"leasehold: {exc}", err=True)
-        sys.exit(EXIT_CONFIG)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,14 @@
-"""``leasehold runs get ID``: the same command, without building typer's command tree.
+"""``leasehold runs get ID``: the same command, without typer.
 
 ``runs get`` runs in shell loops, so its start-up is paid per call (issue 19: <= 300 ms),
 and typer spends ~70-100 ms of CPU on this machine at load 7 (``typer.main.get_command``:
 ~25-30 ms on a quiet core) building click commands for all 38 of the CLI's commands
-before it parses the one given. So the console script (:mod:`app.launch`) calls
-:func:`app.cli.runs_get` itself when :func:`parse_runs_get_args` understands every word,
-and ends the way typer's standalone mode does (an ``Exit``'s status, a quiet 130 for a
-Ctrl-C, status 1 for a closed pipe). Anything else (``--help``, a flag it does not
+before it parses the one given, and ``import typer`` with the CLI's module is ~35 ms
+more. So the console script (:mod:`app.launch`) calls :func:`app.cli_api.show_run`
+(what ``app.cli.runs_get`` runs) itself when :func:`parse_runs_get_args` understands
+every word, importing neither typer nor :mod:`app.cli`, and ends the way typer's
+standalone mode does (a failure's status, a quiet 130 for a Ctrl-C, status 1 for a
+closed pipe). Anything else (``--help``, a flag it does not
 know, a word given twice, an id that looks like a flag) goes to typer, which owns the
 command's definition and answers word for word as it always has.
 """
@@ -62,21 +64,17 @@ def main(args: list[str]) -> bool:
     parsed = parse_runs_get_args(args)
     if parsed is None:
         return False
-    import typer
-
-    from app import cli
+    from app.cli_api import guarded, show_run
 
     try:
-        cli.guarded(
-            lambda: cli.runs_get(
+        guarded(
+            lambda: show_run(
                 parsed.run_id,
                 as_json=parsed.as_json,
                 api_url=parsed.api_url,
                 api_key=parsed.api_key,
             )
         )
-    except typer.Exit as exc:
-        raise SystemExit(exc.exit_code) from None
     except KeyboardInterrupt:
         raise SystemExit(EXIT_INTERRUPTED) from None
     except OSError as exc:

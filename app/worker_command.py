@@ -16,7 +16,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from app.errors import ConfigurationError
-from app.logs import configure_logging
 from app.preflight import refuse, runnable_handlers_or_exit, settings_or_exit, tracing_or_exit
 
 # numbers click would convert to exactly what int()/float() give; anything else ("1_0",
@@ -103,6 +102,7 @@ def _converted(given: dict[str, str], *, no_reconciler: bool) -> WorkerFlags | N
 def run_worker(flags: WorkerFlags) -> None:
     """Serve as an executor until SIGTERM/SIGINT; flags override LEASEHOLD_* (exit 2 if bad)."""
     from app.imports import import_redis
+    from app.logs import configure_logging  # here: `runs get` imports this module's parser
 
     import_redis()  # first: before the worker's modules (or a handler's) import redis
     from app import event_loop

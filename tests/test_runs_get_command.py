@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from app import cli, runs_get_command
+from app import cli, cli_api, runs_get_command
 from app.embedded import free_port
 from app.runs_get_command import RunsGetArgs, parse_runs_get_args
 from tests.support.processes import PROBE_TIMEOUT_S, REPO_ROOT, Processes, python_prints
@@ -58,8 +58,8 @@ def typer_call(args: list[str], monkeypatch: pytest.MonkeyPatch) -> RunsGetArgs 
         seen.update(api_url=api_url, api_key=api_key)
         yield type("Client", (), {"get": lambda self, run_id: seen.setdefault("id", run_id)})()
 
-    monkeypatch.setattr(cli, "_api", api)
-    monkeypatch.setattr(cli, "_print_run", lambda run, as_json: seen.update(as_json=as_json))
+    monkeypatch.setattr(cli_api, "api_client", api)
+    monkeypatch.setattr(cli_api, "print_run", lambda run, as_json: seen.update(as_json=as_json))
     result = CliRunner().invoke(cli.app, ["runs", "get", *args])
     if "as_json" not in seen:
         return result.exit_code
@@ -150,3 +150,18 @@ def test_runs_get_does_not_build_the_command_tree() -> None:
         "except SystemExit as exc:\n    print(exc.code)\n"
     )
     assert python_prints(code) == "1"
+
+
+def test_runs_get_imports_neither_typer_nor_the_cli_module() -> None:
+    # `import typer` alone is ~35 ms of a quiet core's CPU, the CLI's 38 commands more
+    code = (
+        "import sys\n"
+        "from app.embedded import free_port\n"
+        "sys.argv = ['leasehold', 'runs', 'get', 'q.X', '--api-url',\n"
+        "            f'http://127.0.0.1:{free_port()}']\n"
+        "from app.launch import main\n"
+        "try:\n    main()\n"
+        "except SystemExit as exc:\n    status = exc.code\n"
+        "print(status, [n for n in ('typer', 'click', 'app.cli') if n in sys.modules])\n"
+    )
+    assert python_prints(code) == "1 []"
