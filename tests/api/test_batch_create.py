@@ -388,3 +388,61 @@ async def test_runs_across_script_chunks_meet_in_order_and_each_is_created_once(
     keys = QueueKeys(settings.prefix, "default")
     assert await redis_client.zcard(keys.runs) == 228
     assert int(await redis_client.get(f"{keys.tag}:queued")) == 228
+
+
+async def test_every_answer_of_a_mixed_batch_is_what_a_read_of_its_run_gives(
+    api: httpx.AsyncClient,
+) -> None:
+    """Runs of a batch share their answer's encoding per shape: each must still be its own.
+
+    Two handlers, metadata and none, with and without a key, text that needs
+    escaping, and metadata that looks like the encoder's stand-ins: every run
+    answered is the run a GET reads (but the event id, not known at create).
+    """
+    items: list[dict[str, Any]] = [
+        {**ECHO, "idempotency_key": "plain-1"},
+        {**ECHO, "input": {"message": 'quote " and \\ and é ☃'}, "idempotency_key": "key:2"},
+        {"handler": "demo.sleep", "input": {"seconds": 0}, "metadata": {"tenant": "t"}},
+        {**ECHO, "metadata": {"id": "x", "root_id": "input", "idempotency_key": None}},
+        {**ECHO, "idempotency_key": "plain-5"},
+        {**ECHO, "priority": 3, "idempotency_key": "plain-6", "retention_s": 60},
+    ]
+    outcomes = await post_batch(api, items)
+    assert [o["status"] for o in outcomes] == [201] * len(items)
+    for item, outcome in zip(items, outcomes, strict=True):
+        run = outcome["run"]
+        fetched = (await api.get(f"/runs/{run['id']}")).json()
+        assert run == {**fetched, "last_event_id": None}
+        assert run["input"] == item["input"]
+        assert run["idempotency_key"] == item.get("idempotency_key")
+        assert run["root_id"] == run["id"]
+    assert len({o["run"]["id"] for o in outcomes}) == len(items)
+
+
+def test_an_answer_shape_is_the_runs_whole_encoding_and_a_stand_in_in_the_data_falls_back() -> None:
+    """A shape's answer is byte for byte the run's fields over the defaults, encoded whole;
+    metadata holding the encoder's own stand-in cannot cut the answer in the wrong place."""
+    from pydantic_core import to_json
+
+    from app.store import runs
+    from app.store.codec import dumps
+    from app.store.transitions import CreateReply
+
+    def fresh(i: int, metadata: dict[str, Any]) -> Any:
+        new = runs.NewRun(
+            handler="demo.echo",
+            input={"message": f"run {i}"},
+            idempotency_key=None if i % 2 else f"k-{i}",
+            metadata=metadata,
+            encoded_input=dumps({"message": f"run {i}"}),
+        )
+        return runs._queued_fields(
+            new, CreateReply("OK", f"default.01JDZ{i:021d}", 1_700_000_000_000)
+        )
+
+    shapes = runs.AnswerShapes()
+    for i in range(4):
+        for metadata in ({}, {"n": i % 2}, {"x": f"{runs._MARK}:root_id:"}):
+            fields = fresh(i, metadata)
+            whole = to_json(runs._answer_of(fields)).decode()
+            assert shapes.encode(fields, dumps(fields["input"])) == whole

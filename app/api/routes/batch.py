@@ -14,14 +14,12 @@ written: the batch is admitted whole or not at all).
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
 from fastapi.exceptions import RequestValidationError
-from pydantic import TypeAdapter
 
 from app.api.bodies import body_doc, content_errors, raw_json_body, validate_json
 from app.api.memory import create_cost_bytes
@@ -30,15 +28,14 @@ from app.api.state import ApiState, api_state
 from app.errors import QueueNotDeclared, RateLimitNotDeclared
 from app.metrics import RUNS_CREATED
 from app.models import CreateRunRequest, CreateRunsRequest, CreateRunsResult
-from app.store.runs import Created, NewRun
+from app.store.runs import AnswerShapes, Created, NewRun
 
 router = APIRouter(tags=["runs"])
 
 State = Annotated[ApiState, Depends(api_state)]
 
-_ITEMS = TypeAdapter(list[dict[str, Any]])
-# every item outcome is one of these dicts: {"status", "run"} or {"status", "problem"}
-Outcome = dict[str, Any]
+# every item outcome is the JSON text of {"status", "run"} or {"status", "problem"}
+Outcome = str
 
 
 async def _batch_items(request: Request) -> list[object]:
@@ -103,8 +100,9 @@ async def create_runs(
         created = await state.store.create_many(list(valid.values()))
         await state.queues.keep_declared(new.queue for new in valid.values())
         made: Counter[tuple[str, str]] = Counter()
+        shapes = AnswerShapes()
         for i, outcome in zip(valid, created, strict=True):
-            outcomes[i] = await _answer(request, outcome)
+            outcomes[i] = await _answer(request, outcome, shapes)
             if isinstance(outcome, Created) and not outcome.replayed:
                 made[outcome.queue_and_handler] += 1
         for (queue, handler), count in made.items():  # one metric update per label pair
@@ -113,7 +111,7 @@ async def create_runs(
 
 
 def _items_json(outcomes: Sequence[Outcome | None]) -> bytes:
-    return b'{"items":' + _ITEMS.dump_json([o for o in outcomes if o is not None]) + b"}"
+    return f'{{"items":[{",".join(o for o in outcomes if o is not None)}]}}'.encode()
 
 
 def _judged(item: object, i: int, state: ApiState) -> NewRun:
@@ -157,10 +155,11 @@ async def _gate_starts(
             outcomes[i] = await _problem(request, exc)
 
 
-async def _answer(request: Request, outcome: Created | Exception) -> Outcome:
+async def _answer(request: Request, outcome: Created | Exception, shapes: AnswerShapes) -> Outcome:
     if isinstance(outcome, Exception):
         return await _problem(request, outcome)
-    return {"status": 200 if outcome.replayed else 201, "run": outcome.answer()}
+    status = 200 if outcome.replayed else 201
+    return f'{{"status":{status},"run":{outcome.answer_json(shapes)}}}'
 
 
 async def _problem(request: Request, exc: Exception) -> Outcome:
@@ -174,4 +173,4 @@ async def _problem(request: Request, exc: Exception) -> Outcome:
     if handler is None or handlers.get(Exception) is handler:
         raise exc
     response = await handler(request, exc)
-    return {"status": response.status_code, "problem": json.loads(response.body)}
+    return f'{{"status":{response.status_code},"problem":{bytes(response.body).decode()}}}'
