@@ -18,6 +18,9 @@ from tests.support.processes import Processes
 CONCURRENCY = 4
 PREFETCH = 3
 SLOW_S = 8.0  # long enough to still run while the test looks at the prefetched runs
+# the runs created after the first CONCURRENCY (prefetched, or left queued): how long
+# they take once started is not what is checked, so they do not add 2 x SLOW_S
+AFTER_S = 0.5
 
 
 async def submit(run_store: RunStore, *, seconds: float) -> str:
@@ -47,7 +50,9 @@ async def saturated_worker(
     ]
     for run_id in short:
         await wait_status(run_store, run_id, RunStatus.SUCCEEDED)
-    slow = [await submit(run_store, seconds=SLOW_S) for _ in range(CONCURRENCY + PREFETCH + 1)]
+    # claimed in creation order (FIFO): the first CONCURRENCY take the slots
+    durations = [SLOW_S] * CONCURRENCY + [AFTER_S] * (PREFETCH + 1)
+    slow = [await submit(run_store, seconds=seconds) for seconds in durations]
 
     async def held() -> tuple[list[int], list[RunStatus]]:
         runs = [await run_store.get(run_id) for run_id in slow]
