@@ -28,7 +28,9 @@
 --          runs of one chunk naming the same idempotency key (or singleton key) meet
 --          as two create_run calls in that order would (the second a replay, or a
 --          conflict if its body differs). One TIME for the chunk (its runs share
---          created_at) and one PUBLISH of the wake channel when any run was created.
+--          created_at) and one PUBLISH of the wake channel when any run was created; the
+--          index writes (runs, unclaimed, the plain runs' lanes, `queued`) once per chunk
+--          after its runs (lib.lua index_created).
 -- validate-then-write: every group's fields are checked (create_checked) before the
 --          first write; each run's record, idempotency key, tombstone and singleton key
 --          are then read before its own writes (after the earlier runs' writes).
@@ -44,7 +46,8 @@ for i = 5, #ARGV, CREATE_GROUP_SIZE do
     idem_prefix .. idem)
 end
 
-local q = {tag = tag_of_ready(KEYS[1]), ready = KEYS[1], runs = KEYS[2], unclaimed = KEYS[3]}
+local q = {tag = tag_of_ready(KEYS[1]), ready = KEYS[1], runs = KEYS[2], unclaimed = KEYS[3],
+  index = new_index()}
 local now = now_ms()
 local reply, created = {}, false
 for _, c in ipairs(checked) do
@@ -54,6 +57,7 @@ for _, c in ipairs(checked) do
   reply[#reply + 1] = created_ms
   created = created or code == 'OK'
 end
+index_created(q, q.index)
 if created then
   redis.call('PUBLISH', shared.wake, 'ready')
 end

@@ -920,9 +920,17 @@ local function enter_queue(run_key, events_key, run_id, q, created_data, now, st
     end
   end
   emit(run_key, events_key, 'created', 0, now, created_data, q.maxlen, 'queued', record)
-  redis.call('ZADD', q.runs, now, run_id)
+  local index = q.index  -- create_runs: the chunk's index writes, sent once (index_created)
   -- a delayed run's time-to-live unclaimed counts from its start time, not from now
-  redis.call('ZADD', q.unclaimed, math.max(now, start_ms) + queued_ttl_ms, run_id)
+  local expires_ms = math.max(now, start_ms) + queued_ttl_ms
+  if index then
+    local n = #index.runs
+    index.runs[n + 1], index.runs[n + 2] = now, run_id
+    index.unclaimed[n + 1], index.unclaimed[n + 2] = expires_ms, run_id
+  else
+    redis.call('ZADD', q.runs, now, run_id)
+    redis.call('ZADD', q.unclaimed, expires_ms, run_id)
+  end
   if start_ms > now then
     local prefix = string.sub(run_key, 1, #run_key - #run_id)
     if not record then
@@ -932,6 +940,17 @@ local function enter_queue(run_key, events_key, run_id, q, created_data, now, st
       cjson.encode({kind = 'run_at', subject = 'start', until_ms = start_ms}), q.maxlen,
       'queued')
     redis.call('ZADD', delayed_of(prefix), start_ms, run_id)
+  elseif index and q.known[2] == '' and q.known[3] == '' then
+    -- a run of no concurrency or singleton key: its lane's one ZADD for the chunk
+    local lane = q.known[5]
+    local members = index.lanes[lane]
+    if not members then
+      members = {}
+      index.lanes[lane] = members
+      index.lane_order[#index.lane_order + 1] = lane
+    end
+    members[#members + 1] = now - (tonumber(q.known[4]) or 0)
+    members[#members + 1] = run_id
   else
     -- make_ready less its give-back: a new run holds nothing
     enqueue(tag_of_ready(q.ready), run_key, run_id, now, false, q.known)
@@ -981,6 +1000,34 @@ end
 -- share one layout: queue, maxlen, wake_channel, retention, then one group of
 -- CREATE_GROUP_SIZE fields per run (create_run: exactly one group).
 local CREATE_GROUP_SIZE = 23
+
+-- The index writes of a create_runs chunk, gathered by enter_queue (q.index) and sent
+-- here once per chunk: one ZADD of the runs index and one of the unclaimed set for all
+-- its runs, one ZADD per lane of its runs without a concurrency or singleton key (those
+-- take enqueue's path, per run), one INCRBY of `queued`, each new lane placed in the
+-- ring in the order its first run came (enqueue's HSETNX + RPUSH). Nothing a later run
+-- of the chunk reads waits on them: its checks read its record, key and singleton key.
+local function new_index()
+  return {runs = {}, unclaimed = {}, lanes = {}, lane_order = {}}
+end
+
+local function index_created(q, index)
+  if #index.runs == 0 then
+    return
+  end
+  redis.call('ZADD', q.runs, unpack(index.runs))
+  redis.call('ZADD', q.unclaimed, unpack(index.unclaimed))
+  local tag, queued = q.tag, 0
+  for _, lane in ipairs(index.lane_order) do
+    queued = queued + redis.call('ZADD', tag .. 'lane:' .. lane, unpack(index.lanes[lane]))
+    if redis.call('HSETNX', tag .. 'placed', lane, '') == 1 then
+      redis.call('RPUSH', tag .. 'ready', lane)
+    end
+  end
+  if queued > 0 then
+    redis.call('INCRBY', tag .. 'queued', queued)
+  end
+end
 
 -- The call's shared arguments, checked: {queue, maxlen, wake, retention}.
 local function create_shared()
@@ -1109,7 +1156,7 @@ local function create_one(c, q, shared, now)
   enter_queue(c.run_key, c.events_key, run_id,
     {ready = q.ready, runs = q.runs, unclaimed = q.unclaimed, wake = q.wake,
       maxlen = shared.maxlen, known = {c.handler, ckey, skey, c.boost_ms, lane},
-      record = record},
+      record = record, index = q.index},
     data, now, start_ms, c.queued_ttl_ms)
   return 'OK', run_id, now
 end
