@@ -49,6 +49,8 @@ _JSON_MEDIA_TYPE = re.compile(r"application/(?:[a-z0-9!#$&^_.-]+\+)?json")
 # a body without either needs no second encoding to prove it has a UTF-8 form
 _MAYBE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
 EXPECTED_MEDIA_TYPE = "application/json"
+# JSON values that nest nothing and are always finite (bool is an int)
+_SCALARS = (str, int, type(None))
 # how many offending values one 422 lists at most
 _MAX_REPORTED = 10
 
@@ -167,8 +169,10 @@ def content_errors(
     errors: list[dict[str, Any]] = []
     any_non_finite = False
     for name, value in fields:
-        if isinstance(value, str | int | None):  # most fields of an item: nothing to walk
+        if isinstance(value, _SCALARS):  # most fields of an item: nothing to walk
             continue
+        if type(value) is dict and all(isinstance(v, _SCALARS) for v in value.values()):
+            continue  # an object of strings and integers (most inputs): depth 1, all finite
         depth, value_non_finite = depth_and_non_finite(value)
         if depth > max_depth:
             errors.append(_too_deep(loc if name is None else (*loc, name), max_depth))

@@ -88,9 +88,14 @@ CREATE_CHUNK_RUNS = 100
 CREATE_CHUNK_BYTES = 1 << 20
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class NewRun:
-    """What a client asks for; validated by the API before it gets here."""
+    """What a client asks for; validated by the API before it gets here.
+
+    Not frozen: a frozen dataclass sets each of its 27 fields through
+    ``object.__setattr__``, ~4 of the API's ~60 us per run of a batch; nothing
+    changes one after it is made (``dataclasses.replace`` makes another).
+    """
 
     handler: str
     input: Any
