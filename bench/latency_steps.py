@@ -8,7 +8,9 @@ create, ``bench.lat`` stamps its first statement), with the producer's create sp
 into its parts and the worker loaded with :mod:`bench.wake_probe`, which stamps each
 step from the wake message to the handler. Prints p50/p90/p99 per step, the worker's
 CPU per run over the paced phase (``/proc``), and how many runs had a GC pass, a
-reconciler scan or an outbox sweep inside their window. Absolute figures move with the
+reconciler scan or an outbox sweep inside their window; and per run how long the worker,
+redis-server and the producer waited for a core (``/proc/<pid>/schedstat``) and how often
+each slept. Absolute figures move with the
 machine's load; per-step figures of two checkouts alternated in the same minutes do
 not move much (BENCHMARKS.md, "Enqueue→start latency"). ``--worker-cpu 1`` pins the
 worker to that core (run the whole command under ``taskset -c 0``: Redis and the
@@ -58,6 +60,15 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _sched(pid: int) -> tuple[float, int]:
+    """Run-queue wait (s: runnable, waiting for a core) and sleeps (voluntary context
+    switches) of ``pid``'s main thread so far: how much of a start went to the scheduler."""
+    wait_ns = int(Path(f"/proc/{pid}/schedstat").read_text().split()[1])
+    status = Path(f"/proc/{pid}/status").read_text()
+    sleeps = int(status.split("voluntary_ctxt_switches:")[1].split()[0])
+    return wait_ns / 1e9, sleeps
+
+
 def _pin(pid: int, cpu: int) -> None:
     """Every thread of ``pid`` (the heartbeat's, the handlers' pool) on ``cpu`` only."""
     for task in Path(f"/proc/{pid}/task").iterdir():
@@ -95,6 +106,9 @@ async def _measure(args: argparse.Namespace, probe_out: str) -> dict[str, Any]:
             await asyncio.sleep(1.0)
             await server.client.delete(LATENCY_KEY)
             produced.clear()
+            redis_pid = int((await server.client.info("server"))["process_id"])
+            pids = {"worker": w.pid, "redis": redis_pid, "producer": os.getpid()}
+            sched_before = {name: _sched(pid) for name, pid in pids.items()}
             cpu_before = _cpu_s(w.pid)
             t0 = time.perf_counter()
             for i in range(args.n):
@@ -105,11 +119,26 @@ async def _measure(args: argparse.Namespace, probe_out: str) -> dict[str, Any]:
                     break
                 await asyncio.sleep(0.1)
             cpu_s = _cpu_s(w.pid) - cpu_before
+            sched = {
+                name: [
+                    now - before
+                    for now, before in zip(_sched(pid), sched_before[name], strict=True)
+                ]
+                for name, pid in pids.items()
+            }
             pairs = [entry.split() for entry in await server.client.lrange(LATENCY_KEY, 0, -1)]
     started = {float(enqueued): float(start) for enqueued, start in pairs}
     for run in produced:
         run["handler"] = started.get(run["p0"])
-    return {"load": load, "runs": produced, "worker_cpu_us_per_run": cpu_s / args.n * 1e6}
+    per_run = {
+        name: (wait / args.n * 1e6, sleeps / args.n) for name, (wait, sleeps) in sched.items()
+    }
+    return {
+        "load": load,
+        "runs": produced,
+        "worker_cpu_us_per_run": cpu_s / args.n * 1e6,
+        "sched_per_run": per_run,
+    }
 
 
 def _attach_probe(runs: list[dict[str, Any]], events: list[list[Any]]) -> None:
@@ -155,6 +184,13 @@ def report(result: dict[str, Any], events: list[list[Any]], label: str) -> None:
         f"{label} load {result['load'][0]:.2f}: {len(runs)} runs, p50 "
         f"{harness.percentile(latencies, 50):.2f} / p99 {harness.percentile(latencies, 99):.2f}"
         f" / max {max(latencies):.2f} ms; worker CPU {result['worker_cpu_us_per_run']:.0f} µs/run"
+    )
+    print(
+        "run-queue wait µs/run, sleeps/run (main thread): "
+        + ", ".join(
+            f"{name} {wait:.0f} µs, {sleeps:.2f}"
+            for name, (wait, sleeps) in result["sched_per_run"].items()
+        )
     )
     if not events:
         return
