@@ -29,14 +29,6 @@ from app.cli_api import print_run as _print_run
 from app.cli_api import unpark_lines as _unpark_lines
 from app.errors import LeaseholdError
 from app.logs import configure_logging
-from app.models import (
-    PARKED_STATUSES,
-    TERMINAL_EVENT_TYPES,
-    QueueLimits,
-    Run,
-    RunPage,
-    RunStatus,
-)
 from app.preflight import (
     handlers_or_exit,
     runnable_handlers_or_exit,
@@ -44,6 +36,7 @@ from app.preflight import (
     tracing_or_exit,
 )
 from app.startup import settle
+from app.statuses import PARKED_STATUSES, TERMINAL_EVENT_TYPES, RunStatus
 from app.worker_command import WorkerFlags, run_worker
 
 # start-up is what `runs get` in a shell loop pays each time (BENCHMARKS.md): what only some
@@ -51,7 +44,7 @@ from app.worker_command import WorkerFlags, run_worker
 # rich) is imported inside those commands, not here
 if TYPE_CHECKING:
     from app.client import Client
-    from app.models import FireResult, Schedule
+    from app.models import FireResult, Run, RunPage, Schedule
     from app.probes import ProbeResult
     from app.settings import Settings
 
@@ -823,6 +816,8 @@ def queues_limits(
     api_key: ApiKey = None,
 ) -> None:
     """Set a queue's concurrency limits across all workers (replaced whole), or --show them."""
+    from app.models import QueueLimits  # here: pydantic costs every command's --help otherwise
+
     with _api(api_url, api_key) as client:
         if show:
             limits = client.limits(name)

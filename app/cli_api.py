@@ -22,8 +22,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from app.errors import ConfigurationError
-from app.models import RunStatus
 from app.preflight import EXIT_CONFIG, settings_or_exit
+from app.statuses import RunStatus
 
 if TYPE_CHECKING:
     from app.client import ApiError, Client

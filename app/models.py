@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import AwareDatetime, ConfigDict, Field, field_validator, model_validator
 from pydantic import BaseModel as PydanticModel
+
+# the statuses live without pydantic (app.statuses: `leasehold --help` lists them); named here too
+from app.statuses import PARKED_STATUSES as PARKED_STATUSES
+from app.statuses import TERMINAL_EVENT_TYPES as TERMINAL_EVENT_TYPES
+from app.statuses import TERMINAL_STATUSES as TERMINAL_STATUSES
+from app.statuses import RunStatus as RunStatus
 
 
 class BaseModel(PydanticModel):
@@ -90,49 +95,6 @@ def event_id_order(event_id: str) -> tuple[int, int]:
     ms, _, seq = event_id.partition("-")
     return int(ms), int(seq or 0)
 
-
-class RunStatus(StrEnum):
-    """Where a run is in its life; see DESIGN §3 for the state machine."""
-
-    QUEUED = "queued"
-    RUNNING = "running"
-    CANCELLING = "cancelling"
-    WAITING_HUMAN = "waiting_human"
-    WAITING = "waiting"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    ORPHANED = "orphaned"
-    RECONCILIATION_REQUIRED = "reconciliation_required"
-    EXPIRED = "expired"
-
-    @property
-    def is_terminal(self) -> bool:
-        """Final states: nothing changes a run after it reaches one."""
-        return self in TERMINAL_STATUSES
-
-    @property
-    def is_parked(self) -> bool:
-        """States no executor touches until a person acts."""
-        return self in PARKED_STATUSES
-
-    @property
-    def is_settled(self) -> bool:
-        """Terminal or parked: what a waiting client stops waiting for."""
-        return self.is_terminal or self.is_parked
-
-
-TERMINAL_STATUSES = frozenset(
-    {
-        RunStatus.SUCCEEDED,
-        RunStatus.FAILED,
-        RunStatus.CANCELLED,
-        RunStatus.ORPHANED,
-        RunStatus.EXPIRED,
-    }
-)
-PARKED_STATUSES = frozenset({RunStatus.WAITING_HUMAN, RunStatus.RECONCILIATION_REQUIRED})
-TERMINAL_EVENT_TYPES = frozenset(status.value for status in TERMINAL_STATUSES)
 
 OnLeaseExpired = Literal["orphan", "retry"]
 

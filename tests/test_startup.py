@@ -63,6 +63,29 @@ def test_the_api_models_are_still_found_in_app_models() -> None:
     assert python_prints(code) == "False True h False"
 
 
+def test_the_cli_help_imports_no_pydantic() -> None:
+    # typer builds every command for --help, and `--status` options list RunStatus: with
+    # the enum in app.models that imported pydantic and every model class (app.statuses)
+    code = (
+        "import sys\n"
+        "sys.argv = ['leasehold', '--help']\n"
+        "from app.launch import main\n"
+        "try:\n    main()\n"
+        "except SystemExit as exc:\n    status = exc.code\n"
+        "print(status, [n for n in ('pydantic', 'app.models') if n in sys.modules])\n"
+    )
+    assert python_prints(code) == "0 []"
+
+
+def test_the_statuses_are_still_found_in_app_models() -> None:
+    code = (
+        "import app.models as m, app.statuses as s\n"
+        "print(m.RunStatus is s.RunStatus, m.TERMINAL_STATUSES is s.TERMINAL_STATUSES,\n"
+        "    m.PARKED_STATUSES is s.PARKED_STATUSES, m.RunStatus('failed').is_terminal)\n"
+    )
+    assert python_prints(code) == "True True True True"
+
+
 def test_the_console_script_starts_behind_a_quiet_collector() -> None:
     scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["leasehold"] == "app.launch:main"
