@@ -45,7 +45,7 @@ OBSERVER_COMMANDS = frozenset({"info", "config|set", "config", "slowlog|get", "s
 
 
 @functools.cache
-def compile_bytecode() -> None:
+def compile_bytecode(root: Path = REPO_ROOT) -> None:
     """Compile ``app/`` and ``bench/`` once, so children start from bytecode.
 
     An installed package (a wheel, a container image, every peer in its venv) is
@@ -54,18 +54,22 @@ def compile_bytecode() -> None:
     worker would compile the sources again at start-up, inside the timed window.
     """
     for package in ("app", "bench"):
-        compileall.compile_dir(REPO_ROOT / package, quiet=1)
+        compileall.compile_dir(root / package, quiet=1)
 
 
-def spawn(name: str, args: list[str], env: dict[str, str]) -> Child:
-    """Start ``python -m app.launch <args>`` with ``env`` added; output goes to a log file."""
-    compile_bytecode()
+def spawn(name: str, args: list[str], env: dict[str, str], root: Path = REPO_ROOT) -> Child:
+    """Start ``python -m app.launch <args>`` with ``env`` added; output goes to a log file.
+
+    ``root``: the checkout whose ``app`` the child imports (another tree for an A/B pair,
+    e.g. a detached worktree of main, run with this venv).
+    """
+    compile_bytecode(root)
     log_path = LOG_DIR / f"{name}.log"
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
         log.write(f"\n=== {time.strftime('%H:%M:%S')} {' '.join(args)}\n".encode())
-    full_env = child_env(env, {"PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"})
-    return processes.spawn(name, args, env=full_env, log_path=log_path, append=True, cwd=REPO_ROOT)
+    full_env = child_env(env, {"PYTHONPATH": str(root), "PYTHONUNBUFFERED": "1"})
+    return processes.spawn(name, args, env=full_env, log_path=log_path, append=True, cwd=root)
 
 
 def stop(proc: Child | None, grace_s: float = STOP_GRACE_S) -> None:

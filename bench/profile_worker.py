@@ -11,11 +11,15 @@ can be reproduced and compared before/after:
   the worker (SIGTERM), each by its own pid.
 
 The raw profile (collapsed stacks) is kept in ``bench/out/``; the report prints
-the worker's CPU µs per run (from /proc, start-up included), the share of
+the worker's CPU µs per run (from /proc, start-up included, and **steady**: the
+CPU between the moment a tenth of the runs are done and the end, over the runs
+done in between, so start-up's ~0.5 s does not hide a few µs per run), the share of
 start-up (any stack under an import), and the top frames of the rest by
-inclusive and by self share of samples.
+inclusive and by self share of samples. py-spy's sampling competes for the 2
+cores: for CPU figures, ``--rate 0`` (no profile).
 
     .venv/bin/python -m bench.profile_worker --n 20000
+    .venv/bin/python -m bench.profile_worker --n 20000 --rate 0 --root /tmp/main  # A/B side
     .venv/bin/python -m bench.profile_worker --raw bench/out/profile-....txt   # report only
 """
 
@@ -67,8 +71,14 @@ def _start_spy(rate: int, out: Path, pid: int) -> subprocess.Popen[bytes]:
 
 def _process_cpu_s(pid: int) -> float:
     """User + system CPU of a live process (py-spy, our other child, is not in it)."""
+    return sum(_process_user_sys_s(pid))
+
+
+def _process_user_sys_s(pid: int) -> tuple[float, float]:
+    """User and system CPU of a live process, apart: system is mostly its socket calls."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def _frame_name(frame: str) -> str:
@@ -132,23 +142,31 @@ async def profile(args: argparse.Namespace) -> Path:
         log(f"created {args.n}; starting the worker (load {load:.2f})")
         worker_args = ["worker", "--concurrency", str(args.concurrency)]
         t0 = time.perf_counter()
-        worker = harness.spawn("worker-profile", worker_args, bench.env())
+        worker = harness.spawn("worker-profile", worker_args, bench.env(), root=args.root)
         spy = _start_spy(args.rate, out, worker.pid) if args.rate > 0 else None
+        steady_from: tuple[float, int] | None = None  # (worker CPU s, runs left) then
         try:
-            while await bench.unfinished() and time.perf_counter() - t0 < DEADLINE_S:
+            while (left := await bench.unfinished()) and time.perf_counter() - t0 < DEADLINE_S:
                 if not worker.alive():
                     raise RuntimeError(f"worker exited with {worker.returncode}")
+                if steady_from is None and left <= args.n * 0.9:
+                    steady_from = (_process_cpu_s(worker.pid), left)
                 await asyncio.sleep(POLL_S)
             elapsed = time.perf_counter() - t0
-            cpu_s = _process_cpu_s(worker.pid)
+            user_s, sys_s = _process_user_sys_s(worker.pid)
+            cpu_s = user_s + sys_s
         finally:
             if spy is not None:
                 spy.send_signal(signal.SIGINT)
                 spy.wait(30)
             harness.stop(worker)
+    steady = ""
+    if steady_from is not None and steady_from[1] > 0:
+        steady = f", steady {(cpu_s - steady_from[0]) / steady_from[1] * 1e6:.1f} us/run"
     log(
-        f"{args.n} runs in {elapsed:.2f}s ({args.n / elapsed:.0f}/s, load {load:.2f}); "
-        f"worker CPU {cpu_s / args.n * 1e6:.1f} us/run (start-up included)"
+        f"{args.root.name}: {args.n} runs in {elapsed:.2f}s ({args.n / elapsed:.0f}/s, "
+        f"load {load:.2f}); worker CPU {cpu_s / args.n * 1e6:.1f} us/run (start-up "
+        f"included; {100 * sys_s / max(cpu_s, 1e-9):.0f} % system){steady}"
     )
     return out
 
@@ -166,6 +184,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--raw", type=Path, help="report on this raw profile instead")
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=harness.REPO_ROOT,
+        help="the checkout whose worker runs (e.g. a detached worktree of main), this venv",
+    )
     args = parser.parse_args(argv)
     path = args.raw or asyncio.run(profile(args))
     if args.raw or args.rate > 0:

@@ -154,6 +154,17 @@ class RunHelpers:
             on_stop=self._interrupt,
         )
 
+    @property
+    def emitted(self) -> bool:
+        """Whether the run built its event sink (it emitted): only then is there a flush."""
+        return "sink" in self.__dict__
+
+    @property
+    def spawned(self) -> bool:
+        """Whether the run built its family (it spawned or joined): only then is there a
+        cascade to settle."""
+        return "family" in self.__dict__
+
     async def settle_family(self) -> None:
         """After the run's terminal write: deliver its cascade at once, if it spawned."""
         family: Family | None = self.__dict__.get("family")

@@ -97,10 +97,16 @@ class RunGate:
         self._free = capacity
         self._waiters: deque[asyncio.Future[None]] = deque()
 
-    async def enter(self) -> None:
-        """Take a slot, waiting for one in arrival order; cancellable while it waits."""
+    def try_enter(self) -> bool:
+        """Take a slot if one is free now and nobody waits for one; False otherwise."""
         if self._free > 0 and not self._waiters:
             self._free -= 1
+            return True
+        return False
+
+    async def enter(self) -> None:
+        """Take a slot, waiting for one in arrival order; cancellable while it waits."""
+        if self.try_enter():
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)

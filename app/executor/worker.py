@@ -329,7 +329,8 @@ class Worker:
             courier.start()
 
     def _start_run(self, claimed: ClaimedRun, confirmed_at: float) -> None:
-        self._stop_stale(claimed)
+        if claimed.id in self._executions:
+            self._stop_stale(claimed)
         self._table.add(claimed.lease, confirmed_at)
         child(RUNS_CLAIMED, claimed.queue, claimed.handler).inc()
         try:
@@ -360,7 +361,7 @@ class Worker:
         nothing (README: what a failover can do to a run).
         """
         stale = self._executions.get(claimed.id)
-        if stale is not None:
+        if stale is not None:  # the caller checked; a stale one is rare
             log.warning(
                 "claimed a run this worker still executes (its earlier claim was lost in a "
                 "failover): stopping the earlier execution without writing",

@@ -101,8 +101,14 @@ def raise_for(
         raise LeaseLost(run_id, fence)
 
 
+# code -> member: ``LeaseAnswer(code)`` goes through EnumType.__call__, per run of every batch
+_ANSWERS = {answer.value: answer for answer in LeaseAnswer}
+
+
 def _answers(reply: Sequence[str]) -> list[LeaseAnswer]:
-    return [LeaseAnswer(code) for code in reply]
+    known = _ANSWERS.get
+    # an unknown code still raises ValueError, through the enum
+    return [known(code) or LeaseAnswer(code) for code in reply]
 
 
 # --- create_run -------------------------------------------------------------------

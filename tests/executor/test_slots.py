@@ -100,3 +100,16 @@ async def test_a_cancelled_waiter_takes_no_slot_and_a_handed_slot_is_passed_on()
     await asyncio.wait_for(last, timeout=5)
     gate.leave()
     await asyncio.wait_for(gate.enter(), timeout=5)  # one slot, free again: nothing leaked
+
+
+async def test_try_enter_takes_a_free_slot_but_never_one_a_waiter_is_owed() -> None:
+    gate = RunGate(1)
+    assert gate.try_enter()  # free: taken without waiting
+    assert not gate.try_enter()  # full
+    waiter = asyncio.create_task(gate.enter())
+    await asyncio.sleep(0)
+    gate.leave()  # handed to the waiter...
+    assert not gate.try_enter()  # ...so nobody jumps the line
+    await asyncio.wait_for(waiter, timeout=5)
+    gate.leave()
+    assert gate.try_enter()

@@ -1,0 +1,148 @@
+"""The worker's Python per run, without Redis: claim reply → ``_start_run`` → finish → settled.
+
+What ``bench.profile_worker`` cannot show on a shared 2-core machine: its CPU per run
+moves by ±30 % with the load, and py-spy counts a worker waiting for its core as busy.
+This drives the real :class:`~app.executor.worker.Worker` code (``LeaseStore._parse_claim``
+on a claim reply of ``--batch`` ``demo.echo`` rows, ``Worker._start_run``, the run's task
+to its ``Courier.finish``, the finish ARGV built and the answers decoded, each run
+settled) in one process with a stand-in courier that answers every outcome OK, and
+prints µs per run of each part over ``--rounds`` batches. The minimum is the figure
+to compare (the load adds to the median, never takes from the minimum); ``--root``
+runs another checkout's code (an A/B pair against a detached worktree of main).
+Redis, the socket and redis-py's pipeline are not in it: they are the rest of the
+worker's CPU per run (``bench.profile_worker --rate 0``).
+
+    .venv/bin/python -m bench.run_path --rounds 3000
+    .venv/bin/python -m bench.run_path --root /tmp/main    # the same, main's code
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+PARTS = ("parse", "start+run", "finish", "total")
+
+
+class AnswerAll:
+    """A courier stand-in: keeps each outcome with its future until the batch is answered."""
+
+    def __init__(self) -> None:
+        self.batch: list[tuple[Any, asyncio.Future[Any]]] = []
+
+    async def finish(self, outcome: Any) -> Any:
+        """What ``Courier.finish`` does, minus the round trip."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.batch.append((outcome, future))
+        return await future
+
+    def kick(self) -> None:
+        """A freed slot kicks the courier; nothing to claim here."""
+
+
+def claim_reply(batch: int) -> list[Any]:
+    """A ``claim_runs`` reply of ``batch`` first claims of ``demo.echo`` with ``{}`` input."""
+    rows = [
+        [f"01JD{i:022d}", "1", "demo.echo", "{}", "1", "3", "", "", "", "", "1764630000000", "", ""]
+        for i in range(batch)
+    ]
+    return ["OK", rows, "-1", "0"]
+
+
+async def measure(batch: int, rounds: int) -> dict[str, list[float]]:
+    """µs per run of each part, one sample per round (batch)."""
+    from app.executor.context import HelperDeps
+    from app.executor.execution import ExecutionDeps, RetryPolicy
+    from app.executor.worker import Worker
+    from app.handlers import load_handler_modules
+    from app.settings import Settings
+    from app.store.leases import LeaseStore
+    from app.store.transitions import FINISH_RUNS, FinishArgs
+    from app.supervision.config import Supervision
+
+    settings = Settings()
+    worker = Worker(settings, load_handler_modules(["app.demo.handlers"]), worker_id="w-bench")
+    courier = AnswerAll()
+    worker._couriers = {"default": courier}  # type: ignore[dict-item]
+    none: Any = None  # the stores a no-op run never reaches
+    helpers = HelperDeps(
+        lease_store=none,
+        progress_store=none,
+        wait_store=none,
+        rate_limits=none,
+        rate_limit_max_wait_ms=0,
+        supervision=Supervision.from_settings(settings),
+        max_event_bytes=settings.max_event_bytes,
+        max_checkpoint_bytes=settings.max_checkpoint_bytes,
+    )
+    worker._deps = ExecutionDeps(
+        helpers=helpers,
+        courier_for=worker._couriers.__getitem__,
+        thread_pool=ThreadPoolExecutor(1),
+        retry=RetryPolicy(1.0, 2.0),
+        on_slot_freed=worker._slot_freed,
+        on_settled=worker._settled,
+        run_gate=worker._slots.run_gate,
+    )
+    raw = claim_reply(batch)
+    samples: dict[str, list[float]] = {part: [] for part in PARTS}
+    for _ in range(rounds):
+        t0 = time.perf_counter_ns()
+        claim = LeaseStore._parse_claim(none, "default", "w-bench", raw)
+        t1 = time.perf_counter_ns()
+        for run in claim.runs:
+            worker._start_run(run, 0.0)
+        for _ in range(3):  # each run's task to its finish
+            await asyncio.sleep(0)
+        t2 = time.perf_counter_ns()
+        answered, courier.batch = courier.batch, []
+        if len(answered) != batch:
+            raise RuntimeError(f"{len(answered)} of {batch} runs reached their finish")
+        groups = [outcome.group() for outcome, _ in answered]
+        FINISH_RUNS.flatten(FinishArgs("w-bench", "", 1000, "wake", groups))
+        for (_, future), code in zip(answered, FINISH_RUNS.decode(["OK"] * batch), strict=True):
+            future.set_result(code)
+        for _ in range(3):  # each task settles
+            await asyncio.sleep(0)
+        t3 = time.perf_counter_ns()
+        if worker._executions:
+            raise RuntimeError(f"{len(worker._executions)} runs did not settle")
+        for part, ns in zip(PARTS, (t1 - t0, t2 - t1, t3 - t2, t3 - t0), strict=True):
+            samples[part].append(ns / batch / 1000)
+    return samples
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print min / p10 / median µs per run of each part (or re-run under ``--root``)."""
+    parser = argparse.ArgumentParser(prog="python -m bench.run_path", description=__doc__)
+    parser.add_argument("--batch", type=int, default=25, help="runs per claim (a trip's share)")
+    parser.add_argument("--rounds", type=int, default=3000)
+    parser.add_argument("--root", type=Path, help="run this checkout's code instead")
+    args = parser.parse_args(argv)
+    if args.root is not None:
+        here = Path(__file__).read_text()
+        command = [sys.executable, "-c", here, "--batch", str(args.batch)]
+        command += ["--rounds", str(args.rounds)]
+        subprocess.run(command, cwd=args.root, env=None, check=True)
+        return
+    sys.path.insert(0, ".")  # under --root: that checkout's ``app``
+    import uvloop
+
+    samples = uvloop.run(measure(args.batch, args.rounds))
+    root = Path.cwd().name
+    for part in PARTS:
+        values = sorted(samples[part])
+        print(
+            f"{root}: {part:10s} min {values[0]:6.2f}  p10 {values[len(values) // 10]:6.2f}"
+            f"  median {values[len(values) // 2]:6.2f} us/run"
+        )
+
+
+if __name__ == "__main__":
+    main()
