@@ -15,8 +15,9 @@ Bodies are encoded before the clock starts, so what is timed is the API and
 Redis, not this client's JSON encoding. The load average before each mode is
 recorded: the machine is shared, so each mode also reports what is stable
 under load: the API process's CPU per run (``/proc/<pid>/stat``), the Redis
-server's (``INFO cpu``) and the script calls and commands per run (``INFO
-commandstats``). One JSON line goes to ``bench/out/results.jsonl``.
+server's (``INFO cpu``), this client's own (``time.process_time``) and the
+script calls and commands per run (``INFO commandstats``). One JSON line goes
+to ``bench/out/results.jsonl``.
 """
 
 from __future__ import annotations
@@ -106,9 +107,10 @@ async def measure(
     before = await redis.zcard(runs_key)
     load = load_average()
     redis_before, api_cpu_before = await counters(redis), process_cpu_s(api_pid)
-    started = time.perf_counter()
+    started, client_cpu_before = time.perf_counter(), time.process_time()
     created = await send_all(http, path, payloads, args.clients)
     elapsed_s = time.perf_counter() - started
+    client_cpu_s = time.process_time() - client_cpu_before
     api_cpu_s = process_cpu_s(api_pid) - api_cpu_before
     spent = (await counters(redis)).minus(redis_before)
     stored = await redis.zcard(runs_key) - before
@@ -123,12 +125,16 @@ async def measure(
         "load_before": load,
         "api_cpu_us_per_run": round(api_cpu_s / args.runs * 1e6, 1),
         "redis_cpu_us_per_run": round(spent.cpu_s / args.runs * 1e6, 1),
+        # this client's own CPU (httpx, reading and checking every answer): what it
+        # takes from the two cores the API and Redis share
+        "client_cpu_us_per_run": round(client_cpu_s / args.runs * 1e6, 1),
         "scripts_per_run": round(spent.scripts / args.runs, 3),
         "commands_per_run": round(spent.total / args.runs, 2),
     }
     log(
         f"{mode}: {args.runs} runs in {elapsed_s:.2f}s = {rate}/s (load {load[0]:.2f}), "
-        f"API {row['api_cpu_us_per_run']} / Redis {row['redis_cpu_us_per_run']} us CPU per run"
+        f"API {row['api_cpu_us_per_run']} / Redis {row['redis_cpu_us_per_run']} / client "
+        f"{row['client_cpu_us_per_run']} us CPU per run"
     )
     return row
 
@@ -176,13 +182,14 @@ async def main(args: argparse.Namespace) -> None:
     record(result)
     print(
         f"{'mode':<12} {'runs/s':>8}  {'all reps':<24} {'API us/run':>10} {'Redis us/run':>12} "
-        f"{'cmds/run':>8}  load before"
+        f"{'client us/run':>13} {'cmds/run':>8}  load before"
     )
     for row in results:
         print(
             f"{row['mode']:<12} {row['runs_per_s']:>8}  {row['all_runs_per_s']!s:<24} "
             f"{row['api_cpu_us_per_run']:>10} {row['redis_cpu_us_per_run']:>12} "
-            f"{row['commands_per_run']:>8}  {row['load_before'][0]:.2f}"
+            f"{row['client_cpu_us_per_run']:>13} {row['commands_per_run']:>8}  "
+            f"{row['load_before'][0]:.2f}"
         )
 
 

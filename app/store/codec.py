@@ -24,15 +24,29 @@ def new_ulid(now_ms: int | None = None) -> str:
     The 130-bit value (its top two bits zero) is written as 13 pairs of Crockford
     digits, 10 bits at a time, from a table of all 1,024 pairs: a run id is made
     per create (20,000 per second through a batch), and this is ~4x faster than
-    the base32 codec (a Python function in CPython 3.11) it replaces.
+    the base32 codec (a Python function in CPython 3.11) it replaces. The time's
+    5 pairs and the random part's top 6 are remembered: the ids one process makes
+    in a millisecond share both (the random part counts up by one), so most ids
+    encode 2 pairs, not 13 (a batch of 1,000 spent ~12 % of its create CPU here).
     """
     if now_ms is None:
         stamp, random_bits = _monotonic(int(time.time() * 1000))
     else:
         stamp, random_bits = now_ms, int.from_bytes(os.urandom(10), "big")
-    value = (stamp << 80) | random_bits
     pairs = _CROCKFORD_PAIRS
-    return "".join([pairs[(value >> shift) & 0x3FF] for shift in _PAIR_SHIFTS])
+    return (
+        _pairs_of(stamp, 5)
+        + _pairs_of(random_bits >> 20, 6)
+        + pairs[(random_bits >> 10) & 0x3FF]
+        + pairs[random_bits & 0x3FF]
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _pairs_of(value: int, count: int) -> str:
+    """The low ``count`` x 10 bits of ``value`` as Crockford pairs, high first."""
+    pairs = _CROCKFORD_PAIRS
+    return "".join([pairs[(value >> shift) & 0x3FF] for shift in _PAIR_SHIFTS[-count:]])
 
 
 _last_ulid = [0, 0]  # this process's latest (ms, random bits)

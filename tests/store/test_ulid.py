@@ -34,3 +34,17 @@ def test_ids_made_in_one_process_sort_in_creation_order() -> None:
     ids = [codec.new_ulid() for _ in range(5_000)]
     assert ids == sorted(ids)
     assert len(set(ids)) == len(ids)
+
+
+def test_ids_made_in_one_millisecond_are_the_reference_encoding_of_each_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The remembered time and high random pairs never leak from one id into the next."""
+    monkeypatch.setattr(codec.time, "time", lambda: 1_764_000_000.123)
+    start = (1 << 80) - 3 - (1 << 20)  # counts across a change of the high pairs and the ms
+    for bits in (start, (1 << 20) - 2, (1 << 80) - 2):
+        monkeypatch.setattr(codec, "_last_ulid", [1_764_000_000_123, bits])
+        for _ in range(4):
+            made = codec.new_ulid()
+            stamp, last = codec._last_ulid
+            assert made == reference((stamp << 80) | last)
