@@ -143,10 +143,17 @@ class Courier:
         self._kick.set()
 
     def notify_ready(self) -> None:
-        """Runnable work appeared on the queue (a wake message): claim when there is room."""
+        """Runnable work appeared on the queue (a wake message): claim when there is room.
+
+        The claim's trip is sent from here, in the listener's turn, rather than by the
+        courier's loop once it wakes: one loop pass and the loop's timeout bookkeeping
+        less between a wake message and its claim. The loop is kicked only when no
+        trip could go now (all in flight: the first to end sends what is left).
+        """
         self._maybe_ready = True
         self._wakes += 1
-        self._kick.set()
+        if self._task is None or not self._send_trips():
+            self._kick.set()
 
     @property
     def pending(self) -> int:
@@ -175,17 +182,19 @@ class Courier:
             self._kick.clear()
             self._send_trips()
 
-    def _send_trips(self) -> None:
-        """Send round trips until ``trips_in_flight`` are out or nothing is left to send.
+    def _send_trips(self) -> bool:
+        """Send round trips until ``trips_in_flight`` are out or nothing is left to send;
+        ``True`` when one was sent.
 
         Each carries every outcome pending now and a claim; a trip that ends kicks the
         loop, which sends what accumulated meanwhile.
         """
+        sent = False
         while len(self._trips) < self._trips_max:
             token, wanted, resent = self._claim_to_send()
             batch = self._outcomes
             if not batch and not wanted:
-                return
+                return sent
             self._outcomes = []
             trip = asyncio.get_running_loop().create_task(
                 self._trip(batch, token, wanted, resent=resent)
@@ -194,6 +203,8 @@ class Courier:
             if wanted:
                 self._claim_trips.add(trip)
             trip.add_done_callback(self._trip_done)
+            sent = True
+        return sent
 
     def _trip_done(self, trip: asyncio.Task[None]) -> None:
         # a done callback runs after the first step of the tasks the trip started (their

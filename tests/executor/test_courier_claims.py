@@ -1,10 +1,10 @@
 """How many claims the courier sends, against a real Redis.
 
 With two round trips in flight, a wake must not make both trips claim: an idle
-worker woken for one run sends one claim and, once the run is done, one finish
-(both trips claiming made it 3.27 round trips per run at 50 runs/s instead of
-2.26). Under a backlog both trips must keep claiming, so that Redis leases one
-share while the worker runs the other.
+worker woken for one run sends one claim, in the loop pass the wake came in, and
+once the run is done one finish (both trips claiming made it 3.27 round trips per
+run at 50 runs/s instead of 2.26). Under a backlog both trips must keep claiming,
+so that Redis leases one share while the worker runs the other.
 """
 
 from __future__ import annotations
@@ -80,23 +80,35 @@ def finishing_courier(store: LeaseStore, slots: Slots, started: list[ClaimedRun]
     return courier
 
 
-async def test_an_idle_courier_sends_one_claim_per_wake_not_one_per_trip(
-    run_store: RunStore, lease_store: LeaseStore
-) -> None:
+async def idle_courier(
+    lease_store: LeaseStore, capacity: int
+) -> tuple[CountingClaims, Courier, list[ClaimedRun]]:
+    """A started courier whose start-up claim (on an empty queue) was answered."""
     store = counting(lease_store)
     started: list[ClaimedRun] = []
-    courier = finishing_courier(store, Slots(50), started)
+    courier = finishing_courier(store, Slots(capacity), started)
     courier.start()
     try:
         await eventually(lambda: asyncio.sleep(0, store.claims), until=bool, what="first claim")
-        await eventually(
-            lambda: asyncio.sleep(0, store.in_flight), until=lambda n: n == 0, what="idle"
-        )
+        await eventually(lambda: asyncio.sleep(0, store.in_flight), until=lambda n: n == 0)
+    except BaseException:
+        await courier.close()
+        raise
+    return store, courier, started
+
+
+async def test_an_idle_courier_sends_one_claim_per_wake_within_one_loop_pass(
+    run_store: RunStore, lease_store: LeaseStore
+) -> None:
+    store, courier, started = await idle_courier(lease_store, 50)
+    try:
         at_start = len(store.claims)
         runs = 5
-        for _ in range(runs):
+        for n in range(runs):
             run_id = (await run_store.create(NewRun(handler="demo.echo", input={}))).run.id
             courier.notify_ready()  # the create's wake message, as the listener hands it on
+            await asyncio.sleep(0)  # the listener yields once: the claim's trip runs then
+            assert len(store.claims) - at_start == n + 1, "the claim waited for a loop pass"
             await wait_status(run_store, run_id, RunStatus.SUCCEEDED)
         await eventually(
             lambda: asyncio.sleep(0, store.in_flight), until=lambda n: n == 0, what="idle"
