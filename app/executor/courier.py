@@ -152,8 +152,8 @@ class Courier:
         """
         self._maybe_ready = True
         self._wakes += 1
-        if self._task is None or not self._send_trips():
-            self._kick.set()
+        if self._task is None or self._task.done() or not self._send_trips():
+            self._kick.set()  # not started, closed, or no trip could go now
 
     @property
     def pending(self) -> int:

@@ -117,6 +117,9 @@ async def test_an_idle_courier_sends_one_claim_per_wake_within_one_loop_pass(
         await courier.close()
     assert len(started) == runs
     assert len(store.claims) - at_start == runs, f"claims per wake: {store.claims[at_start:]}"
+    courier.notify_ready()  # a wake after close (the listener outlived it) sends nothing
+    await asyncio.sleep(0)
+    assert len(store.claims) - at_start == runs
 
 
 async def test_under_a_backlog_both_trips_in_flight_claim(
