@@ -10,20 +10,30 @@ the machine's load, and an A/B of two checkouts compares their Lua. It uses only
 ``app.store`` calls that exist since before flow control, so each checkout runs it
 with its own venv::
 
-    cd <checkout> && .venv/bin/python <this checkout>/bench/redis_cost.py 20000
+    cd <checkout> && PYTHONPATH=. .venv/bin/python <this checkout>/bench/redis_cost.py 20000
+
+``--callgrind`` runs redis-server under valgrind's callgrind with instrumentation on
+for the drain only, and adds the server's instructions per run (exact whatever the
+machine's load; ~50x slower, so use n of ~2,000) and the profile's file to the line.
+``--server-arg NAME VALUE`` passes a config to the server (e.g.
+``--server-arg hash-max-listpack-entries 16``: a run record as a hashtable).
+
+    .venv/bin/python bench/redis_cost.py 2000 --callgrind /tmp/cg.out
+    callgrind_annotate /tmp/cg.out | head -40          # where the instructions went
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import dataclasses
 import json
 import os
 import socket
 import subprocess
-import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 from app.settings import Settings
@@ -63,8 +73,14 @@ async def snapshot(client: Any) -> tuple[dict[str, tuple[int, float]], float]:
     return calls, float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
 
-async def drain_cost(url: str, n: int) -> dict[str, Any]:
-    """Create ``n`` runs, drain them, and return the drain's Redis cost per run."""
+async def drain_cost(
+    url: str, n: int, instrument: Callable[[bool], None] = lambda on: None, batch: int = BATCH
+) -> dict[str, Any]:
+    """Create ``n`` runs, drain them, and return the drain's Redis cost per run.
+
+    ``instrument(True)`` is called right before the drain and ``instrument(False)``
+    right after it, so a profiler sees the drain and not the creates.
+    """
     settings = Settings(redis_url=url)
     client = async_client(url)
     scripts = Scripts.for_settings(settings)
@@ -72,14 +88,17 @@ async def drain_cost(url: str, n: int) -> dict[str, Any]:
     leases = LeaseStore.for_settings(client, scripts, settings)
     for _ in range(n):
         await runs.create(NewRun(handler="demo.echo", input={}))
+    await scripts.load_all(client)  # cached before the drain: no compile inside it
     calls_before, cpu_before = await snapshot(client)
-    claimed = (await leases.claim("default", "w-1", BATCH)).runs
+    instrument(True)
+    claimed = (await leases.claim("default", "w-1", batch)).runs
     done = 0
     while claimed:
         outcomes = [succeeded(run) for run in claimed]
-        _, more = await leases.finish_and_claim("default", "w-1", outcomes, BATCH)
+        _, more = await leases.finish_and_claim("default", "w-1", outcomes, batch)
         done += len(claimed)
         claimed = more.runs
+    instrument(False)
     calls_after, cpu_after = await snapshot(client)
     await client.aclose()
     delta = {
@@ -97,6 +116,7 @@ async def drain_cost(url: str, n: int) -> dict[str, Any]:
         "n": n,
         "done": done,
         "load": round(os.getloadavg()[0], 2),
+        "batch": batch,
         "commands_per_run": round(commands / n, 2),
         "scripts": scripts_called,
         "script_wall_us_per_run": round(script_usec / n, 1),
@@ -110,27 +130,72 @@ async def drain_cost(url: str, n: int) -> dict[str, Any]:
     }
 
 
+def callgrind_total(out_file: str) -> int:
+    """The instructions callgrind counted (its ``totals:`` line: event ``Ir``)."""
+    with open(out_file) as profile:
+        for line in profile:
+            if line.startswith("totals:"):
+                return int(line.split()[1])
+    raise ValueError(f"{out_file} has no totals line")
+
+
 def main() -> None:
     """Run one measurement on a throwaway redis-server and print it as one JSON line."""
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 20_000
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("n", type=int, nargs="?", default=20_000)
+    parser.add_argument("--callgrind", metavar="OUT", help="profile the drain into OUT")
+    parser.add_argument(
+        "--batch", type=int, default=BATCH, help="runs per claim (1: an idle worker's)"
+    )
+    parser.add_argument(
+        "--server-arg", nargs=2, action="append", default=[], metavar=("NAME", "VALUE")
+    )
+    args = parser.parse_args()
     port = free_port()
+    command = ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"]
+    for name, value in args.server_arg:
+        command += [f"--{name}", value]
+    if args.callgrind:
+        command = [
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            f"--callgrind-out-file={os.path.abspath(args.callgrind)}",
+            *command,
+        ]
     with tempfile.TemporaryDirectory() as data_dir:
         server = subprocess.Popen(
-            ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
-            cwd=data_dir,
-            stdout=subprocess.DEVNULL,
+            command, cwd=data_dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
+
+        def instrument(on: bool) -> None:
+            if args.callgrind:
+                state = "on" if on else "off"
+                subprocess.run(
+                    ["callgrind_control", "-i", state, str(server.pid)],
+                    check=True,
+                    stdout=subprocess.DEVNULL,
+                )
+
         try:
-            for _ in range(200):
+            for _ in range(1200):
                 try:
                     socket.create_connection(("127.0.0.1", port)).close()
                     break
                 except OSError:
                     time.sleep(0.05)
-            print(json.dumps(asyncio.run(drain_cost(f"redis://127.0.0.1:{port}/0", n))))
+            result = asyncio.run(
+                drain_cost(f"redis://127.0.0.1:{port}/0", args.n, instrument, args.batch)
+            )
         finally:
             server.terminate()
             server.wait()
+        if args.callgrind:
+            result["instructions_per_run"] = round(callgrind_total(args.callgrind) / args.n)
+            result["profile"] = args.callgrind
+        if args.server_arg:
+            result["server_args"] = args.server_arg
+        print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Loads the Lua transitions in ``scripts/lua`` and calls them by SHA.
 
 Each file is named ``<transition>-<key count>.lua``; a ``--- @include <name>``
-line is replaced by ``includes/<name>.lua`` so helpers exist once. Every
+line is replaced by the definitions of ``includes/<name>.lua`` that the script uses
+(:mod:`app.store.lua_include`), so helpers exist once. Every
 script is loaded with a Redis 7 shebang (``#!lua``) declaring how it behaves
 when Redis is full (see :data:`SCRIPT_FLAGS`): unflagged, Redis refuses the
 whole call up front past ``maxmemory`` instead of failing at the first write
@@ -29,6 +30,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, ResponseError
 
 from app.store.connection import AsyncRedis, SyncRedis
+from app.store.lua_include import splice
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -92,9 +94,7 @@ def load_scripts(directory: Path | None = None) -> dict[str, Script]:
         match = _FILE_NAME.match(path.name)
         if not match:
             raise ValueError(f"script file {path.name} is not named <transition>-<keys>.lua")
-        body = _INCLUDE.sub(
-            lambda m: (directory / "includes" / f"{m['name']}.lua").read_text(), path.read_text()
-        )
+        body = _spliced(directory, path.read_text())
         source = shebang(match["name"]) + body
         scripts[match["name"]] = Script(
             match["name"], int(match["numkeys"]), source, _sha1(source), body, _sha1(body)
@@ -102,6 +102,13 @@ def load_scripts(directory: Path | None = None) -> dict[str, Script]:
     if not scripts:
         raise FileNotFoundError(f"no Lua scripts found in {directory}")
     return scripts
+
+
+def _spliced(directory: Path, text: str) -> str:
+    """``text`` with each ``--- @include <name>`` replaced by the part of the include it uses."""
+    return _INCLUDE.sub(
+        lambda m: splice((directory / "includes" / f"{m['name']}.lua").read_text(), text), text
+    )
 
 
 def _sha1(text: str) -> str:

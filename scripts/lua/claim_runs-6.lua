@@ -223,6 +223,18 @@ end
 local new_leases = {}
 local first_claims = {}
 
+-- The `claimed` event's data, encoded once per call and attempt number (a call's runs
+-- share the owner, and most are at attempt 1): the same bytes as one encode per run.
+local claimed_json = {}
+local function claimed_data(attempt)
+  local data = claimed_json[attempt]
+  if not data then
+    data = cjson.encode({owner_id = owner, attempt = attempt})
+    claimed_json[attempt] = data
+  end
+  return data
+end
+
 -- Lease one queued run (already out of its lane) to this owner; take its slots. The
 -- run's fence is the one read with it, plus one (the read and the lease are in the same
 -- atomic call); its state, the event's id and the first claim's time are one HSET.
@@ -230,7 +242,7 @@ local function lease(id, cur)
   local run_key = KEYS[4] .. id
   dequeue(cur[13], cur[14], id)
   local held = take_slots(id, cur)
-  local data = cjson.encode({owner_id = owner, attempt = tonumber(cur[4])})
+  local data = claimed_data(tonumber(cur[4]))
   local fence = (tonumber(cur[16]) or 0) + 1
   local fence_s, expires, at = num_arg(fence), num_arg(now + ttl), num_arg(now)
   local fields = {'status', 'running', 'owner_id', owner, 'fence', fence_s,

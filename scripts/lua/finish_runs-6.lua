@@ -84,19 +84,21 @@ local function retry(group, attempt)
   end
 end
 
+-- A terminal event without an error has the data of an empty table, encoded once.
+local NO_ERROR = cjson.encode({})
+
 local function terminate(group, known)
   local fields = {}
-  local data = {}
+  local data = NO_ERROR
   if group.output ~= '' then
     fields = {'output', group.output}
   end
   if group.err ~= '' then
     fields[#fields + 1] = 'error'
     fields[#fields + 1] = group.err
-    data = {error = group.error}
+    data = cjson.encode({error = group.error})
   end
-  finalize(k, group.id, group.outcome, group.fence, now, fields, cjson.encode(data),
-    retention, maxlen, known)
+  finalize(k, group.id, group.outcome, group.fence, now, fields, data, retention, maxlen, known)
 end
 
 -- A retry or an escalation of a cancelling run: the client's cancel wins, and what
