@@ -84,6 +84,9 @@ class CloseHook:
 class DirectSink:
     """One follower's socket, written to below the ASGI layer, with the send bounds."""
 
+    # see app.api.hub.Subscription: one object, not an object and its dict, per follower
+    __slots__ = ("_cycle", "_flow", "_max_buffer", "_paused_since", "_send_timeout_s", "_transport")
+
     def __init__(self, cycle: HttpCycle, *, max_buffer: int, send_timeout_s: float) -> None:
         self._cycle = cycle
         self._transport = cycle.transport

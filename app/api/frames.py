@@ -47,16 +47,18 @@ class Burst(list[Frame]):
     """The frames of one feed read, in order, as every follower written to directly gets them.
 
     ``chunk`` is all of their chunks, joined once however many followers write it;
-    ``sent`` tallies the events written from it (by :meth:`app.api.streaming.Cursor.write`),
-    for the hub to count once (a follower's counter increment takes a lock: at
-    1,000 followers it cost about as much as the follower's own checks).
+    ``terminal``, whether the last one ends the run; ``sent`` tallies the events
+    written from it (by :meth:`app.api.streaming.Cursor.write`), for the hub to
+    count once (a follower's counter increment takes a lock: at 1,000 followers it
+    cost about as much as the follower's own checks).
     """
 
-    __slots__ = ("chunk", "sent")
+    __slots__ = ("chunk", "sent", "terminal")
 
     def __init__(self, frames: Iterable[Frame]) -> None:
         super().__init__(frames)
         self.chunk = self[0].chunk if len(self) == 1 else b"".join(item.chunk for item in self)
+        self.terminal = self[-1].terminal
         self.sent = 0
 
 
