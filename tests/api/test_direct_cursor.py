@@ -15,39 +15,7 @@ from app.api.frames import Burst, Frame, frame
 from app.api.hub import Subscription
 from app.api.streaming import Cursor
 from app.models import RunEvent
-
-
-class Socket:
-    """A transport that keeps what is written, never paused."""
-
-    write_paused = False
-
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        """Keep the bytes."""
-        self.writes.append(data)
-
-    def is_closing(self) -> bool:
-        """Open."""
-        return False
-
-    def get_write_buffer_size(self) -> int:
-        """Nothing unsent."""
-        return 0
-
-
-class Response:
-    """A uvicorn cycle whose chunked 200 is out and still open."""
-
-    response_started = True
-    chunked_encoding = True
-    response_complete = False
-    disconnected = False
-
-    def __init__(self, socket: Socket) -> None:
-        self.transport = self.flow = socket
+from tests.api.test_hub import OpenChunkedResponse, SocketBytes
 
 
 def event(seq: int, kind: str = "tick") -> Frame:
@@ -64,13 +32,13 @@ def event(seq: int, kind: str = "tick") -> Frame:
     )
 
 
-def direct(after: str) -> tuple[Cursor, Subscription[Frame], Socket]:
+def direct(after: str) -> tuple[Cursor, Subscription[Frame], SocketBytes]:
     """A follower whose replay ended at ``after``, handed to the hub's direct writes."""
-    socket = Socket()
+    socket = SocketBytes()
     cursor = Cursor(after, retry_ms=1000)
     cursor.hint = None  # the replay carried it
     subscription: Subscription[Frame] = Subscription(10)
-    sink = DirectSink(Response(socket), max_buffer=1 << 20, send_timeout_s=5)  # type: ignore[arg-type]
+    sink = DirectSink(OpenChunkedResponse(socket), max_buffer=1 << 20, send_timeout_s=5)  # type: ignore[arg-type]
     assert cursor.go_direct(sink, subscription)
     return cursor, subscription, socket
 
