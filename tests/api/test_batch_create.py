@@ -446,3 +446,68 @@ def test_an_answer_shape_is_the_runs_whole_encoding_and_a_stand_in_in_the_data_f
             fields = fresh(i, metadata)
             whole = to_json(runs._answer_of(fields)).decode()
             assert shapes.encode(fields, dumps(fields["input"])) == whole
+
+
+async def test_a_chunk_indexes_plain_keyed_and_delayed_runs_as_one_by_one_creates_would(
+    api: httpx.AsyncClient, redis_client: aioredis.Redis, settings: Settings
+) -> None:
+    """create_runs writes a chunk's index once (runs, unclaimed, plain lanes, queued):
+    every run created is in it exactly once, each lane is placed in the ring once, in
+    the order its first run came, a replay adds nothing, and keyed runs count as before."""
+    items: list[dict[str, Any]] = [
+        {**ECHO, "idempotency_key": "p-1"},
+        {**ECHO, "concurrency_key": "c1"},
+        {"handler": "demo.sleep", "input": {"seconds": 0}},
+        {**ECHO, "idempotency_key": "p-2"},
+        {**ECHO, "singleton_key": "s1"},
+        {**ECHO, "concurrency_key": "c1"},
+        {**ECHO, "delay_s": 60},
+        {**ECHO, "idempotency_key": "p-1"},  # a replay of the first
+        {**ECHO, "idempotency_key": "p-3"},
+    ]
+    outcomes = await post_batch(api, items)
+    assert [o["status"] for o in outcomes] == [201] * 7 + [200, 201]
+    ids = [o["run"]["id"] for o in outcomes]
+    assert ids[7] == ids[0]
+    created = [run_id for i, run_id in enumerate(ids) if i != 7]
+    keys = QueueKeys(settings.prefix, "default")
+    assert sorted(await redis_client.zrange(keys.runs, 0, -1)) == sorted(created)
+    assert sorted(await redis_client.zrange(keys.unclaimed, 0, -1)) == sorted(created)
+    assert int(await redis_client.get(f"{keys.tag}:queued") or 0) == 7  # all but the delayed
+    ring = await redis_client.lrange(keys.ready, 0, -1)
+    assert ring == ["demo.echo|", "demo.echo|c1", "demo.sleep|", "!s1"]
+    assert sorted(await redis_client.hkeys(f"{keys.tag}:placed")) == sorted(ring)
+    plain = await redis_client.zrange(f"{keys.tag}:lane:demo.echo|", 0, -1)
+    assert plain == [ids[0], ids[3], ids[8]]  # in create order
+    keyed = await redis_client.zrange(f"{keys.tag}:lane:demo.echo|c1", 0, -1)
+    assert keyed == [ids[1], ids[5]]
+    assert await redis_client.zrange(keys.delayed, 0, -1) == [ids[6]]
+
+
+async def test_flat_inputs_pass_the_content_rule_and_non_finite_numbers_in_them_do_not(
+    api: httpx.AsyncClient, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    """An object of strings, integers, booleans and null skips the content rule's walk:
+    the floats it does not skip (Infinity, -Infinity, 1e400, NaN) are still each a 422."""
+    numbers = ("12345678901234567890", "Infinity", "-Infinity", "1e400")
+    items = [
+        '{"handler":"demo.echo","input":{"message":"m","n":' + n + ',"ok":true,"none":null}}'
+        for n in numbers
+    ]
+    items.append('{"handler":"demo.echo","input":{"x":1},"metadata":{"m":NaN}}')
+    content = '{"items":[' + ",".join(items) + "]}"
+    response = await api.post(
+        "/runs/batch", content=content, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 200, response.text
+    outcomes = response.json()["items"]
+    assert [o["status"] for o in outcomes] == [201, 422, 422, 422, 422]
+    for i, outcome in enumerate(outcomes[1:4], start=1):
+        (error,) = outcome["problem"]["errors"]
+        assert (error["type"], error["loc"]) == (
+            "json_not_finite",
+            ["body", "items", i, "input", "n"],
+        )
+    assert outcomes[4]["problem"]["errors"][0]["loc"] == ["body", "items", 4, "metadata", "m"]
+    assert outcomes[0]["run"]["input"]["n"] == 12345678901234567890
+    assert len(await run_keys(redis_client, prefix)) == 2  # the one run: record and stream

@@ -972,10 +972,14 @@ local function enter_queue(run_key, events_key, run_id, q, created_data, now, st
     -- a run of no concurrency or singleton key: its lane's one ZADD for the chunk
     local lane = q.known[5]
     local members = index.lanes[lane]
-    if not members then
+    if not members then  -- its first run of the chunk places the lane, as enqueue would
       members = {}
       index.lanes[lane] = members
       index.lane_order[#index.lane_order + 1] = lane
+      local tag = tag_of_ready(q.ready)
+      if redis.call('HSETNX', tag .. 'placed', lane, '') == 1 then
+        redis.call('RPUSH', q.ready, lane)
+      end
     end
     members[#members + 1] = now - (tonumber(q.known[4]) or 0)
     members[#members + 1] = run_id
@@ -1032,9 +1036,10 @@ local CREATE_GROUP_SIZE = 23
 -- The index writes of a create_runs chunk, gathered by enter_queue (q.index) and sent
 -- here once per chunk: one ZADD of the runs index and one of the unclaimed set for all
 -- its runs, one ZADD per lane of its runs without a concurrency or singleton key (those
--- take enqueue's path, per run), one INCRBY of `queued`, each new lane placed in the
--- ring in the order its first run came (enqueue's HSETNX + RPUSH). Nothing a later run
--- of the chunk reads waits on them: its checks read its record, key and singleton key.
+-- take enqueue's path, per run), one INCRBY of `queued`. A new lane is still placed in
+-- the ring when its first run comes (enqueue's HSETNX + RPUSH, once per lane), so the
+-- ring's order is the one-by-one order. Nothing a later run of the chunk reads waits on
+-- these writes: its checks read its record, key and singleton key.
 local function new_index()
   return {runs = {}, unclaimed = {}, lanes = {}, lane_order = {}}
 end
@@ -1048,9 +1053,6 @@ local function index_created(q, index)
   local tag, queued = q.tag, 0
   for _, lane in ipairs(index.lane_order) do
     queued = queued + redis.call('ZADD', tag .. 'lane:' .. lane, unpack(index.lanes[lane]))
-    if redis.call('HSETNX', tag .. 'placed', lane, '') == 1 then
-      redis.call('RPUSH', tag .. 'ready', lane)
-    end
   end
   if queued > 0 then
     redis.call('INCRBY', tag .. 'queued', queued)
