@@ -212,6 +212,18 @@ end
 -- calls (through finalize, park and make_ready; a script that moves a held run
 -- anywhere else, e.g. straight to `delayed` or a parked state of its own, calls
 -- give_back itself).
+-- The queue's tag of a run prefix (`<tag>run:` less `run:`), cut once per script call
+-- and prefix: a batch that ends fifty runs derives their queue's keys from one cut.
+local tags_of_prefix = {}
+local function tag_of_prefix(run_prefix)
+  local tag = tags_of_prefix[run_prefix]
+  if not tag then
+    tag = string.sub(run_prefix, 1, -5)
+    tags_of_prefix[run_prefix] = tag
+  end
+  return tag
+end
+
 local function tag_of_ready(ready_key)
   return string.sub(ready_key, 1, -6)
 end
@@ -362,8 +374,16 @@ end
 -- one message says all that fifty would). held: as release_held's.
 local woken_queues = {}
 local function give_back(run_prefix, run_id, held)
-  local tag = string.sub(run_prefix, 1, -5)
-  if release_held(tag, run_prefix .. run_id, run_id, held) and not woken_queues[tag] then
+  local tag = tag_of_prefix(run_prefix)
+  -- held false: the caller read no `held` field, so release_held would only ask
+  -- queue_limited; the record's key is not even built (the fast path)
+  local wake
+  if held == false then
+    wake = queue_limited(tag)
+  else
+    wake = release_held(tag, run_prefix .. run_id, run_id, held)
+  end
+  if wake and not woken_queues[tag] then
     woken_queues[tag] = true
     redis.call('PUBLISH', tag .. 'wake', 'ready')
   end
@@ -401,7 +421,7 @@ end
 -- `<tag>:<name>` from the same hash-tagged tag, so a script holding the run prefix
 -- (`<tag>:run:`, a KEYS entry) derives the queue's other keys without a KEYS slot.
 local function queue_key_of(run_prefix, name)
-  return string.sub(run_prefix, 1, -5) .. name
+  return tag_of_prefix(run_prefix) .. name
 end
 
 -- A queue's parked index (zset id -> parked_at ms, for GET /queues) sits beside its
@@ -648,7 +668,7 @@ local function finalize(k, run_id, status, fence, now, fields, data, retention, 
   end
   give_back(k.run_prefix, run_id, cur[4])
   if cur[1] ~= 'running' and cur[1] ~= 'cancelling' then
-    unqueue(string.sub(k.run_prefix, 1, -5), run_key, run_id)
+    unqueue(tag_of_prefix(k.run_prefix), run_key, run_id)
     redis.call('ZREM', parked_of(k.run_prefix), run_id)
     redis.call('ZREM', unclaimed_key_of(k.run_prefix), run_id)
   end
