@@ -23,7 +23,7 @@ from app.processes import wait_healthy
 from app.store.keys import QueueKeys
 from app.store.runs import NewRun, RunStore
 from tests.support.polling import eventually
-from tests.support.processes import Processes
+from tests.support.processes import HEALTHY_TIMEOUT_S, Processes
 
 
 async def stored_events(run_store: RunStore, run_id: str) -> list[RunEvent]:
@@ -334,7 +334,7 @@ def test_sync_client_resumes_after_the_api_process_dies(
         api.signal(signal.SIGKILL)
         api.wait(timeout_s=10)
         replacement = processes.spawn("api", ["api", "--port", port])
-        wait_healthy(url, replacement)
+        wait_healthy(url, replacement, timeout_s=HEALTHY_TIMEOUT_S)
         reader.join(timeout=60)
     assert not reader.is_alive()
     ids = [event.id for event in received]
