@@ -33,6 +33,19 @@ def test_runs_of_a_key_within_its_limit_pass_and_one_over_is_named() -> None:
     assert found.kind == "key_over_limit" and "key t: 3 running at 250 ms" in found.detail
 
 
+def test_a_hold_claimed_and_ended_in_one_millisecond_is_not_held_after_it() -> None:
+    # the soak's false alarm: a retry claimed and failed at 7856 ms stayed "running"
+    # (its end sorted before its own start) and made a third of two at 8453 ms
+    a = keyed("a", "t", ("claimed", 100), ("succeeded", 900))
+    blink = keyed("b", "t", ("claimed", 300), ("failed", 300))
+    later = keyed("c", "t", ("claimed", 500), ("succeeded", 600))
+    assert check_key_limits(snapshot(a, blink, later), limit=2) == []
+    third = keyed("d", "t", ("claimed", 550), ("succeeded", 560))
+    (found,) = check_key_limits(snapshot(a, blink, later, third), limit=2)
+    assert "key t: 3 running at 550 ms" in found.detail
+    assert "'b'" not in found.detail
+
+
 def test_a_run_still_running_at_the_snapshot_holds_its_slot_until_then() -> None:
     open_run = keyed("a", "t", ("claimed", 100))
     late = keyed("b", "t", ("claimed", 9_000), ("succeeded", 9_500))

@@ -7,7 +7,10 @@
   ``waiting_human``, ``reconciliation_required``, or park_run's ``wait`` at a fence past
   the claim's), by the Redis clock of the stream
   ids; at one millisecond an end counts before a start (a slot given back and taken
-  again in the same millisecond is not two at once).
+  again in the same millisecond is not two at once). A hold that began and ended in one
+  millisecond (claimed, then finished by the next script in the same ms) has no length at
+  this resolution and is not counted: with the end-before-start rule it would otherwise
+  stay "running" for ever after its own end.
 * ``slot_leaked``: once everything settled, the queue's slot counters say exactly
   what its live leases hold (every slot came back, none counted twice).
 """
@@ -71,6 +74,8 @@ def check_key_limits(snapshot: Snapshot, limit: int = KEY_LIMIT) -> list[Violati
         key = run.fields.get("ckey")
         if key:
             for begin, end in held_intervals(run, snapshot.now_ms):
+                if end <= begin:  # held for under a millisecond: nothing to overlap
+                    continue
                 by_key[key].append((begin, 1, run.id))
                 by_key[key].append((end, 0, run.id))  # 0 sorts first: an end before a start
     violations = []
