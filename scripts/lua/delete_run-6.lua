@@ -9,13 +9,18 @@
 -- KEYS[6]  idem_prefix  prefix  idempotency keys are this prefix .. key
 -- ARGV[1]  run_id       string
 -- returns  {code, status}  codes: OK (deleted; status is the one it had), NOT_FOUND,
---          INVALID (the run is not terminal: status says what it is; nothing deleted)
+--          INVALID (the run is not terminal, or its end is still in its slot's outbox:
+--          status says which; nothing deleted)
 -- events   none: the run's stream is deleted with it (the queue's capped activity
 --          stream keeps its summary lines until they are trimmed)
 -- invariant: only a terminal run is deleted, checked in the same step as the
 --          deletion, so a run a worker holds or may still claim is never removed
 --          however a purge races it. The idempotency key goes only while it still
 --          names this run. Repeating it answers NOT_FOUND and changes nothing.
+--          A run whose end has not reached its family yet (an 'ended' or 'cascade'
+--          entry in its slot's outbox) is not deleted either: the delivery reads the
+--          record, and a child deleted first would leave its parent's join waiting for
+--          ever (the soak found it: a purge inside a taken entry's hold).
 -- validate-then-write: the run id is checked against its keys, and the record and
 --          its idempotency key read, before the first DEL.
 --- @include lib
@@ -29,6 +34,11 @@ if not status then
 end
 if not TERMINAL[status] then
   return {'INVALID', status}
+end
+local outbox = outbox_of(string.sub(KEYS[1], 1, #KEYS[1] - #run_id))
+if redis.call('ZSCORE', outbox, 'ended ' .. run_id)
+    or redis.call('ZSCORE', outbox, 'cascade ' .. run_id) then
+  return {'INVALID', status .. ', and its end has not reached its family yet'}
 end
 local idem_key = nil
 if cur[2] and cur[2] ~= '' then

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from app.errors import LeaseLost
-from app.models import RunStatus
+from app.errors import InvalidTransition, LeaseLost
+from app.models import PurgeRequest, RunStatus
 from app.settings import Settings
 from app.store.children import (
     ChildStore,
@@ -177,6 +177,32 @@ async def test_a_delivery_twice_writes_nothing_the_second_time(fam: Family) -> N
     before = await snapshot(fam.client, fam.prefix)
     assert await fam.outbox.deliver(KIDS, f"ended {kid_id}") == set()
     assert not changes(before, await snapshot(fam.client, fam.prefix))
+
+
+async def test_a_child_is_not_deleted_before_its_end_reaches_its_parent(fam: Family) -> None:
+    # the soak's hang: a purge took a child inside a taken entry's hold, the delivery found
+    # no record, and the parent's join waited for ever
+    parent = await fam.parent()
+    kid_id = await fam.spawn(parent, 1)
+    await fam.end(await fam.claim_kid(), RunStatus.FAILED)
+    before = await snapshot(fam.client, fam.prefix)
+    with pytest.raises(InvalidTransition, match="has not reached its family"):
+        await fam.runs.delete(kid_id)
+    purged = await fam.runs.purge(PurgeRequest(queue=KIDS))
+    assert purged.deleted == 0
+    assert not changes(before, await snapshot(fam.client, fam.prefix))
+    assert await fam.outbox.sweep([KIDS]) == 1
+    assert await fam.runs.delete(kid_id) == RunStatus.FAILED
+
+
+async def test_a_parent_is_not_deleted_before_its_end_reaches_its_children(fam: Family) -> None:
+    parent = await fam.parent()
+    await fam.spawn(parent, 1)
+    await fam.end(parent, RunStatus.FAILED)
+    with pytest.raises(InvalidTransition, match="has not reached its family"):
+        await fam.runs.delete(parent.id)
+    await fam.outbox.sweep([PARENTS])
+    assert await fam.runs.delete(parent.id) == RunStatus.FAILED
 
 
 async def test_any_wakes_on_the_first_success_and_all_on_the_first_failure(

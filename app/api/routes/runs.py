@@ -458,7 +458,10 @@ async def delete_run(run_id: RunId, state: State) -> Response:
     """Delete a finished run now: its record, events, effects and idempotency key.
 
     Only a terminal run (succeeded, failed, cancelled, orphaned, expired) can be
-    deleted; any other status → 409 and nothing changes. Unknown, already deleted
+    deleted; any other status → 409 and nothing changes. So is one whose end has not
+    reached its family yet (a child's outcome its parent has not recorded, a parent's
+    end its children have not had): the delivery reads the record, and a join would
+    otherwise wait for ever; it is deletable once the outbox delivers it. Unknown, already deleted
     or expired → 404. Without a delete, a finished run goes when its retention ends.
     """
     await state.store.delete(run_id)
