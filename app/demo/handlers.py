@@ -107,12 +107,18 @@ async def echo(ctx: RunContext, params: EchoInput) -> dict[str, Any]:
     return params.model_dump(exclude_none=True)
 
 
+# uvloop's timers count whole milliseconds: a sleep can end up to ~1 ms before
+# time.monotonic() says it should, and a remainder that small is not another step (it
+# was: a 3 s sleep sometimes reported progress twice, the second after 0.5 ms)
+TIMER_RESOLUTION_S = 0.001
+
+
 @handler("demo.sleep")
 async def sleep(ctx: RunContext, params: SleepInput) -> dict[str, Any]:
     """Sleep for ``seconds``, emitting a progress event every ``progress_every_s`` (10 s)."""
     started = time.monotonic()
     remaining = params.seconds
-    while remaining > 0:
+    while remaining > TIMER_RESOLUTION_S:
         step = min(params.progress_every_s, remaining)
         await asyncio.sleep(step)
         remaining = params.seconds - (time.monotonic() - started)
