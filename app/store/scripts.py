@@ -105,10 +105,15 @@ def load_scripts(directory: Path | None = None) -> dict[str, Script]:
 
 
 def _spliced(directory: Path, text: str) -> str:
-    """``text`` with each ``--- @include <name>`` replaced by the part of the include it uses."""
-    return _INCLUDE.sub(
-        lambda m: splice((directory / "includes" / f"{m['name']}.lua").read_text(), text), text
-    )
+    """``text`` with each ``--- @include <name>`` replaced by the part of the include it uses.
+
+    The last include is spliced first, so an earlier one (``lib``) also provides what a
+    later one (``claim``, which calls lib's helpers) uses.
+    """
+    for match in reversed(list(_INCLUDE.finditer(text))):
+        lib = (directory / "includes" / f"{match['name']}.lua").read_text()
+        text = text[: match.start()] + splice(lib, text) + text[match.end() :]
+    return text
 
 
 def _sha1(text: str) -> str:
