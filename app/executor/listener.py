@@ -8,6 +8,10 @@ Pub/sub is best effort: messages sent while the connection is down are lost.
 That is safe here because both signals have a durable twin: couriers claim on a
 timer and after every reconnect, and every renewal answers CANCEL for a run
 whose cancel was requested.
+
+The worker subscribes before its couriers claim (:attr:`ChannelListener.subscribed`,
+the subscription made while the scripts load): a run claimed before the first
+subscription could miss its cancel push and run until the next renewal (TTL/3).
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ class ChannelListener:
         self._on_cancel = on_cancel
         self._wake = {keys.wake_channel: keys.queue for keys in queue_keys}
         self._cancel = {keys.cancel_channel for keys in queue_keys}
+        # set once the first subscription is made, and stays set (the worker's couriers
+        # wait for it before their first claim)
+        self.subscribed = asyncio.Event()
 
     async def run_forever(self) -> None:
         """Subscribe, dispatch, and resubscribe after any failure, after a jittered backoff.
@@ -55,20 +62,35 @@ class ChannelListener:
             try:
                 await pubsub.subscribe(*self._wake, *self._cancel)
                 failures.reset()
-                for queue in self._wake.values():
-                    self._on_ready(queue)  # anything published while we were away
                 while True:
                     # the raw reply, not listen(): its per-message dict and hooks cost
                     # ~2x the read itself, on the path from a create to its run's start
                     reply = await pubsub.parse_response(block=True)
-                    if reply and reply[0] == "message" and self._dispatch(reply[1], reply[2]):
+                    if not reply:
+                        continue
+                    if reply[0] == "message" and self._dispatch(reply[1], reply[2]):
                         # the courier just woken goes first: its claim is sent before this
                         # task reads the socket again (one loop pass, off the start path)
                         await asyncio.sleep(0)
+                    elif reply[0] == "subscribe" and reply[2] == 1:
+                        self._subscribed()
             except (RedisError, OSError) as exc:
                 await failures.wait(exc, what="channel subscription", why=describe(exc), logger=log)
             finally:
                 await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    def _subscribed(self) -> None:
+        """Redis confirmed the subscription: from now on no push is missed.
+
+        Only the confirmation says so (``subscribe`` sends without waiting): a
+        message published before Redis ran the SUBSCRIBE never comes. Its first
+        channel's confirmation is enough, as Redis subscribes to all of one
+        command's channels in one step. Couriers then look for what was published
+        while no subscription stood.
+        """
+        self.subscribed.set()
+        for queue in self._wake.values():
+            self._on_ready(queue)  # anything published while we were away
 
     def _dispatch(self, channel: str, data: str) -> bool:
         """Hand one message to the worker; ``True`` when it woke a queue's courier."""

@@ -53,6 +53,7 @@ from app.store import workers
 from app.store.children import ChildStore, SpawnLimits
 from app.store.connection import AsyncRedis, SyncRedis, async_client, sync_client
 from app.store.context import StoreContext
+from app.store.keys import QueueKeys
 from app.store.leases import ClaimedRun, LeaseRenewer, LeaseStore
 from app.store.outbox import Outbox
 from app.store.progress import ProgressStore
@@ -67,6 +68,8 @@ from app.supervision.config import Supervision
 log = logging.getLogger(__name__)
 
 SETTLE_AFTER_DRAIN_S = 10.0
+# the couriers' first claim waits this long at most for the cancel channel's subscription
+SUBSCRIBE_WAIT_S = 5.0
 ADVERTISEMENT_TTL_BEATS = 3
 
 
@@ -114,7 +117,16 @@ class Worker:
         url = settings.resolved_redis_url()
         client = async_client(url)
         scripts = Scripts.for_settings(settings)
-        await _connect(client, scripts, QueueStore.for_settings(client, scripts, settings))
+        listener = self._listener(client)
+        # subscribed while the scripts load (the two take about as long): no run is
+        # claimed before, so none can miss its cancel push
+        listening = asyncio.create_task(listener.run_forever(), name="listener")
+        try:
+            await _connect(client, scripts, QueueStore.for_settings(client, scripts, settings))
+        except BaseException:
+            listening.cancel()
+            await asyncio.gather(listening, return_exceptions=True)
+            raise
         # start-up objects (modules, handler models, settings) live as long as the
         # process: freeze them, so each GC pass scans only short-lived run objects
         settle()
@@ -133,7 +145,7 @@ class Worker:
             max_workers=settings.concurrency, thread_name_prefix="leasehold-handler"
         )
         self._deps = self._execution_deps(lease_store, stores, pool)
-        background: list[asyncio.Task[None]] = []
+        background = [listening]
         metrics_server = None
         try:
             if settings.worker_metrics_port:
@@ -144,8 +156,11 @@ class Worker:
                 metrics_server = start_metrics_server(settings)
             heartbeat.start()
             self._install_signal_handlers()
+            await _subscribed(listener)
             self._start_couriers(lease_store)
-            background = self._start_background(client, lease_store, RunStore(stores))
+            if self.settings.reconciler_enabled:
+                reconciler = self._reconciler(lease_store, RunStore(stores))
+                background.append(asyncio.create_task(reconciler.run_forever(), name="reconciler"))
             log.info(
                 "worker %s serving queues %s with concurrency %d",
                 self.id,
@@ -227,21 +242,21 @@ class Worker:
             max_wait_s=settings.max_wait_s,
         )
 
-    def _start_background(
-        self, client: AsyncRedis, lease_store: LeaseStore, run_store: RunStore
-    ) -> list[asyncio.Task[None]]:
-        """The wake/cancel listener, and the reconciler unless it is disabled."""
-        listener = ChannelListener(
+    def _listener(self, client: AsyncRedis) -> ChannelListener:
+        """The wake/cancel listener; a wake before the couriers exist wakes nobody (they
+        claim when they start)."""
+        prefix = self.settings.prefix
+        return ChannelListener(
             client,
-            queue_keys=[lease_store.keys(queue) for queue in self.settings.queues],
-            on_ready=lambda queue: self._couriers[queue].notify_ready(),
+            queue_keys=[QueueKeys(prefix, queue) for queue in self.settings.queues],
+            on_ready=self._wake_courier,
             on_cancel=self._cancel_pushed,
         )
-        tasks = [asyncio.create_task(listener.run_forever(), name="listener")]
-        if self.settings.reconciler_enabled:
-            reconciler = self._reconciler(lease_store, run_store)
-            tasks.append(asyncio.create_task(reconciler.run_forever(), name="reconciler"))
-        return tasks
+
+    def _wake_courier(self, queue: str) -> None:
+        courier = self._couriers.get(queue)
+        if courier is not None:
+            courier.notify_ready()
 
     def _heartbeat(self, renewer: LeaseRenewer) -> Heartbeat:
         loop = asyncio.get_running_loop()
@@ -434,6 +449,22 @@ class Worker:
             await pipe.execute()
         except (RedisError, OSError) as exc:
             log.warning("could not withdraw the worker advertisement: %s", exc)
+
+
+async def _subscribed(listener: ChannelListener) -> None:
+    """Until the listener's first subscription stands, or SUBSCRIBE_WAIT_S at most.
+
+    Bounded: a Redis that refuses the subscription (an ACL without pub/sub) still
+    gets its runs claimed, as before, with their cancels carried by the renewals.
+    """
+    try:
+        async with asyncio.timeout(SUBSCRIBE_WAIT_S):
+            await listener.subscribed.wait()
+    except TimeoutError:
+        log.warning(
+            "claiming without a subscription after %.0fs: cancels reach runs at their renewal",
+            SUBSCRIBE_WAIT_S,
+        )
 
 
 async def _connect(client: AsyncRedis, scripts: Scripts, queues: QueueStore) -> None:

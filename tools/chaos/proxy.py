@@ -124,8 +124,8 @@ class BlackholeProxy:
                 return  # Redis is down: the worker sees its connection close
             link.upstream = up_writer
             link.tasks = [
-                asyncio.create_task(self._pump(reader, up_writer)),
-                asyncio.create_task(self._pump(up_reader, writer)),
+                asyncio.create_task(self._pump(reader, up_writer, to_redis=True)),
+                asyncio.create_task(self._pump(up_reader, writer, to_redis=False)),
             ]
             await asyncio.wait(link.tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -134,7 +134,9 @@ class BlackholeProxy:
                 task.cancel()
             link.abort()
 
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pump(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, to_redis: bool
+    ) -> None:
         """Copy one direction; during a partition, hold what was read until it heals."""
         with contextlib.suppress(ConnectionError, OSError):
             while True:
@@ -142,6 +144,14 @@ class BlackholeProxy:
                 data = await reader.read(CHUNK_BYTES)
                 if not data:
                     return
+                await self._before_forward(data, to_redis=to_redis)
                 await self._open.wait()
                 writer.write(data)
                 await writer.drain()
+
+    async def _before_forward(self, data: bytes, *, to_redis: bool) -> None:
+        """Called with each chunk read, before it is forwarded: a subclass may hold it.
+
+        Nothing here; the tests' :class:`tests.support.proxies.HoldingProxy` holds the
+        chunks that carry a marker, to open a window between two of a worker's messages.
+        """
