@@ -12,6 +12,12 @@ runs another checkout's code (an A/B pair against a detached worktree of main).
 Redis, the socket and redis-py's pipeline are not in it: they are the rest of the
 worker's CPU per run (``bench.profile_worker --rate 0``).
 
+It also prints the objects per run that only the cyclic collector frees (the collector
+paused over ``--rounds`` more batches, then one ``gc.collect()``): the minimum leaves out
+the rounds a GC pass lands in, and each object in a cycle is what makes those passes
+come (BENCHMARKS.md, issue 19 aim 1: 12 per run until the run's helpers became its
+task's own; 0 since).
+
     .venv/bin/python -m bench.run_path --rounds 3000
     .venv/bin/python -m bench.run_path --root /tmp/main    # the same, main's code
 """
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import subprocess
 import sys
 import time
@@ -118,6 +125,18 @@ async def measure(batch: int, rounds: int) -> dict[str, list[float]]:
     return samples
 
 
+async def cyclic_garbage(batch: int, rounds: int) -> float:
+    """Objects per run left in reference cycles: collector paused, ``rounds`` batches, one
+    collection (what it finds unreachable)."""
+    gc.collect()
+    gc.disable()
+    try:
+        await measure(batch, rounds)
+        return gc.collect() / (batch * rounds)
+    finally:
+        gc.enable()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Print min / p10 / median µs per run of each part (or re-run under ``--root``)."""
     parser = argparse.ArgumentParser(prog="python -m bench.run_path", description=__doc__)
@@ -135,6 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     import uvloop
 
     samples = uvloop.run(measure(args.batch, args.rounds))
+    garbage = uvloop.run(cyclic_garbage(args.batch, min(args.rounds, 200)))
     root = Path.cwd().name
     for part in PARTS:
         values = sorted(samples[part])
@@ -142,6 +162,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{root}: {part:10s} min {values[0]:6.2f}  p10 {values[len(values) // 10]:6.2f}"
             f"  median {values[len(values) // 2]:6.2f} us/run"
         )
+    print(f"{root}: objects per run only the cyclic collector frees: {garbage:.2f}")
 
 
 if __name__ == "__main__":

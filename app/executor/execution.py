@@ -19,6 +19,7 @@ import contextvars
 import functools
 import logging
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -123,14 +124,8 @@ class RunExecution:
         self._deps = deps
         self._loop = asyncio.get_running_loop()
         self.span = attempt_span(claimed, claimed.lease.owner_id)
-        self.helpers = RunHelpers(
-            claimed,
-            deps.helpers,
-            stop=self.stop,
-            interrupt=self.interrupt,
-            trace_parent=self.span.traceparent,
-        )
-        self.context = RunContext(claimed, helpers=self.helpers, loop=self._loop)
+        # the handler's context, held weakly (see start); none before the run starts
+        self._context: Callable[[], RunContext | None] = _no_context
         self.stop_reason: StopReason | None = None
         self._in_handler = False
         self._waiting_for_slot = False
@@ -139,12 +134,33 @@ class RunExecution:
         self._started_at = time.monotonic()
 
     def start(self) -> asyncio.Task[None]:
-        """Run in a task of its own."""
+        """Run in a task of its own, which owns the run's helpers and context.
+
+        They are the task's coroutine's arguments, not this object's attributes: the
+        helpers call back into the execution (``stop``, ``interrupt``), and with both
+        directions held every run was a reference cycle of 12 objects (execution,
+        helpers, context, task, claim...) that only the cyclic collector could free:
+        ~400 young and 35 middle-generation passes per 20,000 no-op runs, 7-10 µs of
+        the worker's CPU per run (BENCHMARKS.md, issue 19 aim 1). Now a settled run is
+        freed by reference counting as its task ends. The execution reaches the context
+        through a weak reference: a context nobody holds any more has nobody to tell.
+        """
+        helpers = RunHelpers(
+            self.claimed,
+            self._deps.helpers,
+            stop=self.stop,
+            interrupt=self.interrupt,
+            trace_parent=self.span.traceparent,
+        )
+        context = RunContext(self.claimed, helpers=helpers, loop=self._loop)
+        self._context = weakref.ref(context)
+        if self.stop_reason is not None:  # stopped before it started
+            context._signal_cancel(self.stop_reason)
         # the loop's own create_task names the task as it builds it (asyncio.create_task
         # sets the name afterwards, in Python: ~2 % of a worker's CPU at no-op runs)
         # tracing off, no span to make current or end: the task runs _run, one coroutine
         # frame fewer to create, and to resume at each step
-        coro = self._run() if self.span is NO_SPAN else self.run()
+        coro = self._run(helpers, context) if self.span is NO_SPAN else self.run(helpers, context)
         self.task = self._loop.create_task(coro, name=f"run:{self.claimed.id}")
         return self.task
 
@@ -158,7 +174,7 @@ class RunExecution:
         if self.stop_reason is None or reason.abandons:
             self.stop_reason = reason
         self.span.add_event(reason)
-        self.context._signal_cancel(reason)
+        self._signal_cancel(reason)
         if (self._in_handler or self._waiting_for_slot) and self.task is not None:
             self.task.cancel()
 
@@ -172,30 +188,36 @@ class RunExecution:
         if self.stop_reason is None or reason.abandons:
             self.stop_reason = reason
         self.span.add_event(reason)
-        self.context._signal_cancel(reason)
+        self._signal_cancel(reason)
 
-    async def run(self) -> None:
+    def _signal_cancel(self, reason: StopReason) -> None:
+        """Tell the handler, through its context, while anyone still holds that context."""
+        context = self._context()
+        if context is not None:
+            context._signal_cancel(reason)
+
+    async def run(self, helpers: RunHelpers, context: RunContext) -> None:
         """Execute the handler, then settle the run one way, inside the attempt's span."""
         try:
             if self.span is NO_SPAN:  # tracing off: no span to make current
-                await self._run()
+                await self._run(helpers, context)
             else:
                 with tracer().use(self.span):
-                    await self._run()
+                    await self._run(helpers, context)
         finally:
             self.span.end()
 
-    async def _run(self) -> None:
+    async def _run(self, helpers: RunHelpers, context: RunContext) -> None:
         try:
-            result = await self._execute_in_slot()
+            result = await self._execute_in_slot(context)
             if self.stop_reason is not None and await self._settled_by_stop(result):
                 return
             if isinstance(result.error, RateLimitRelease):
                 # the wait event must land before the release moves the fence past us
-                await self.helpers.flush_events()
+                await helpers.flush_events()
                 await self._release(result.error.reason, delay_ms=result.error.delay_ms)
                 return
-            await self._finish(result)
+            await self._finish(result, helpers)
         finally:
             self._deps.on_settled(self.claimed.id)
 
@@ -214,7 +236,7 @@ class RunExecution:
             return True
         return False
 
-    async def _execute_in_slot(self) -> HandlerResult:
+    async def _execute_in_slot(self, context: RunContext) -> HandlerResult:
         """Wait for a run slot (a prefetched run), execute, then give the slot back.
 
         A run stopped while it waits never starts: a drain releases it, a cancel
@@ -232,7 +254,7 @@ class RunExecution:
         self.started = True
         took_at = time.monotonic()
         try:
-            return await self._execute()
+            return await self._execute(context)
         finally:
             gate.leave()
             self._deps.on_slot_freed(time.monotonic() - took_at)
@@ -263,7 +285,7 @@ class RunExecution:
             task.uncancel()
         return HandlerResult(interrupted=True)
 
-    async def _execute(self) -> HandlerResult:
+    async def _execute(self, context: RunContext) -> HandlerResult:
         if self._spec is None:
             return HandlerResult(
                 error=RunFailure(
@@ -280,7 +302,7 @@ class RunExecution:
         self._in_handler = True
         deadline = self._arm_run_duration()
         try:
-            return HandlerResult(value=await self._call(self._spec, params))
+            return HandlerResult(value=await self._call(self._spec, params, context))
         except asyncio.CancelledError:
             return self._interrupted_by_stop()
         except RunParked:
@@ -299,18 +321,17 @@ class RunExecution:
             return None
         return self._loop.call_later(float(limit), self.stop, StopReason.RUN_DURATION)
 
-    def _call(self, spec: HandlerSpec, params: BaseModel) -> Awaitable[Any]:
+    def _call(self, spec: HandlerSpec, params: BaseModel, context: RunContext) -> Awaitable[Any]:
         """The handler's call to await: its coroutine, or its thread's future (a plain
         function, not a coroutine wrapping either: one frame fewer per run)."""
         if spec.is_async:
-            return cast(Awaitable[Any], spec.fn(self.context, params))
+            return cast(Awaitable[Any], spec.fn(context, params))
         # the thread runs in a copy of this task's context: the handler's logs and spans
         # see the attempt's span
-        call = functools.partial(contextvars.copy_context().run, spec.fn, self.context, params)
+        call = functools.partial(contextvars.copy_context().run, spec.fn, context, params)
         return self._loop.run_in_executor(self._deps.thread_pool, call)
 
-    async def _finish(self, result: HandlerResult) -> None:
-        helpers = self.helpers
+    async def _finish(self, result: HandlerResult, helpers: RunHelpers) -> None:
         if helpers.emitted:
             await helpers.flush_events()
         if self.abandoned:
@@ -402,6 +423,10 @@ class RunExecution:
     def _log_extra(self) -> dict[str, Any]:
         lease = self.claimed.lease
         return {"run_id": lease.run_id, "owner_id": lease.owner_id, "fence": lease.fence}
+
+
+def _no_context() -> RunContext | None:
+    return None
 
 
 def _status_after(outcome: Outcome, code: LeaseAnswer) -> str:
