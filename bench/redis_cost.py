@@ -150,8 +150,9 @@ def main() -> None:
     parser.add_argument(
         "--server-arg", nargs=2, action="append", default=[], metavar=("NAME", "VALUE")
     )
+    parser.add_argument("--port", type=int, default=0, help="the server's port (0: any free one)")
     args = parser.parse_args()
-    port = free_port()
+    port = args.port or free_port()
     command = ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"]
     for name, value in args.server_arg:
         command += [f"--{name}", value]
