@@ -35,13 +35,26 @@ local maxlen = ARGV[3]
 int_arg(maxlen, 'maxlen', 0)
 local now = now_ms()
 
+-- When the holder last renewed, by the Redis clock: a claim is its attempt's first
+-- renewal (started_at; claim_core writes no last_renewed_at of its own), renew_leases
+-- writes last_renewed_at, and one an earlier attempt wrote is older than this
+-- attempt's started_at: the later of the two.
+local function renewed_at(last_renewed, started)
+  local renewed, claimed = tonumber(last_renewed), tonumber(started)
+  if renewed and claimed then
+    return math.max(renewed, claimed)
+  end
+  return renewed or claimed
+end
+
 -- read and decide for every expired lease first: the plans hold what gets written
 local plans = {}
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now, 'LIMIT', 0, limit)
 for _, id in ipairs(expired) do
   local run_key = KEYS[3] .. id
   local cur = redis.call('HMGET', run_key, 'status', 'owner_id', 'fence',
-    'lease_expires_at', 'last_renewed_at', 'on_lease_expired', 'attempt', 'max_attempts')
+    'lease_expires_at', 'last_renewed_at', 'on_lease_expired', 'attempt', 'max_attempts',
+    'started_at')
   local status, expires = cur[1], tonumber(cur[4])
   local plan = {id = id, run_key = run_key}
   if status ~= 'running' and status ~= 'cancelling' then
@@ -51,7 +64,7 @@ for _, id in ipairs(expired) do
     plan.expires = expires
   else
     local evidence = {owner_id = cur[2], fence = tonumber(cur[3]),
-      last_renewed_at_ms = tonumber(cur[5]), lease_expires_at_ms = expires,
+      last_renewed_at_ms = renewed_at(cur[5], cur[9]), lease_expires_at_ms = expires,
       detected_at_ms = now}
     local unknown = unknown_effects(run_key, KEYS[6] .. id)
     if status == 'cancelling' then

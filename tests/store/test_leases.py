@@ -210,6 +210,38 @@ async def test_retry_policy_requeues_with_a_new_fence_until_attempts_run_out(
     assert types == ["created", "claimed", "lease_expired", "requeued", "claimed", "orphaned"]
 
 
+async def test_expiry_evidence_names_the_last_renewal_of_this_attempt(
+    redis_url: str,
+    scripts: Scripts,
+    run_store: RunStore,
+    lease_store: LeaseStore,
+    redis_client: aioredis.Redis,
+) -> None:
+    """last_renewed_at_ms: the claim's time until a renewal, then the renewal's; never
+    a renewal of an earlier attempt (the claim writes no last_renewed_at of its own)."""
+    run_id = await create(run_store, on_lease_expired="retry", max_attempts=2)
+    first = (await lease_store.claim("default", OWNER_A, 1)).runs[0]
+    assert renewer(redis_url, scripts, lease_store).renew(
+        [Lease("default", run_id, OWNER_A, first.fence)]
+    ) == {run_id: LeaseAnswer.OK}
+    run_key = lease_store.keys("default").run(run_id)
+    renewed_ms = int(await redis_client.hget(run_key, "last_renewed_at") or 0)
+    await asyncio.sleep(lease_store.lease_ttl_ms / 1000 + 0.1)
+    assert [a.action for a in await lease_store.reconcile("default")] == ["requeued"]
+    lost = [e for e in await run_store.read_events(run_id) if e.type == "lease_expired"]
+    assert lost[0].data["last_renewed_at_ms"] == renewed_ms > 0
+    (await lease_store.claim("default", OWNER_B, 1)).runs[0]
+    second_started = (await run_store.get(run_id)).started_at
+    assert second_started is not None
+    await asyncio.sleep(lease_store.lease_ttl_ms / 1000 + 0.1)
+    assert [a.action for a in await lease_store.reconcile("default")] == ["orphaned"]
+    orphaned = await run_store.get(run_id)
+    assert orphaned.error is not None
+    evidence = orphaned.error.details
+    assert evidence["last_renewed_at_ms"] == round(second_started.timestamp() * 1000)
+    assert evidence["last_renewed_at_ms"] > renewed_ms
+
+
 async def test_failed_outcome_with_retry_is_requeued_after_its_delay(
     run_store: RunStore, lease_store: LeaseStore
 ) -> None:

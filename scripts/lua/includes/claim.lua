@@ -168,6 +168,8 @@ local function claim_core(k, want, promote_max)
   -- Lease one queued run (already out of its lane) to this owner; take its slots. The
   -- run's fence is the one read with it, plus one (the read and the lease are in the same
   -- atomic call); its state, the event's id and the first claim's time are one HSET.
+  -- started_at is also the attempt's first renewal: no last_renewed_at is written here
+  -- (renew_leases writes it; reconcile_expired takes the later of the two).
   local function lease(id, cur)
     local run_key = k.run_prefix .. id
     dequeue(cur[13], cur[14], id)
@@ -177,7 +179,7 @@ local function claim_core(k, want, promote_max)
     local fence_s, expires, at = num_arg(fence), num_arg(now + ttl), num_arg(now)
     local fields = {'status', 'running', 'owner_id', owner, 'fence', fence_s,
       'lease_expires_at', expires, 'lease_ttl_ms', num_arg(ttl), 'started_at', at,
-      'last_renewed_at', at, 'attempt_fence', fence_s, 'attempt_owner', owner}
+      'attempt_fence', fence_s, 'attempt_owner', owner}
     if held ~= '' then
       fields[#fields + 1] = 'held'
       fields[#fields + 1] = held
