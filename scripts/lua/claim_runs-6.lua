@@ -19,7 +19,7 @@
 -- returns  {code, runs, next_due_ms, throttled}  codes: OK; runs is a list of
 --          {id, fence, handler, input, attempt, max_attempts, state, resume_input,
 --          budget, traceparent, created_at, prior_fence, prior_owner}; the last two
---          name the run's previous claim (attempt_fence/attempt_owner, kept on the
+--          name the run's previous claim (attempt_claim, '<fence> <owner>', kept on the
 --          record so tracing can link a takeover to the lost attempt), '' if none
 --          (and on a replayed receipt)
 --          next_due_ms is the earliest delayed run's time, or -1; throttled counts the

@@ -242,6 +242,28 @@ async def test_expiry_evidence_names_the_last_renewal_of_this_attempt(
     assert evidence["last_renewed_at_ms"] > renewed_ms
 
 
+async def test_a_claim_names_the_previous_claim_of_its_run(
+    run_store: RunStore, lease_store: LeaseStore, redis_client: aioredis.Redis
+) -> None:
+    """prior_fence/prior_owner (tracing's takeover link): none at a first claim, then the
+    fence and owner of the claim before, also for a record written before attempt_claim
+    (attempt_fence and attempt_owner, the two fields it replaced)."""
+    run_id = await create(run_store, on_lease_expired="retry", max_attempts=3)
+    first = (await lease_store.claim("default", OWNER_A, 1)).runs[0]
+    assert (first.prior_fence, first.prior_owner) == (None, None)
+    await asyncio.sleep(lease_store.lease_ttl_ms / 1000 + 0.1)
+    assert [a.action for a in await lease_store.reconcile("default")] == ["requeued"]
+    second = (await lease_store.claim("default", OWNER_B, 1)).runs[0]
+    assert (second.prior_fence, second.prior_owner) == (first.fence, OWNER_A)
+    await asyncio.sleep(lease_store.lease_ttl_ms / 1000 + 0.1)
+    assert [a.action for a in await lease_store.reconcile("default")] == ["requeued"]
+    run_key = lease_store.keys("default").run(run_id)
+    await redis_client.hdel(run_key, "attempt_claim")
+    await redis_client.hset(run_key, mapping={"attempt_fence": 7, "attempt_owner": "w old"})
+    third = (await lease_store.claim("default", OWNER_A, 1)).runs[0]
+    assert (third.prior_fence, third.prior_owner) == (7, "w old")
+
+
 async def test_failed_outcome_with_retry_is_requeued_after_its_delay(
     run_store: RunStore, lease_store: LeaseStore
 ) -> None:

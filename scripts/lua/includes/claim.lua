@@ -111,8 +111,26 @@ local function claim_core(k, want, promote_max)
   end
 
   local FIELDS = {'status', 'handler', 'input', 'attempt', 'max_attempts', 'state',
-    'resume_input', 'budget', 'attempt_fence', 'attempt_owner', 'traceparent', 'created_at',
-    'ckey', 'skey', 'blocked_on', 'fence', 'rate_limits', 'rate_slot_at', 'first_started_at'}
+    'resume_input', 'budget', 'attempt_claim', 'first_started_at', 'traceparent',
+    'created_at', 'ckey', 'skey', 'blocked_on', 'fence', 'rate_limits', 'rate_slot_at'}
+
+  -- The run's previous claim as claim_row reports it (its fence and owner, '' for none),
+  -- from `attempt_claim` ('<fence> <owner>': one field of the record where there were
+  -- two; a fence has no space, so the first one splits it). A record last claimed
+  -- before that field existed has attempt_fence and attempt_owner instead: they are read
+  -- only for a run claimed before (first_started_at) that has no attempt_claim.
+  local function prior_claim(run_key, cur)
+    local last = cur[9]
+    if last then
+      local gap = string.find(last, ' ', 1, true)
+      return string.sub(last, 1, gap - 1), string.sub(last, gap + 1)
+    end
+    if cur[10] then
+      local old = redis.call('HMGET', run_key, 'attempt_fence', 'attempt_owner')
+      return old[1] or '', old[2] or ''
+    end
+    return '', ''
+  end
 
   local claimed = {}
   -- a queued run, or a waiting one (park_run's durable sleep) whose time came
@@ -177,9 +195,10 @@ local function claim_core(k, want, promote_max)
     local data = claimed_data(tonumber(cur[4]))
     local fence = (tonumber(cur[16]) or 0) + 1
     local fence_s, expires, at = num_arg(fence), num_arg(now + ttl), num_arg(now)
+    local prior_fence, prior_owner = prior_claim(run_key, cur)
     local fields = {'status', 'running', 'owner_id', owner, 'fence', fence_s,
       'lease_expires_at', expires, 'lease_ttl_ms', num_arg(ttl), 'started_at', at,
-      'attempt_fence', fence_s, 'attempt_owner', owner}
+      'attempt_claim', fence_s .. ' ' .. owner}
     if held ~= '' then
       fields[#fields + 1] = 'held'
       fields[#fields + 1] = held
@@ -188,7 +207,7 @@ local function claim_core(k, want, promote_max)
       redis.call('HDEL', run_key, 'blocked_on')
     end
     -- the first claim's time stays: a run's duration spans every attempt and park
-    if not cur[19] then
+    if not cur[10] then
       fields[#fields + 1] = 'first_started_at'
       fields[#fields + 1] = at
       -- claimed at last: its queued time-to-live no longer applies (a re-run's fence
@@ -198,7 +217,7 @@ local function claim_core(k, want, promote_max)
     new_leases[#new_leases + 1] = expires
     new_leases[#new_leases + 1] = id
     emit(run_key, k.events_prefix .. id, 'claimed', fence, now, data, k.maxlen, 'running', fields)
-    claimed[#claimed + 1] = claim_row(id, fence, cur, cur[9] or '', cur[10] or '')
+    claimed[#claimed + 1] = claim_row(id, fence, cur, prior_fence, prior_owner)
   end
 
   -- A run its rate-limit buckets hold back leaves its lane for `delayed` at its exact start
