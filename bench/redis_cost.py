@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
@@ -33,7 +34,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from app.settings import Settings
@@ -73,6 +74,19 @@ async def snapshot(client: Any) -> tuple[dict[str, tuple[int, float]], float]:
     return calls, float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
 
+def command_delta(
+    before: dict[str, tuple[int, float]], after: dict[str, tuple[int, float]]
+) -> tuple[dict[str, tuple[int, float]], int]:
+    """Calls and usec per command between two snapshots, and the commands (scripts not counted)."""
+    delta = {
+        name: (count - before.get(name, (0, 0.0))[0], usec - before.get(name, (0, 0.0))[1])
+        for name, (count, usec) in after.items()
+        if name != "info"
+    }
+    commands = sum(count for name, (count, _) in delta.items() if name not in ("evalsha", "eval"))
+    return delta, commands
+
+
 async def drain_cost(
     url: str, n: int, instrument: Callable[[bool], None] = lambda on: None, batch: int = BATCH
 ) -> dict[str, Any]:
@@ -101,15 +115,7 @@ async def drain_cost(
     instrument(False)
     calls_after, cpu_after = await snapshot(client)
     await client.aclose()
-    delta = {
-        name: (
-            count - calls_before.get(name, (0, 0.0))[0],
-            usec - calls_before.get(name, (0, 0.0))[1],
-        )
-        for name, (count, usec) in calls_after.items()
-        if name != "info"
-    }
-    commands = sum(count for name, (count, _) in delta.items() if name not in ("evalsha", "eval"))
+    delta, commands = command_delta(calls_before, calls_after)
     scripts_called, script_usec = delta.get("evalsha", (0, 0.0))
     return {
         "tree": os.getcwd(),
@@ -139,29 +145,22 @@ def callgrind_total(out_file: str) -> int:
     raise ValueError(f"{out_file} has no totals line")
 
 
-def main() -> None:
-    """Run one measurement on a throwaway redis-server and print it as one JSON line."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("n", type=int, nargs="?", default=20_000)
-    parser.add_argument("--callgrind", metavar="OUT", help="profile the drain into OUT")
-    parser.add_argument(
-        "--batch", type=int, default=BATCH, help="runs per claim (1: an idle worker's)"
-    )
-    parser.add_argument(
-        "--server-arg", nargs=2, action="append", default=[], metavar=("NAME", "VALUE")
-    )
-    parser.add_argument("--port", type=int, default=0, help="the server's port (0: any free one)")
-    args = parser.parse_args()
-    port = args.port or free_port()
+@contextlib.contextmanager
+def profiled_server(
+    callgrind: str | None, server_args: list[tuple[str, str]], port: int = 0
+) -> Iterator[tuple[str, Callable[[bool], None]]]:
+    """A throwaway redis-server (under callgrind when ``callgrind`` names its profile):
+    its URL, and ``instrument(on)`` that turns callgrind's counting on and off."""
+    port = port or free_port()
     command = ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"]
-    for name, value in args.server_arg:
+    for name, value in server_args:
         command += [f"--{name}", value]
-    if args.callgrind:
+    if callgrind:
         command = [
             "valgrind",
             "--tool=callgrind",
             "--instr-atstart=no",
-            f"--callgrind-out-file={os.path.abspath(args.callgrind)}",
+            f"--callgrind-out-file={os.path.abspath(callgrind)}",
             *command,
         ]
     with tempfile.TemporaryDirectory() as data_dir:
@@ -170,7 +169,7 @@ def main() -> None:
         )
 
         def instrument(on: bool) -> None:
-            if args.callgrind:
+            if callgrind:
                 state = "on" if on else "off"
                 subprocess.run(
                     ["callgrind_control", "-i", state, str(server.pid)],
@@ -185,18 +184,33 @@ def main() -> None:
                     break
                 except OSError:
                     time.sleep(0.05)
-            result = asyncio.run(
-                drain_cost(f"redis://127.0.0.1:{port}/0", args.n, instrument, args.batch)
-            )
+            yield f"redis://127.0.0.1:{port}/0", instrument
         finally:
             server.terminate()
             server.wait()
-        if args.callgrind:
-            result["instructions_per_run"] = round(callgrind_total(args.callgrind) / args.n)
-            result["profile"] = args.callgrind
-        if args.server_arg:
-            result["server_args"] = args.server_arg
-        print(json.dumps(result))
+
+
+def main() -> None:
+    """Run one measurement on a throwaway redis-server and print it as one JSON line."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("n", type=int, nargs="?", default=20_000)
+    parser.add_argument("--callgrind", metavar="OUT", help="profile the drain into OUT")
+    parser.add_argument(
+        "--batch", type=int, default=BATCH, help="runs per claim (1: an idle worker's)"
+    )
+    parser.add_argument(
+        "--server-arg", nargs=2, action="append", default=[], metavar=("NAME", "VALUE")
+    )
+    parser.add_argument("--port", type=int, default=0, help="the server's port (0: any free one)")
+    args = parser.parse_args()
+    with profiled_server(args.callgrind, args.server_arg, args.port) as (url, instrument):
+        result = asyncio.run(drain_cost(url, args.n, instrument, args.batch))
+    if args.callgrind:
+        result["instructions_per_run"] = round(callgrind_total(args.callgrind) / args.n)
+        result["profile"] = args.callgrind
+    if args.server_arg:
+        result["server_args"] = args.server_arg
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -969,7 +969,7 @@ local function enter_queue(run_key, events_key, run_id, q, created_data, now, st
   local record, known = q.record, q.known
   if record then
     record[#record + 1] = start_ms > now and 'run_at' or 'qbase'
-    record[#record + 1] = start_ms > now and start_ms or now
+    record[#record + 1] = num_arg(start_ms > now and start_ms or now)
     if known then
       known.qbase_written = start_ms <= now
     end
@@ -980,8 +980,8 @@ local function enter_queue(run_key, events_key, run_id, q, created_data, now, st
   local expires_ms = math.max(now, start_ms) + queued_ttl_ms
   if index then
     local n = #index.runs
-    index.runs[n + 1], index.runs[n + 2] = now, run_id
-    index.unclaimed[n + 1], index.unclaimed[n + 2] = expires_ms, run_id
+    index.runs[n + 1], index.runs[n + 2] = num_arg(now), run_id
+    index.unclaimed[n + 1], index.unclaimed[n + 2] = num_arg(expires_ms), run_id
   else
     redis.call('ZADD', q.runs, now, run_id)
     redis.call('ZADD', q.unclaimed, expires_ms, run_id)
@@ -1008,7 +1008,7 @@ local function enter_queue(run_key, events_key, run_id, q, created_data, now, st
         redis.call('RPUSH', q.ready, lane)
       end
     end
-    members[#members + 1] = now - (tonumber(q.known[4]) or 0)
+    members[#members + 1] = num_arg(now - (tonumber(q.known[4]) or 0))
     members[#members + 1] = run_id
   else
     -- make_ready less its give-back: a new run holds nothing
@@ -1086,10 +1086,12 @@ local function index_created(q, index)
   end
 end
 
--- The call's shared arguments, checked: {queue, maxlen, wake, retention}.
+-- The call's shared arguments, checked: {queue, maxlen, wake, retention}, and the
+-- `created` event data its runs share (created_data).
 local function create_shared()
   int_arg(ARGV[2], 'maxlen', 0)
-  return {queue = ARGV[1], maxlen = ARGV[2], wake = ARGV[3], retention = retention_arg(ARGV[4])}
+  return {queue = ARGV[1], maxlen = ARGV[2], wake = ARGV[3], retention = retention_arg(ARGV[4]),
+    created = {}}
 end
 
 -- One run's group (ARGV[i..i+22]), every field checked and decoded, nothing read or
@@ -1136,6 +1138,22 @@ local function create_checked(i, run_key, events_key, idem_key)
   return c
 end
 
+-- The data of a run's `created` event, encoded once per call for the runs that share
+-- it (a chunk's runs mostly do): handler, queue, attempts, keys, priority.
+local function created_data(shared, c)
+  local ckey, skey, priority = c.ckey, c.skey, c.priority
+  local same = c.handler .. '|' .. num_arg(c.max_attempts) .. '|' .. ckey .. '|' .. skey .. '|'
+    .. num_arg(priority)
+  local data = shared.created[same]
+  if not data then
+    data = cjson.encode({handler = c.handler, queue = shared.queue,
+      max_attempts = c.max_attempts, concurrency_key = ckey ~= '' and ckey or nil,
+      singleton_key = skey ~= '' and skey or nil, priority = priority ~= 0 and priority or nil})
+    shared.created[same] = data
+  end
+  return data
+end
+
 -- Create one checked run (create_checked) of the queue whose keys q holds ({tag, ready,
 -- runs, unclaimed, wake, maxlen}; wake nil: the caller publishes once for all). Reads
 -- what decides it (the record, the idempotency key, a child's tombstone, the singleton
@@ -1175,9 +1193,7 @@ local function create_one(c, q, shared, now)
   end
 
   local priority, lane = c.priority, lane_of(c.handler, ckey, skey)
-  local data = cjson.encode({handler = c.handler, queue = shared.queue,
-    max_attempts = c.max_attempts, concurrency_key = ckey ~= '' and ckey or nil,
-    singleton_key = skey ~= '' and skey or nil, priority = priority ~= 0 and priority or nil})
+  local data = created_data(shared, c)
   local start_ms = c.start_at_ms or (c.delay_ms and now + c.delay_ms) or now
   if c.idempotency_key ~= '' then
     redis.call('SET', c.idem_key, run_id .. ' ' .. c.fingerprint)
@@ -1185,17 +1201,17 @@ local function create_one(c, q, shared, now)
   -- the record is written with its `created` event's id (enter_queue): one HSET
   local record = {
     'id', run_id, 'queue', shared.queue, 'handler', c.handler, 'status', 'queued',
-    'input', c.input, 'attempt', 1, 'max_attempts', c.max_attempts,
-    'on_lease_expired', c.on_lease_expired, 'fence', 0, 'created_at', now,
+    'input', c.input, 'attempt', '1', 'max_attempts', num_arg(c.max_attempts),
+    'on_lease_expired', c.on_lease_expired, 'fence', '0', 'created_at', num_arg(now),
     'metadata', c.metadata, 'idempotency_key', c.idempotency_key, 'budget', c.budget,
     'retention_ms', c.retention_ms, 'traceparent', c.traceparent, 'rate_limits', c.rate_limits,
-    'ckey', ckey, 'skey', skey, 'priority', priority, 'boost_ms', c.boost_ms,
+    'ckey', ckey, 'skey', skey, 'priority', num_arg(priority), 'boost_ms', num_arg(c.boost_ms),
     'lane', lane, 'root_id', c.root_id}
   if c.parent_id ~= '' then
     record[#record + 1] = 'parent_id'
     record[#record + 1] = c.parent_id
     record[#record + 1] = 'depth'
-    record[#record + 1] = c.depth
+    record[#record + 1] = num_arg(c.depth)
   end
   if superseded then
     local k = {leases = tag .. 'leases', run_prefix = tag .. 'run:', events_prefix = tag .. 'events:',
