@@ -5,9 +5,13 @@ script that ends a run cannot touch its parent's keys or its children's. Instead
 ``finalize`` (lib.lua ``note_family_end``) adds, in the same step as the terminal
 state, an entry to the outbox of the run's own slot:
 
-* ``ended <child>``: the child's outcome must reach its parent: :meth:`Outbox.deliver`
-  reads the child's record (its slot) and sends ``child_ended`` to the parent's slot,
-  which records the outcome once and wakes a parked join whose condition now holds;
+* ``ended <child> <parent>``: the child's outcome must reach its parent:
+  :meth:`Outbox.deliver` reads the child's record (its slot) and sends ``child_ended``
+  to the parent's slot, which records the outcome once and wakes a parked join whose
+  condition now holds. A child whose record is gone by then (its retention ended
+  while its delivery was stuck, a manual ``DEL``) reaches its parent as ``failed``,
+  error ``child_record_gone``, so the parent's join still settles by its mode; a
+  parent whose record is gone ends the entry (``child_ended`` answers NOT_FOUND);
 * ``cascade <parent>``: the parent's live children get its end: ``cancel_children``
   in each child queue's slot cancels those whose policy is ``cancel`` (every live
   child when the parent was cancelled), tombstoning any not yet created.
@@ -51,6 +55,16 @@ READ_CHUNK = 1000  # children index entries read per round trip
 # wakes later still cannot create it)
 UNBORN_MS = 7 * 24 * 3600 * 1000
 FOLLOW_ROUNDS = 8  # queues touched by a delivery are swept again, this many times at most
+# the outcome a parent gets for a child whose record was gone before its end was delivered
+GONE_ERROR = dumps(
+    {
+        "code": "child_record_gone",
+        "message": "the child's record was gone (its retention ended, or it was deleted by "
+        "hand) before its end reached its parent: its outcome cannot be read",
+        "retryable": False,
+        "details": {},
+    }
+)
 
 
 class Outbox(Store):
@@ -117,7 +131,8 @@ class Outbox(Store):
         kind, _, run_id = entry.partition(" ")
         touched: set[str] = set()
         if kind == "ended":
-            touched = await self._ended(queue, run_id)
+            child_id, _, parent_id = run_id.partition(" ")
+            touched = await self._ended(queue, child_id, parent_id)
         elif kind == "cascade":
             touched = await self._cascade(queue, run_id)
         else:
@@ -125,18 +140,28 @@ class Outbox(Store):
         await self.client.zrem(self.keys(queue).outbox, entry)
         return touched
 
-    async def _ended(self, queue: str, child_id: str) -> set[str]:
-        """``child_ended`` on the parent's slot with the child's outcome, read in its slot."""
+    async def _ended(self, queue: str, child_id: str, named_parent: str) -> set[str]:
+        """``child_ended`` on the parent's slot with the child's outcome, read in its slot.
+
+        ``named_parent`` is the parent the entry names ('' in an entry written before
+        entries named it). A child whose record is gone (its retention ended before the
+        delivery, a manual ``DEL``) ends its parent's wait as a failure that says so
+        (:data:`GONE_ERROR`): a join must never wait for an outcome nobody can read.
+        """
         status, output, error, parent_id = cast(
             list[str | None],
             await self.client.hmget(
                 self.keys(queue).run(child_id), ["status", "output", "error", "parent_id"]
             ),
         )
+        reason = ""
+        if not status:
+            parent_id, reason = named_parent, "child_record_gone"
+            status, output, error = RunStatus.FAILED.value, None, GONE_ERROR
+            log.warning("child %s has no record left: its parent gets it as failed", child_id)
         parent_queue = queue_of(parent_id or "")
-        if not status or not parent_id or parent_queue is None:
-            # deleted (or expired) before delivery: there is no outcome left to deliver
-            log.warning("child %s has no record left: its end cannot reach its parent", child_id)
+        if not parent_id or parent_queue is None:
+            log.warning("child %s names no parent it can reach: its end is dropped", child_id)
             return set()
         outcome = (
             f'{{"status":{dumps(status)},"output":{output or "null"},"error":{error or "null"}}}'
@@ -149,7 +174,10 @@ class Outbox(Store):
             outcome=outcome,
             maxlen=self.events_maxlen,
             wake_channel=keys.wake_channel,
+            reason=reason,
         )
+        # NOT_FOUND (the parent's record is gone too) and INVALID (it ended) write
+        # nothing: the entry is done either way
         await CHILD_ENDED.send(self.scripts, self.client, keys, args)
         return set()
 

@@ -1191,6 +1191,7 @@ class ChildEndedArgs(NamedTuple):
     outcome: str  # '{"status":"<status>","output":...,"error":...}'
     maxlen: int
     wake_channel: str
+    reason: str = ""  # '' | child_record_gone (the outbox found no record to read)
 
 
 def _child_ended_keys(k: QueueKeys, run_id: str, a: ChildEndedArgs) -> tuple[str, ...]:

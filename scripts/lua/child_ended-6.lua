@@ -14,24 +14,27 @@
 --          deliverer composed it from the child's record (stored as text, never re-encoded)
 -- ARGV[5]  maxlen       integer approximate cap of the event stream
 -- ARGV[6]  wake_channel string  pub/sub channel idle workers of the queue listen on
+-- ARGV[7]  reason       string  '' (the outcome is the child's record's) | child_record_gone
+--          (no record was left to read: expired or deleted by hand before its delivery;
+--          the outcome is a failure that says so)
 -- returns  {code, value}  codes: OK (recorded; value 'woke' when it woke the parked join,
 --          else 'recorded'), REPLAYED (delivered before: nothing written), NOT_FOUND (no
 --          parent record: its retention ended), INVALID (the parent ended, value its status,
 --          or the child is not in its index: nothing written)
--- events   child_ended {child_id, status, woke} on the parent's stream (a lifecycle event
---          when it woke the parent: status queued)
+-- events   child_ended {child_id, status, woke, reason when given} on the parent's stream
+--          (a lifecycle event when it woke the parent: status queued)
 -- invariant: one outcome per child, delivered any number of times (a deliverer that died
 --          after this step redelivers it): the first write wins and nothing else changes.
 --          The join's check and its park (join_children) and this record and wake are
 --          scripts of one slot, so a child's end is never lost between them; a woken
 --          parent is queued through the delayed set at the Redis clock's now, as a
 --          signal wakes a wait, and its handler replays the join.
--- validate-then-write: the ids, status and numbers are checked, the records, the index and
+-- validate-then-write: the ids, status, reason and numbers are checked, the records, the index and
 --          the parked join read and decoded (written by join_children), and the event
 --          encoded, before the first write.
 --- @include lib
 
-check_argc(6)
+check_argc(7)
 local parent_id = run_id_arg(ARGV[1], KEYS[1], KEYS[2])
 local child_id = run_id_arg(ARGV[2])
 local status = ARGV[3]
@@ -39,6 +42,7 @@ if not TERMINAL[status] or string.sub(ARGV[4], 1, 12 + #status) ~= '{"status":"'
   bad_argument('status / outcome', status)
 end
 local maxlen = int_arg(ARGV[5], 'maxlen', 0)
+local reason = enum_arg(ARGV[7], 'reason', {'', 'child_record_gone'})
 
 local cur = redis.call('HMGET', KEYS[1], 'status', 'fence', 'waiting_for')
 if not cur[1] then
@@ -62,7 +66,8 @@ if joined then
     or (wait.subject == 'any' and status == 'succeeded')
 end
 local now = now_ms()
-local data = cjson.encode({child_id = child_id, status = status, woke = woke})
+local data = cjson.encode({child_id = child_id, status = status, woke = woke,
+  reason = reason ~= '' and reason or nil})
 
 redis.call('HSET', KEYS[3], 'out:' .. child_id, ARGV[4])
 if joined then

@@ -18,7 +18,8 @@
 --          however a purge races it. The idempotency key goes only while it still
 --          names this run. Repeating it answers NOT_FOUND and changes nothing.
 --          A run whose end has not reached its family yet (an 'ended' or 'cascade'
---          entry in its slot's outbox) is not deleted either: the delivery reads the
+--          entry in its slot's outbox; 'ended <id>' written before the entry named
+--          the parent too) is not deleted either: the delivery reads the
 --          record, and a child deleted first would leave its parent's join waiting for
 --          ever (the soak found it: a purge inside a taken entry's hold).
 -- validate-then-write: the run id is checked against its keys, and the record and
@@ -27,7 +28,7 @@
 
 check_argc(1)
 local run_id = run_id_arg(ARGV[1], KEYS[1], KEYS[2])
-local cur = redis.call('HMGET', KEYS[1], 'status', 'idempotency_key')
+local cur = redis.call('HMGET', KEYS[1], 'status', 'idempotency_key', 'parent_id')
 local status = cur[1]
 if not status then
   return {'NOT_FOUND', ''}
@@ -36,7 +37,9 @@ if not TERMINAL[status] then
   return {'INVALID', status}
 end
 local outbox = outbox_of(string.sub(KEYS[1], 1, #KEYS[1] - #run_id))
-if redis.call('ZSCORE', outbox, 'ended ' .. run_id)
+local parent = cur[3] or ''
+if (parent ~= '' and (redis.call('ZSCORE', outbox, ended_entry(run_id, parent))
+      or redis.call('ZSCORE', outbox, 'ended ' .. run_id)))
     or redis.call('ZSCORE', outbox, 'cascade ' .. run_id) then
   return {'INVALID', status .. ', and its end has not reached its family yet'}
 end

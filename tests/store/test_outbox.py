@@ -113,7 +113,8 @@ async def test_a_child_end_enters_its_own_slots_outbox_with_its_terminal_state(
     kid = await fam.claim_kid()
     assert kid.id == kid_id
     await fam.end(kid, RunStatus.SUCCEEDED, '{"n":1}')
-    assert await fam.client.zrange(fam.keys(KIDS).outbox, 0, -1) == [f"ended {kid_id}"]
+    entries = await fam.client.zrange(fam.keys(KIDS).outbox, 0, -1)
+    assert entries == [f"ended {kid_id} {parent.id}"]  # the parent named: it outlives the record
     assert await fam.client.zcard(fam.keys().outbox) == 0  # the parent has not ended
 
 
@@ -177,6 +178,58 @@ async def test_a_delivery_twice_writes_nothing_the_second_time(fam: Family) -> N
     before = await snapshot(fam.client, fam.prefix)
     assert await fam.outbox.deliver(KIDS, f"ended {kid_id}") == set()
     assert not changes(before, await snapshot(fam.client, fam.prefix))
+
+
+@pytest.mark.parametrize("mode", [JoinMode.SETTLED, JoinMode.ALL])
+async def test_a_child_record_gone_before_its_delivery_still_ends_the_parents_join(
+    fam: Family, mode: JoinMode
+) -> None:
+    parent = await fam.parent()
+    ids = [await fam.spawn(parent, 1), await fam.spawn(parent, 2)]
+    assert (await fam.join(parent.lease, ids, mode)).outcome == JoinOutcome.PARKED
+    first, second = await fam.claim_kid(), await fam.claim_kid()
+    await fam.end(first, RunStatus.SUCCEEDED, '{"n":1}')
+    await fam.end(second, RunStatus.SUCCEEDED, '{"n":2}')
+    # retention ran out while the delivery was stuck, or an operator DEL'd the keys
+    kids = fam.keys(KIDS)
+    await fam.client.delete(kids.run(second.id), kids.events(second.id))
+    assert await fam.outbox.sweep([KIDS]) == 2
+    assert await fam.client.zcard(kids.outbox) == 0
+    assert (await fam.runs.get(parent.id)).status == RunStatus.QUEUED
+    ended = [e.data for e in await fam.runs.read_events(parent.id) if e.type == "child_ended"]
+    gone = [data for data in ended if data.get("reason") == "child_record_gone"]
+    assert [(d["child_id"], d["status"]) for d in gone] == [(second.id, "failed")]
+
+    (again,) = (
+        await eventually(lambda: fam.leases.claim(PARENTS, OWNER, 1), until=lambda c: bool(c.runs))
+    ).runs
+    over = await fam.join(again.lease, ids, mode)
+    assert over.outcome == JoinOutcome.OVER
+    assert over.outcomes[0].startswith('{"status":"succeeded","output":{"n":1}')
+    assert over.outcomes[1].startswith('{"status":"failed","output":null,')
+    assert '"code":"child_record_gone"' in over.outcomes[1]
+
+
+async def test_a_delivery_whose_parent_record_is_gone_ends_its_entry(fam: Family) -> None:
+    parent = await fam.parent()
+    await fam.spawn(parent, 1)
+    await fam.end(await fam.claim_kid(), RunStatus.SUCCEEDED, '{"n":1}')
+    await fam.client.delete(fam.keys().run(parent.id), fam.keys().events(parent.id))
+    before = await snapshot(fam.client, fam.prefix)
+    assert await fam.outbox.sweep([KIDS]) == 1
+    assert await fam.client.zcard(fam.keys(KIDS).outbox) == 0  # not handed out again
+    after = await snapshot(fam.client, fam.prefix)
+    assert await fam.outbox.sweep([KIDS]) == 0
+    # the same with the child's record gone too: nobody is left to tell
+    other = await fam.parent()
+    await fam.spawn(other, 1)
+    kid = await fam.claim_kid()
+    await fam.end(kid, RunStatus.SUCCEEDED)
+    await fam.client.delete(fam.keys().run(other.id), fam.keys(KIDS).run(kid.id))
+    assert await fam.outbox.sweep([KIDS]) == 1
+    assert await fam.client.zcard(fam.keys(KIDS).outbox) == 0
+    # the first delivery wrote only the entry's removal
+    assert set(changes(before, after)) == {fam.keys(KIDS).outbox}
 
 
 async def test_a_child_is_not_deleted_before_its_end_reaches_its_parent(fam: Family) -> None:
