@@ -35,6 +35,7 @@ from app.errors import UnknownHandler
 from app.executor.children import FamilyDeps
 from app.executor.context import HelperDeps
 from app.executor.courier import Courier
+from app.executor.early_cancels import EarlyCancels
 from app.executor.execution import ExecutionDeps, RetryPolicy, RunExecution
 from app.executor.heartbeat import Heartbeat, HeartbeatCallbacks
 from app.executor.listener import ChannelListener
@@ -95,6 +96,8 @@ class Worker:
         self._couriers: dict[str, Courier] = {}
         self._table = LeaseTable()
         self._slots = Slots(settings.concurrency, prefetch_max=settings.prefetch_max)
+        # cancel pushes read before the claim reply that registers their run
+        self._early_cancels = EarlyCancels()
         self._loop_lag_ms = 0.0
 
     def request_stop(self) -> None:
@@ -354,6 +357,9 @@ class Worker:
             spec = None
         execution = RunExecution(claimed, spec, self._deps)
         self._executions[claimed.id] = execution
+        if self._early_cancels.take(claimed.id, claimed.fence):
+            # its cancel was pushed before this claim's reply was read: it never starts
+            execution.stop(StopReason.CANCEL_REQUESTED)
         execution.start()
 
     def _slot_freed(self, held_s: float | None) -> None:
@@ -407,6 +413,8 @@ class Worker:
         execution = self._executions.get(run_id)
         if execution is not None and execution.claimed.fence == fence:
             execution.stop(StopReason.CANCEL_REQUESTED)
+        else:  # maybe a claim whose reply is still on its way (early_cancels.py)
+            self._early_cancels.keep(run_id, fence)
 
     def _beat_done(self, loop_lag_ms: float) -> None:
         self._loop_lag_ms = loop_lag_ms

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
@@ -70,3 +71,24 @@ async def test_a_cancel_while_the_worker_subscribes_ends_the_run_at_once(
     # and the worker claims once subscribed
     after = (await run_store.create(NewRun(handler="test.record", input={}))).run.id
     await wait_status(run_store, after, RunStatus.SUCCEEDED, timeout_s=WORKER_UP_S)
+
+
+async def test_a_cancel_pushed_before_the_claim_reply_ends_the_run_at_once(
+    processes: Processes, run_store: RunStore, proxy: HoldingProxy
+) -> None:
+    processes.worker(LEASEHOLD_REDIS_URL=proxy.url, LEASEHOLD_LEASE_TTL_S=str(LEASE_TTL_S))
+    first = (await run_store.create(NewRun(handler="test.record", input={}))).run.id
+    await wait_status(run_store, first, RunStatus.SUCCEEDED, timeout_s=WORKER_UP_S)  # up, idle
+    tag = f"gap-{secrets.token_hex(6)}"
+    # the claim's reply carries the run's input: held, so the worker has not registered it
+    reply = proxy.hold(to_redis=False, marker=tag.encode(), unless=b"message")
+    run_id = (await run_store.create(long_run(tag))).run.id
+    assert await asyncio.to_thread(reply.seen.wait, WORKER_UP_S), "the run was never claimed"
+    assert await status_of(run_store, run_id) == RunStatus.RUNNING
+    pushed = proxy.watch(to_redis=False, marker=f"{run_id} ".encode())
+    assert await run_store.cancel(run_id) == RunStatus.CANCELLING
+    assert await asyncio.to_thread(pushed.wait, WORKER_UP_S), "the push never reached the worker"
+    # the worker reads the push on its next loop pass: give it that before the reply
+    await asyncio.sleep(0.3)
+    reply.release()
+    await wait_status(run_store, run_id, RunStatus.CANCELLED, timeout_s=CANCELLED_WITHIN_S)
