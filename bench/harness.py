@@ -197,13 +197,14 @@ class PrivateRedis:
 
 
 @contextlib.asynccontextmanager
-async def private_redis(name: str) -> AsyncIterator[PrivateRedis]:
+async def private_redis(name: str, port: int = 0) -> AsyncIterator[PrivateRedis]:
     """A redis-server without persistence, started for one benchmark and stopped after it.
 
     Never the machine's shared Redis: other people's keys and load would be measured too.
+    ``port``: a fixed one (a range agreed with others sharing the machine), else a free one.
     """
     with tempfile.TemporaryDirectory(prefix=f"leasehold-{name}-") as data_dir:
-        server = EmbeddedRedis(data_dir=Path(data_dir), appendonly=False).start()
+        server = EmbeddedRedis(data_dir=Path(data_dir), port=port, appendonly=False).start()
         client = async_client(server.url)
         try:
             yield PrivateRedis(server.url, client, Path(data_dir))

@@ -133,7 +133,7 @@ async def profile(args: argparse.Namespace) -> Path:
     """Create the runs, profile one worker until none is left; returns the raw file."""
     out = harness.OUT_DIR / f"profile-{time.strftime('%Y%m%d-%H%M%S')}.txt"
     out.parent.mkdir(parents=True, exist_ok=True)
-    async with harness.private_redis("profile") as redis_server:
+    async with harness.private_redis("profile", args.port) as redis_server:
         settings = Settings(redis_url=redis_server.url)
         store = RunStore.for_settings(redis_server.client, Scripts(), settings)
         bench = Bench(redis_server.url, redis_server.client, store)
@@ -182,6 +182,9 @@ def main(argv: list[str] | None = None) -> None:
         help="py-spy samples per second (0: no profile, only the CPU and rate figures)",
     )
     parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument(
+        "--port", type=int, default=0, help="the redis-server's port (0: a free one)"
+    )
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--raw", type=Path, help="report on this raw profile instead")
     parser.add_argument(
