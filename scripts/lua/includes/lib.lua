@@ -13,12 +13,19 @@ end
 
 -- An integer argument as Redis commands take it (XADD MAXLEN, PEXPIRE, ZADD):
 -- decimal digits only, no exponent, sign or fraction, at most 15 digits (exact
--- in a Lua number). min: the smallest value allowed.
+-- in a Lua number). min: the smallest value allowed. A value already proven in this
+-- script call is not matched again (a batch's runs repeat the same few: attempts,
+-- time-to-live, priority), only held against its own min.
+local proven_ints = {}
 local function int_arg(value, what, min)
-  if type(value) ~= 'string' or not string.match(value, '^%-?%d+$') or #value > 16 then
-    bad_argument(what, value)
+  local n = proven_ints[value]
+  if not n then
+    if type(value) ~= 'string' or not string.match(value, '^%-?%d+$') or #value > 16 then
+      bad_argument(what, value)
+    end
+    n = tonumber(value)
+    proven_ints[value] = n
   end
-  local n = tonumber(value)
   if min and n < min then
     bad_argument(what, value)
   end
