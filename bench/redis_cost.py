@@ -15,7 +15,8 @@ with its own venv::
 ``--callgrind`` runs redis-server under valgrind's callgrind with instrumentation on
 for the drain only, and adds the server's instructions per run (exact whatever the
 machine's load; ~50x slower, so use n of ~2,000) and the profile's file to the line.
-``--server-arg NAME VALUE`` passes a config to the server (e.g.
+``--renew`` measures the heartbeat's ``renew_leases`` instead (n runs claimed, every
+lease renewed twice, per renewal). ``--server-arg NAME VALUE`` passes a config to the server (e.g.
 ``--server-arg hash-max-listpack-entries 16``: a run record as a hashtable).
 
     .venv/bin/python bench/redis_cost.py 2000 --callgrind /tmp/cg.out
@@ -87,6 +88,22 @@ def command_delta(
     return delta, commands
 
 
+def where(n: int, batch: int) -> dict[str, Any]:
+    """What every result line starts with: the tree measured, its size and the load."""
+    return {"tree": os.getcwd(), "n": n, "load": round(os.getloadavg()[0], 2), "batch": batch}
+
+
+async def with_queued_runs(url: str, n: int) -> tuple[Any, Scripts, LeaseStore]:
+    """A client, the scripts and a lease store on ``url``, after ``n`` demo.echo creates."""
+    settings = Settings(redis_url=url)
+    client = async_client(url)
+    scripts = Scripts.for_settings(settings)
+    runs = RunStore.for_settings(client, scripts, settings)
+    for _ in range(n):
+        await runs.create(NewRun(handler="demo.echo", input={}))
+    return client, scripts, LeaseStore.for_settings(client, scripts, settings)
+
+
 async def drain_cost(
     url: str, n: int, instrument: Callable[[bool], None] = lambda on: None, batch: int = BATCH
 ) -> dict[str, Any]:
@@ -95,13 +112,7 @@ async def drain_cost(
     ``instrument(True)`` is called right before the drain and ``instrument(False)``
     right after it, so a profiler sees the drain and not the creates.
     """
-    settings = Settings(redis_url=url)
-    client = async_client(url)
-    scripts = Scripts.for_settings(settings)
-    runs = RunStore.for_settings(client, scripts, settings)
-    leases = LeaseStore.for_settings(client, scripts, settings)
-    for _ in range(n):
-        await runs.create(NewRun(handler="demo.echo", input={}))
+    client, scripts, leases = await with_queued_runs(url, n)
     await scripts.load_all(client)  # cached before the drain: no compile inside it
     calls_before, cpu_before = await snapshot(client)
     instrument(True)
@@ -118,11 +129,8 @@ async def drain_cost(
     delta, commands = command_delta(calls_before, calls_after)
     scripts_called, script_usec = delta.get("evalsha", (0, 0.0))
     return {
-        "tree": os.getcwd(),
-        "n": n,
+        **where(n, batch),
         "done": done,
-        "load": round(os.getloadavg()[0], 2),
-        "batch": batch,
         "commands_per_run": round(commands / n, 2),
         "scripts": scripts_called,
         "script_wall_us_per_run": round(script_usec / n, 1),
@@ -133,6 +141,47 @@ async def drain_cost(
             for name, (count, usec) in sorted(delta.items(), key=lambda item: -item[1][0])
             if count and name not in ("evalsha", "eval")
         },
+    }
+
+
+async def renew_cost(
+    url: str, n: int, instrument: Callable[[bool], None] = lambda on: None, batch: int = BATCH
+) -> dict[str, Any]:
+    """Create and claim ``n`` runs, then renew every lease twice; the renewals' cost.
+
+    The heartbeat's path (``LeaseRenewer.renew``, one ``renew_leases`` call per queue),
+    in calls of ``batch`` leases. The first round is each run's first renewal (the one
+    that adds ``last_renewed_at`` to the record), the second a later one; both are
+    instrumented, so a per-renewal figure is their mean.
+    """
+    from app.store.connection import sync_client
+    from app.store.leases import LeaseRenewer
+
+    client, scripts, leases = await with_queued_runs(url, n)
+    held = []
+    claimed = (await leases.claim("default", "w-1", batch)).runs
+    while claimed:
+        held += [run.lease for run in claimed]
+        claimed = (await leases.claim("default", "w-1", batch)).runs
+    await scripts.load_all(client)
+    renewer = LeaseRenewer(
+        sync_client(url), scripts=scripts, prefix=leases.prefix, lease_ttl_ms=leases.lease_ttl_ms
+    )
+    rounds = [held[first : first + batch] for first in range(0, len(held), batch)] * 2
+    stats = await snapshot(client)
+    instrument(True)
+    for leases_of_call in rounds:
+        renewer.renew(leases_of_call)
+    instrument(False)
+    script_usec = (await snapshot(client))[0]["evalsha"][1] - stats[0]["evalsha"][1]
+    cpu_s = (await snapshot(client))[1] - stats[1]
+    await client.aclose()
+    renewals = 2 * len(held)
+    return {
+        **where(n, batch),
+        "renewals": renewals,
+        "script_wall_us_per_renewal": round(script_usec / renewals, 2),
+        "redis_cpu_us_per_renewal": round(cpu_s / renewals * 1e6, 2),
     }
 
 
@@ -201,12 +250,17 @@ def main() -> None:
     parser.add_argument(
         "--server-arg", nargs=2, action="append", default=[], metavar=("NAME", "VALUE")
     )
+    parser.add_argument(
+        "--renew", action="store_true", help="the heartbeat's renewals instead of the drain"
+    )
     parser.add_argument("--port", type=int, default=0, help="the server's port (0: any free one)")
     args = parser.parse_args()
     with profiled_server(args.callgrind, args.server_arg, args.port) as (url, instrument):
-        result = asyncio.run(drain_cost(url, args.n, instrument, args.batch))
+        measure = renew_cost if args.renew else drain_cost
+        result = asyncio.run(measure(url, args.n, instrument, args.batch))
     if args.callgrind:
-        result["instructions_per_run"] = round(callgrind_total(args.callgrind) / args.n)
+        per, count = ("renewal", result["renewals"]) if args.renew else ("run", args.n)
+        result[f"instructions_per_{per}"] = round(callgrind_total(args.callgrind) / count)
         result["profile"] = args.callgrind
     if args.server_arg:
         result["server_args"] = args.server_arg
