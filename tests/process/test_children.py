@@ -353,3 +353,45 @@ async def test_children_spawned_while_their_worker_claims_start_at_once_and_the_
     resumed = next(e for e in events if e.type == "claimed" and e.id > woke.id)
     lag_s = (resumed.ts - max(ends)).total_seconds()
     assert lag_s < 2.5, f"the parent resumed {lag_s:.2f} s after its last child ended"
+
+
+async def test_a_child_record_gone_before_its_end_is_delivered_ends_the_join_as_failed(
+    processes: Processes, run_store: RunStore, redis_client: aioredis.Redis, settings: Settings
+) -> None:
+    # no reconciler beside the worker: the children's ends wait in the outbox until one runs
+    processes.worker("--concurrency", "4", LEASEHOLD_RECONCILER_ENABLED="false")
+    signalled = {"handler": "test.await_signal", "child_input": {"name": "go"}}
+    parent = await submit(
+        run_store, "test.fan_in", input={"children": 2, "mode": "settled", **signalled}
+    )
+    kids = await spawned_ids(redis_client, settings.prefix, parent)
+    await eventually(
+        lambda: statuses(run_store, [parent, *kids]),
+        until=lambda got: got == [RunStatus.WAITING] * 3,
+        what="the parent parked in its join and both children parked on their signal",
+    )
+    waits = WaitStore.for_settings(redis_client, Scripts(), settings)
+    for n, kid in enumerate(kids):
+        await waits.signal(kid, "go", f'{{"n":{n}}}', max_pending=4)
+    await eventually(
+        lambda: statuses(run_store, kids),
+        until=lambda got: got == [RunStatus.SUCCEEDED] * 2,
+        what="both children to end",
+    )
+    keys = QueueKeys(settings.prefix, QUEUE)
+    assert await redis_client.zcard(keys.outbox) == 2  # neither end delivered yet
+    # an operator removes one child's keys by hand (or its retention ran out)
+    await redis_client.delete(keys.run(kids[1]), keys.events(kids[1]))
+    processes.spawn("reconciler", ["reconciler"])
+
+    done = await wait_status(run_store, parent, RunStatus.SUCCEEDED, RunStatus.FAILED)
+    assert done.status == RunStatus.SUCCEEDED, done.error
+    assert done.output is not None
+    joined = done.output["joined"]
+    assert [(o["child_id"], o["status"]) for o in joined] == [
+        (kids[0], "succeeded"),
+        (kids[1], "failed"),
+    ]
+    assert joined[1]["error"]["code"] == "child_record_gone"
+    ended = [e.data for e in await run_store.read_events(parent) if e.type == "child_ended"]
+    assert [d["child_id"] for d in ended if d.get("reason") == "child_record_gone"] == [kids[1]]
