@@ -185,8 +185,10 @@ class Outbox(Store):
         """``cancel_children`` in each child queue for the live children the policy reaches."""
         keys = self.keys(queue)
         status = cast(str | None, await self.client.hget(keys.run(parent_id), "status"))
-        if status is None or not RunStatus(status).is_terminal:
-            return set()  # gone with its retention (its index too), or not ended after all
+        if status is not None and not RunStatus(status).is_terminal:
+            return set()  # not ended after all
+        # a record gone (by hand, or with its retention: its index then too) still ended,
+        # the entry says so: its children get a parent's end, the detached ones kept
         cancelled = status == RunStatus.CANCELLED.value
         targets: dict[str, list[str]] = {}
         for chunk in await self._children(queue, parent_id):

@@ -318,6 +318,25 @@ async def test_a_parent_end_cancels_its_live_children_but_not_a_detached_one(
     assert not changes(before, await snapshot(fam.client, fam.prefix))
 
 
+async def test_a_parent_record_gone_before_its_cascade_still_ends_its_children(
+    fam: Family,
+) -> None:
+    parent = await fam.parent()
+    live = await fam.spawn(parent, 1)
+    kept = await fam.spawn(parent, 2, OnParentEnd.DETACH)
+    await fam.end(parent, RunStatus.SUCCEEDED, "{}")
+    # an operator removes the parent's record by hand before the sweep
+    await fam.client.delete(fam.keys().run(parent.id), fam.keys().events(parent.id))
+    # the cascade, then the cancelled child's own end, to a parent that is gone: both end
+    assert await fam.outbox.sweep([PARENTS]) == 2
+    assert await fam.client.zcard(fam.keys().outbox) == 0
+    assert await fam.client.zcard(fam.keys(KIDS).outbox) == 0
+    assert (await fam.runs.get(live)).status == RunStatus.CANCELLED
+    assert (await fam.runs.get(kept)).status == RunStatus.QUEUED
+    cancelled = [e for e in await fam.runs.read_events(live) if e.type == "cancelled"]
+    assert cancelled[0].data == {**cancelled[0].data, "reason": "parent_ended"}
+
+
 async def test_a_cancel_reaches_detached_children_and_tombstones_an_uncreated_one(
     fam: Family,
 ) -> None:
