@@ -102,6 +102,7 @@ class Injector:
         self.faults: list[Fault] = []
         self.stream_counts: Callable[[], dict[str, int]] = dict
         self._held: set[str] = set()  # targets under a fault right now
+        self._first: list[FaultKind] = []  # the promised kinds not yet injected
         self._actions: dict[FaultKind, Callable[[Fault], Awaitable[None]]] = {
             FaultKind.KILL_WORKER: self._kill_worker,
             FaultKind.PAUSE_WORKER: self._pause_worker,
@@ -119,22 +120,30 @@ class Injector:
         """Inject ``first`` in order, then random ``kinds``, with random gaps, until ``until``.
 
         ``until`` is a ``time.monotonic()`` deadline; a fault in progress completes.
+        Every fault of ``first`` is injected even past ``until``: on a loaded machine
+        each fault takes longer, and a run that promised every kind must not end
+        with one never tried (``first_pending`` tells the workload to keep going).
         With several ``lanes``, faults overlap (never two on the same target, never
         two on Redis at once).
         """
-        queue = list(first)
+        queue = self._first = list(first)
         await asyncio.gather(*(self._lane(kinds, until, queue) for _ in range(lanes)))
 
     async def _lane(self, kinds: list[FaultKind], until: float, queue: list[FaultKind]) -> None:
-        while time.monotonic() < until:
+        while queue or time.monotonic() < until:
             await asyncio.sleep(self.rng.uniform(1.0, 3.0))
-            if time.monotonic() >= until:
+            if not queue and time.monotonic() >= until:
                 return
             kind = queue.pop(0) if queue else self.rng.choice(kinds)
             if not self._free_target(kind):
                 queue.insert(0, kind)  # its target is under another fault: later
                 continue
             await self.inject(kind)
+
+    @property
+    def first_pending(self) -> bool:
+        """Whether a fault of ``first`` is still to be injected (the run goes on for it)."""
+        return bool(self._first)
 
     def _free_target(self, kind: FaultKind) -> bool:
         if kind in REDIS_KINDS:

@@ -129,7 +129,7 @@ class ChaosRun:
         rerunner = asyncio.create_task(self.rerunner.run(stop_person))
         self._tap = asyncio.create_task(self.tap.follow(self._stop_tap))
         await asyncio.gather(
-            self.workload.create_until(deadline),
+            self.workload.create_until(deadline, lambda: self.injector.first_pending),
             self.injector.run(
                 list(self.config.fault_kinds), until=deadline, first=first, lanes=self.config.lanes
             ),

@@ -261,10 +261,16 @@ class Workload:
                 counts[url] = counts.get(url, 0) + 1
         return counts
 
-    async def create_until(self, deadline: float) -> None:
-        """Create runs at ``rate_per_s`` until the monotonic ``deadline``."""
+    async def create_until(
+        self, deadline: float, keep_going: Callable[[], bool] = lambda: False
+    ) -> None:
+        """Create runs at ``rate_per_s`` until ``deadline`` and until ``keep_going()`` is false.
+
+        ``keep_going`` lets the faults still promised run against live work, not an idle
+        cluster, when a loaded machine made them late.
+        """
         n = 0
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline or keep_going():
             plan = make_plan(self.rng, self.ttl_s)
             tracked = Tracked(plan, key=f"chaos-{n}")
             self.runs.append(tracked)
