@@ -282,6 +282,13 @@ RESOURCES_WAITED_ON = Gauge(
     ["queue"],
     registry=API_REGISTRY,
 )
+HANDOFFS = Counter(
+    "leasehold_handoffs_total",
+    "Runs a create claimed for this idle worker and pushed to its inbox (the hand-off, "
+    "LEASEHOLD_HANDOFF), started without a claim of the worker's own.",
+    ["queue"],
+    registry=WORKER_REGISTRY,
+)
 CLAIMS_THROTTLED = Counter(
     "leasehold_claims_throttled_total",
     "Lanes a claim of this worker found at a concurrency limit (handler, key, singleton) "

@@ -175,6 +175,12 @@ class Settings(BaseSettings):
         "each claims at most its share of the concurrency, so Redis finishes and leases one "
         "share while the worker runs another (1: one at a time, the two take turns)",
     )
+    handoff: bool = Field(
+        default=False,
+        description="Direct hand-off: an idle worker registers, and a create claims the run "
+        "for it in the same script (claim_runs' serving code) and pushes it to the worker's "
+        "inbox, without the wake message and the claim's round trip",
+    )
     handlers: CommaList = Field(
         default_factory=list,
         description="Modules imported at start to register handlers (comma-separated); "

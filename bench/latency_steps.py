@@ -40,6 +40,8 @@ STEPS = [  # (name, from, to): a, b, ... are bench.wake_probe's stamps; p* the p
     ("producer: NewRun", "p0", "p1"),
     ("producer: create_args", "p1", "p2"),
     ("producer: create round trip", "p2", "p3"),
+    ("create sent -> inbox row read (hand-off)", "p2", "a_inbox"),
+    ("inbox row -> _start_run (hand-off)", "a_inbox", "g_start_run"),
     ("create sent -> wake dispatched", "p2", "a_dispatch"),
     ("dispatch -> courier runs", "a_dispatch", "b_courier_woke"),
     ("courier -> finish_and_claim", "b_courier_woke", "c_claim_call"),
@@ -149,6 +151,8 @@ def _attach_probe(runs: list[dict[str, Any]], events: list[list[Any]]) -> None:
         if step.startswith("z"):
             continue
         if step < "g":
+            if step in ("a_inbox", "a_dispatch"):  # a start's path: one or the other
+                last.clear()
             last[step] = at
         elif detail in by_id:
             run = by_id[detail]

@@ -59,7 +59,7 @@ def claim_reply(batch: int) -> list[Any]:
         [f"01JD{i:022d}", "1", "demo.echo", "{}", "1", "3", "", "", "", "", "1764630000000", "", ""]
         for i in range(batch)
     ]
-    return ["OK", rows, "-1", "0"]
+    return ["OK", rows, "-1", "0", "0", "0"]
 
 
 async def measure(batch: int, rounds: int) -> dict[str, list[float]]:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app import reconciler
-from app.executor import courier, execution, listener, worker
+from app.executor import courier, execution, inbox, listener, worker
 from app.store import leases, outbox, scripts
 
 OUT_ENV = "LEASEHOLD_BENCH_PROBE_OUT"
@@ -99,6 +99,8 @@ def _loop_seen(self: Any, channel: str, data: str) -> Any:
 _dispatch = listener.ChannelListener._dispatch
 listener.ChannelListener._dispatch = _loop_seen  # type: ignore[method-assign]
 _wrap_async(courier.Courier, "_trip", "b_courier_woke")
+# the hand-off: a row read from the inbox (its own path to _start_run, no wake, no claim)
+_wrap_async(inbox.HandoffInbox, "_take", "a_inbox")
 _wrap_async(leases.LeaseStore, "finish_and_claim", "c_claim_call", "f_claim_parsed")
 _wrap_async(scripts.Scripts, "_round_trip", "d_sent", "e_reply")
 _wrap_sync(worker.Worker, "_start_run", "g_start_run", "h_task_created")

@@ -42,6 +42,18 @@ worker's :class:`~app.executor.listener.ChannelListener` (a script published on
 the queue's wake channel), so a producer's ``create`` wakes workers at once;
 there is no polling loop. A timer (``idle_wake_s``, or sooner when a delayed
 retry is due) is only a safety net for a wake-up missed while reconnecting.
+
+**Hand-off** (``handoff_ms`` > 0, ``LEASEHOLD_HANDOFF``). A claim that comes back
+short registers the worker for a hand-off (claim_runs) and keeps one of its slots
+for it: the next create claims a run on the worker's behalf and pushes it to the
+worker's inbox (:mod:`app.executor.inbox`), which hands it to
+:meth:`Courier.take_handoff` and so to the same ``start_run`` as a claimed run.
+One trip at a time carries the registration (removes it, and makes a new one when
+short); the slot kept for it goes into that trip's claim. A row whose registration
+was consumed just before such a removal finds no slot kept: it takes a free one, or
+is released back to the queue, so the worker never holds more runs than slots. An
+idle courier renews its registration at half its life (its timer's claim), so a
+paused or dead worker stops being handed runs within ``handoff_ms``.
 """
 
 from __future__ import annotations
@@ -50,11 +62,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
 from app.executor.slots import Slots
-from app.metrics import CLAIMS_THROTTLED, WORKER_WRITES_REFUSED
+from app.metrics import CLAIMS_THROTTLED, HANDOFFS, WORKER_WRITES_REFUSED
 from app.retry import REDIS_BACKOFF, Streak
 from app.store.leases import Claim, ClaimedRun, LeaseStore, Outcome, new_claim_token
 from app.store.refusals import describe, refusal_of
@@ -63,8 +76,20 @@ from app.store.transitions import LeaseAnswer
 log = logging.getLogger(__name__)
 
 MIN_WAIT_S = 0.01
+# how long a drain's withdrawal waits for a trip carrying the registration to come back
+WITHDRAW_WAIT_S = 2.0
 
 StartRun = Callable[[ClaimedRun, float], None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Registration:
+    """The hand-off registration as one trip carries it: whether the worker believed it
+    was registered when the trip was sent (the trip's removal then settles its slot)."""
+
+    had: bool
+    # the slot kept for it, moved into the trip's claim (1), or given back (0)
+    moved: int = 0
 
 
 class Courier:
@@ -82,6 +107,7 @@ class Courier:
         idle_wake_s: float,
         slots_returned: Callable[[], None] = lambda: None,
         trips_in_flight: int = 2,
+        handoff_ms: int = 0,
     ) -> None:
         self.queue = queue
         self._store = store
@@ -107,9 +133,18 @@ class Courier:
         # wake messages so far: one that came while a claim was in flight is not lost
         self._wakes = 0
         self._next_due_ms: int | None = None
-        # (token, reserved slots) of claims sent without an answer coming back, and not
-        # in flight again: each is resent by one trip
-        self._unanswered: list[tuple[str, int]] = []
+        # (token, reserved slots, registration) of claims sent without an answer coming
+        # back, and not in flight again: each is resent by one trip
+        self._unanswered: list[tuple[str, int, _Registration | None]] = []
+        # the hand-off: how long a registration lives (0: off); whether one is believed
+        # made; a trip carrying it is in flight (or unanswered); slots kept for it and
+        # for rows on their way
+        self._handoff_ms = handoff_ms
+        self._registered = False
+        self._registering = False
+        self._handoff_slots = 0
+        self._unregister = False  # a drain: one trip removes the registration
+        self._registration_trip: asyncio.Task[None] | None = None
         # Redis refused a claim (full, read-only): none is sent before this monotonic time
         self._claims_paused_until = 0.0
         self._claim_refusals = REDIS_BACKOFF.streak()
@@ -134,9 +169,72 @@ class Courier:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     def stop_claiming(self) -> None:
-        """Drain: keep writing outcomes, claim nothing more."""
+        """Drain: keep writing outcomes, claim nothing more, take no more hand-offs."""
         self._claiming = False
+        self._unregister = self._handoff_ms > 0
         self._kick.set()
+
+    async def withdraw(self) -> None:
+        """The end of a drain: remove the hand-off registration for sure, so no create
+        leases a run to a worker that is going away (a trip that carries it is let
+        finish first, for a short while)."""
+        if not self._handoff_ms:
+            return
+        trip = self._registration_trip
+        if trip is not None and not trip.done():
+            await asyncio.wait([trip], timeout=WITHDRAW_WAIT_S)
+        try:
+            await self._store.claim(self.queue, self._owner_id, 0, handoff_ms=self._handoff_ms)
+        except (RedisError, OSError) as exc:
+            # it expires on its own; a run handed off meanwhile is a dead worker's run
+            log.warning(
+                "queue %s: could not withdraw the hand-off registration: %s", self.queue, exc
+            )
+        self._registered = False
+
+    def take_handoff(self, run: ClaimedRun, read_at: float) -> None:
+        """A create claimed ``run`` for this worker (its inbox row): start it like a
+        claimed run, in the slot kept for the registration (else a free one).
+
+        ``read_at``: when the read that brought it was sent (monotonic), the lease's
+        confirmation time as a claim's send time is: the row was pushed after it, or
+        (waiting already) within a round trip before it.
+
+        Draining, or with no slot free, the run goes back to the queue (release_runs):
+        the worker never holds more runs than it has slots.
+        """
+        HANDOFFS.labels(self.queue).inc()
+        self._registered = False  # a hand-off consumes the registration
+        self._maybe_ready = True  # the next trip claims (and registers again)
+        if self._handoff_slots > 0:
+            self._handoff_slots -= 1
+            if self._claiming:
+                self._start_run(run, read_at)
+                return
+            self._slots.give_back(1)
+        elif self._claiming and self._slots.reserve(1) == 1:
+            self._start_run(run, read_at)
+            return
+        task = asyncio.get_running_loop().create_task(self._give_back_handoff(run))
+        self._trips.add(task)
+        task.add_done_callback(self._trips.discard)
+
+    async def _give_back_handoff(self, run: ClaimedRun) -> None:
+        """Release a handed-off run this worker will not run (drain, or no slot free)."""
+        try:
+            await self._store.release([run.lease], "handoff_declined")
+        except (RedisError, OSError) as exc:
+            # its lease expires and the reconciler treats it as a dead worker's run
+            log.warning("queue %s: could not give back a handed-off run: %s", self.queue, exc)
+
+    def handoff_idle(self) -> None:
+        """The inbox waited a full timeout for nothing: slots kept for rows that never
+        came (a registration removed twice after a lost reply) are given back."""
+        if self._registered or self._registering or self._handoff_slots == 0:
+            return
+        self._slots.give_back(self._handoff_slots)
+        self._handoff_slots = 0
+        self._slots_returned()
 
     def kick(self) -> None:
         """A slot was freed somewhere in the worker: maybe claim more."""
@@ -191,17 +289,19 @@ class Courier:
         """
         sent = False
         while len(self._trips) < self._trips_max:
-            token, wanted, resent = self._claim_to_send()
+            token, wanted, resent, registration = self._claim_to_send()
             batch = self._outcomes
-            if not batch and not wanted:
+            if not batch and not wanted and registration is None:
                 return sent
             self._outcomes = []
             trip = asyncio.get_running_loop().create_task(
-                self._trip(batch, token, wanted, resent=resent)
+                self._trip(batch, token, wanted, resent=resent, registration=registration)
             )
             self._trips.add(trip)
             if wanted:
                 self._claim_trips.add(trip)
+            if registration is not None:
+                self._registration_trip = trip
             trip.add_done_callback(self._trip_done)
             sent = True
         return sent
@@ -222,17 +322,24 @@ class Courier:
         wanted: int,
         *,
         resent: bool,
+        registration: _Registration | None = None,
     ) -> None:
         """One round trip: write ``batch``'s outcomes, claim ``wanted`` runs, settle both."""
         sent_at = time.monotonic()
         try:
             codes, claim = await self._store.finish_and_claim(
-                self.queue, self._owner_id, [outcome for outcome, _ in batch], wanted, token
+                self.queue,
+                self._owner_id,
+                [outcome for outcome, _ in batch],
+                wanted,
+                token,
+                handoff_ms=self._handoff_ms if registration is not None else 0,
             )
         except (RedisError, OSError) as exc:
             # the claim may have run in Redis: its slots stay reserved for the resend
-            if wanted:
-                self._unanswered.append((token, wanted))
+            # (and the registration it carried goes with it)
+            if wanted or registration is not None:
+                self._unanswered.append((token, wanted, registration))
             self._outcomes[:0] = batch
             # still in flight while it waits: no other trip is sent into the failure
             await asyncio.sleep(self._round_trip_failed(exc, bool(batch), self._failures))
@@ -242,20 +349,45 @@ class Courier:
             if not future.done():
                 future.set_result(code)
         if claim.refused is not None:
-            self._claim_refused(token, wanted, claim.refused, resent=resent)
+            self._claim_refused(
+                token, wanted, claim.refused, resent=resent, registration=registration
+            )
             return
-        self._claim_answered(wanted, claim, sent_at, woken=self._wakes != self._wakes_claimed)
+        kept = 0 if registration is None else self._registration_answered(registration, claim)
+        self._claim_answered(
+            wanted, claim, sent_at, woken=self._wakes != self._wakes_claimed, kept=kept
+        )
 
-    def _claim_answered(self, wanted: int, claim: Claim, sent_at: float, *, woken: bool) -> None:
+    def _registration_answered(self, registration: _Registration, claim: Claim) -> int:
+        """Settle the slots of the hand-off registration a trip carried; returns how many
+        of the claim's slots the new registration keeps (0 or 1).
+
+        The slot kept for the registration the trip removed went into its claim when it
+        was sent (:meth:`_take_registration`): if a hand-off consumed the registration
+        meanwhile, its row takes a free slot when it comes, or goes back to the queue.
+        """
+        self._registering = False
+        if not claim.registered:
+            return 0
+        self._handoff_slots += 1
+        self._registered = True
+        if not self._claiming:
+            self._unregister = True  # made as a drain began: the next trip removes it
+        return 1
+
+    def _claim_answered(
+        self, wanted: int, claim: Claim, sent_at: float, *, woken: bool, kept: int = 0
+    ) -> None:
         """Start what the claim took; claim again only if the queue may still hold runs.
 
         A short claim says the queue was empty when the script ran, not that it is now:
         a wake message that came after the last new claim was sent (a run created just
         after the claim read the queue) keeps the courier claiming, else that run would
         wait for the ``idle_wake_s`` safety net. A full claim says more may wait: the
-        trips in flight all claim until one comes back short.
+        trips in flight all claim until one comes back short. ``kept``: slots of the
+        claim the hand-off registration it made keeps.
         """
-        unused = wanted - len(claim.runs)
+        unused = wanted - len(claim.runs) - kept
         self._slots.give_back(unused)
         if unused:
             self._slots_returned()
@@ -270,21 +402,35 @@ class Courier:
         for run in claim.runs:
             self._start_run(run, sent_at)
 
-    def _claim_refused(self, token: str, wanted: int, exc: Exception, *, resent: bool) -> None:
+    def _claim_refused(
+        self,
+        token: str,
+        wanted: int,
+        exc: Exception,
+        *,
+        resent: bool,
+        registration: _Registration | None = None,
+    ) -> None:
         """Redis took the outcomes but not the claim: claim nothing for a while.
 
         Out of memory or read-only, the script was refused whole, before it ran:
-        a new claim's slots go back. A resent claim stays unanswered (its first
-        call may have run), and so does one refused for any other reason.
+        a new claim's slots go back (and the registration it carried is as it was).
+        A resent claim stays unanswered (its first call may have run), and so does
+        one refused for any other reason.
         """
         reason = refusal_of(exc)
         WORKER_WRITES_REFUSED.labels("claim", reason or "error").inc()
         if reason in ("out_of_memory", "read_only") and not resent:
-            self._slots.give_back(wanted)
-            if wanted:
+            moved = 0 if registration is None else registration.moved
+            self._slots.give_back(wanted - moved)
+            if wanted - moved:
                 self._slots_returned()
-        elif wanted:
-            self._unanswered.append((token, wanted))
+            if registration is not None:  # refused whole: the registration is as it was
+                self._registering = False
+                self._registered = self._registered or registration.had
+                self._handoff_slots += moved
+        elif wanted or registration is not None:
+            self._unanswered.append((token, wanted, registration))
         pause_s = self._claim_refusals.failed(
             exc,
             what=f"queue {self.queue}: claim (outcomes still written)",
@@ -311,27 +457,58 @@ class Courier:
             logger=log,
         )
 
-    def _claim_to_send(self) -> tuple[str, int, bool]:
-        """Token, slot count and resent-or-not of the next trip's claim: an unanswered one
-        again, or new (at most :attr:`claim_max` slots).
+    def _claim_to_send(self) -> tuple[str, int, bool, _Registration | None]:
+        """Token, slot count, resent-or-not and hand-off registration of the next trip's
+        claim: an unanswered one again, or new (at most :attr:`claim_max` slots).
 
         While claims are paused the trip claims nothing (count 0 only promotes retries).
+        A new claim carries the registration when no other trip does (a drain's
+        carries it with no claim, to remove it).
         """
         if self._claims_paused():
-            return new_claim_token(), 0, False
+            return new_claim_token(), 0, False, None
         if self._unanswered:
-            token, wanted = self._unanswered.pop(0)
-            return token, wanted, True
+            token, wanted, registration = self._unanswered.pop(0)
+            return token, wanted, True, registration
+        if self._unregister and not self._registering:
+            self._unregister = False
+            return new_claim_token(), 0, False, self._take_registration(into_claim=False)
         if not self._wants_claim():
-            return new_claim_token(), 0, False
+            return new_claim_token(), 0, False, None
         self._wakes_claimed = self._wakes
-        return new_claim_token(), self._slots.reserve(self.claim_max), False
+        wanted = self._slots.reserve(self.claim_max)
+        registration = None
+        if self._handoff_ms and not self._registering and (wanted or self._registered):
+            registration = self._take_registration(into_claim=True)
+            wanted += registration.moved
+        return new_claim_token(), wanted, False, registration
+
+    def _take_registration(self, *, into_claim: bool) -> _Registration:
+        """The registration, as the trip about to be sent carries it (one trip at a time).
+
+        The slot kept for it goes into the trip's claim (``into_claim``: the claim
+        removes the registration and may fill that slot) or back to the worker (a
+        drain's trip, which claims nothing). Either way a row of a hand-off made before
+        the removal finds no slot kept: it takes a free one, or goes back to the queue.
+        """
+        self._registering = True
+        had, moved = self._registered, 0
+        self._registered = False
+        if had and self._handoff_slots > 0:
+            self._handoff_slots -= 1
+            if into_claim:
+                moved = 1
+            else:
+                self._slots.give_back(1)
+                self._slots_returned()
+        return _Registration(had=had, moved=moved)
 
     def _wants_claim(self) -> bool:
         """Whether the next trip claims: there may be runs, room for them, and no claim in
         flight that already covers them (one is enough unless a backlog is known or a wake
         came after it was sent)."""
-        if not (self._claiming and self._maybe_ready and self._slots.free > 0):
+        room = self._slots.free > 0 or (self._registered and not self._registering)
+        if not (self._claiming and self._maybe_ready and room):
             return False
         return self._backlog or not self._claim_trips or self._wakes != self._wakes_claimed
 
@@ -340,6 +517,10 @@ class Courier:
 
     def _wait_timeout(self) -> float:
         timeout = self._idle_wake_s
+        if self._registered:  # renewed at half its life, by the claim the timer sends
+            timeout = min(timeout, self._handoff_ms / 2000)
+        if self._registered:  # renewed at half its life, by the claim the timer sends
+            timeout = min(timeout, self._handoff_ms / 2000)
         if self._next_due_ms is not None:
             timeout = min(timeout, self._next_due_ms / 1000 - time.time())
         if self._claims_paused():

@@ -38,6 +38,7 @@ from app.executor.courier import Courier
 from app.executor.early_cancels import EarlyCancels
 from app.executor.execution import ExecutionDeps, RetryPolicy, RunExecution
 from app.executor.heartbeat import Heartbeat, HeartbeatCallbacks
+from app.executor.inbox import HandoffInbox
 from app.executor.listener import ChannelListener
 from app.executor.reasons import StopReason
 from app.executor.slots import Slots
@@ -71,6 +72,8 @@ log = logging.getLogger(__name__)
 SETTLE_AFTER_DRAIN_S = 10.0
 # the couriers' first claim waits this long at most for the cancel channel's subscription
 SUBSCRIBE_WAIT_S = 5.0
+# a hand-off registration's life: how long a paused or dead worker may still be handed a run
+HANDOFF_REGISTRATION_S = 2.0
 ADVERTISEMENT_TTL_BEATS = 3
 
 
@@ -161,6 +164,11 @@ class Worker:
             self._install_signal_handlers()
             await _subscribed(listener)
             self._start_couriers(lease_store)
+            if settings.handoff:
+                background += [
+                    asyncio.create_task(self._inbox(client, lease_store, queue).run_forever())
+                    for queue in settings.queues
+                ]
             if self.settings.reconciler_enabled:
                 reconciler = self._reconciler(lease_store, RunStore(stores))
                 background.append(asyncio.create_task(reconciler.run_forever(), name="reconciler"))
@@ -261,6 +269,31 @@ class Worker:
         if courier is not None:
             courier.notify_ready()
 
+    def _handoff_ms(self) -> int:
+        """How long a hand-off registration lives: HANDOFF_REGISTRATION_S (or two idle
+        wake intervals, when shorter). The idle courier renews it at half that, so a
+        worker paused or dead stops taking hand-offs soon after (at most one run is
+        handed to it, and that run's lease expires as any)."""
+        if not self.settings.handoff:
+            return 0
+        return round(1000 * min(HANDOFF_REGISTRATION_S, 2 * self.settings.idle_wake_s))
+
+    def _inbox(self, client: AsyncRedis, lease_store: LeaseStore, queue: str) -> HandoffInbox:
+        """The hand-off inbox of one queue: its rows go to the courier, as claimed runs."""
+        courier = self._couriers[queue]
+
+        def on_row(raw: str, read_at: float) -> None:
+            courier.take_handoff(lease_store.handed_off(queue, self.id, raw), read_at)
+
+        return HandoffInbox(
+            client,
+            keys=lease_store.keys(queue),
+            owner_id=self.id,
+            timeout_s=self._handoff_ms() / 2000,
+            on_row=on_row,
+            on_idle=courier.handoff_idle,
+        )
+
     def _heartbeat(self, renewer: LeaseRenewer) -> Heartbeat:
         loop = asyncio.get_running_loop()
         callbacks = HeartbeatCallbacks(
@@ -342,6 +375,7 @@ class Worker:
                 idle_wake_s=self.settings.idle_wake_s,
                 slots_returned=self._kick_couriers,
                 trips_in_flight=self.settings.round_trips_in_flight,
+                handoff_ms=self._handoff_ms(),
             )
             self._couriers[queue] = courier
             courier.start()
@@ -440,6 +474,8 @@ class Worker:
         for execution in left:
             execution.stop(StopReason.DRAIN)  # each says "run released" once its release is written
         await self._wait_for_executions(SETTLE_AFTER_DRAIN_S)
+        for courier in self._couriers.values():
+            await courier.withdraw()
         log.info("drained: %d finished, %d released", len(finished), len(left))
 
     async def _wait_for_executions(self, timeout_s: float) -> None:

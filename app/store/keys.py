@@ -32,6 +32,11 @@ script touches a single Redis Cluster slot::
                                                "inbox:<name>" -> pending signals (park_run)
     <prefix>:{<queue>}:activity        stream  every run's lifecycle events, capped (~1000)
     <prefix>:{<queue>}:claim:<owner>:<token>  string  a claim's receipt (ids, fences), for one TTL
+    <prefix>:{<queue>}:handoff:idle    zset    owner -> registration expiry ms: idle workers a
+                                               create may hand a run to (includes/claim.lua)
+    <prefix>:{<queue>}:handoff:args    hash    owner -> "<lease ttl ms> <maxlen> <promote max>"
+    <prefix>:{<queue>}:handoff:inbox:<owner>  list  claim rows (JSON) handed to that worker
+    <prefix>:{<queue>}:handoff:taken:<owner>  list  rows it took (BLMOVE), until it started them
     <prefix>:{<queue>}:series:<minute>  hash  status (or lease_expired) -> runs that came to it
                                                in that epoch minute; expires after 61 min
     <prefix>:{<queue>}:rl:<bucket>     string  a start bucket's GCRA TAT (ms): gates the starts
@@ -126,6 +131,26 @@ class QueueKeys:
         every script that ends a run expires its effects with it.
         """
         return f"{self.tag}:effects:"
+
+    @property
+    def handoff_idle(self) -> str:
+        """Zset of workers registered for a hand-off (owner -> expiry ms): claim.lua's
+        ``HANDOFF_IDLE``; claim_runs and the create scripts derive it from the tag."""
+        return f"{self.tag}:handoff:idle"
+
+    @property
+    def handoff_args(self) -> str:
+        """Hash owner -> what a claim on its behalf needs (claim.lua's ``HANDOFF_ARGS``)."""
+        return f"{self.tag}:handoff:args"
+
+    def handoff_inbox(self, owner_id: str) -> str:
+        """List of the claim rows handed to one worker (claim.lua's ``HANDOFF_INBOX``)."""
+        return f"{self.tag}:handoff:inbox:{owner_id}"
+
+    def handoff_taken(self, owner_id: str) -> str:
+        """List of the rows a worker moved out of its inbox and has not yet started: read
+        again after its blocking connection was cut, so no taken row is lost."""
+        return f"{self.tag}:handoff:taken:{owner_id}"
 
     @property
     def claim_receipt_prefix(self) -> str:

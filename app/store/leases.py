@@ -109,6 +109,10 @@ class Claim:
     throttled: int = 0
     # why Redis refused the claim (the outcomes sent with it were written regardless)
     refused: Exception | None = None
+    # the hand-off registration (``handoff_ms`` > 0): the earlier one was still there,
+    # and this claim made a new one (it kept one of the slots asked for)
+    unregistered: bool = False
+    registered: bool = False
 
 
 @dataclass(slots=True)
@@ -159,12 +163,50 @@ def _json_or_none(raw: str) -> Any:
     return {} if raw == "{}" else json.loads(raw)
 
 
+def _claimed_run(queue: str, owner_id: str, row: Sequence[Any]) -> ClaimedRun:
+    """One claim_runs row (ClaimRow's field order; strings, or numbers from an inbox's
+    JSON) as the run this worker now holds, unpacked once, passed positionally."""
+    (
+        run_id,
+        fence,
+        handler,
+        run_input,
+        attempt,
+        max_attempts,
+        state,
+        resume_input,
+        budget,
+        traceparent,
+        created_at,
+        prior_fence,
+        prior_owner,
+    ) = row
+    return ClaimedRun(
+        Lease(queue, run_id, owner_id, int(fence)),
+        handler,
+        _json_or_none(run_input),
+        int(attempt),
+        int(max_attempts),
+        _json_or_none(state) if state else None,
+        _json_or_none(resume_input) if resume_input else None,
+        (_json_or_none(budget) or {}) if budget else {},
+        traceparent or None,
+        int(created_at) if created_at else None,
+        int(prior_fence) if prior_fence else None,
+        prior_owner or None,
+    )
+
+
 class LeaseStore(Store):
     """Performs the worker's fenced transitions on a :class:`StoreContext`."""
 
-    def _claim_call(self, queue: str, owner_id: str, count: int, token: str) -> ScriptCall:
+    def _claim_call(
+        self, queue: str, owner_id: str, count: int, token: str, handoff_ms: int = 0
+    ) -> ScriptCall:
         ctx = self.ctx
-        args = ClaimArgs(owner_id, count, ctx.lease_ttl_ms, ctx.events_maxlen, PROMOTE_MAX, token)
+        args = ClaimArgs(
+            owner_id, count, ctx.lease_ttl_ms, ctx.events_maxlen, PROMOTE_MAX, token, handoff_ms
+        )
         return CLAIM_RUNS.call(self.keys(queue), args)
 
     def _finish_call(self, queue: str, owner_id: str, outcomes: Sequence[Outcome]) -> ScriptCall:
@@ -177,49 +219,37 @@ class LeaseStore(Store):
 
     def _parse_claim(self, queue: str, owner_id: str, raw: list[Any]) -> Claim:
         reply = CLAIM_RUNS.decode(raw)
-        # the rows unpacked in ClaimRow's field order (one unpack, not 13 attribute reads),
-        # positionally into ClaimedRun: ~25 % of the parse per run
-        runs = [
-            ClaimedRun(
-                Lease(queue, run_id, owner_id, int(fence)),
-                handler,
-                _json_or_none(run_input),
-                int(attempt),
-                int(max_attempts),
-                _json_or_none(state) if state else None,
-                _json_or_none(resume_input) if resume_input else None,
-                (_json_or_none(budget) or {}) if budget else {},
-                traceparent or None,
-                int(created_at) if created_at else None,
-                int(prior_fence) if prior_fence else None,
-                prior_owner or None,
-            )
-            for (
-                run_id,
-                fence,
-                handler,
-                run_input,
-                attempt,
-                max_attempts,
-                state,
-                resume_input,
-                budget,
-                traceparent,
-                created_at,
-                prior_fence,
-                prior_owner,
-            ) in reply.rows
-        ]
-        return Claim(runs, reply.next_due_ms, reply.throttled)
+        runs = [_claimed_run(queue, owner_id, row) for row in reply.rows]
+        return Claim(
+            runs,
+            reply.next_due_ms,
+            reply.throttled,
+            unregistered=reply.unregistered,
+            registered=reply.registered,
+        )
 
-    async def claim(self, queue: str, owner_id: str, count: int, token: str | None = None) -> Claim:
+    def handed_off(self, queue: str, owner_id: str, raw: str | bytes) -> ClaimedRun:
+        """A run a create handed to this worker: its inbox row (claim_runs' row, as JSON)."""
+        return _claimed_run(queue, owner_id, json.loads(raw))
+
+    async def claim(
+        self,
+        queue: str,
+        owner_id: str,
+        count: int,
+        token: str | None = None,
+        *,
+        handoff_ms: int = 0,
+    ) -> Claim:
         """Claim up to ``count`` ready runs (0 only promotes due retries).
 
         ``token`` makes the claim idempotent for one lease TTL: calling again with
         the same token (because the first answer was lost) returns what the first
-        call claimed instead of claiming more. None: a fresh token.
+        call claimed instead of claiming more. None: a fresh token. ``handoff_ms`` > 0
+        removes the owner's hand-off registration and, when the claim comes back
+        short, registers it again for that long (:attr:`Claim.registered`).
         """
-        call = self._claim_call(queue, owner_id, count, token or new_claim_token())
+        call = self._claim_call(queue, owner_id, count, token or new_claim_token(), handoff_ms)
         return self._parse_claim(queue, owner_id, await self.scripts.run(self.client, call))
 
     async def finish_and_claim(
@@ -229,12 +259,15 @@ class LeaseStore(Store):
         outcomes: Sequence[Outcome],
         count: int,
         token: str | None = None,
+        *,
+        handoff_ms: int = 0,
     ) -> tuple[list[LeaseAnswer], Claim]:
         """Record outcomes and claim up to ``count`` more runs, in one round trip.
 
         Returns one answer per outcome (OK, RETRY, CANCEL or LOST), then the claim. ``token``
         as for :meth:`claim`: a caller that retries after a failed round trip passes
-        the same one, so runs claimed by a call whose reply was lost come back.
+        the same one, so runs claimed by a call whose reply was lost come back;
+        ``handoff_ms`` as for :meth:`claim`.
 
         Redis can refuse the claim and still take the outcomes (past ``maxmemory``
         a claim is refused whole, a terminal write is not): the codes are then
@@ -244,7 +277,9 @@ class LeaseStore(Store):
         calls = []
         if outcomes:
             calls.append(self._finish_call(queue, owner_id, outcomes))
-        calls.append(self._claim_call(queue, owner_id, count, token or new_claim_token()))
+        calls.append(
+            self._claim_call(queue, owner_id, count, token or new_claim_token(), handoff_ms)
+        )
         results = await self.scripts.pipeline(self.client, calls, raise_on_error=False)
         if outcomes and isinstance(results[0], Exception):
             raise results[0]

@@ -213,6 +213,8 @@ class ClaimArgs(NamedTuple):
     maxlen: int
     promote_max: int
     token: str
+    # > 0: the worker takes hand-offs; the call re-registers it (includes/claim.lua)
+    handoff_ms: int = 0
 
 
 class ClaimRow(NamedTuple):
@@ -240,6 +242,10 @@ class ClaimReply(NamedTuple):
     next_due_ms: int | None
     # lanes found at a concurrency limit (1 when the queue-wide limit stopped the claim)
     throttled: int = 0
+    # the owner's hand-off registration was still there (no run handed to it since)
+    unregistered: bool = False
+    # the call registered the owner again: one slot asked for is kept for a hand-off
+    registered: bool = False
 
 
 def _claim_keys(k: QueueKeys, run_id: str, a: ClaimArgs) -> tuple[str, ...]:
@@ -254,10 +260,14 @@ def _claim_keys(k: QueueKeys, run_id: str, a: ClaimArgs) -> tuple[str, ...]:
 
 
 def _claim_reply(reply: Sequence[Any]) -> ClaimReply:
-    _code, rows, next_due, throttled = reply
+    _code, rows, next_due, throttled, unregistered, registered = reply
     due = int(next_due)
     return ClaimReply(
-        [ClaimRow._make(row) for row in rows], None if due < 0 else due, int(throttled)
+        [ClaimRow._make(row) for row in rows],
+        None if due < 0 else due,
+        int(throttled),
+        unregistered == 1,
+        registered == 1,
     )
 
 

@@ -14,9 +14,18 @@
 -- ARGV[5]  promote_max  integer how many due retries to promote at most
 -- ARGV[6]  token        string  this claim's request token ('' for none); the same token
 --          again (a retry after a lost reply) answers what the first call claimed
+-- ARGV[7]  handoff_ms   integer 0: leave the owner's hand-off registration alone; more:
+--          remove it, and when the claim got fewer runs than asked, register the owner
+--          for that long (includes/claim.lua: hand_off, reregister)
 -- derived  lane:<lane>, placed, slots, limits, wait:<res>, blocked, queued, kqueued,
---          one:<key> (lib.lua, flow control), from the queue's tag (KEYS[4] less 'run:')
--- returns  {code, runs, next_due_ms, throttled}  codes: OK; runs is a list of
+--          one:<key> (lib.lua, flow control), handoff:idle, handoff:args (the owner's
+--          hand-off registration, includes/claim.lua), from the queue's tag (KEYS[4]
+--          less 'run:')
+-- returns  {code, runs, next_due_ms, throttled, unregistered, registered}  codes: OK;
+--          unregistered: 1 when handoff_ms > 0 found the owner's registration still
+--          there (no run was handed to it since), else 0; registered: 1 when the call
+--          registered it again (one of the slots it asked for is then kept for the
+--          hand-off); runs is a list of
 --          {id, fence, handler, input, attempt, max_attempts, state, resume_input,
 --          budget, traceparent, created_at, prior_fence, prior_owner}; the last two
 --          name the run's previous claim (attempt_claim, '<fence> <owner>', kept on the
@@ -49,7 +58,9 @@
 --          (ids and fences) is kept that long, and a repeat returns those runs that
 --          are still running under that owner and fence, claiming nothing new. A
 --          reply lost on the way back therefore never leaves runs leased to a
---          worker that does not know it holds them.
+--          worker that does not know it holds them. The hand-off registration is one
+--          per owner (a zset member): removing it answers whether a create claimed a
+--          run for the owner since it was made (includes/claim.lua).
 -- validate-then-write: every number is checked and a receipt decoded before the
 --          first write (claim_core, includes/claim.lua); each popped run is read and
 --          its event encoded before its own writes (reads and encodes of strings and
@@ -57,13 +68,14 @@
 --- @include lib
 --- @include claim
 
-check_argc(6)
+check_argc(7)
 local owner = ARGV[1]
 local want = int_arg(ARGV[2], 'count', 0)
 local ttl = int_arg(ARGV[3], 'lease_ttl_ms', 1)
 int_arg(ARGV[4], 'maxlen', 0)
 local promote_max = int_arg(ARGV[5], 'promote_max', 0)
 local token = ARGV[6]
+local handoff_ms = int_arg(ARGV[7], 'handoff_ms', 0)
 local now = now_ms()
 local receipt = KEYS[6] .. owner .. ':' .. token
 
@@ -87,7 +99,11 @@ if token ~= '' then
         replayed[#replayed + 1] = claim_row(held[1], held[2], cur, '', '')
       end
     end
-    return {'OK', replayed, next_due_ms(), 0}
+    local unregistered = 0
+    if handoff_ms > 0 then
+      unregistered = reregister(tag_of_prefix(KEYS[4]), owner, now, handoff_ms, 0, 0, '')
+    end
+    return {'OK', replayed, next_due_ms(), 0, unregistered, 0}
   end
 end
 
@@ -102,4 +118,9 @@ if token ~= '' and #claimed > 0 then
   end
   redis.call('SET', receipt, cjson.encode(held), 'PX', ttl)
 end
-return {'OK', claimed, next_due_ms(), throttled}
+local unregistered, registered = 0, 0
+if handoff_ms > 0 then
+  unregistered, registered = reregister(tag_of_prefix(KEYS[4]), owner, now, handoff_ms, want,
+    #claimed, ttl .. ' ' .. ARGV[4] .. ' ' .. promote_max)
+end
+return {'OK', claimed, next_due_ms(), throttled, unregistered, registered}

@@ -35,7 +35,9 @@
 --          id); depth: parents above it (0 for a top-level run)
 -- derived  the flow-control keys of lib.lua, the idempotency prefix and the cancel
 --          channel, from the queue's tag (KEYS[3] less ':ready'); a child's tombstone
---          `<tag>:unborn:<id>` (cancel_children: its parent ended before it was created)
+--          `<tag>:unborn:<id>` (cancel_children: its parent ended before it was created);
+--          the hand-off's handoff:idle, handoff:args, handoff:inbox:<owner>, and
+--          claim_runs' delayed and leases (includes/claim.lua)
 -- returns  {code, run_id, created_at_ms}  codes: OK (created), REPLAYED (same key and
 --          same body, or this run id exists already: the earlier run's id),
 --          CONFLICT (same key, other body: the earlier run's id), SINGLETON (reject:
@@ -44,25 +46,38 @@
 --          written, so a stale parent worker cannot bring it to life)
 -- events   created, then wait (kind run_at, until_ms) when its start time is ahead;
 --          with cancel_active, cancel_requested on the active run; with
---          replace_queued, cancelled (reason superseded) on the queued one
+--          replace_queued, cancelled (reason superseded) on the queued one; the
+--          hand-off: when a worker is registered idle, the events of a claim_runs
+--          call of that worker for one run (claimed, or wait on a blocked lane)
 -- invariant: one idempotency key names at most one run, one run id one record; a run is ready only once
 --          its record and its `created` event exist. A singleton key's conflict is
 --          decided in this same step, so two creates of one key in one millisecond
 --          meet in order; only a never-claimed queued run (no first_started_at; not
---          fence 0, as a re-run's fence starts above 0) is superseded.
+--          fence 0, as a re-run's fence starts above 0) is superseded. Once created,
+--          a live hand-off registration gets the run claim_runs would give its worker
+--          (claim_core: fairness, limits and rate buckets hold), pushed to its inbox;
+--          the wake is published unless that left no lane in the ring and the run
+--          has no start time ahead (an idle worker learns it from its wake).
 -- validate-then-write: every argument is checked, the record and the idempotency key
 --          looked up and the event encoded before the first SET; input, metadata and
 --          budget are stored as the API encoded them (it refuses non-finite numbers).
 --          The checks and the create are lib.lua's create_checked and create_one, which
 --          create_runs calls for each run of a chunk: a run is the same either way.
 --- @include lib
+--- @include claim
 
 if #ARGV ~= 4 + CREATE_GROUP_SIZE then
   bad_argument('count of ARGV (one group)', #ARGV)
 end
 local shared = create_shared()
 local c = create_checked(5, KEYS[1], KEYS[2], KEYS[5])
-local q = {tag = tag_of_ready(KEYS[3]), ready = KEYS[3], runs = KEYS[4], unclaimed = KEYS[6],
-  wake = shared.wake}
-local code, id, created_ms = create_one(c, q, shared, now_ms())
+local q = {tag = tag_of_ready(KEYS[3]), ready = KEYS[3], runs = KEYS[4], unclaimed = KEYS[6]}
+local now = now_ms()
+local code, id, created_ms = create_one(c, q, shared, now)
+if code == 'OK' then
+  local delayed = (c.start_at_ms or 0) > now or (c.delay_ms or 0) > 0
+  if not (hand_off(q.tag, now) and not delayed and redis.call('LLEN', q.ready) == 0) then
+    redis.call('PUBLISH', shared.wake, 'ready')
+  end
+end
 return {code, id, created_ms}

@@ -16,25 +16,31 @@
 --          groups of 23, one per run, in create order: the fields of create_run's one
 --          group, meaning what its header says
 -- derived  as create_run's: the flow-control keys, the delayed zset, a child's
---          tombstone, from the queue's tag (KEYS[1] less ':ready')
+--          tombstone, the hand-off's keys and the leases, from the queue's tag (KEYS[1]
+--          less ':ready')
 -- returns  a flat list of {code, run_id, created_at_ms} per group, in order, with the
 --          codes of create_run: OK (created), REPLAYED (same key and same body, or the
 --          run id exists: the earlier run's id), CONFLICT (same key, other body: the
 --          earlier run's id), SINGLETON (reject: nothing written for it), CANCEL (a
 --          child its parent's end cancelled: nothing written for it)
 -- events   per run as create_run: created, then wait (run_at) when its start is ahead;
---          cancel_requested / cancelled (superseded) on a singleton's runs
+--          cancel_requested / cancelled (superseded) on a singleton's runs; the
+--          hand-off's claim events (create_run's header)
 -- invariant: create_run's, per run: the runs are created one after the other, so two
 --          runs of one chunk naming the same idempotency key (or singleton key) meet
 --          as two create_run calls in that order would (the second a replay, or a
 --          conflict if its body differs). One TIME for the chunk (its runs share
---          created_at) and one PUBLISH of the wake channel when any run was created; the
+--          created_at) and at most one PUBLISH of the wake channel; the
 --          index writes (runs, unclaimed, the plain runs' lanes, `queued`) once per chunk
---          after its runs (lib.lua index_created).
+--          after its runs (lib.lua index_created). Then up to one hand-off per run
+--          created, each to another live registration (create_run's rule), and the
+--          wake published unless a hand-off left the ring empty and no run of the
+--          chunk starts later.
 -- validate-then-write: every group's fields are checked (create_checked) before the
 --          first write; each run's record, idempotency key, tombstone and singleton key
 --          are then read before its own writes (after the earlier runs' writes).
 --- @include lib
+--- @include claim
 
 check_groups(5, CREATE_GROUP_SIZE)
 local shared = create_shared()
@@ -49,16 +55,24 @@ end
 local q = {tag = tag_of_ready(KEYS[1]), ready = KEYS[1], runs = KEYS[2], unclaimed = KEYS[3],
   index = new_index()}
 local now = now_ms()
-local reply, created = {}, false
+local reply, created, delayed = {}, 0, false
 for _, c in ipairs(checked) do
   local code, id, created_ms = create_one(c, q, shared, now)
   reply[#reply + 1] = code
   reply[#reply + 1] = id
   reply[#reply + 1] = created_ms
-  created = created or code == 'OK'
+  if code == 'OK' then
+    created = created + 1
+    delayed = delayed or (c.start_at_ms or 0) > now or (c.delay_ms or 0) > 0
+  end
 end
 index_created(q, q.index)
-if created then
+-- the hand-off, once the chunk is in its lanes: a run each to up to `created` idle workers
+local handed = 0
+while handed < created and hand_off(q.tag, now) do
+  handed = handed + 1
+end
+if created > 0 and (handed == 0 or delayed or redis.call('LLEN', q.ready) > 0) then
   redis.call('PUBLISH', shared.wake, 'ready')
 end
 return reply

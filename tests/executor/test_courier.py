@@ -45,9 +45,13 @@ class LosingReplies(LeaseStore):
         outcomes: Sequence[Outcome],
         count: int,
         token: str | None = None,
+        *,
+        handoff_ms: int = 0,
     ) -> tuple[list[LeaseAnswer], Claim]:
         """Run the round trip; while losses remain, drop a reply that claimed runs."""
-        answer = await super().finish_and_claim(queue, owner, outcomes, count, token)
+        answer = await super().finish_and_claim(
+            queue, owner, outcomes, count, token, handoff_ms=handoff_ms
+        )
         if self.losses and answer[1].runs:
             self.losses -= 1
             raise RedisConnectionError("connection closed while the reply was in flight")
@@ -110,12 +114,16 @@ class RefusingFinishes(LeaseStore):
         outcomes: Sequence[Outcome],
         count: int,
         token: str | None = None,
+        *,
+        handoff_ms: int = 0,
     ) -> tuple[list[LeaseAnswer], Claim]:
         """Refuse before sending anything while refusals remain, as Redis refuses a script."""
         if outcomes and self.refusals:
             self.refusals -= 1
             raise self.error
-        return await super().finish_and_claim(queue, owner, outcomes, count, token)
+        return await super().finish_and_claim(
+            queue, owner, outcomes, count, token, handoff_ms=handoff_ms
+        )
 
 
 def courier_on(store: LeaseStore, started: list[ClaimedRun], slots: Slots | None = None) -> Courier:

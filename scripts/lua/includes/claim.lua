@@ -307,3 +307,57 @@ local function claim_core(k, want, promote_max)
   call_chunked('ZREM', unclaimed_key_of(k.run_prefix), first_claims)
   return claimed, throttled
 end
+
+-- The hand-off (Temporal's "sync match"): a worker with a free slot whose claim found
+-- nothing registers in `<tag>handoff:idle` (owner -> registration expiry ms, Redis
+-- clock) with what a claim needs on its behalf in `<tag>handoff:args` (owner ->
+-- "<lease ttl ms> <events maxlen> <promote max>"); claim_runs writes both. One
+-- registration is one hand-off at most: the hand-off consumes it.
+local HANDOFF_IDLE, HANDOFF_ARGS, HANDOFF_INBOX = 'handoff:idle', 'handoff:args', 'handoff:inbox:'
+
+-- Claim one run for one live registration of the queue (tag as lib's), through
+-- claim_core: the run is the one a claim_runs call by that worker would get now, or
+-- none (nothing claimable: the registration stays). The claim's row (claim_row, JSON)
+-- goes to the worker's inbox list, `<tag>handoff:inbox:<owner>`, which it waits on
+-- (BLMOVE). Returns whether a run was handed off. An expired registration is skipped
+-- (its worker may be dead); its worker's next claim removes it.
+local function hand_off(tag, now)
+  local idle = redis.call('ZRANGEBYSCORE', tag .. HANDOFF_IDLE, '(' .. now, '+inf', 'LIMIT', 0, 1)
+  if #idle == 0 then
+    return false
+  end
+  local owner = idle[1]
+  local args = redis.call('HGET', tag .. HANDOFF_ARGS, owner) or ''
+  local ttl, maxlen, promote_max = string.match(args, '^(%d+) (%d+) (%d+)$')
+  if not ttl then
+    return false  -- never written so by claim_runs; nothing is claimed on its word
+  end
+  local claimed = claim_core({ready = tag .. 'ready', delayed = tag .. 'delayed',
+    leases = tag .. 'leases', run_prefix = tag .. 'run:', events_prefix = tag .. 'events:',
+    owner = owner, ttl = tonumber(ttl), maxlen = maxlen, now = now}, 1, tonumber(promote_max))
+  if #claimed == 0 then
+    return false
+  end
+  redis.call('ZREM', tag .. HANDOFF_IDLE, owner)
+  redis.call('HDEL', tag .. HANDOFF_ARGS, owner)
+  redis.call('RPUSH', tag .. HANDOFF_INBOX .. owner, cjson.encode(claimed[1]))
+  return true
+end
+
+-- A claim_runs call's registration step for its owner (handoff_ms > 0: the worker
+-- takes hand-offs): its registration is removed first (1 when it was still there, so
+-- no run was handed to it since: the worker frees the slot it kept for it; 0 when a
+-- hand-off consumed it, or there was none); then, when the claim got fewer runs than
+-- asked (want > got), it registers again for handoff_ms. Returns removed, registered.
+local function reregister(tag, owner, now, handoff_ms, want, got, args)
+  local removed = redis.call('ZREM', tag .. HANDOFF_IDLE, owner)
+  if got < want then
+    redis.call('ZADD', tag .. HANDOFF_IDLE, now + handoff_ms, owner)
+    redis.call('HSET', tag .. HANDOFF_ARGS, owner, args)
+    return removed, 1
+  end
+  if removed == 1 then
+    redis.call('HDEL', tag .. HANDOFF_ARGS, owner)
+  end
+  return removed, 0
+end

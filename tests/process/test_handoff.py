@@ -1,0 +1,120 @@
+"""The hand-off with real worker processes: an idle worker gets a new run from its
+inbox, with no wake message and no claim of its own (LEASEHOLD_HANDOFF)."""
+
+from __future__ import annotations
+
+import pytest
+import redis.asyncio as aioredis
+
+from app.models import RunStatus
+from app.store.keys import QueueKeys
+from app.store.runs import NewRun, RunStore
+from tests.support.polling import eventually, wait_status
+from tests.support.processes import Processes
+
+# far longer than the test may take: no safety-net claim can start a run
+IDLE_WAKE_S = 600
+
+
+async def publishes(client: aioredis.Redis) -> int:
+    """PUBLISH commands so far (from scripts included): a wake message is one."""
+    stats = await client.info("commandstats")
+    return int(stats.get("cmdstat_publish", {}).get("calls", 0))
+
+
+async def registered(client: aioredis.Redis, keys: QueueKeys) -> int:
+    return int(await client.zcard(keys.handoff_idle))
+
+
+async def create(run_store: RunStore, **options: object) -> str:
+    new = NewRun(handler="test.record", input={}, **options)  # type: ignore[arg-type]
+    return (await run_store.create(new)).run.id
+
+
+async def idle_worker(
+    processes: Processes, run_store: RunStore, client: aioredis.Redis, keys: QueueKeys, on: bool
+) -> None:
+    """A worker up, past its first run, idle (and registered when the hand-off is on)."""
+    processes.worker(LEASEHOLD_IDLE_WAKE_S=str(IDLE_WAKE_S), LEASEHOLD_HANDOFF=str(on).lower())
+    await wait_status(run_store, await create(run_store), RunStatus.SUCCEEDED)
+    if on:
+        await eventually(lambda: registered(client, keys), until=lambda n: n == 1, what="idle")
+
+
+@pytest.mark.parametrize("on", [True, False])
+async def test_an_idle_worker_starts_a_new_run_without_a_wake_message(
+    processes: Processes, run_store: RunStore, redis_client: aioredis.Redis, prefix: str, on: bool
+) -> None:
+    keys = QueueKeys(prefix, "default")
+    await idle_worker(processes, run_store, redis_client, keys, on)
+    before = await publishes(redis_client)
+    run_id = await create(run_store)
+    await wait_status(run_store, run_id, RunStatus.SUCCEEDED)
+    # the create published no wake: only the hand-off can have started the run
+    assert (await publishes(redis_client) - before == 0) is on
+    events = [e.type for e in await run_store.read_events(run_id)]
+    assert events[:2] == ["created", "claimed"] and events[-1] == "succeeded"
+
+
+async def test_back_to_back_creates_the_second_goes_the_wake_path(
+    processes: Processes, run_store: RunStore, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    keys = QueueKeys(prefix, "default")
+    await idle_worker(processes, run_store, redis_client, keys, True)
+    first, second = await create(run_store), await create(run_store)
+    for run_id in (first, second):
+        await wait_status(run_store, run_id, RunStatus.SUCCEEDED)
+    await eventually(lambda: registered(client=redis_client, keys=keys), until=lambda n: n == 1)
+
+
+async def test_a_run_handed_to_a_killed_worker_is_retried_after_its_lease(
+    processes: Processes, run_store: RunStore, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    keys = QueueKeys(prefix, "default")
+    await idle_worker(processes, run_store, redis_client, keys, True)
+    dead = processes.started[-1]
+    dead.kill()  # SIGKILL: its registration stays until it expires
+    run_id = await create(run_store, on_lease_expired="retry", max_attempts=2)
+    handed = await run_store.get(run_id)
+    assert handed.status == RunStatus.RUNNING  # leased to the dead worker
+    processes.worker(LEASEHOLD_IDLE_WAKE_S="0.2", LEASEHOLD_HANDOFF="true")
+    done = await wait_status(run_store, run_id, RunStatus.SUCCEEDED, timeout_s=30)
+    assert done.owner_id != handed.owner_id
+    assert done.attempt == 2
+
+
+async def test_a_drained_worker_withdraws_its_registration(
+    processes: Processes, run_store: RunStore, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    keys = QueueKeys(prefix, "default")
+    await idle_worker(processes, run_store, redis_client, keys, True)
+    worker = processes.started[-1]
+    worker.stop()
+    assert worker.wait(10) == 0
+    assert await registered(redis_client, keys) == 0
+    run_id = await create(run_store)
+    assert (await run_store.get(run_id)).status == RunStatus.QUEUED
+
+
+async def test_a_one_slot_worker_keeps_taking_runs_past_its_registrations(
+    processes: Processes, run_store: RunStore, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    """The slot kept for a registration is its claim's again: a worker of one slot runs
+    run after run, by hand-off, by wake, and after registrations lapsed and renewed."""
+    keys = QueueKeys(prefix, "default")
+    processes.worker(
+        "--concurrency", "1", LEASEHOLD_IDLE_WAKE_S=str(IDLE_WAKE_S), LEASEHOLD_HANDOFF="true"
+    )
+    for _ in range(3):
+        await wait_status(run_store, await create(run_store), RunStatus.SUCCEEDED)
+    batch = [await create(run_store) for _ in range(3)]  # one handed off, two woken
+    for run_id in batch:
+        await wait_status(run_store, run_id, RunStatus.SUCCEEDED)
+    first = await redis_client.zrange(keys.handoff_idle, 0, 0, withscores=True)
+    # renewed at half its life while idle: its expiry moves on
+    await eventually(
+        lambda: redis_client.zrange(keys.handoff_idle, 0, 0, withscores=True),
+        until=lambda now: bool(now) and bool(first) and now[0][1] > first[0][1],
+        what="a renewed registration",
+    )
+    await wait_status(run_store, await create(run_store), RunStatus.SUCCEEDED)
