@@ -7,6 +7,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from app.models import RunStatus
+from app.processes import Child
 from app.store.keys import QueueKeys
 from app.store.runs import NewRun, RunStore
 from tests.support.polling import eventually, wait_status
@@ -41,6 +42,14 @@ async def idle_worker(
         await eventually(lambda: registered(client, keys), until=lambda n: n == 1, what="idle")
 
 
+async def idle_handoff_worker(
+    processes: Processes, run_store: RunStore, client: aioredis.Redis, prefix: str
+) -> Child:
+    """An idle worker registered for a hand-off on the default queue."""
+    await idle_worker(processes, run_store, client, QueueKeys(prefix, "default"), True)
+    return processes.started[-1]
+
+
 @pytest.mark.parametrize("on", [True, False])
 async def test_an_idle_worker_starts_a_new_run_without_a_wake_message(
     processes: Processes, run_store: RunStore, redis_client: aioredis.Redis, prefix: str, on: bool
@@ -70,9 +79,7 @@ async def test_back_to_back_creates_the_second_goes_the_wake_path(
 async def test_a_run_handed_to_a_killed_worker_is_retried_after_its_lease(
     processes: Processes, run_store: RunStore, redis_client: aioredis.Redis, prefix: str
 ) -> None:
-    keys = QueueKeys(prefix, "default")
-    await idle_worker(processes, run_store, redis_client, keys, True)
-    dead = processes.started[-1]
+    dead = await idle_handoff_worker(processes, run_store, redis_client, prefix)
     dead.kill()  # SIGKILL: its registration stays until it expires
     run_id = await create(run_store, on_lease_expired="retry", max_attempts=2)
     handed = await run_store.get(run_id)
@@ -87,8 +94,7 @@ async def test_a_drained_worker_withdraws_its_registration(
     processes: Processes, run_store: RunStore, redis_client: aioredis.Redis, prefix: str
 ) -> None:
     keys = QueueKeys(prefix, "default")
-    await idle_worker(processes, run_store, redis_client, keys, True)
-    worker = processes.started[-1]
+    worker = await idle_handoff_worker(processes, run_store, redis_client, prefix)
     worker.stop()
     assert worker.wait(10) == 0
     assert await registered(redis_client, keys) == 0

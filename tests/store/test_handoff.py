@@ -46,6 +46,16 @@ async def inbox(
     return [lease_store.handed_off(Q, owner, row).id for row in rows]
 
 
+async def not_handed_off(
+    run_store: RunStore, lease_store: LeaseStore, redis_client: aioredis.Redis, **options: object
+) -> str:
+    """Create a run and see it queued, with nothing in the inbox."""
+    run_id = await create(run_store, **options)
+    assert (await run_store.get(run_id)).status == RunStatus.QUEUED
+    assert await inbox(lease_store, redis_client) == []
+    return run_id
+
+
 async def test_a_create_claims_for_a_registered_worker_and_pushes_its_row(
     run_store: RunStore, lease_store: LeaseStore, redis_client: aioredis.Redis
 ) -> None:
@@ -95,9 +105,7 @@ async def test_no_hand_off_to_an_expired_registration(
 ) -> None:
     await register(lease_store, ms=1)
     await asyncio.sleep(0.01)  # the registration's 1 ms are over (a time, not an outcome)
-    run_id = await create(run_store)
-    assert (await run_store.get(run_id)).status == RunStatus.QUEUED
-    assert await inbox(lease_store, redis_client) == []
+    await not_handed_off(run_store, lease_store, redis_client)
 
 
 async def test_a_claim_without_handoff_leaves_the_registration_alone(
@@ -109,31 +117,27 @@ async def test_a_claim_without_handoff_leaves_the_registration_alone(
     assert await inbox(lease_store, redis_client) == [run_id]
 
 
-async def test_a_run_at_its_concurrency_limit_is_not_handed_off(
-    run_store: RunStore, lease_store: LeaseStore, flow: FlowStore, redis_client: aioredis.Redis
+@pytest.mark.parametrize(
+    ("limits", "options"),
+    [(QueueLimits(default_key=1), {"concurrency_key": "k"}), (QueueLimits(queue=1), {})],
+    ids=["concurrency_key", "queue"],
+)
+async def test_a_run_at_its_limit_is_not_handed_off(
+    run_store: RunStore,
+    lease_store: LeaseStore,
+    flow: FlowStore,
+    redis_client: aioredis.Redis,
+    limits: QueueLimits,
+    options: dict[str, object],
 ) -> None:
-    await flow.set_limits(Q, QueueLimits(default_key=1))
-    held = await create(run_store, concurrency_key="k")
+    await flow.set_limits(Q, limits)
+    held = await create(run_store, **options)
     assert [r.id for r in (await lease_store.claim(Q, "w-busy", 1)).runs] == [held]
     await register(lease_store)
-    waiting = await create(run_store, concurrency_key="k")
-    assert (await run_store.get(waiting)).status == RunStatus.QUEUED
-    assert await inbox(lease_store, redis_client) == []
-    # nothing was claimable: the registration stays for the next run that is
-    free = await create(run_store)
-    assert await inbox(lease_store, redis_client) == [free]
-
-
-async def test_the_queue_wide_limit_holds(
-    run_store: RunStore, lease_store: LeaseStore, flow: FlowStore, redis_client: aioredis.Redis
-) -> None:
-    await flow.set_limits(Q, QueueLimits(queue=1))
-    await create(run_store)
-    assert len((await lease_store.claim(Q, "w-busy", 1)).runs) == 1
-    await register(lease_store)
-    run_id = await create(run_store)
-    assert (await run_store.get(run_id)).status == RunStatus.QUEUED
-    assert await inbox(lease_store, redis_client) == []
+    await not_handed_off(run_store, lease_store, redis_client, **options)
+    if options:  # nothing was claimable: the registration stays for the next run that is
+        free = await create(run_store)
+        assert await inbox(lease_store, redis_client) == [free]
 
 
 async def test_a_rate_limited_run_is_not_handed_off_before_its_token(
@@ -143,9 +147,7 @@ async def test_a_rate_limited_run_is_not_handed_off_before_its_token(
     first = await create(run_store, rate_limits=limit)
     assert [r.id for r in (await lease_store.claim(Q, "w-busy", 1)).runs] == [first]
     await register(lease_store)
-    second = await create(run_store, rate_limits=limit)
-    assert (await run_store.get(second)).status == RunStatus.QUEUED
-    assert await inbox(lease_store, redis_client) == []
+    second = await not_handed_off(run_store, lease_store, redis_client, rate_limits=limit)
     # held back into `delayed` for its token's time, exactly as claim_runs holds it
     assert await redis_client.zscore(lease_store.keys(Q).delayed, second) is not None
 
