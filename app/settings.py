@@ -5,17 +5,26 @@ floats (``LEASE_TTL_S=0.5`` is valid: tests and demos use sub-second leases);
 lists are comma-separated (``LEASEHOLD_QUEUES=default,mail``). An invalid value
 is reported by :func:`load_settings` as one line naming the variable, and the
 CLI exits with status 2.
+
+The environment is read by :func:`_from_environment`, which reads it exactly as
+pydantic-settings' ``EnvSettingsSource`` did for this class (prefix, any case, JSON for
+the ``dict`` settings, ``__`` for one key of them; ``tests/test_settings.py`` holds the
+two side by side), without importing pydantic-settings: its sources, python-dotenv and
+the asyncio it imports are ~25-45 ms of every worker's and ``runs get``'s start on a
+quiet core (issue 19 aim 2, BENCHMARKS.md).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
+import os
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, get_origin
 
-from pydantic import Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
 
 from app.errors import ConfigurationError
 from app.models import QUEUE_NAME_PATTERN
@@ -48,6 +57,20 @@ POOL_WAIT_MAX_S = 60.0
 # host names that only a client on this machine can send (a rebinding page never does)
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 
+# the settings whose value is a Python container: JSON in the environment (see NoDecode)
+_CONTAINERS = (list, dict, set, frozenset, tuple)
+# the separator of a ``dict`` setting's key in a variable's name (OP_LEASE_S__MODEL_CALL)
+NESTED_DELIMITER = "__"
+
+
+class NoDecode:
+    """Marks a list setting whose variable is taken as written (``a,b``), not as JSON."""
+
+
+class SettingsError(ValueError):
+    """A variable that is not the JSON its setting needs; not a validation error."""
+
+
 CommaList = Annotated[list[str], NoDecode]
 
 
@@ -57,12 +80,20 @@ def _split_commas(value: object) -> object:
     return value
 
 
-class Settings(BaseSettings):
-    """Validated configuration shared by the API, workers, reconciler and CLI."""
+class Settings(BaseModel):
+    """Validated configuration shared by the API, workers, reconciler and CLI.
 
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, extra="ignore", frozen=True, env_nested_delimiter="__"
+    ``Settings(**values)`` reads the ``LEASEHOLD_*`` environment; a value given
+    here wins over its variable (a ``dict`` setting's keys are merged).
+    """
+
+    # what pydantic-settings' BaseSettings configured: defaults validated too
+    model_config = ConfigDict(
+        extra="ignore", frozen=True, validate_default=True, arbitrary_types_allowed=True
     )
+
+    def __init__(self, **values: Any) -> None:
+        super().__init__(**_merged(_from_environment(type(self).model_fields), values))
 
     redis_url: str | None = Field(
         default=None,
@@ -858,7 +889,7 @@ def load_settings(**overrides: object) -> Settings:
     """
     clean = {key: value for key, value in overrides.items() if value is not None}
     try:
-        return Settings(**clean)  # type: ignore[arg-type]
+        return Settings(**clean)
     except ValidationError as exc:
         raise ConfigurationError(_describe(exc)) from None
 
@@ -884,3 +915,79 @@ def _describe(exc: ValidationError) -> str:
             message = f"{ENV_PREFIX}{field.upper()}: {message}{shown}"
         problems.append(message)
     return "invalid setting " + "; ".join(problems)
+
+
+def _from_environment(fields: dict[str, FieldInfo]) -> dict[str, Any]:
+    """Each field's value from its ``LEASEHOLD_<NAME>`` variable (any case), if set.
+
+    A container setting is JSON unless marked :class:`NoDecode`; a ``dict`` one also takes
+    ``LEASEHOLD_<NAME>__<KEY>`` variables, merged over its JSON. Raises
+    :class:`SettingsError` for a container whose JSON does not parse.
+    """
+    environ = {name.lower(): value for name, value in os.environ.items()}
+    values: dict[str, Any] = {}
+    for name, field in fields.items():
+        env_name = f"{ENV_PREFIX.lower()}{name}"
+        value: Any = environ.get(env_name)
+        if _is_container(field):
+            try:
+                value = _container_value(env_name, field, value, environ)
+            except ValueError as exc:
+                message = f'error parsing value for field "{name}" from source "EnvSettingsSource"'
+                raise SettingsError(message) from exc
+        if value is not None:
+            values[name] = value
+    return values
+
+
+def _is_container(field: FieldInfo) -> bool:
+    origin = get_origin(field.annotation) or field.annotation
+    return isinstance(origin, type) and issubclass(origin, _CONTAINERS)
+
+
+def _container_value(
+    env_name: str, field: FieldInfo, value: str | None, environ: dict[str, str]
+) -> Any:
+    """The JSON of ``value`` (as written for NoDecode), with the ``__KEY`` variables."""
+    nested = _nested(env_name, environ)
+    if value is None:
+        return nested or None
+    decoded: Any = value if NoDecode in field.metadata else json.loads(value)
+    return _merged(decoded, nested) if isinstance(decoded, dict) else decoded
+
+
+def _nested(env_name: str, environ: dict[str, str]) -> dict[str, Any]:
+    """``{key: value}`` of each ``<env_name>__key[__sub...]`` variable.
+
+    A value is as written, except under two keys or more, where (as pydantic-settings
+    did for a ``dict[str, float]``) it is JSON when it parses; either is then validated.
+    """
+    prefix = f"{env_name}{NESTED_DELIMITER}"
+    result: dict[str, Any] = {}
+    for name, value in environ.items():
+        if not name.startswith(prefix):
+            continue
+        *keys, last = name[len(prefix) :].split(NESTED_DELIMITER)
+        target = result
+        for key in keys:
+            target = target.setdefault(key, {})
+        target[last] = _json_or_text(value) if keys and value else value
+    return result
+
+
+def _json_or_text(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def _merged(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``update`` over it; two dicts under one key are merged the same way."""
+    merged = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merged(merged[key], value)
+        else:
+            merged[key] = value
+    return merged

@@ -215,3 +215,75 @@ def test_an_invalid_secret_is_named_but_never_echoed(clean_env: pytest.MonkeyPat
     with pytest.raises(ConfigurationError, match="LEASEHOLD_API_KEY:") as raised:
         load_settings(api_key=1234567890)
     assert "1234567890" not in str(raised.value)
+
+
+# What pydantic-settings' EnvSettingsSource read for this class (prefix, any case, JSON for
+# the dict settings, `__KEY` variables, comma lists as written); app.settings now reads the
+# environment itself, and must read every one of these exactly as it did.
+ENVIRONMENTS = [
+    {},
+    {"LEASEHOLD_QUEUES": "a, b,,c", "LEASEHOLD_LEASE_TTL_S": "0.5", "LEASEHOLD_UNKNOWN": "1"},
+    {"leasehold_concurrency": "7", "LeaseHold_Handlers": "app.demo"},
+    {"LEASEHOLD_CONCURRENCY": "", "LEASEHOLD_REDIS_URL": "redis://h:1/0"},
+    {"LEASEHOLD_OP_LEASE_S": '{"model_call": 30}', "LEASEHOLD_OP_LEASE_S__TOOL_CALL": "5"},
+    {"LEASEHOLD_OP_LEASE_S": '{"a": {"x": 1}}', "LEASEHOLD_OP_LEASE_S__A__Y": "2"},
+    {"LEASEHOLD_OP_IDLE_S__Model_Call": "abc", "LEASEHOLD_OP_IDLE_S__B": ""},
+    {"LEASEHOLD_OP_IDLE_S__A__B": "1", "LEASEHOLD_OP_IDLE_S__C": "[1]"},
+    {"LEASEHOLD_OP_IDLE_S": "null", "LEASEHOLD_OP_MAX_DURATION_S": "[1, 2]"},
+    {"LEASEHOLD_QUEUES__X": "1", "LEASEHOLD_API_KEYS": '["k"]'},
+    {"LEASEHOLD_OP_IDLE_S": "not json"},
+    {"LEASEHOLD_OP_FIRST_PROGRESS_S": ""},
+]
+
+
+def _read_both(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> list[object]:
+    """What app.settings reads, beside what pydantic-settings' env source read (or raised)."""
+    import pydantic_settings.sources.base as base
+    from pydantic_settings import EnvSettingsSource
+
+    import app.settings as settings
+
+    # pydantic-settings knows its own NoDecode marker; app.settings has its own
+    monkeypatch.setattr(base, "NoDecode", settings.NoDecode)
+    for name in list(os.environ):
+        if name.upper().startswith(ENV_PREFIX):
+            monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    reference = EnvSettingsSource(
+        Settings,  # type: ignore[arg-type]
+        case_sensitive=False,
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+    )
+    answers: list[object] = []
+    for read in (lambda: settings._from_environment(Settings.model_fields), reference):
+        try:
+            answers.append(read())
+        except ValueError as exc:
+            answers.append(("raised", str(exc)))
+    return answers
+
+
+@pytest.mark.parametrize("env", ENVIRONMENTS)
+def test_the_environment_is_read_as_pydantic_settings_read_it(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str]
+) -> None:
+    ours, theirs = _read_both(monkeypatch, env)
+    assert ours == theirs
+
+
+def test_a_dict_setting_given_and_in_the_environment_is_merged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LEASEHOLD_OP_LEASE_S__TOOL_CALL", "5")
+    monkeypatch.setenv("LEASEHOLD_CONCURRENCY", "3")
+    settings = Settings(op_lease_s={"model_call": 30}, concurrency=9)
+    assert settings.op_lease_s == {"model_call": 30.0, "tool_call": 5.0}
+    assert settings.concurrency == 9
+
+
+def test_a_dict_setting_that_is_not_json_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LEASEHOLD_OP_IDLE_S", "{model_call: 1}")
+    with pytest.raises(ValueError, match='error parsing value for field "op_idle_s"'):
+        Settings()
