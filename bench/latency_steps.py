@@ -88,7 +88,7 @@ async def _create(store: RunStore, produced: list[dict[str, Any]]) -> None:
 
 
 async def _measure(args: argparse.Namespace, probe_out: str) -> dict[str, Any]:
-    async with harness.private_redis("latency-steps") as server:
+    async with harness.private_redis("latency-steps", args.port) as server:
         store = RunStore.for_settings(server.client, Scripts(), Settings(redis_url=server.url))
         handlers = "app.demo,bench.handlers" + ("" if args.no_probe else ",bench.wake_probe")
         env = {
@@ -218,6 +218,7 @@ def main() -> None:
     parser.add_argument("--worker-cpu", default="", help="pin the worker to this core")
     parser.add_argument("--no-probe", action="store_true", help="latency and CPU only")
     parser.add_argument("--label", default="")
+    parser.add_argument("--port", type=int, default=0, help="its redis-server's port (0: free)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="latency-steps-") as tmp:
         probe_out = str(Path(tmp) / "probe.json")
