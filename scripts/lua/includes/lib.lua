@@ -1219,9 +1219,23 @@ local function create_one(c, q, shared, now)
     'input', c.input, 'attempt', '1', 'max_attempts', num_arg(c.max_attempts),
     'on_lease_expired', c.on_lease_expired, 'fence', '0', 'created_at', num_arg(now),
     'metadata', c.metadata, 'idempotency_key', c.idempotency_key, 'budget', c.budget,
-    'retention_ms', c.retention_ms, 'traceparent', c.traceparent, 'rate_limits', c.rate_limits,
-    'ckey', ckey, 'skey', skey, 'priority', num_arg(priority), 'boost_ms', num_arg(c.boost_ms),
-    'lane', lane, 'root_id', c.root_id}
+    'traceparent', c.traceparent, 'rate_limits', c.rate_limits,
+    'ckey', ckey, 'skey', skey, 'lane', lane, 'root_id', c.root_id}
+  -- retention_ms, priority and boost_ms only when set: every reader takes an absent one
+  -- as the default ('' : the per-status retention, 0, 0), and a record of fewer fields
+  -- is a cheaper HSET (each field is searched for in the listpack before it is added)
+  if c.retention_ms ~= '' then
+    record[#record + 1] = 'retention_ms'
+    record[#record + 1] = c.retention_ms
+  end
+  if priority ~= 0 then
+    record[#record + 1] = 'priority'
+    record[#record + 1] = num_arg(priority)
+  end
+  if c.boost_ms ~= 0 then
+    record[#record + 1] = 'boost_ms'
+    record[#record + 1] = num_arg(c.boost_ms)
+  end
   if c.parent_id ~= '' then
     record[#record + 1] = 'parent_id'
     record[#record + 1] = c.parent_id
