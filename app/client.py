@@ -11,7 +11,6 @@ caller sees every event exactly once, ending with the terminal one.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -839,6 +838,8 @@ class AsyncClient:
         include_children: bool = False,
     ) -> AsyncIterator[RunEvent]:
         """Async twin of :meth:`Client.events`."""
+        import asyncio  # here: the sync client (`runs get`) starts without it (app/retry.py)
+
         cursor = _Cursor(run_id, last_event_id, include_children)
         while not cursor.ended:
             try:

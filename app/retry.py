@@ -38,7 +38,6 @@ a dozen lines, not worth a dependency in the worker and in the client.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import random
@@ -144,6 +143,10 @@ class Streak:
         extra: Mapping[str, Any] | None = None,
     ) -> None:
         """:meth:`failed`, then sleep that delay (cancelling the task ends the wait)."""
+        # here, not at the top: a loop that awaits this has imported asyncio already, and
+        # `leasehold runs get` (sync, through app.client) need not (~10-25 ms of its start)
+        import asyncio
+
         await asyncio.sleep(self.failed(exc, what=what, why=why, logger=logger, extra=extra))
 
     def reset(self) -> None:

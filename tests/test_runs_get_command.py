@@ -154,16 +154,15 @@ def test_runs_get_does_not_build_the_command_tree() -> None:
 
 def test_runs_get_imports_neither_typer_nor_the_cli_module() -> None:
     # `import typer` alone is ~35 ms of a quiet core's CPU, the CLI's 38 commands more;
-    # pydantic-settings' sources and python-dotenv ~25-45 ms
+    # pydantic-settings' sources and python-dotenv ~25-45 ms, asyncio (a sync client) ~10-25
     code = (
         "import sys\n"
-        "from app.embedded import free_port\n"
-        "sys.argv = ['leasehold', 'runs', 'get', 'q.X', '--api-url',\n"
-        "            f'http://127.0.0.1:{free_port()}']\n"
+        f"sys.argv = ['leasehold', 'runs', 'get', 'q.X', '--api-url', 'http://127.0.0.1:{free_port()}']\n"
         "from app.launch import main\n"
         "try:\n    main()\n"
         "except SystemExit as exc:\n    status = exc.code\n"
-        "names = ('typer', 'click', 'app.cli', 'pydantic_settings', 'dotenv')\n"
+        "names = ('typer', 'click', 'app.cli', 'pydantic_settings', 'dotenv',\n"
+        "         'asyncio')\n"
         "print(status, [n for n in names if n in sys.modules])\n"
     )
     assert python_prints(code) == "1 []"
