@@ -276,7 +276,10 @@ class Worker:
         handed to it, and that run's lease expires as any)."""
         if not self.settings.handoff:
             return 0
-        return round(1000 * min(HANDOFF_REGISTRATION_S, 2 * self.settings.idle_wake_s))
+        # never above a third of the lease: a worker killed while registered is found
+        # dead by its lease's expiry, and a run created after that goes to the living
+        life_s = min(HANDOFF_REGISTRATION_S, self.settings.lease_ttl_s / 3)
+        return max(1, round(1000 * min(life_s, 2 * self.settings.idle_wake_s)))
 
     def _inbox(self, client: AsyncRedis, lease_store: LeaseStore, queue: str) -> HandoffInbox:
         """The hand-off inbox of one queue: its rows go to the courier, as claimed runs."""

@@ -33,20 +33,27 @@ async def create(run_store: RunStore, **options: object) -> str:
 
 
 async def idle_worker(
-    processes: Processes, run_store: RunStore, client: aioredis.Redis, keys: QueueKeys, on: bool
+    processes: Processes,
+    run_store: RunStore,
+    client: aioredis.Redis,
+    keys: QueueKeys,
+    on: bool,
+    **env: str,
 ) -> None:
     """A worker up, past its first run, idle (and registered when the hand-off is on)."""
-    processes.worker(LEASEHOLD_IDLE_WAKE_S=str(IDLE_WAKE_S), LEASEHOLD_HANDOFF=str(on).lower())
+    processes.worker(
+        LEASEHOLD_IDLE_WAKE_S=str(IDLE_WAKE_S), LEASEHOLD_HANDOFF=str(on).lower(), **env
+    )
     await wait_status(run_store, await create(run_store), RunStatus.SUCCEEDED)
     if on:
         await eventually(lambda: registered(client, keys), until=lambda n: n == 1, what="idle")
 
 
 async def idle_handoff_worker(
-    processes: Processes, run_store: RunStore, client: aioredis.Redis, prefix: str
+    processes: Processes, run_store: RunStore, client: aioredis.Redis, prefix: str, **env: str
 ) -> Child:
     """An idle worker registered for a hand-off on the default queue."""
-    await idle_worker(processes, run_store, client, QueueKeys(prefix, "default"), True)
+    await idle_worker(processes, run_store, client, QueueKeys(prefix, "default"), True, **env)
     return processes.started[-1]
 
 
@@ -79,7 +86,10 @@ async def test_back_to_back_creates_the_second_goes_the_wake_path(
 async def test_a_run_handed_to_a_killed_worker_is_retried_after_its_lease(
     processes: Processes, run_store: RunStore, redis_client: aioredis.Redis, prefix: str
 ) -> None:
-    dead = await idle_handoff_worker(processes, run_store, redis_client, prefix)
+    # a lease of 6 s: its registration lives 2 s, time enough to create the run after the kill
+    dead = await idle_handoff_worker(
+        processes, run_store, redis_client, prefix, LEASEHOLD_LEASE_TTL_S="6"
+    )
     dead.kill()  # SIGKILL: its registration stays until it expires
     run_id = await create(run_store, on_lease_expired="retry", max_attempts=2)
     handed = await run_store.get(run_id)
