@@ -98,7 +98,8 @@ SCHEDULE_FIRES = Counter(
 )
 RECONCILER_ACTIONS = Counter(
     "leasehold_reconciler_actions_total",
-    "Expired leases acted on: orphaned, requeued, cancelled, reconciliation_required; "
+    "Expired leases acted on: orphaned, requeued, cancelled, reconciliation_required, "
+    "released (a hand-off its worker never read); "
     "and expired: runs nobody claimed within their queued time-to-live.",
     ["queue", "action"],
     registry=WORKER_REGISTRY,

@@ -144,7 +144,7 @@ class QueueKeys:
         return f"{self.tag}:handoff:args"
 
     def handoff_inbox(self, owner_id: str) -> str:
-        """List of the claim rows handed to one worker (claim.lua's ``HANDOFF_INBOX``)."""
+        """List of the claim rows handed to one worker (lib.lua's ``handoff_inbox_of``)."""
         return f"{self.tag}:handoff:inbox:{owner_id}"
 
     def handoff_taken(self, owner_id: str) -> str:

@@ -147,7 +147,7 @@ class ReconcileAction:
     """What a reconciler did to one expired lease."""
 
     run_id: str
-    action: str  # orphaned | requeued | cancelled | reconciliation_required | expired
+    action: str  # orphaned | requeued | cancelled | reconciliation_required | released | expired
     fence: int
 
 

@@ -11,23 +11,32 @@
 -- ARGV[3]  maxlen       integer
 -- ARGV[4]  wake_channel string  pub/sub channel idle workers of the queue listen on
 -- returns  {code, actions}  codes: OK; actions is a list of {id, action, fence},
---          action being orphaned | requeued | cancelled | reconciliation_required
+--          action being orphaned | requeued | cancelled | reconciliation_required |
+--          released
 -- events   orphaned | cancelled (terminal), or lease_expired then requeued, or
---          reconciliation_required
+--          reconciliation_required, or released (reason handoff_undelivered)
 -- invariant: only a lease that is expired by the Redis clock *now* is acted on (the
 --          scan re-checks the record, not just the index); acting moves the fence,
 --          so the old owner's later writes are all rejected. A run with a started,
 --          non-idempotent effect whose outcome was never recorded is parked for a
 --          person whatever on_lease_expired says: retrying could apply it twice.
+--          A run handed off (includes/claim.lua hand_off) whose claim row is still
+--          in its owner's inbox was never seen by any worker: whatever the policy,
+--          it is taken out of the inbox and given back to its queue as release_runs
+--          gives a run back (lib's release_run: at the head, attempt kept, fence
+--          moved; cancelled if a cancel is pending). A row the worker moved to its
+--          `taken` list keeps the policy: the worker may have started it.
 --          Idempotent: a second reconciler finds nothing left to do. Run and effects
---          keys are derived from KEYS[3]/KEYS[6], like every batch script's. Every
+--          keys are derived from KEYS[3]/KEYS[6], like every batch script's, and a
+--          hand-off inbox from KEYS[3]'s tag and the record's owner. Every
 --          expired lease acted on counts once in the queue's `lease_expired` series.
--- validate-then-write: the numbers are checked, then every expired run is read, its
---          effects decoded and its events encoded, all before the first write.
+-- validate-then-write: the numbers are checked, then every expired run is read (and
+--          its owner's inbox), its effects decoded and its events encoded, all before
+--          the first write.
 --- @include lib
 
 check_argc(4)
-local k = {leases = KEYS[1], run_prefix = KEYS[3], events_prefix = KEYS[4],
+local k = {leases = KEYS[1], ready = KEYS[2], run_prefix = KEYS[3], events_prefix = KEYS[4],
   idem_prefix = KEYS[5]}
 local limit = int_arg(ARGV[1], 'limit', 0)
 local retention = retention_arg(ARGV[2])
@@ -45,6 +54,23 @@ local function renewed_at(last_renewed, started)
     return math.max(renewed, claimed)
   end
   return renewed or claimed
+end
+
+-- The claim row of this lease (run id, fence) still in its owner's hand-off inbox, or
+-- nil: then no worker ever read it (a row read is moved to `taken` in the same step).
+local tag = tag_of_prefix(KEYS[3])
+local function undelivered(owner, id, fence)
+  if not owner then
+    return nil
+  end
+  local inbox = handoff_inbox_of(tag, owner)
+  for _, raw in ipairs(redis.call('LRANGE', inbox, 0, -1)) do
+    local ok, row = pcall(cjson.decode, raw)
+    if ok and type(row) == 'table' and row[1] == id and tostring(row[2]) == fence then
+      return inbox, raw
+    end
+  end
+  return nil
 end
 
 -- read and decide for every expired lease first: the plans hold what gets written
@@ -66,8 +92,13 @@ for _, id in ipairs(expired) do
     local evidence = {owner_id = cur[2], fence = tonumber(cur[3]),
       last_renewed_at_ms = renewed_at(cur[5], cur[9]), lease_expires_at_ms = expires,
       detected_at_ms = now}
-    local unknown = unknown_effects(run_key, KEYS[6] .. id)
-    if status == 'cancelling' then
+    local inbox, row = undelivered(cur[2], id, cur[3])
+    local unknown = inbox and {} or unknown_effects(run_key, KEYS[6] .. id)
+    if inbox then
+      plan.action = status == 'cancelling' and 'cancelled' or 'released'
+      plan.inbox, plan.row = inbox, row
+      plan.release = release_plan(status, cur[2], 'handoff_undelivered', 0, now)
+    elseif status == 'cancelling' then
       plan.action = 'cancelled'
       if #unknown > 0 then
         evidence.unknown_effects = unknown
@@ -102,7 +133,10 @@ for _, plan in ipairs(plans) do
     redis.call('ZADD', KEYS[1], plan.expires, id)
   else
     local fence
-    if plan.action == 'reconciliation_required' then
+    if plan.release then
+      redis.call('LREM', plan.inbox, 1, plan.row)
+      fence = release_run(k, id, plan.release, ARGV[4], retention, maxlen, now)
+    elseif plan.action == 'reconciliation_required' then
       fence = require_reconciliation(k, id, now, plan.fields, plan.data, maxlen)
     elseif plan.action == 'requeued' then
       local events_key = KEYS[4] .. id

@@ -26,7 +26,7 @@
 --- @include lib
 
 check_argc(6)
-local k = {leases = KEYS[1], run_prefix = KEYS[3], events_prefix = KEYS[4],
+local k = {leases = KEYS[1], ready = KEYS[2], run_prefix = KEYS[3], events_prefix = KEYS[4],
   idem_prefix = KEYS[5]}
 local owner = ARGV[1]
 local retention = retention_arg(ARGV[2])
@@ -40,31 +40,12 @@ local now = now_ms()
 local answers = {}
 for i = 7, #ARGV, 2 do
   local id, fence = ARGV[i], ARGV[i + 1]
-  local run_key = KEYS[3] .. id
-  if not holds(run_key, owner, fence) then
+  local cur = redis.call('HMGET', KEYS[3] .. id, 'status', 'owner_id', 'fence')
+  if not holding(cur, owner, fence) then
     answers[#answers + 1] = 'LOST'
   else
-    local status = redis.call('HGET', run_key, 'status')
-    if status == 'cancelling' then
-      local data = cjson.encode({reason = 'requested', released_by = owner})
-      local new_fence = redis.call('HINCRBY', run_key, 'fence', 1)
-      finalize(k, id, 'cancelled', new_fence, now, {}, data, retention, ARGV[3])
-    else
-      local data = cjson.encode({owner_id = owner, reason = ARGV[4],
-        run_at_ms = delay_ms > 0 and now + delay_ms or nil})
-      local new_fence = redis.call('HINCRBY', run_key, 'fence', 1)
-      redis.call('HSET', run_key, 'status', 'queued')
-      redis.call('HDEL', run_key, 'owner_id', 'lease_expires_at')
-      redis.call('ZREM', KEYS[1], id)
-      emit(run_key, KEYS[4] .. id, 'released', new_fence, now, data, ARGV[3])
-      if delay_ms > 0 then
-        give_back(KEYS[3], id)  -- a run waiting for its token holds no slot meanwhile
-        redis.call('ZADD', delayed_of(KEYS[3]), now + delay_ms, id)
-        redis.call('PUBLISH', ARGV[5], 'ready')  -- idle workers learn the new due time
-      else
-        make_ready(KEYS[2], ARGV[5], id, true)
-      end
-    end
+    local plan = release_plan(cur[1], owner, ARGV[4], delay_ms, now)
+    release_run(k, id, plan, ARGV[5], retention, ARGV[3], now)
     answers[#answers + 1] = 'OK'
   end
 end

@@ -83,21 +83,26 @@ async def test_back_to_back_creates_the_second_goes_the_wake_path(
     await eventually(lambda: registered(client=redis_client, keys=keys), until=lambda n: n == 1)
 
 
-async def test_a_run_handed_to_a_killed_worker_is_retried_after_its_lease(
+async def test_a_run_handed_to_a_killed_worker_goes_back_to_its_queue(
     processes: Processes, run_store: RunStore, redis_client: aioredis.Redis, prefix: str
 ) -> None:
+    """Nothing ever ran it: with the default policy (orphan) it still runs, at attempt 1."""
     # a lease of 6 s: its registration lives 2 s, time enough to create the run after the kill
     dead = await idle_handoff_worker(
         processes, run_store, redis_client, prefix, LEASEHOLD_LEASE_TTL_S="6"
     )
     dead.kill()  # SIGKILL: its registration stays until it expires
-    run_id = await create(run_store, on_lease_expired="retry", max_attempts=2)
+    run_id = await create(run_store)
     handed = await run_store.get(run_id)
     assert handed.status == RunStatus.RUNNING  # leased to the dead worker
     processes.worker(LEASEHOLD_IDLE_WAKE_S="0.2", LEASEHOLD_HANDOFF="true")
     done = await wait_status(run_store, run_id, RunStatus.SUCCEEDED, timeout_s=30)
     assert done.owner_id != handed.owner_id
-    assert done.attempt == 2
+    assert done.attempt == 1
+    released = [e for e in await run_store.read_events(run_id) if e.type == "released"]
+    assert [e.data for e in released] == [
+        {"owner_id": handed.owner_id, "reason": "handoff_undelivered"}
+    ]
 
 
 async def test_a_drained_worker_withdraws_its_registration(

@@ -181,3 +181,63 @@ async def test_a_batch_hands_one_run_to_each_registered_worker(
     )
     assert sorted(handed) == sorted(ids[:2])
     assert (await run_store.get(ids[2])).status == RunStatus.QUEUED
+
+
+async def reconciled(lease_store: LeaseStore) -> list[tuple[str, str]]:
+    """Reconcile until the hand-off's lease has expired and something was done (poll)."""
+    deadline = asyncio.get_running_loop().time() + lease_store.lease_ttl_ms / 1000 + 10
+    while asyncio.get_running_loop().time() < deadline:
+        actions = await lease_store.reconcile(Q)
+        if actions:
+            return [(a.run_id, a.action) for a in actions]
+        await asyncio.sleep(0.05)
+    raise AssertionError("no expired lease was found")
+
+
+async def test_a_hand_off_never_taken_goes_back_to_its_queue_when_its_lease_expires(
+    run_store: RunStore, lease_store: LeaseStore, redis_client: aioredis.Redis
+) -> None:
+    """The worker died registered: nothing ever ran the run, so it is not orphaned."""
+    await register(lease_store)
+    run_id = await create(run_store)
+    assert await inbox(lease_store, redis_client) == [run_id]
+    assert await reconciled(lease_store) == [(run_id, "released")]
+    run = await run_store.get(run_id)
+    assert run.status == RunStatus.QUEUED and run.owner_id is None
+    assert run.attempt == 1 and run.fence == 2  # no attempt counted; the dead owner fenced out
+    events = await run_store.read_events(run_id)
+    assert [e.type for e in events] == ["created", "claimed", "released"]
+    assert events[-1].data == {"owner_id": OWNER, "reason": "handoff_undelivered"}
+    assert await inbox(lease_store, redis_client) == []
+    # a living worker claims it as any queued run, at attempt 1
+    (again,) = (await lease_store.claim(Q, "w-alive", 1)).runs
+    assert again.id == run_id and again.attempt == 1 and again.fence == 3
+    assert await lease_store.reconcile(Q) == []
+
+
+async def test_a_hand_off_cancelled_before_it_was_taken_ends_cancelled(
+    run_store: RunStore, lease_store: LeaseStore, redis_client: aioredis.Redis
+) -> None:
+    await register(lease_store)
+    run_id = await create(run_store)
+    await run_store.cancel(run_id)
+    assert (await run_store.get(run_id)).status == RunStatus.CANCELLING
+    assert await reconciled(lease_store) == [(run_id, "cancelled")]
+    assert (await run_store.get(run_id)).status == RunStatus.CANCELLED
+    assert await inbox(lease_store, redis_client) == []
+
+
+async def test_a_hand_off_the_worker_took_keeps_the_lease_expiry_policy(
+    run_store: RunStore, lease_store: LeaseStore, redis_client: aioredis.Redis
+) -> None:
+    """Moved to `taken`, the row reached its worker: it may have run, so today's orphan."""
+    await register(lease_store)
+    run_id = await create(run_store)
+    keys = lease_store.keys(Q)
+    assert await redis_client.lmove(
+        keys.handoff_inbox(OWNER), keys.handoff_taken(OWNER), "LEFT", "RIGHT"
+    )
+    assert await reconciled(lease_store) == [(run_id, "orphaned")]
+    run = await run_store.get(run_id)
+    assert run.status == RunStatus.ORPHANED and run.error is not None
+    assert run.error.code == "lease_expired"

@@ -313,12 +313,12 @@ end
 -- clock) with what a claim needs on its behalf in `<tag>handoff:args` (owner ->
 -- "<lease ttl ms> <events maxlen> <promote max>"); claim_runs writes both. One
 -- registration is one hand-off at most: the hand-off consumes it.
-local HANDOFF_IDLE, HANDOFF_ARGS, HANDOFF_INBOX = 'handoff:idle', 'handoff:args', 'handoff:inbox:'
+local HANDOFF_IDLE, HANDOFF_ARGS = 'handoff:idle', 'handoff:args'
 
 -- Claim one run for one live registration of the queue (tag as lib's), through
 -- claim_core: the run is the one a claim_runs call by that worker would get now, or
 -- none (nothing claimable: the registration stays). The claim's row (claim_row, JSON)
--- goes to the worker's inbox list, `<tag>handoff:inbox:<owner>`, which it waits on
+-- goes to the worker's inbox list (lib's handoff_inbox_of), which it waits on
 -- (BLMOVE). Returns whether a run was handed off. An expired registration is skipped
 -- (its worker may be dead); its worker's next claim removes it.
 local function hand_off(tag, now)
@@ -340,7 +340,7 @@ local function hand_off(tag, now)
   end
   redis.call('ZREM', tag .. HANDOFF_IDLE, owner)
   redis.call('HDEL', tag .. HANDOFF_ARGS, owner)
-  redis.call('RPUSH', tag .. HANDOFF_INBOX .. owner, cjson.encode(claimed[1]))
+  redis.call('RPUSH', handoff_inbox_of(tag, owner), cjson.encode(claimed[1]))
   return true
 end
 

@@ -711,6 +711,53 @@ local function finalize(k, run_id, status, fence, now, fields, data, retention, 
   note_family_end(k, run_id, retention_ms, now, {cur[5], cur[6]})
 end
 
+-- Giving a held run back to its queue (release_runs' per-run body; reconcile_expired's
+-- for a hand-off its worker never took): in two steps, so that a caller can read and
+-- encode everything before its first write. release_plan reads nothing (status: the
+-- run's, as the caller read it; owner: the holder giving it back) and encodes the
+-- event: a run with a cancel pending ends `cancelled` (reason `requested`), any other
+-- is `released` for `reason`, with delay_ms > 0 meaning in `delayed` until now +
+-- delay_ms (a rate limit's token) instead of at the head of the line now.
+local function release_plan(status, owner, reason, delay_ms, now)
+  if status == 'cancelling' then
+    return {cancel = true, data = cjson.encode({reason = 'requested', released_by = owner})}
+  end
+  return {delay_ms = delay_ms, data = cjson.encode({owner_id = owner, reason = reason,
+    run_at_ms = delay_ms > 0 and now + delay_ms or nil})}
+end
+
+-- release_plan's writes for run_id (k: leases, ready, run_prefix, events_prefix,
+-- idem_prefix, as finalize's): the fence moves on, so the old holder can write nothing
+-- more; the attempt count is kept (a release is not a failure). Returns the new fence.
+local function release_run(k, run_id, plan, wake_channel, retention, maxlen, now)
+  local run_key = k.run_prefix .. run_id
+  local fence = redis.call('HINCRBY', run_key, 'fence', 1)
+  if plan.cancel then
+    finalize(k, run_id, 'cancelled', fence, now, {}, plan.data, retention, maxlen)
+    return fence
+  end
+  redis.call('HSET', run_key, 'status', 'queued')
+  redis.call('HDEL', run_key, 'owner_id', 'lease_expires_at')
+  redis.call('ZREM', k.leases, run_id)
+  emit(run_key, k.events_prefix .. run_id, 'released', fence, now, plan.data, maxlen)
+  if plan.delay_ms > 0 then
+    give_back(k.run_prefix, run_id)  -- a run waiting for its token holds no slot meanwhile
+    redis.call('ZADD', delayed_of(k.run_prefix), now + plan.delay_ms, run_id)
+    redis.call('PUBLISH', wake_channel, 'ready')  -- idle workers learn the new due time
+  else
+    make_ready(k.ready, wake_channel, run_id, true)
+  end
+  return fence
+end
+
+-- A worker's hand-off inbox (store/keys.py handoff_inbox, from the queue's tag as
+-- tag_of_prefix gives it, and the owner): the claim rows (JSON, claim_row's) create scripts handed to it (claim.lua's
+-- hand_off pushes them), which it moves to its `taken` list as it reads them.
+local HANDOFF_INBOX = 'handoff:inbox:'
+local function handoff_inbox_of(tag, owner)
+  return tag .. HANDOFF_INBOX .. owner
+end
+
 -- The effects of a run that started and have no recorded outcome, as fields of its
 -- effects hash. The list lives on the run record (`open_effects`, JSON) so that
 -- finding them never reads the effects hash, whose recorded results may be large.
