@@ -207,7 +207,7 @@ class Settings(BaseModel):
         "share while the worker runs another (1: one at a time, the two take turns)",
     )
     handoff: bool = Field(
-        default=False,
+        default=True,
         description="Direct hand-off: an idle worker registers, and a create claims the run "
         "for it in the same script (claim_runs' serving code) and pushes it to the worker's "
         "inbox, without the wake message and the claim's round trip",
