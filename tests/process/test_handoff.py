@@ -77,10 +77,14 @@ async def test_back_to_back_creates_the_second_goes_the_wake_path(
 ) -> None:
     keys = QueueKeys(prefix, "default")
     await idle_worker(processes, run_store, redis_client, keys, True)
+    before = await publishes(redis_client)
     first, second = await create(run_store), await create(run_store)
-    for run_id in (first, second):
-        await wait_status(run_store, run_id, RunStatus.SUCCEEDED)
-    await eventually(lambda: registered(client=redis_client, keys=keys), until=lambda n: n == 1)
+    done = [await wait_status(run_store, run_id, RunStatus.SUCCEEDED) for run_id in (first, second)]
+    assert [run.attempt for run in done] == [1, 1]
+    # the registration took the first; the second was announced by a wake message
+    assert await publishes(redis_client) - before >= 1
+    # idle again, the worker registered anew
+    assert await eventually(lambda: registered(redis_client, keys), until=lambda n: n == 1) == 1
 
 
 async def test_a_run_handed_to_a_killed_worker_goes_back_to_its_queue(
@@ -126,11 +130,14 @@ async def test_a_one_slot_worker_keeps_taking_runs_past_its_registrations(
     processes.worker(
         "--concurrency", "1", LEASEHOLD_IDLE_WAKE_S=str(IDLE_WAKE_S), LEASEHOLD_HANDOFF="true"
     )
-    for _ in range(3):
-        await wait_status(run_store, await create(run_store), RunStatus.SUCCEEDED)
+    done = [
+        await wait_status(run_store, await create(run_store), RunStatus.SUCCEEDED) for _ in range(3)
+    ]
     batch = [await create(run_store) for _ in range(3)]  # one handed off, two woken
-    for run_id in batch:
-        await wait_status(run_store, run_id, RunStatus.SUCCEEDED)
+    done += [await wait_status(run_store, run_id, RunStatus.SUCCEEDED) for run_id in batch]
+    # one worker ran all six, each at its first attempt: no run was stranded or retried
+    assert len({run.owner_id for run in done}) == 1
+    assert [run.attempt for run in done] == [1] * 6
     first = await redis_client.zrange(keys.handoff_idle, 0, 0, withscores=True)
     # renewed at half its life while idle: its expiry moves on
     await eventually(
@@ -138,4 +145,5 @@ async def test_a_one_slot_worker_keeps_taking_runs_past_its_registrations(
         until=lambda now: bool(now) and bool(first) and now[0][1] > first[0][1],
         what="a renewed registration",
     )
-    await wait_status(run_store, await create(run_store), RunStatus.SUCCEEDED)
+    last = await wait_status(run_store, await create(run_store), RunStatus.SUCCEEDED)
+    assert last.owner_id == done[0].owner_id and last.attempt == 1
