@@ -16,7 +16,8 @@
 --          again (a retry after a lost reply) answers what the first call claimed
 -- ARGV[7]  handoff_ms   integer 0: leave the owner's hand-off registration alone; more:
 --          remove it, and when the claim got fewer runs than asked, register the owner
---          for that long (includes/claim.lua: hand_off, reregister)
+--          for that long, and remove up to 8 other registrations whose time is over
+--          (includes/claim.lua: hand_off, reregister, prune_registrations)
 -- derived  lane:<lane>, placed, slots, limits, wait:<res>, blocked, queued, kqueued,
 --          one:<key> (lib.lua, flow control), handoff:idle, handoff:args (the owner's
 --          hand-off registration, includes/claim.lua), from the queue's tag (KEYS[4]

@@ -110,6 +110,20 @@ async def test_no_hand_off_to_an_expired_registration(
     assert await inbox(lease_store, redis_client) == []
 
 
+async def test_registrations_of_gone_workers_do_not_pile_up(
+    lease_store: LeaseStore, redis_client: aioredis.Redis
+) -> None:
+    """Killed workers never remove their own: a living worker's claims clear them."""
+    keys = lease_store.keys(Q)
+    for n in range(12):
+        await register(lease_store, owner=f"w-gone-{n}", ms=1)
+    await asyncio.sleep(0.01)  # their 1 ms are over (a time, not an outcome)
+    await register(lease_store)  # a living worker's short claim: prunes 8
+    await lease_store.claim(Q, OWNER, 1, handoff_ms=LONG_MS)  # its renewal: the other 4
+    assert await redis_client.zrange(keys.handoff_idle, 0, -1) == [OWNER]
+    assert await redis_client.hkeys(keys.handoff_args) == [OWNER]
+
+
 async def test_a_claim_without_handoff_leaves_the_registration_alone(
     run_store: RunStore, lease_store: LeaseStore, redis_client: aioredis.Redis
 ) -> None:

@@ -344,6 +344,22 @@ local function hand_off(tag, now)
   return true
 end
 
+-- Registrations whose time is over (a worker killed or gone for good never removes its
+-- own; a restarted one comes back under a new owner id) are removed, HANDOFF_PRUNE at most
+-- per call, with what a claim needed on their behalf: the idle set and its hash stay as
+-- large as the workers alive, whatever the churn. Safe for a living worker whose
+-- registration lapsed: no hand-off reaches an expired one, and its next claim registers
+-- it again (its kept slot goes into that claim whatever the removal answers).
+local HANDOFF_PRUNE = 8
+local function prune_registrations(tag, now)
+  local over = redis.call('ZRANGEBYSCORE', tag .. HANDOFF_IDLE, '-inf', now, 'LIMIT', 0,
+    HANDOFF_PRUNE)
+  if #over > 0 then
+    redis.call('ZREM', tag .. HANDOFF_IDLE, unpack(over))
+    redis.call('HDEL', tag .. HANDOFF_ARGS, unpack(over))
+  end
+end
+
 -- A claim_runs call's registration step for its owner (handoff_ms > 0: the worker
 -- takes hand-offs): its registration is removed first (1 when it was still there, so
 -- no run was handed to it since: the worker frees the slot it kept for it; 0 when a
@@ -351,6 +367,7 @@ end
 -- asked (want > got), it registers again for handoff_ms. Returns removed, registered.
 local function reregister(tag, owner, now, handoff_ms, want, got, args)
   local removed = redis.call('ZREM', tag .. HANDOFF_IDLE, owner)
+  prune_registrations(tag, now)
   if got < want then
     redis.call('ZADD', tag .. HANDOFF_IDLE, now + handoff_ms, owner)
     redis.call('HSET', tag .. HANDOFF_ARGS, owner, args)
