@@ -1,7 +1,8 @@
 """Per-queue outcome counters by minute: what the console's queue charts draw.
 
 ``finalize`` in lib.lua counts every terminal write by status, and
-``reconcile_expired`` every expired lease it acts on, in the queue's hash of the
+``reconcile_expired`` every expired lease it acts on (but a hand-off it gives back
+unread: no worker held that lease), in the queue's hash of the
 current epoch minute (``QueueKeys.series``). A bucket expires 61 minutes after its
 first count, so a queue holds at most ~61 small hashes however busy it is, and
 nothing on the hot path reads them. Reading the last hour is one pipelined round

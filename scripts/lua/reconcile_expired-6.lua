@@ -29,7 +29,9 @@
 --          Idempotent: a second reconciler finds nothing left to do. Run and effects
 --          keys are derived from KEYS[3]/KEYS[6], like every batch script's, and a
 --          hand-off inbox from KEYS[3]'s tag and the record's owner. Every
---          expired lease acted on counts once in the queue's `lease_expired` series.
+--          expired lease acted on counts once in the queue's `lease_expired` series,
+--          except a released hand-off: no worker ever held that lease, so it is no
+--          expiry an operator should be alerted on.
 -- validate-then-write: the numbers are checked, then every expired run is read (and
 --          its owner's inbox), its effects decoded and its events encoded, all before
 --          the first write.
@@ -152,7 +154,9 @@ for _, plan in ipairs(plans) do
       fence = redis.call('HINCRBY', run_key, 'fence', 1)
       finalize(k, id, plan.action, fence, now, plan.fields or {}, plan.data, retention, maxlen)
     end
-    count_outcome(k.run_prefix, 'lease_expired', now)
+    if not plan.release then
+      count_outcome(k.run_prefix, 'lease_expired', now)
+    end
     actions[#actions + 1] = {id, plan.action, fence}
   end
 end

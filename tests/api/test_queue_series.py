@@ -101,3 +101,20 @@ async def test_an_undeclared_queue_has_no_series_404_and_gains_no_keys(
     assert responses[0].headers["content-type"].startswith("application/problem+json")
     assert await redis_client.keys(f"{prefix}:{{nobody*") == []
     assert (await api.get("/queues/x:y/series")).status_code == 422
+
+
+async def test_a_hand_off_given_back_unread_is_no_lease_expiry(
+    api: httpx.AsyncClient, lease_store: LeaseStore
+) -> None:
+    """A worker registered for a hand-off and died: the run is released, not alerted on."""
+    registration = await lease_store.claim("default", "w-dead", 1, handoff_ms=60_000)
+    assert registration.runs == [] and registration.registered
+    run_id = (await api.post("/runs", json=ECHO)).json()["id"]
+    assert (await api.get(f"/runs/{run_id}")).json()["owner_id"] == "w-dead"
+    # nobody reads the inbox: once the 1 s lease runs out the reconciler gives the run back
+    actions = await eventually(
+        lambda: lease_store.reconcile("default"), until=bool, timeout_s=10, what="reconcile"
+    )
+    assert [(a.run_id, a.action) for a in actions] == [(run_id, "released")]
+    assert (await api.get(f"/runs/{run_id}")).json()["status"] == "queued"
+    assert set(totals((await api.get("/queues/default/series")).json()).values()) == {0}
