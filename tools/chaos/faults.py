@@ -5,6 +5,11 @@ signals and real sockets:
 
 * ``kill_worker``       ``kill -9`` of a worker holding runs; a replacement starts in
                         its slot (the reconciler must orphan or retry its runs);
+* ``kill_idle_worker``  ``kill -9`` of a worker registered for a hand-off, then a burst
+                        of creates while its registration lives: a create claims a run
+                        for the dead worker and pushes it to an inbox nobody reads (the
+                        reconciler must give it back, ``released`` reason
+                        ``handoff_undelivered``, for a living worker to run);
 * ``pause_worker``      SIGSTOP a worker holding runs past its lease, then SIGCONT:
                         it wakes as a stale owner whose every write must be rejected;
 * ``drain_worker``      SIGTERM a worker holding runs: it finishes what it can within
@@ -27,6 +32,7 @@ target, so the checker can name stale owners and explain detection delays.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import signal
 import time
@@ -49,6 +55,7 @@ class FaultKind(StrEnum):
     """Every kind of fault the harness injects."""
 
     KILL_WORKER = "kill_worker"
+    KILL_IDLE_WORKER = "kill_idle_worker"
     PAUSE_WORKER = "pause_worker"
     DRAIN_WORKER = "drain_worker"
     RESTART_REDIS = "restart_redis"
@@ -69,6 +76,17 @@ REDIS_KINDS = REDIS_DOWN_KINDS | {FaultKind.MEMORY_PRESSURE}
 # past the API's 0.85 high-water mark at once, and small enough that running runs'
 # writes can fill it
 MEMORY_HEADROOM = (0.001, 0.03)
+# kill_idle_worker: how long a registration must have left to be worth killing its worker
+# for (a create must reach it before it lapses), how long to look for one, and how many
+# bursts of creates (of HANDOFF_BURST each) to send while it lives
+HANDOFF_LEFT_MS = 250
+HANDOFF_SEARCH_S = 5.0
+HANDOFF_BURSTS, HANDOFF_BURST = 3, 2
+HANDOFF_POLL_S = 0.05
+
+
+async def _no_creates(n: int) -> None:
+    raise RuntimeError("the injector was given no way to create runs")
 
 
 def now_ms() -> int:
@@ -101,10 +119,14 @@ class Injector:
         self.ttl_s = cluster.config.lease_ttl_s
         self.faults: list[Fault] = []
         self.stream_counts: Callable[[], dict[str, int]] = dict
+        # creates n runs through the workload (tracked like its own) and returns once
+        # each was answered: the kill_idle_worker fault's burst
+        self.create_burst: Callable[[int], Awaitable[None]] = _no_creates
         self._held: set[str] = set()  # targets under a fault right now
         self._first: list[FaultKind] = []  # the promised kinds not yet injected
         self._actions: dict[FaultKind, Callable[[Fault], Awaitable[None]]] = {
             FaultKind.KILL_WORKER: self._kill_worker,
+            FaultKind.KILL_IDLE_WORKER: self._kill_idle_worker,
             FaultKind.PAUSE_WORKER: self._pause_worker,
             FaultKind.DRAIN_WORKER: self._drain_worker,
             FaultKind.RESTART_REDIS: self._restart_redis,
@@ -206,6 +228,78 @@ class Injector:
         slot.current.signal(signal.SIGKILL)
         await asyncio.to_thread(slot.current.popen.wait, EXIT_WAIT_S)
         await asyncio.to_thread(self.cluster.start_worker, slot)
+
+    async def _kill_idle_worker(self, fault: Fault) -> None:
+        """Kill a worker registered for a hand-off, then create runs while it is still
+        registered; ``details["handed"]`` lists the rows (``id@fence``) found in its inbox:
+        runs a create claimed for it that no worker ever read."""
+        keys = QueueKeys(self.cluster.prefix, QUEUE)
+        slot = await self._registered_slot(fault, keys)
+        assert slot.current is not None and slot.current.owner_id is not None
+        owner = slot.current.owner_id
+        slot.current.signal(signal.SIGKILL)
+        await asyncio.to_thread(slot.current.popen.wait, EXIT_WAIT_S)
+        handed: set[str] = set()
+        for _ in range(HANDOFF_BURSTS):
+            if await self._registration_left_ms(keys, owner) <= 0:
+                break
+            await self.create_burst(HANDOFF_BURST)
+            handed |= await self._inbox_rows(keys, owner)
+        # until the registration lapses a create may still reach it (then its rows too)
+        for _ in range(int(self.ttl_s / HANDOFF_POLL_S)):
+            if await self._registration_left_ms(keys, owner) <= 0:
+                break
+            await asyncio.sleep(HANDOFF_POLL_S)
+        handed |= await self._inbox_rows(keys, owner)
+        fault.details["handed"] = sorted(handed)
+        await asyncio.to_thread(self.cluster.start_worker, slot)
+
+    async def _registered_slot(self, fault: Fault, keys: QueueKeys) -> WorkerSlot:
+        """A free worker slot whose worker is registered for a hand-off with time left,
+        found within HANDOFF_SEARCH_S; else the busiest (``details["registered"]`` says)."""
+        deadline = time.monotonic() + HANDOFF_SEARCH_S
+        while time.monotonic() < deadline:
+            now = await self._redis_now_ms()
+            idle = set(
+                await self.redis.zrangebyscore(keys.handoff_idle, now + HANDOFF_LEFT_MS, "+inf")
+            )
+            slots = [
+                slot
+                for slot in self.cluster.workers
+                if slot.current
+                and slot.current.alive()
+                and slot.current.owner_id in idle
+                and f"worker{slot.index}" not in self._held
+            ]
+            if slots:
+                slot = self.rng.choice(slots)
+                assert slot.current is not None
+                fault.target, fault.target_key = slot.current.name, f"worker{slot.index}"
+                fault.owner_id, fault.pid = slot.current.owner_id, slot.current.pid
+                fault.held_runs = (await self._leases_by_owner()).get(fault.owner_id or "", 0)
+                self._held.add(fault.target_key)
+                fault.details["registered"] = True
+                return slot
+            await asyncio.sleep(HANDOFF_POLL_S)
+        fault.details["registered"] = False
+        return await self._busy_slot(fault)
+
+    async def _registration_left_ms(self, keys: QueueKeys, owner: str) -> int:
+        """How long the owner's hand-off registration still lives (<= 0: none)."""
+        expiry = await self.redis.zscore(keys.handoff_idle, owner)
+        return -1 if expiry is None else int(expiry) - await self._redis_now_ms()
+
+    async def _inbox_rows(self, keys: QueueKeys, owner: str) -> set[str]:
+        rows = await self.redis.lrange(keys.handoff_inbox(owner), 0, -1)
+        handed = set()
+        for raw in rows:
+            row = json.loads(raw)
+            handed.add(f"{row[0]}@{row[1]}")
+        return handed
+
+    async def _redis_now_ms(self) -> int:
+        seconds, micros = await self.redis.time()
+        return int(seconds) * 1000 + int(micros) // 1000
 
     async def _pause_worker(self, fault: Fault) -> None:
         slot = await self._busy_slot(fault)

@@ -123,7 +123,11 @@ def unexplained(samples: list[Detection], faults: list[Fault], *, ttl_s: float) 
     everyone: list[tuple[int, int]] = []
     for fault in faults:
         end = fault.ended_ms + ttl_ms
-        if fault.kind in (FaultKind.KILL_WORKER, FaultKind.DRAIN_WORKER):
+        if fault.kind in (
+            FaultKind.KILL_WORKER,
+            FaultKind.KILL_IDLE_WORKER,
+            FaultKind.DRAIN_WORKER,
+        ):
             end = 2**62  # the process never comes back
         window = (fault.started_ms, end)
         if fault.kind in REDIS_KINDS:

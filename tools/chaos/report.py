@@ -54,6 +54,8 @@ class ChaosReport:
     returns_compared: Counter[str]
     # the re-run workload's outcomes (reruns, rerun_404, rerun_409, ...)
     reruns: Counter[str] = field(default_factory=Counter)
+    # the kill_idle_worker faults: how many found a registered worker, rows stranded
+    handoffs: dict[str, int] = field(default_factory=dict)
 
     @property
     def faults_by_kind(self) -> dict[str, int]:
@@ -113,6 +115,7 @@ class ChaosReport:
                 "gone_unexplained": len(self.gone.vanished),
             },
             "reruns": dict(self.reruns),
+            "handoffs": self.handoffs,
             "activity_tap": {"entries": self.tap.entries, "gaps": self.tap.gaps},
             "handler_returns": dict(self.returns_compared),
             "person": self.workload.decisions,
@@ -152,6 +155,7 @@ class ChaosReport:
             f"answers:   {_kv(s['api_answers'])}; creates refused 503 {s['creates_refused_503']}",
             f"janitor:   {_kv(s['janitor'])}; tap {_kv(s['activity_tap'])}",
             f"reruns:    {_kv(s['reruns'])}",
+            f"hand-offs: {_kv(s['handoffs'])} (kill_idle_worker: registered found, rows stranded)",
             f"returns:   {_kv(s['handler_returns'])} (handler returns checked against outputs)",
         ]
         lines += [f"  fault {_kv(fault)}" for fault in s["fault_log"]]

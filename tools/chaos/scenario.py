@@ -32,7 +32,7 @@ import redis.asyncio as aioredis
 from app.models import QueueLimits
 from app.store.connection import async_client
 from app.store.keys import QueueKeys
-from tools.chaos import checker, family, figures, flow, promises, rates, schedules
+from tools.chaos import checker, family, figures, flow, handoffs, promises, rates, schedules
 from tools.chaos.checker import Snapshot, Violation
 from tools.chaos.cluster import Cluster, ClusterConfig
 from tools.chaos.faults import QUEUE, REDIS_DOWN_KINDS, STALE_KINDS, FaultKind, Injector, now_ms
@@ -111,6 +111,7 @@ class ChaosRun:
         self.fault_rng = random.Random(f"{config.seed}-faults")
         self.injector = Injector(cluster, redis_client, self.fault_rng)
         self.injector.stream_counts = self.workload.streams_by_api
+        self.injector.create_burst = self.workload.create_burst
         self._stop_tap = asyncio.Event()
         self._tap: asyncio.Task[None] | None = None
         self.returns_compared: Counter[str] = Counter()
@@ -221,6 +222,9 @@ class ChaosRun:
             self.redis, self.cluster.prefix, QUEUE, snapshot
         )
         violations += promises.check_rate_limit(rates.read_grants(side_dir))
+        faults = self.injector.faults
+        violations += handoffs.check_handoffs(snapshot, faults, side_dir)
+        violations += await handoffs.check_inboxes(self.redis, self.cluster.prefix, QUEUE, faults)
         violations += await schedules.check(self.redis, self.cluster.prefix, snapshot)
         resurrected = await self._resurrected(list(self.janitor.deleted))
         return violations + promises.check_deleted(self.janitor.deleted, self.tap, resurrected)
@@ -274,6 +278,7 @@ class ChaosRun:
             tap=self.tap,
             returns_compared=self.returns_compared,
             reruns=self.rerunner.outcomes,
+            handoffs=handoffs.handoff_figures(faults),
         )
 
 

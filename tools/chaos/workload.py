@@ -269,14 +269,24 @@ class Workload:
         ``keep_going`` lets the faults still promised run against live work, not an idle
         cluster, when a loaded machine made them late.
         """
-        n = 0
         while time.monotonic() < deadline or keep_going():
-            plan = make_plan(self.rng, self.ttl_s)
-            tracked = Tracked(plan, key=f"chaos-{n}")
-            self.runs.append(tracked)
-            self._spawn(self._drive(tracked))
-            n += 1
+            self._spawn(self._drive(self._track()))
             await asyncio.sleep(self.rng.expovariate(self.rate_per_s))
+
+    async def create_burst(self, n: int) -> None:
+        """Create ``n`` runs at once, tracked like the others; returns once each create was
+        answered (or failed for good): a fault's burst (``kill_idle_worker``)."""
+        burst = [self._track() for _ in range(n)]
+        answered = [asyncio.Event() for _ in burst]
+        for tracked, event in zip(burst, answered, strict=True):
+            self._spawn(self._drive(tracked, event))
+        await asyncio.gather(*(event.wait() for event in answered))
+
+    def _track(self) -> Tracked:
+        """The next planned run, tracked from before its create is sent."""
+        tracked = Tracked(make_plan(self.rng, self.ttl_s), key=f"chaos-{len(self.runs)}")
+        self.runs.append(tracked)
+        return tracked
 
     def _spawn(self, coro: Awaitable[None]) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
@@ -284,15 +294,20 @@ class Workload:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _drive(self, tracked: Tracked) -> None:
+    async def _drive(self, tracked: Tracked, answered: asyncio.Event | None = None) -> None:
         try:
-            await self._create_and_follow(tracked)
+            await self._create_and_follow(tracked, answered)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # recorded: the checker reports it, nothing is lost silently
             tracked.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            if answered is not None:
+                answered.set()
 
-    async def _create_and_follow(self, tracked: Tracked) -> None:
+    async def _create_and_follow(
+        self, tracked: Tracked, answered: asyncio.Event | None = None
+    ) -> None:
         plan = tracked.plan
         run = await self.api.call(
             lambda client: client.create(
@@ -305,6 +320,8 @@ class Workload:
             )
         )
         tracked.run_id = run.id
+        if answered is not None:
+            answered.set()
         if plan.follow is not None:
             tracked.follow = Follow(run.id, plan.follow)
             self.follows.append(tracked.follow)
