@@ -15,13 +15,23 @@ mid-reply, which redis-py may also have resent on its own) and after every idle
 timeout, ``taken`` is read again and what is there is started, so a row whose
 reply was lost still reaches its worker well within its lease. Rows started but
 not yet removed from ``taken`` are remembered, so none starts twice.
+
+**A row read late.** A worker paused (SIGSTOP, a long GC, a starved VM) while its
+read was waiting gets the reply only when it runs again, possibly after its run's
+lease expired and the reconciler gave the run to another worker. Fencing would
+reject its writes, but the handler would still run (and its side effects). So a
+row read more than ``stale_after_s`` after its read was sent (by the monotonic
+clock: an upper bound of the row's age, see ``_read_at``) starts only once a
+renewal of its lease answered that this worker still holds it; LOST drops it
+unstarted. A row read in time costs nothing more: the read's timeout is far below
+``stale_after_s``, so only a pause (or a failed read's backoff) pays the round trip.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import cast
 
 from redis.exceptions import RedisError
@@ -46,6 +56,8 @@ class HandoffInbox:
         timeout_s: float,
         on_row: Callable[[str, float], None],
         on_idle: Callable[[], None],
+        stale_after_s: float,
+        confirm: Callable[[str], Awaitable[bool]],
     ) -> None:
         self._client = client
         self._inbox = keys.handoff_inbox(owner_id)
@@ -53,6 +65,8 @@ class HandoffInbox:
         self._timeout_s = timeout_s
         self._on_row = on_row
         self._on_idle = on_idle
+        self._stale_after_s = stale_after_s
+        self._confirm = confirm
         # rows handed to on_row whose LREM from `taken` has not been answered yet
         self._started: set[str] = set()
         # when the last read was sent (monotonic): a row it moved was pushed after, or
@@ -92,10 +106,17 @@ class HandoffInbox:
                 await failures.wait(exc, what="hand-off inbox", why=describe(exc), logger=log)
 
     async def _take(self, raw: str) -> None:
-        """Start one row's run (unless it was started already), then drop it from ``taken``."""
+        """Start one row's run (unless it was started already, or its lease is found lost),
+        then drop it from ``taken``. Raises RedisError/OSError: the row stays in ``taken``."""
         if raw not in self._started:
+            read_at = self._read_at
+            if time.monotonic() - read_at > self._stale_after_s:
+                read_at = time.monotonic()  # the renewal's send time confirms the lease
+                if not await self._confirm(raw):
+                    await self._client.lrem(self._taken, 1, raw)
+                    return
             self._started.add(raw)
-            self._on_row(raw, self._read_at)
+            self._on_row(raw, read_at)
         await self._client.lrem(self._taken, 1, raw)
         self._started.discard(raw)
 

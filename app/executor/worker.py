@@ -64,6 +64,7 @@ from app.store.ratelimits import RateLimitStore
 from app.store.refusals import describe, is_transient
 from app.store.runs import RunStore
 from app.store.scripts import Scripts
+from app.store.transitions import LeaseAnswer
 from app.store.waits import WaitStore
 from app.supervision.config import Supervision
 
@@ -288,6 +289,16 @@ class Worker:
         def on_row(raw: str, read_at: float) -> None:
             courier.take_handoff(lease_store.handed_off(queue, self.id, raw), read_at)
 
+        async def confirm(raw: str) -> bool:
+            lease = lease_store.handed_off(queue, self.id, raw).lease
+            if await lease_store.confirm(lease) != LeaseAnswer.LOST:
+                return True
+            log.warning(
+                "a hand-off read late lost its lease meanwhile: not started",
+                extra={"run_id": lease.run_id, "fence": lease.fence},
+            )
+            return False
+
         return HandoffInbox(
             client,
             keys=lease_store.keys(queue),
@@ -295,6 +306,9 @@ class Worker:
             timeout_s=self._handoff_ms() / 2000,
             on_row=on_row,
             on_idle=courier.handoff_idle,
+            # a heartbeat's period: a row younger has two thirds of its lease left at least
+            stale_after_s=self.settings.lease_ttl_s / 3,
+            confirm=confirm,
         )
 
     def _heartbeat(self, renewer: LeaseRenewer) -> Heartbeat:

@@ -322,6 +322,17 @@ class LeaseStore(Store):
         )
         return await RELEASE_RUNS.send(self.scripts, self.client, keys, args)
 
+    async def confirm(self, lease: Lease) -> LeaseAnswer:
+        """Renew one lease from the event loop: OK or CANCEL (renewed), or LOST (another
+        owner has the run, or it ended). The check before starting a run whose lease may
+        have lapsed while its claim's row waited (a hand-off row read late)."""
+        args = RenewArgs(
+            lease.owner_id, self.ctx.lease_ttl_ms, [LeaseGroup(lease.run_id, lease.fence)]
+        )
+        keys = self.keys(lease.queue)
+        (answer,) = await RENEW_LEASES.send(self.scripts, self.client, keys, args, lease.run_id)
+        return answer
+
     async def reconcile(self, queue: str, limit: int = RECONCILE_BATCH) -> list[ReconcileAction]:
         """Apply the lease-expiry policy to up to ``limit`` expired leases of a queue."""
         keys, ctx = self.keys(queue), self.ctx
