@@ -27,6 +27,7 @@ from app.cli_api import api_client as _api
 from app.cli_api import fail as _fail
 from app.cli_api import print_run as _print_run
 from app.cli_api import unpark_lines as _unpark_lines
+from app.cli_help import APP_HELP, GROUP_HELP
 from app.errors import LeaseholdError
 from app.logs import configure_logging
 from app.preflight import (
@@ -51,37 +52,23 @@ if TYPE_CHECKING:
 # plain click help (rich_markup_mode=None) on every group: typer's rich tables show each
 # flag as `--retry <bool>`, and drawing them imports rich, a good part of start-up
 app = typer.Typer(
-    help="Leasehold: durable runs on Redis with fenced leases.",
+    help=APP_HELP,
     rich_markup_mode=None,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-runs_app = typer.Typer(
-    rich_markup_mode=None,
-    help="Inspect, cancel, resolve, retry, delete and purge runs.",
-    no_args_is_help=True,
-)
+runs_app = typer.Typer(rich_markup_mode=None, help=GROUP_HELP["runs"], no_args_is_help=True)
 app.add_typer(runs_app, name="runs")
-probe_app = typer.Typer(
-    rich_markup_mode=None,
-    help="Health probes for containers: exit 0 when healthy, 1 when not.",
-    no_args_is_help=True,
-)
+probe_app = typer.Typer(rich_markup_mode=None, help=GROUP_HELP["probe"], no_args_is_help=True)
 app.add_typer(probe_app, name="probe")
-queues_app = typer.Typer(
-    rich_markup_mode=None, help="List and declare queues.", no_args_is_help=True
-)
+queues_app = typer.Typer(rich_markup_mode=None, help=GROUP_HELP["queues"], no_args_is_help=True)
 app.add_typer(queues_app, name="queues")
 schedules_app = typer.Typer(
-    rich_markup_mode=None,
-    help="Cron and interval schedules: list, create, pause, trigger, backfill.",
-    no_args_is_help=True,
+    rich_markup_mode=None, help=GROUP_HELP["schedules"], no_args_is_help=True
 )
 app.add_typer(schedules_app, name="schedules")
-demo_app = typer.Typer(
-    rich_markup_mode=None, help="Scripted demonstrations on a private stack.", no_args_is_help=True
-)
+demo_app = typer.Typer(rich_markup_mode=None, help=GROUP_HELP["demo"], no_args_is_help=True)
 app.add_typer(demo_app, name="demo")
 
 WAIT_POLL_S = 0.2

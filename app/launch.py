@@ -5,7 +5,8 @@ quieted; why that pays is in :mod:`app.startup`. ``leasehold worker ...`` goes t
 :mod:`app.worker_command` without typer when every flag is one it knows (a worker's
 start-up is time before its first claim); ``leasehold runs get ...`` to
 :mod:`app.runs_get_command`, which calls the command without typer's command tree;
-anything else is the typer CLI's.
+``leasehold --help`` to :mod:`app.cli_help`, which prints the top-level help from the
+command table without typer; anything else is the typer CLI's.
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ def main() -> None:
         from app.worker_command import main as worker_main
 
         if worker_main(args[1:]):
+            return
+    if args[:1] == ["--help"]:
+        from app.cli_help import main as help_main
+
+        if help_main(args):
             return
     if args[:2] == ["runs", "get"]:
         from app.runs_get_command import main as runs_get_main
