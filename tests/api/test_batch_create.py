@@ -511,3 +511,78 @@ async def test_flat_inputs_pass_the_content_rule_and_non_finite_numbers_in_them_
     assert outcomes[4]["problem"]["errors"][0]["loc"] == ["body", "items", 4, "metadata", "m"]
     assert outcomes[0]["run"]["input"]["n"] == 12345678901234567890
     assert len(await run_keys(redis_client, prefix)) == 2  # the one run: record and stream
+
+
+def _problem_of(answer: dict[str, Any]) -> dict[str, Any]:
+    """A problem without what differs between two requests (the instance path)."""
+    return {k: v for k, v in answer.items() if k != "instance"}
+
+
+@pytest.mark.parametrize("schema_invalid_item", [False, True])
+async def test_items_refused_for_what_is_in_them_get_the_single_creates_problem_in_place(
+    api: httpx.AsyncClient,
+    settings: Settings,
+    redis_client: aioredis.Redis,
+    prefix: str,
+    schema_invalid_item: bool,
+) -> None:
+    """Items the request schema accepts but something else refuses (the handler's input
+    model, the content rule, the size, a bound, the handler): in a batch whose every
+    item fits the schema (judged in bulk) and in one with a schema-invalid item (judged
+    one by one), each bad item gets what POST /runs answers its body, errors and all,
+    and the good ones around it are created."""
+    bad: list[Any] = [
+        {"handler": "demo.sleep", "input": {"seconds": "long"}},  # the handler's input model
+        {**ECHO, "input": {"x": [1.5, float("inf")]}},  # non-finite, nested
+        {**ECHO, "metadata": {"deep": nested(settings.max_input_depth)}},  # too deep
+        {**ECHO, "input": {"message": "x" * settings.max_input_bytes}},  # too large
+        {**ECHO, "queued_ttl_s": settings.queued_ttl_max_s * 2},  # past a bound
+        {"handler": "no.such_handler", "input": {}},
+        {**ECHO, "delay_s": settings.start_max_ahead_s * 2},
+    ]
+    if schema_invalid_item:
+        bad.append({**ECHO, "unknown_field": True})
+    singles = [await post_json(api, "/runs", item) for item in bad]
+    assert all(400 <= s.status_code < 500 for s in singles)
+    assert await run_keys(redis_client, prefix) == []
+    good = [{**ECHO, "input": {"message": f"good {i}"}} for i in range(len(bad) + 1)]
+    items = [x for pair in zip(good, [*bad, None], strict=True) for x in pair if x is not None]
+
+    outcomes = await post_batch(api, items)
+
+    assert [o["status"] for o in outcomes[1::2]] == [s.status_code for s in singles]
+    for i, (outcome, single) in enumerate(zip(outcomes[1::2], singles, strict=True)):
+        expected = _problem_of(single.json())
+        for error in expected.get("errors") or []:  # the body's: under the item's place
+            if error["loc"][0] == "body":
+                error["loc"] = ["body", "items", 2 * i + 1, *error["loc"][1:]]
+        assert _problem_of(outcome["problem"]) == expected
+    created = [o["run"] for o in outcomes[::2]]
+    assert [o["status"] for o in outcomes[::2]] == [201] * len(good)
+    assert [run["input"] for run in created] == [item["input"] for item in good]
+    assert len(await run_keys(redis_client, prefix)) == 2 * len(good)
+
+
+async def test_runs_asking_for_the_same_options_each_keep_their_own_and_others_theirs(
+    api: httpx.AsyncClient,
+) -> None:
+    """Options resolved once for items that ask for the same ones are each run's own:
+    what a read of every run gives, handler defaults and per-item options included."""
+    items = [
+        {**ECHO, "max_attempts": 3, "retention_s": 60.0, "priority": 2},
+        {**ECHO, "max_attempts": 3, "retention_s": 60.0, "priority": 2, "idempotency_key": "k"},
+        {**ECHO, "max_attempts": 3, "retention_s": 60.0, "priority": 3},
+        {**ECHO, "metadata": {"team": "a"}, "budget": {"max_steps": 5}},
+        {**ECHO, "metadata": {"team": "b"}, "run_at": "2020-01-01T00:00:00Z"},
+        {"handler": "demo.sleep", "input": {"seconds": 1}},
+    ]
+    outcomes = await post_batch(api, items)
+    assert [o["status"] for o in outcomes] == [201] * len(items)
+    for outcome in outcomes:  # but the event id, not known at create
+        fetched = (await api.get(f"/runs/{outcome['run']['id']}")).json()
+        assert outcome["run"] == {**fetched, "last_event_id": None}
+    runs = [o["run"] for o in outcomes]
+    assert [run["priority"] for run in runs[:3]] == [2, 2, 3]
+    assert [run["idempotency_key"] for run in runs[:2]] == [None, "k"]
+    assert [run["metadata"] for run in runs[3:5]] == [{"team": "a"}, {"team": "b"}]
+    assert {run["max_attempts"] for run in runs[:3]} == {3}

@@ -21,13 +21,14 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
 from fastapi.exceptions import RequestValidationError
 
-from app.api.bodies import body_doc, content_errors, raw_json_body, validate_json
+from app.api.batch_items import BatchJudge
+from app.api.bodies import body_doc, raw_json_body
 from app.api.memory import create_cost_bytes
-from app.api.routes.runs import new_run_of, problems, with_start_gates
+from app.api.routes.runs import problems, with_start_gates
 from app.api.state import ApiState, api_state
 from app.errors import QueueNotDeclared, RateLimitNotDeclared
 from app.metrics import RUNS_CREATED
-from app.models import CreateRunRequest, CreateRunsRequest, CreateRunsResult
+from app.models import CreateRunsRequest, CreateRunsResult
 from app.store.runs import AnswerShapes, Created, NewRun
 
 router = APIRouter(tags=["runs"])
@@ -87,9 +88,10 @@ async def create_runs(
     """
     outcomes: list[Outcome | None] = [None] * len(items)
     valid: dict[int, NewRun] = {}
+    judge = BatchJudge(items, state)
     for i, item in enumerate(items):
         try:
-            valid[i] = _judged(item, i, state)
+            valid[i] = judge.judged(item, i)
         except Exception as exc:  # each is answered as its problem; a bug re-raises
             outcomes[i] = await _problem(request, exc)
     await _refuse_undeclared(valid, outcomes, request, state)
@@ -112,15 +114,6 @@ async def create_runs(
 
 def _items_json(outcomes: Sequence[Outcome | None]) -> bytes:
     return f'{{"items":[{",".join(o for o in outcomes if o is not None)}]}}'.encode()
-
-
-def _judged(item: object, i: int, state: ApiState) -> NewRun:
-    """One item as ``POST /runs`` would judge its body; raises what that would answer."""
-    loc: tuple[str | int, ...] = ("body", "items", i)
-    errors = content_errors(item, max_depth=state.settings.max_input_depth, loc=loc)
-    if errors:
-        raise RequestValidationError(errors)
-    return new_run_of(validate_json(CreateRunRequest, item, loc=loc), state, None)
 
 
 async def _refuse_undeclared(

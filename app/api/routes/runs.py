@@ -8,7 +8,7 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Request, Response
 from redis.exceptions import RedisError
@@ -41,6 +41,10 @@ from app.store.ratelimits import StartGate
 from app.store.runs import NewRun
 from app.tracing import Span, parse_traceparent, tracer
 
+if TYPE_CHECKING:
+    from app.handlers import HandlerSpec
+    from app.settings import Settings
+
 log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["runs"])
@@ -63,49 +67,66 @@ def new_run_of(
 
     Bad input is a 4xx even while Redis is full: this runs before admission.
     ``traceparent`` (already validated) is kept with the run for its workers' spans.
+    The checks come in this order (a request wrong in two ways gets the first):
+    the input's size (413), the handler (422), its input (422), the options (422).
     """
     if idempotency_key and body.idempotency_key and idempotency_key != body.idempotency_key:
         raise HTTPException(400, "the Idempotency-Key header and the idempotency_key field differ")
-    encoded_input = dumps(body.input)
-    input_size = len(encoded_input.encode())
-    if input_size > state.settings.max_input_bytes:
-        raise HTTPException(
-            413, f"input is {input_size} bytes; the limit is {state.settings.max_input_bytes}"
-        )
+    encoded_input = encoded_input_of(body, state.settings.max_input_bytes)
     spec = state.registry.get(body.handler)
     spec.parse_input(body.input)
-    settings = state.settings
+    return NewRun(
+        input=body.input,
+        idempotency_key=idempotency_key or body.idempotency_key,
+        metadata=body.metadata,
+        traceparent=traceparent,
+        encoded_input=encoded_input,
+        **run_options(body, spec, state.settings),
+    )
+
+
+def encoded_input_of(body: CreateRunRequest, max_input_bytes: int) -> str:
+    """The input as stored (encoded once, here); 413 past ``max_input_bytes`` of UTF-8."""
+    encoded = dumps(body.input)
+    # an ASCII text's length is its UTF-8 size: most inputs need no second encoding
+    size = len(encoded) if encoded.isascii() else len(encoded.encode())
+    if size > max_input_bytes:
+        raise HTTPException(413, f"input is {size} bytes; the limit is {max_input_bytes}")
+    return encoded
+
+
+def run_options(body: CreateRunRequest, spec: HandlerSpec, settings: Settings) -> dict[str, Any]:
+    """The :class:`NewRun` fields a request's options resolve to: all but its input,
+    idempotency key, metadata and trace; raises 422 for an option past its bound.
+
+    Run options > handler defaults > settings (app/handlers.py). A batch resolves
+    them once for all its items that ask for the same options (app/api/batch_items.py).
+    """
     retention_ms = _bounded_ms(body.retention_s, "retention_s", settings.retention_max_s)
     queued_ttl_ms = _bounded_ms(body.queued_ttl_s, "queued_ttl_s", settings.queued_ttl_max_s)
     start_at_ms, delay_ms = start_of(body, settings.start_max_ahead_s)
-    return NewRun(
-        handler=body.handler,
-        input=body.input,
-        queue=body.queue,
-        # run options > handler defaults > settings (app/handlers.py)
-        max_attempts=body.max_attempts
+    return {
+        "handler": body.handler,
+        "queue": body.queue,
+        "max_attempts": body.max_attempts
         or spec.defaults.max_attempts
         or settings.default_max_attempts,
-        on_lease_expired=body.on_lease_expired
+        "on_lease_expired": body.on_lease_expired
         or spec.defaults.on_lease_expired
         or settings.default_on_lease_expired,
-        idempotency_key=idempotency_key or body.idempotency_key,
-        metadata=body.metadata,
-        budget=spec.defaults.merged_budget(
+        "budget": spec.defaults.merged_budget(
             body.budget.model_dump(exclude_none=True) if body.budget else None
         ),
-        retention_ms=retention_ms,
-        queued_ttl_ms=queued_ttl_ms,
-        traceparent=traceparent,
-        encoded_input=encoded_input,
-        start_at_ms=start_at_ms,
-        delay_ms=delay_ms,
-        concurrency_key=body.concurrency_key,
-        singleton_key=body.singleton_key,
-        on_conflict=body.on_conflict,
-        priority=body.priority,
-        boost_ms=priority_boost_ms(body.priority, settings.priority_aging_step_s),
-    )
+        "retention_ms": retention_ms,
+        "queued_ttl_ms": queued_ttl_ms,
+        "start_at_ms": start_at_ms,
+        "delay_ms": delay_ms,
+        "concurrency_key": body.concurrency_key,
+        "singleton_key": body.singleton_key,
+        "on_conflict": body.on_conflict,
+        "priority": body.priority,
+        "boost_ms": priority_boost_ms(body.priority, settings.priority_aging_step_s),
+    }
 
 
 def start_of(body: CreateRunRequest, max_ahead_s: float) -> tuple[int | None, int | None]:
