@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from json.encoder import encode_basestring
-from operator import itemgetter
+from operator import attrgetter
 from typing import Any, cast
 
 from pydantic import TypeAdapter
@@ -184,49 +184,49 @@ class NewRun:
 class Created:
     """Result of :meth:`RunStore.create`: the run, and whether it existed already.
 
-    A run :meth:`RunStore.create_many` has just created is kept as the fields of
-    its :class:`Run`: a batch answers it as JSON (:meth:`answer_json`) without building
-    and serializing the model, which was ~1/3 of the API's CPU per batched run;
-    ``run`` builds it the first time someone asks.
+    A run :meth:`RunStore.create_many` has just created is kept as what made it
+    (its :class:`NewRun` and the script's reply): a batch answers it as JSON
+    (:meth:`answer_json`) without building and serializing the model, or even the
+    dict of its fields; ``run`` builds it the first time someone asks.
     """
 
-    __slots__ = ("_fields", "_input_json", "_run", "replayed")
+    __slots__ = ("_new", "_reply", "_run", "replayed")
 
     def __init__(
         self,
         run: Run | None,
         replayed: bool,
-        fields: dict[str, Any] | None = None,
-        input_json: str = "",
+        new: NewRun | None = None,
+        reply: CreateReply | None = None,
     ):
-        assert run is not None or fields is not None
-        self._run, self._fields, self.replayed = run, fields, replayed
-        self._input_json = input_json  # fields' input as stored, when fields are given
+        assert run is not None or (new is not None and reply is not None)
+        self._run, self.replayed = run, replayed
+        self._new, self._reply = new, reply  # a fresh run's request and create reply
 
     @property
     def run(self) -> Run:
-        """The run (built from its fields on first use)."""
+        """The run (built from its request and reply on first use)."""
         if self._run is None:
-            assert self._fields is not None
-            self._run = Run(**self._fields)
+            assert self._new is not None and self._reply is not None
+            self._run = Run(**_queued_fields(self._new, self._reply))
         return self._run
 
     @property
     def queue_and_handler(self) -> tuple[str, str]:
         """The run's queue and handler (its metric labels), without building it."""
-        if self._fields is not None:
-            return self._fields["queue"], self._fields["handler"]
+        if self._new is not None:
+            return self._new.queue, self._new.handler
         return self.run.queue, self.run.handler
 
     def answer_json(self, shapes: AnswerShapes) -> str:
         """What the API answers for the run, as JSON text: the run's, a fresh one's
         encoded through its batch's ``shapes`` without building the :class:`Run`."""
-        if self._run is not None or self._fields is None:
+        if self._run is not None or self._new is None or self._reply is None:
             return self.run.model_dump_json()
-        return shapes.encode(self._fields, self._input_json)
+        return shapes.encode(self._new, self._reply)
 
     def __repr__(self) -> str:
-        return f"Created(run={self._run or self._fields!r}, replayed={self.replayed})"
+        return f"Created(run={self._run or self._new!r}, replayed={self.replayed})"
 
 
 def _answer_of(fields: dict[str, Any]) -> dict[str, Any]:
@@ -236,7 +236,22 @@ def _answer_of(fields: dict[str, Any]) -> dict[str, Any]:
 
 # a fresh run's fields that differ run by run in a batch; the rest repeat (a shape)
 _PER_RUN = ("id", "input", "idempotency_key", "root_id")
-_NOT_SHAPE = frozenset((*_PER_RUN, "metadata"))
+# what else of a NewRun its answer shows (_queued_fields), beside the reply's created_at:
+# runs that agree on these and on their metadata share a shape
+_SHAPE_OF_NEW = attrgetter(
+    "queue",
+    "handler",
+    "max_attempts",
+    "on_lease_expired",
+    "retention_ms",
+    "start_at_ms",
+    "delay_ms",
+    "concurrency_key",
+    "singleton_key",
+    "priority",
+    "parent_id",
+    "depth",
+)
 # stand-ins for the per-run fields while a shape is encoded: random, so no input,
 # key or metadata can hold one (a shape where one shows up twice is not used)
 _MARK = secrets.token_hex(8)
@@ -250,40 +265,44 @@ class AnswerShapes:
     encoded once, exactly as the run's own fields over a queued run's defaults, with holes where
     the id, input, idempotency key and root id go; a run's answer is its shape
     with the holes filled (its input as already encoded for the script). Encoding
-    each run's ~35 fields with pydantic was ~9 us of the API's ~60 us per run.
+    each run's ~35 fields with pydantic was ~9 us of the API's ~60 us per run; the
+    shape is found from the request and reply (:data:`_SHAPE_OF_NEW`) without
+    building the run's fields.
     Per request: shapes are not kept past the batch.
     """
 
     def __init__(self) -> None:
         self._shapes: dict[tuple[Any, ...], tuple[str, ...] | None] = {}
-        self._shape_key: Callable[[dict[str, Any]], tuple[Any, ...]] | None = None
 
-    def encode(self, fields: dict[str, Any], input_json: str) -> str:
-        """The JSON text of a fresh run's answer (``fields`` from :func:`_queued_fields`)."""
-        if self._shape_key is None:  # the fields that make a shape, as _queued_fields names them
-            self._shape_key = itemgetter(*(name for name in fields if name not in _NOT_SHAPE))
-        metadata = fields["metadata"]
-        key = (*self._shape_key(fields), dumps(metadata) if metadata else "{}")
-        if key not in self._shapes:
-            self._shapes[key] = _shape_of(fields)
-        shape = self._shapes[key]
+    def encode(self, new: NewRun, reply: CreateReply) -> str:
+        """The JSON text of the answer for the run ``new`` that ``reply`` says was created."""
+        key = _shape_key(new, reply)
+        if key in self._shapes:
+            shape = self._shapes[key]
+        else:
+            shape = self._shapes[key] = _shape_of(_queued_fields(new, reply))
         if shape is None:
-            return to_json(_answer_of(fields)).decode()
-        idempotency_key = fields["idempotency_key"]
+            return to_json(_answer_of(_queued_fields(new, reply))).decode()
+        idempotency_key = new.idempotency_key
         head, after_id, after_input, after_key, tail = shape  # holes in _PER_RUN's order
         return "".join(
             (
                 head,
-                encode_basestring(fields["id"]),
+                encode_basestring(reply.run_id),
                 after_id,
-                input_json,
+                new.input_json,
                 after_input,
                 "null" if idempotency_key is None else encode_basestring(idempotency_key),
                 after_key,
-                encode_basestring(fields["root_id"]),
+                encode_basestring(new.root_id or reply.run_id),
                 tail,
             )
         )
+
+
+def _shape_key(new: NewRun, reply: CreateReply) -> tuple[Any, ...]:
+    """What a fresh run's answer shows but its _PER_RUN fields: runs equal in it share a shape."""
+    return (reply.created_at_ms, new.metadata_json, *_SHAPE_OF_NEW(new))
 
 
 def _shape_of(fields: dict[str, Any]) -> tuple[str, ...] | None:
@@ -851,18 +870,9 @@ def _feed_read(run_id: str, reply: ReadEventsReply) -> FeedRead:
 
 
 def _queued_fields(new: NewRun, reply: CreateReply) -> dict[str, Any]:
-    """The fields of the :class:`Run` a create reply made; raises what its code means.
-
-    :class:`IdempotencyConflict`, :class:`SingletonConflict`, or
-    :class:`InvalidTransition` for a child its parent's end cancelled first.
-    """
-    if reply.code == ScriptCode.CONFLICT:
-        raise IdempotencyConflict(new.idempotency_key or "", reply.run_id)
-    if reply.code == ScriptCode.SINGLETON:
-        raise SingletonConflict(new.singleton_key or "", reply.run_id)
-    if reply.code == ScriptCode.CANCEL:
-        # a child whose parent ended (and cancelled it) before this create came
-        raise InvalidTransition(reply.run_id, RunStatus.CANCELLED.value, "create")
+    """The fields of the :class:`Run` a create reply made; raises what its code means
+    (:func:`_raise_refused`)."""
+    _raise_refused(new, reply)
     created_ms = int(reply.created_at_ms)
     start_ms = new.start_ms(created_ms)
     return {
@@ -895,9 +905,25 @@ def _ms_datetime(ms: int) -> datetime:
     return at
 
 
+def _raise_refused(new: NewRun, reply: CreateReply) -> None:
+    """Raise what a create reply's refusal means; nothing for a run it created.
+
+    :class:`IdempotencyConflict`, :class:`SingletonConflict`, or
+    :class:`InvalidTransition` for a child its parent's end cancelled first.
+    """
+    if reply.code == ScriptCode.CONFLICT:
+        raise IdempotencyConflict(new.idempotency_key or "", reply.run_id)
+    if reply.code == ScriptCode.SINGLETON:
+        raise SingletonConflict(new.singleton_key or "", reply.run_id)
+    if reply.code == ScriptCode.CANCEL:
+        # a child whose parent ended (and cancelled it) before this create came
+        raise InvalidTransition(reply.run_id, RunStatus.CANCELLED.value, "create")
+
+
 def _fresh(new: NewRun, reply: CreateReply) -> Created:
-    """A run create_many created, kept as its fields (:class:`Created`)."""
-    return Created(None, False, _queued_fields(new, reply), new.input_json)
+    """A run create_many created, kept as its request and reply (:class:`Created`)."""
+    _raise_refused(new, reply)
+    return Created(None, False, new, reply)
 
 
 def _chunks(groups: list[CreateGroup]) -> list[slice]:

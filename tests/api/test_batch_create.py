@@ -428,7 +428,7 @@ def test_an_answer_shape_is_the_runs_whole_encoding_and_a_stand_in_in_the_data_f
     from app.store.codec import dumps
     from app.store.transitions import CreateReply
 
-    def fresh(i: int, metadata: dict[str, Any]) -> Any:
+    def fresh(i: int, metadata: dict[str, Any]) -> tuple[runs.NewRun, CreateReply]:
         new = runs.NewRun(
             handler="demo.echo",
             input={"message": f"run {i}"},
@@ -436,16 +436,64 @@ def test_an_answer_shape_is_the_runs_whole_encoding_and_a_stand_in_in_the_data_f
             metadata=metadata,
             encoded_input=dumps({"message": f"run {i}"}),
         )
-        return runs._queued_fields(
-            new, CreateReply("OK", f"default.01JDZ{i:021d}", 1_700_000_000_000)
-        )
+        return new, CreateReply("OK", f"default.01JDZ{i:021d}", 1_700_000_000_000)
 
     shapes = runs.AnswerShapes()
     for i in range(4):
         for metadata in ({}, {"n": i % 2}, {"x": f"{runs._MARK}:root_id:"}):
-            fields = fresh(i, metadata)
-            whole = to_json(runs._answer_of(fields)).decode()
-            assert shapes.encode(fields, dumps(fields["input"])) == whole
+            new, reply = fresh(i, metadata)
+            whole = to_json(runs._answer_of(runs._queued_fields(new, reply))).decode()
+            assert shapes.encode(new, reply) == whole
+
+
+# a value other than the default for every field of NewRun (a new field must be added here)
+_OTHER_VALUES: dict[str, Any] = {
+    "handler": "demo.sleep",
+    "input": {"seconds": 1},
+    "queue": "emails",
+    "max_attempts": 5,
+    "on_lease_expired": "retry",
+    "idempotency_key": "k",
+    "metadata": {"team": "a"},
+    "budget": {"max_steps": 2},
+    "retention_ms": 5000,
+    "queued_ttl_ms": 6000,
+    "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+    "start_at_ms": 1_800_000_000_000,
+    "delay_ms": 7000,
+    "rate_limits": (),
+    "concurrency_key": "c1",
+    "singleton_key": "s1",
+    "on_conflict": "reject",
+    "priority": 3,
+    "boost_ms": 100,
+    "parent_id": "default.01JDZ000000000000000000001",
+    "root_id": "default.01JDZ000000000000000000002",
+    "depth": 2,
+    "run_id": "default.01JDZ000000000000000000003",
+    "encoded_input": '{"seconds":1}',
+}
+
+
+def test_runs_that_differ_in_what_their_answer_shows_never_share_a_shape() -> None:
+    """Two fresh runs whose answers differ in more than the shape's holes (id, input,
+    idempotency key, root id) must have different shape keys, whatever NewRun field
+    they differ in: else one would be answered with the other's queue, priority, ..."""
+    import dataclasses
+
+    from app.store import runs
+    from app.store.transitions import CreateReply
+
+    assert {f.name for f in dataclasses.fields(runs.NewRun)} == set(_OTHER_VALUES)
+    reply = CreateReply("OK", "default.01JDZ000000000000000000009", 1_700_000_000_000)
+    base = runs.NewRun(handler="demo.echo", input={})
+    holes = set(runs._PER_RUN)
+    for name, value in _OTHER_VALUES.items():
+        other = dataclasses.replace(base, **{name: value})
+        answers = [runs._queued_fields(new, reply) for new in (base, other)]
+        shown = [{k: v for k, v in answer.items() if k not in holes} for answer in answers]
+        if shown[0] != shown[1]:
+            assert runs._shape_key(base, reply) != runs._shape_key(other, reply), name
 
 
 async def test_a_chunk_indexes_plain_keyed_and_delayed_runs_as_one_by_one_creates_would(

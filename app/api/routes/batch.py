@@ -104,8 +104,11 @@ async def create_runs(
         made: Counter[tuple[str, str]] = Counter()
         shapes = AnswerShapes()
         for i, outcome in zip(valid, created, strict=True):
-            outcomes[i] = await _answer(request, outcome, shapes)
-            if isinstance(outcome, Created) and not outcome.replayed:
+            if isinstance(outcome, Exception):
+                outcomes[i] = await _problem(request, outcome)
+                continue
+            outcomes[i] = _answer(outcome, shapes)
+            if not outcome.replayed:
                 made[outcome.queue_and_handler] += 1
         for (queue, handler), count in made.items():  # one metric update per label pair
             RUNS_CREATED.labels(queue, handler).inc(count)
@@ -148,9 +151,7 @@ async def _gate_starts(
             outcomes[i] = await _problem(request, exc)
 
 
-async def _answer(request: Request, outcome: Created | Exception, shapes: AnswerShapes) -> Outcome:
-    if isinstance(outcome, Exception):
-        return await _problem(request, outcome)
+def _answer(outcome: Created, shapes: AnswerShapes) -> Outcome:
     status = 200 if outcome.replayed else 201
     return f'{{"status":{status},"run":{outcome.answer_json(shapes)}}}'
 
