@@ -341,13 +341,9 @@ class Scripts:
         self, client: AsyncRedis, calls: Sequence[ScriptCall], *, by_source: bool
     ) -> list[Any]:
         acks = self._durable(calls)
-        if len(calls) == 1 and acks is None:
-            # one call needs no pipeline: redis-py's costs ~40 us more CPU per round trip,
-            # and an idle worker's claim (the start of a run just created) is one call
-            try:
-                return [await client.execute_command(*self._command(calls[0], by_source=by_source))]
-            except ResponseError as exc:  # an error reply, in the call's place as a pipeline has it
-                return [exc]
+        if acks is None and isinstance(client, aioredis.Redis):
+            commands = [self._command(call, by_source=by_source) for call in calls]
+            return await _on_one_connection(client, commands)
         pipe = client.pipeline(transaction=False)
         for call in calls:
             # execute_command, not pipe.evalsha: redis-py's cluster pipeline refuses the latter
@@ -396,6 +392,42 @@ class Scripts:
             if not self._without_flags(exc):
                 raise
         return client.eval(script.variant(flags=False)[0], script.numkeys, *keys, *args)
+
+
+async def _on_one_connection(client: aioredis.Redis, commands: list[list[ScriptArg]]) -> list[Any]:
+    """Send ``commands`` in one write on one pooled connection and read one reply each.
+
+    What redis-py's pipeline does for them (one packed write, a reply or an error reply
+    per command in its place, the client's retry policy around the whole exchange with
+    a reconnect between attempts, the health check before a write on a connection idle
+    too long), without its per-trip machinery: the command stack, the response
+    callbacks (EVALSHA has none) and the operation recorders. That machinery was a
+    third of the worker's CPU per round trip (issue 19 aim 1: ~150-250 of ~750-1,000
+    us per trip of 25 outcomes and a claim of 25, ``time.thread_time``). A reply not
+    read (a cancel, a timeout, a cut connection) disconnects the connection before it
+    goes back to the pool, as redis-py's reads do, so no later caller reads it.
+    """
+    pool = client.connection_pool
+    connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+    packed = connection.pack_commands(commands)
+
+    async def exchange() -> list[Any]:
+        await connection.send_packed_command(packed)
+        replies: list[Any] = []
+        for _ in commands:
+            try:
+                replies.append(await connection.read_response())
+            except ResponseError as exc:  # an error reply, in its command's place
+                replies.append(exc)
+        return replies
+
+    async def reconnect(_error: Exception) -> None:
+        await connection.disconnect()
+
+    try:
+        return await connection.retry.call_with_retry(exchange, reconnect)  # type: ignore[no-any-return]
+    finally:
+        await pool.release(connection)
 
 
 async def _same_node(client: AsyncRedis, calls: Sequence[ScriptCall]) -> dict[str, Any]:
