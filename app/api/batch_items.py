@@ -24,8 +24,9 @@ The content rule (depth, non-finite numbers) is still each item's own, first, as
 from __future__ import annotations
 
 import functools
+import re
 from operator import attrgetter
-from typing import Any
+from typing import Any, cast
 
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -34,7 +35,12 @@ from app.api.bodies import content_errors, validate_json
 from app.api.routes.runs import encoded_input_of, new_run_of, run_options
 from app.api.state import ApiState
 from app.errors import UnknownHandler
-from app.models import CreateRunRequest
+from app.models import (
+    HANDLER_NAME_PATTERN,
+    IDEMPOTENCY_KEY_PATTERN,
+    QUEUE_NAME_PATTERN,
+    CreateRunRequest,
+)
 from app.store.runs import NewRun
 
 # fields an item gives for itself, never read by run_options (rate_limits: resolved after
@@ -61,7 +67,9 @@ class BatchJudge:
         self._state = state
         self._max_depth = state.settings.max_input_depth
         self._bodies = _validated(items)
-        self._inputs_valid = set() if self._bodies is None else _inputs_valid(self._bodies, state)
+        self._inputs_valid: set[str] = set()
+        if self._bodies is not None:
+            self._inputs_valid = _inputs_valid(_handlers_and_inputs(items, self._bodies), state)
         self._options: dict[tuple[Any, ...], dict[str, Any]] = {}
 
     def judged(self, item: object, i: int) -> NewRun:
@@ -72,43 +80,117 @@ class BatchJudge:
             raise RequestValidationError(errors)
         if self._bodies is None:  # some item is invalid: each is judged alone
             return new_run_of(validate_json(CreateRunRequest, item, loc=loc), self._state, None)
-        return self._new_run(self._bodies[i])
-
-    def _new_run(self, body: CreateRunRequest) -> NewRun:
-        """:func:`new_run_of` of a body already validated, in its order of checks."""
-        state = self._state
-        encoded_input = encoded_input_of(body, state.settings.max_input_bytes)
-        spec = state.registry.get(body.handler)
-        if body.handler not in self._inputs_valid:
-            spec.parse_input(body.input)
+        body = self._bodies[i]
+        if body is None:  # a plain item (_plain): the schema takes it as it is
+            plain = cast(dict[str, Any], item)
+            return self._new_run(
+                plain["handler"],
+                plain.get("input", {}),
+                plain.get("idempotency_key"),
+                dict(plain.get("metadata", ())),
+                ("plain", plain["handler"], plain.get("queue", "default")),
+            )
         key = None if body.budget is not None or body.run_at is not None else _option_values(body)
-        options = None if key is None else self._options.get(key)
+        return self._new_run(
+            body.handler, body.input, body.idempotency_key, body.metadata, key, body
+        )
+
+    def _new_run(
+        self,
+        handler: str,
+        input_value: Any,
+        idempotency_key: str | None,
+        metadata: dict[str, Any],
+        options_key: tuple[Any, ...] | None,
+        body: CreateRunRequest | None = None,
+    ) -> NewRun:
+        """:func:`new_run_of` of an item the schema accepts, in its order of checks.
+
+        ``body``: the item as validated (None for a plain item: its options are
+        the defaults of its handler and queue); ``options_key``: what its options
+        are resolved once for (None: for it alone).
+        """
+        state = self._state
+        encoded_input = encoded_input_of(input_value, state.settings.max_input_bytes)
+        spec = state.registry.get(handler)
+        if handler not in self._inputs_valid:
+            spec.parse_input(input_value)
+        options = None if options_key is None else self._options.get(options_key)
         if options is None:
+            if body is None:  # the request a plain item is: its handler and queue
+                body = CreateRunRequest(handler=handler, queue=cast(str, options_key)[2])
             options = run_options(body, spec, state.settings)
-            if key is not None:
-                self._options[key] = options
+            if options_key is not None:
+                self._options[options_key] = options
         return NewRun(
-            input=body.input,
-            idempotency_key=body.idempotency_key,
-            metadata=body.metadata,
+            input=input_value,
+            idempotency_key=idempotency_key,
+            metadata=metadata,
             encoded_input=encoded_input,
             **options,
         )
 
 
-def _validated(items: list[object]) -> list[CreateRunRequest] | None:
-    """Every item as a :class:`CreateRunRequest`, in one pass; None when any is invalid."""
+# what a plain item may hold: the schema's own checks for them are these (pydantic would
+# give back the same values), and every other field takes its default
+_PLAIN_FIELDS = frozenset(("handler", "input", "queue", "idempotency_key", "metadata"))
+_HANDLER = re.compile(HANDLER_NAME_PATTERN)
+_QUEUE = re.compile(QUEUE_NAME_PATTERN)
+_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
+
+
+def _plain(item: object) -> bool:
+    """Whether ``CreateRunRequest`` takes ``item`` as it is: only handler, input, queue,
+    idempotency key and metadata, each a value the schema accepts unchanged.
+
+    Most items of a batch are this; they skip pydantic (the request model's ~20
+    fields and defaults per item). Anything else is left to pydantic.
+    """
+    if type(item) is not dict or not item.keys() <= _PLAIN_FIELDS:
+        return False
+    handler, queue = item.get("handler"), item.get("queue", "default")
+    key, metadata = item.get("idempotency_key"), item.get("metadata", {})
+    return (
+        type(handler) is str
+        and _HANDLER.fullmatch(handler) is not None
+        and type(queue) is str
+        and _QUEUE.fullmatch(queue) is not None
+        and (key is None or (type(key) is str and _KEY.fullmatch(key) is not None))
+        and type(metadata) is dict
+    )
+
+
+def _validated(items: list[object]) -> list[CreateRunRequest | None] | None:
+    """Each item as a :class:`CreateRunRequest` (None for a plain one), the others in one
+    pydantic pass; None when any is invalid."""
+    plain = [_plain(item) for item in items]
     try:
-        return _items_adapter().validate_python(items)
+        others = [item for item, is_plain in zip(items, plain, strict=True) if not is_plain]
+        bodies = iter(_items_adapter().validate_python(others))
     except ValidationError:
         return None
+    return [None if p else next(bodies) for p in plain]
 
 
-def _inputs_valid(bodies: list[CreateRunRequest], state: ApiState) -> set[str]:
+def _handlers_and_inputs(
+    items: list[object], bodies: list[CreateRunRequest | None]
+) -> list[tuple[str, Any]]:
+    """Each item's handler and input, from its validated body or (plain) its dict."""
+    pairs = []
+    for item, body in zip(items, bodies, strict=True):
+        if body is None:
+            plain = cast(dict[str, Any], item)
+            pairs.append((plain["handler"], plain.get("input", {})))
+        else:
+            pairs.append((body.handler, body.input))
+    return pairs
+
+
+def _inputs_valid(pairs: list[tuple[str, Any]], state: ApiState) -> set[str]:
     """The handlers all of whose items' inputs their input model accepts, one pass each."""
     by_handler: dict[str, list[Any]] = {}
-    for body in bodies:
-        by_handler.setdefault(body.handler, []).append({} if body.input is None else body.input)
+    for handler, value in pairs:
+        by_handler.setdefault(handler, []).append({} if value is None else value)
     valid = set()
     for name, inputs in by_handler.items():
         try:

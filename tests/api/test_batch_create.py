@@ -566,19 +566,30 @@ def _problem_of(answer: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in answer.items() if k != "instance"}
 
 
-@pytest.mark.parametrize("schema_invalid_item", [False, True])
+@pytest.mark.parametrize(
+    "schema_invalid_item",
+    [
+        None,
+        {**ECHO, "unknown_field": True},
+        {**ECHO, "handler": "demo.echo\n"},
+        {**ECHO, "idempotency_key": 5},
+        {**ECHO, "metadata": ["not", "an", "object"]},
+        {**ECHO, "queue": "has space"},
+    ],
+)
 async def test_items_refused_for_what_is_in_them_get_the_single_creates_problem_in_place(
     api: httpx.AsyncClient,
     settings: Settings,
     redis_client: aioredis.Redis,
     prefix: str,
-    schema_invalid_item: bool,
+    schema_invalid_item: dict[str, Any] | None,
 ) -> None:
     """Items the request schema accepts but something else refuses (the handler's input
     model, the content rule, the size, a bound, the handler): in a batch whose every
-    item fits the schema (judged in bulk) and in one with a schema-invalid item (judged
-    one by one), each bad item gets what POST /runs answers its body, errors and all,
-    and the good ones around it are created."""
+    item fits the schema (judged in bulk, plain items without pydantic) and in one with
+    a schema-invalid item (judged one by one; near-plain ones included), each bad item
+    gets what POST /runs answers its body, errors and all, and the good ones around it
+    are created."""
     bad: list[Any] = [
         {"handler": "demo.sleep", "input": {"seconds": "long"}},  # the handler's input model
         {**ECHO, "input": {"x": [1.5, float("inf")]}},  # non-finite, nested
@@ -588,8 +599,8 @@ async def test_items_refused_for_what_is_in_them_get_the_single_creates_problem_
         {"handler": "no.such_handler", "input": {}},
         {**ECHO, "delay_s": settings.start_max_ahead_s * 2},
     ]
-    if schema_invalid_item:
-        bad.append({**ECHO, "unknown_field": True})
+    if schema_invalid_item is not None:
+        bad.append(schema_invalid_item)
     singles = [await post_json(api, "/runs", item) for item in bad]
     assert all(400 <= s.status_code < 500 for s in singles)
     assert await run_keys(redis_client, prefix) == []

@@ -72,7 +72,7 @@ def new_run_of(
     """
     if idempotency_key and body.idempotency_key and idempotency_key != body.idempotency_key:
         raise HTTPException(400, "the Idempotency-Key header and the idempotency_key field differ")
-    encoded_input = encoded_input_of(body, state.settings.max_input_bytes)
+    encoded_input = encoded_input_of(body.input, state.settings.max_input_bytes)
     spec = state.registry.get(body.handler)
     spec.parse_input(body.input)
     return NewRun(
@@ -85,9 +85,9 @@ def new_run_of(
     )
 
 
-def encoded_input_of(body: CreateRunRequest, max_input_bytes: int) -> str:
+def encoded_input_of(value: Any, max_input_bytes: int) -> str:
     """The input as stored (encoded once, here); 413 past ``max_input_bytes`` of UTF-8."""
-    encoded = dumps(body.input)
+    encoded = dumps(value)
     # an ASCII text's length is its UTF-8 size: most inputs need no second encoding
     size = len(encoded) if encoded.isascii() else len(encoded.encode())
     if size > max_input_bytes:
