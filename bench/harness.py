@@ -203,7 +203,7 @@ async def private_redis(name: str, port: int = 0) -> AsyncIterator[PrivateRedis]
     Never the machine's shared Redis: other people's keys and load would be measured too.
     ``port``: a fixed one (a range agreed with others sharing the machine), else a free one.
     """
-    port = int(os.environ.get("BENCH_REDIS_PORT", "0"))
+    port = port or int(os.environ.get("BENCH_REDIS_PORT", "0"))
     with tempfile.TemporaryDirectory(prefix=f"leasehold-{name}-") as data_dir:
         server = EmbeddedRedis(data_dir=Path(data_dir), port=port, appendonly=False).start()
         client = async_client(server.url)

@@ -206,8 +206,56 @@ def report(result: dict[str, Any], events: list[list[Any]], label: str) -> None:
         values = [(run[end] - run[start]) * 1e6 for run in runs if start in run and end in run]
         cells = [f"{harness.percentile(values, p):8.0f}" for p in (50, 90, 99)] if values else []
         print(f"{name:42s} {' '.join(cells)}")
+    for line in _by_path(runs) + _registration_at_create(runs, events):
+        print(line)
     for line in _background(runs, events):
         print(line)
+
+
+def _registration_at_create(runs: list[dict[str, Any]], events: list[list[Any]]) -> list[str]:
+    """Of the runs that took the wake path, how many were created while the worker had
+    no registration it knew of (its hand-offs all consumed, or its claim made none), and
+    how long before the create that happened."""
+    left, gone_at, marks = 0, 0.0, []
+    for step, at, detail in sorted(
+        (event for event in events if event[0] in ("zreg", "a_inbox")), key=lambda e: e[1]
+    ):
+        left = int(detail) if step == "zreg" else max(0, left - 1)
+        if left == 0:
+            gone_at = at
+        marks.append((at, left, gone_at))
+    gone_ago: list[float] = []
+    woken = [run for run in runs if "a_dispatch" in run]
+    for run in woken:
+        before = [mark for mark in marks if mark[0] <= run["p2"]]
+        if before and before[-1][1] == 0:
+            gone_ago.append((run["p2"] - before[-1][2]) * 1000)
+    if not woken:
+        return []
+    return [
+        f"wake path: {len(gone_ago)} of {len(woken)} created while no hand-off was left "
+        f"(p50 {harness.percentile(gone_ago, 50):.2f} ms after the last was consumed)"
+    ]
+
+
+def _by_path(runs: list[dict[str, Any]]) -> list[str]:
+    """Latency per path a start took: a hand-off (inbox row) or a wake and a claim. The
+    tail of the whole is read here: which path its slowest runs took."""
+    paths: dict[str, list[float]] = {}
+    for run in runs:
+        path = "hand-off" if "a_inbox" in run else "wake+claim" if "a_dispatch" in run else "?"
+        paths.setdefault(path, []).append((run["handler"] - run["p0"]) * 1000)
+    everything = sorted((run["handler"] - run["p0"]) * 1000 for run in runs)
+    tail = everything[int(len(everything) * 0.99) - 1] if everything else 0.0
+    lines = []
+    for path, values in sorted(paths.items()):
+        slow = sum(1 for value in values if value >= tail)
+        lines.append(
+            f"path {path}: {len(values)} runs, p50 {harness.percentile(values, 50):.2f} / p99 "
+            f"{harness.percentile(values, 99):.2f} / max {max(values):.2f} ms; "
+            f"{slow} of the whole's slowest 1 % (>= {tail:.2f} ms)"
+        )
+    return lines
 
 
 def main() -> None:
@@ -219,12 +267,15 @@ def main() -> None:
     parser.add_argument("--no-probe", action="store_true", help="latency and CPU only")
     parser.add_argument("--label", default="")
     parser.add_argument("--port", type=int, default=0, help="its redis-server's port (0: free)")
+    parser.add_argument("--dump", default="", help="write the runs and probe events here (JSON)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="latency-steps-") as tmp:
         probe_out = str(Path(tmp) / "probe.json")
         result = asyncio.run(_measure(args, probe_out))
         events = [] if args.no_probe else json.loads(Path(probe_out).read_text())
     report(result, events, args.label or os.getcwd())
+    if args.dump:
+        Path(args.dump).write_text(json.dumps({"result": result, "events": events}))
 
 
 if __name__ == "__main__":

@@ -96,9 +96,32 @@ def _loop_seen(self: Any, channel: str, data: str) -> Any:
     return _dispatch(self, channel, data)
 
 
+def _registration_seen(self: Any, registration: Any, claim: Any) -> Any:
+    kept = _registration_answered(self, registration, claim)
+    # how many hand-offs the new registration is good for (a bool before it had a count)
+    EVENTS.append(("zreg", now(), str(int(claim.registered))))
+    return kept
+
+
+_registration_answered = courier.Courier._registration_answered
+courier.Courier._registration_answered = _registration_seen  # type: ignore[method-assign]
 _dispatch = listener.ChannelListener._dispatch
 listener.ChannelListener._dispatch = _loop_seen  # type: ignore[method-assign]
 _wrap_async(courier.Courier, "_trip", "b_courier_woke")
+_trip = courier.Courier._trip
+
+
+async def _trip_seen(self: Any, batch: Any, token: str, wanted: int, **kwargs: Any) -> Any:
+    # what each round trip carried: outcomes, slots claimed, the registration
+    detail = f"{len(batch)} {wanted} {kwargs.get('registration')}"
+    EVENTS.append(("ztrip", now(), detail))
+    try:
+        return await _trip(self, batch, token, wanted, **kwargs)
+    finally:
+        EVENTS.append(("ztrip_end", now(), detail))
+
+
+courier.Courier._trip = _trip_seen  # type: ignore[method-assign]
 # the hand-off: a row read from the inbox (its own path to _start_run, no wake, no claim)
 _wrap_async(inbox.HandoffInbox, "_take", "a_inbox")
 _wrap_async(leases.LeaseStore, "finish_and_claim", "c_claim_call", "f_claim_parsed")

@@ -44,16 +44,21 @@ there is no polling loop. A timer (``idle_wake_s``, or sooner when a delayed
 retry is due) is only a safety net for a wake-up missed while reconnecting.
 
 **Hand-off** (``handoff_ms`` > 0, ``LEASEHOLD_HANDOFF``). A claim that comes back
-short registers the worker for a hand-off (claim_runs) and keeps one of its slots
-for it: the next create claims a run on the worker's behalf and pushes it to the
-worker's inbox (:mod:`app.executor.inbox`), which hands it to
-:meth:`Courier.take_handoff` and so to the same ``start_run`` as a claimed run.
+short registers the worker for up to four hand-offs (claim_runs; no more than the
+slots it left unfilled) and keeps that many of its slots: each create claims a run on
+the worker's behalf and pushes it to the worker's inbox (:mod:`app.executor.inbox`),
+which hands it to :meth:`Courier.take_handoff` and so to the same ``start_run`` as a
+claimed run; the last hand-off removes the registration. A registration good for one
+left a window after each hand-off, until the next trip's reply registered the worker
+again, in which a create took the wake-and-claim path (the slow tail at 50 runs/s).
 One trip at a time carries the registration (removes it, and makes a new one when
-short); the slot kept for it goes into that trip's claim. A row whose registration
-was consumed just before such a removal finds no slot kept: it takes a free one, or
-is released back to the queue, so the worker never holds more runs than slots. An
-idle courier renews its registration at half its life (its timer's claim), so a
-paused or dead worker stops being handed runs within ``handoff_ms``.
+short); every slot kept for hand-offs goes into that trip's claim. A row whose
+registration was consumed just before such a removal finds no slot kept: it takes a
+free one, or is released back to the queue, so the worker never holds more runs than
+slots (the slots kept never exceed the rows that can still come: each trip starts
+them from nothing, a reply adds what Redis registered, each row takes one). An idle
+courier renews its registration at half its life (its timer's claim), so a paused or
+dead worker stops being handed runs within ``handoff_ms``.
 """
 
 from __future__ import annotations
@@ -88,7 +93,7 @@ class _Registration:
     was registered when the trip was sent (the trip's removal then settles its slot)."""
 
     had: bool
-    # the slot kept for it, moved into the trip's claim (1), or given back (0)
+    # the slots kept for hand-offs, moved into the trip's claim (or given back: 0)
     moved: int = 0
 
 
@@ -204,10 +209,11 @@ class Courier:
         the worker never holds more runs than it has slots.
         """
         HANDOFFS.labels(self.queue).inc()
-        self._registered = False  # a hand-off consumes the registration
-        self._maybe_ready = True  # the next trip claims (and registers again)
+        self._maybe_ready = True  # the next trip claims (and registers again, renewed)
         if self._handoff_slots > 0:
             self._handoff_slots -= 1
+            # one kept slot per hand-off left: the last one removed the registration
+            self._registered = self._handoff_slots > 0
             if self._claiming:
                 self._start_run(run, read_at)
                 return
@@ -360,20 +366,20 @@ class Courier:
 
     def _registration_answered(self, registration: _Registration, claim: Claim) -> int:
         """Settle the slots of the hand-off registration a trip carried; returns how many
-        of the claim's slots the new registration keeps (0 or 1).
+        of the claim's slots the new registration keeps (one per hand-off it is good for).
 
-        The slot kept for the registration the trip removed went into its claim when it
-        was sent (:meth:`_take_registration`): if a hand-off consumed the registration
-        meanwhile, its row takes a free slot when it comes, or goes back to the queue.
+        The slots kept for the registration the trip removed went into its claim when it
+        was sent (:meth:`_take_registration`): if a hand-off consumed some meanwhile, its
+        row takes a free slot when it comes, or goes back to the queue.
         """
         self._registering = False
         if not claim.registered:
             return 0
-        self._handoff_slots += 1
+        self._handoff_slots += claim.registered
         self._registered = True
         if not self._claiming:
             self._unregister = True  # made as a drain began: the next trip removes it
-        return 1
+        return claim.registered
 
     def _claim_answered(
         self, wanted: int, claim: Claim, sent_at: float, *, woken: bool, kept: int = 0
@@ -486,22 +492,21 @@ class Courier:
     def _take_registration(self, *, into_claim: bool) -> _Registration:
         """The registration, as the trip about to be sent carries it (one trip at a time).
 
-        The slot kept for it goes into the trip's claim (``into_claim``: the claim
-        removes the registration and may fill that slot) or back to the worker (a
-        drain's trip, which claims nothing). Either way a row of a hand-off made before
-        the removal finds no slot kept: it takes a free one, or goes back to the queue.
+        Every slot kept for hand-offs goes into the trip's claim (``into_claim``: the
+        claim removes the registration and may fill those slots) or back to the worker
+        (a drain's trip, which claims nothing). Either way a row of a hand-off made
+        before the removal finds no slot kept: it takes a free one, or goes back to the
+        queue; the kept slots start again from nothing, so they never outnumber the rows
+        that can still come.
         """
         self._registering = True
-        had, moved = self._registered, 0
+        had, kept = self._registered, self._handoff_slots
         self._registered = False
-        if had and self._handoff_slots > 0:
-            self._handoff_slots -= 1
-            if into_claim:
-                moved = 1
-            else:
-                self._slots.give_back(1)
-                self._slots_returned()
-        return _Registration(had=had, moved=moved)
+        self._handoff_slots = 0
+        if kept and not into_claim:
+            self._slots.give_back(kept)
+            self._slots_returned()
+        return _Registration(had=had, moved=kept if into_claim else 0)
 
     def _wants_claim(self) -> bool:
         """Whether the next trip claims: there may be runs, room for them, and no claim in
@@ -517,8 +522,6 @@ class Courier:
 
     def _wait_timeout(self) -> float:
         timeout = self._idle_wake_s
-        if self._registered:  # renewed at half its life, by the claim the timer sends
-            timeout = min(timeout, self._handoff_ms / 2000)
         if self._registered:  # renewed at half its life, by the claim the timer sends
             timeout = min(timeout, self._handoff_ms / 2000)
         if self._next_due_ms is not None:

@@ -109,10 +109,11 @@ class Claim:
     throttled: int = 0
     # why Redis refused the claim (the outcomes sent with it were written regardless)
     refused: Exception | None = None
-    # the hand-off registration (``handoff_ms`` > 0): the earlier one was still there,
-    # and this claim made a new one (it kept one of the slots asked for)
-    unregistered: bool = False
-    registered: bool = False
+    # the hand-off registration (``handoff_ms`` > 0): hand-offs the earlier one had left
+    # when the claim removed it, and how many the one it made is good for (so many of
+    # the slots asked for are kept for them; 0: none made)
+    unregistered: int = 0
+    registered: int = 0
 
 
 @dataclass(slots=True)

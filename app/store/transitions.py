@@ -242,10 +242,11 @@ class ClaimReply(NamedTuple):
     next_due_ms: int | None
     # lanes found at a concurrency limit (1 when the queue-wide limit stopped the claim)
     throttled: int = 0
-    # the owner's hand-off registration was still there (no run handed to it since)
-    unregistered: bool = False
-    # the call registered the owner again: one slot asked for is kept for a hand-off
-    registered: bool = False
+    # hand-offs the owner's registration had left when the call removed it (0: none)
+    unregistered: int = 0
+    # hand-offs the registration the call made is good for: so many slots asked for are
+    # kept for them (0: none made)
+    registered: int = 0
 
 
 def _claim_keys(k: QueueKeys, run_id: str, a: ClaimArgs) -> tuple[str, ...]:
@@ -266,8 +267,8 @@ def _claim_reply(reply: Sequence[Any]) -> ClaimReply:
         [ClaimRow._make(row) for row in rows],
         None if due < 0 else due,
         int(throttled),
-        unregistered == 1,
-        registered == 1,
+        int(unregistered),
+        int(registered),
     )
 
 

@@ -23,10 +23,11 @@
 --          hand-off registration, includes/claim.lua), from the queue's tag (KEYS[4]
 --          less 'run:')
 -- returns  {code, runs, next_due_ms, throttled, unregistered, registered}  codes: OK;
---          unregistered: 1 when handoff_ms > 0 found the owner's registration still
---          there (no run was handed to it since), else 0; registered: 1 when the call
---          registered it again (one of the slots it asked for is then kept for the
---          hand-off); runs is a list of
+--          unregistered: with handoff_ms > 0, how many hand-offs the owner's
+--          registration had left when this call removed it (0: consumed, or none);
+--          registered: how many hand-offs the registration this call made is good for
+--          (0: none made; that many of the slots it asked for are kept for them, at most
+--          four, includes/claim.lua); runs is a list of
 --          {id, fence, handler, input, attempt, max_attempts, state, resume_input,
 --          budget, traceparent, created_at, prior_fence, prior_owner}; the last two
 --          name the run's previous claim (attempt_claim, '<fence> <owner>', kept on the
@@ -60,8 +61,8 @@
 --          are still running under that owner and fence, claiming nothing new. A
 --          reply lost on the way back therefore never leaves runs leased to a
 --          worker that does not know it holds them. The hand-off registration is one
---          per owner (a zset member): removing it answers whether a create claimed a
---          run for the owner since it was made (includes/claim.lua).
+--          per owner (a zset member) with a count of hand-offs left: removing it answers
+--          how many of its kept slots no create used (includes/claim.lua).
 -- validate-then-write: every number is checked and a receipt decoded before the
 --          first write (claim_core, includes/claim.lua); each popped run is read and
 --          its event encoded before its own writes (reads and encodes of strings and

@@ -257,3 +257,81 @@ async def test_a_hand_off_the_worker_took_keeps_the_lease_expiry_policy(
     run = await run_store.get(run_id)
     assert run.status == RunStatus.ORPHANED and run.error is not None
     assert run.error.code == "lease_expired"
+
+
+async def test_a_registration_takes_a_hand_off_per_slot_its_claim_left_unfilled(
+    run_store: RunStore, lease_store: LeaseStore, redis_client: aioredis.Redis
+) -> None:
+    claim = await lease_store.claim(Q, OWNER, 3, handoff_ms=LONG_MS)
+    assert claim.runs == [] and claim.registered == 3
+    ids = [await create(run_store) for _ in range(4)]
+    assert await inbox(lease_store, redis_client) == ids[:3]
+    assert (await run_store.get(ids[3])).status == RunStatus.QUEUED
+    # the third hand-off was its last: the registration is gone, with its args
+    assert await redis_client.zcard(lease_store.keys(Q).handoff_idle) == 0
+    assert await redis_client.hlen(lease_store.keys(Q).handoff_args) == 0
+
+
+async def test_a_registration_keeps_at_most_four_slots(
+    run_store: RunStore, lease_store: LeaseStore, redis_client: aioredis.Redis
+) -> None:
+    claim = await lease_store.claim(Q, OWNER, 10, handoff_ms=LONG_MS)
+    assert claim.registered == 4
+    created = await run_store.create_many([NewRun(handler="demo.echo", input={})] * 6)
+    ids = [c.run.id for c in created if not isinstance(c, Exception)]
+    assert await inbox(lease_store, redis_client) == ids[:4]
+    statuses = [(await run_store.get(i)).status for i in ids[4:]]
+    assert statuses == [RunStatus.QUEUED, RunStatus.QUEUED]
+
+
+async def test_the_next_claim_answers_the_hand_offs_left(
+    run_store: RunStore, lease_store: LeaseStore, redis_client: aioredis.Redis
+) -> None:
+    """The worker frees the kept slots no create used: the removal says how many."""
+    assert (await lease_store.claim(Q, OWNER, 3, handoff_ms=LONG_MS)).registered == 3
+    await create(run_store)
+    claim = await lease_store.claim(Q, OWNER, 0, handoff_ms=LONG_MS)
+    assert claim.unregistered == 2 and claim.registered == 0
+    assert await redis_client.zcard(lease_store.keys(Q).handoff_idle) == 0
+
+
+async def test_a_registration_of_the_code_before_is_good_for_one_hand_off(
+    run_store: RunStore, lease_store: LeaseStore, redis_client: aioredis.Redis
+) -> None:
+    """A worker upgrade: a registration written without its count still works, once."""
+    keys = lease_store.keys(Q)
+    await register(lease_store)
+    args = await redis_client.hget(keys.handoff_args, OWNER)
+    await redis_client.hset(keys.handoff_args, OWNER, args.rsplit(" ", 1)[0])
+    first, second = await create(run_store), await create(run_store)
+    assert await inbox(lease_store, redis_client) == [first]
+    assert (await run_store.get(second)).status == RunStatus.QUEUED
+    assert await redis_client.zcard(keys.handoff_idle) == 0
+
+
+async def test_a_registration_of_several_hand_offs_keeps_a_key_at_its_limit(
+    run_store: RunStore, lease_store: LeaseStore, flow: FlowStore, redis_client: aioredis.Redis
+) -> None:
+    await flow.set_limits(Q, QueueLimits(default_key=1))
+    assert (await lease_store.claim(Q, OWNER, 3, handoff_ms=LONG_MS)).registered == 3
+    first = await create(run_store, concurrency_key="k")
+    second = await create(run_store, concurrency_key="k")
+    other = await create(run_store, concurrency_key="j")
+    assert await inbox(lease_store, redis_client) == [first, other]
+    assert (await run_store.get(second)).status == RunStatus.QUEUED
+
+
+async def test_every_run_handed_to_a_dead_worker_goes_back_to_its_queue(
+    run_store: RunStore, lease_store: LeaseStore, redis_client: aioredis.Redis
+) -> None:
+    assert (await lease_store.claim(Q, OWNER, 3, handoff_ms=LONG_MS)).registered == 3
+    ids = [await create(run_store) for _ in range(3)]
+    assert await inbox(lease_store, redis_client) == ids
+    released: list[tuple[str, str]] = []
+    while len(released) < 3:
+        released += await reconciled(lease_store)
+    assert sorted(released) == sorted((run_id, "released") for run_id in ids)
+    assert await inbox(lease_store, redis_client) == []
+    for run_id in ids:
+        run = await run_store.get(run_id)
+        assert run.status == RunStatus.QUEUED and run.attempt == 1
