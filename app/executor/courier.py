@@ -93,8 +93,10 @@ class _Registration:
     was registered when the trip was sent (the trip's removal then settles its slot)."""
 
     had: bool
-    # the slots kept for hand-offs, moved into the trip's claim (or given back: 0)
+    # the slots kept for hand-offs when it was sent (claim_runs' handoff_kept)
     moved: int = 0
+    # they are counted in the trip's claim (a drain's trip claims nothing: not)
+    in_claim: bool = True
 
 
 class Courier:
@@ -148,6 +150,9 @@ class Courier:
         self._registered = False
         self._registering = False
         self._handoff_slots = 0
+        # while a trip carrying the registration is out, rows arriving take the slots it
+        # moved (room), counted as used; those finding none (free) are counted apart
+        self._window_room = self._window_used = self._window_free = 0
         self._unregister = False  # a drain: one trip removes the registration
         self._registration_trip: asyncio.Task[None] | None = None
         # Redis refused a claim (full, read-only): none is sent before this monotonic time
@@ -212,15 +217,24 @@ class Courier:
         self._maybe_ready = True  # the next trip claims (and registers again, renewed)
         if self._handoff_slots > 0:
             self._handoff_slots -= 1
-            # one kept slot per hand-off left: the last one removed the registration
+            # one kept slot per row that can still come: none left, no registration either
             self._registered = self._handoff_slots > 0
             if self._claiming:
                 self._start_run(run, read_at)
                 return
             self._slots.give_back(1)
-        elif self._claiming and self._slots.reserve(1) == 1:
+        elif self._registering and self._window_room > 0 and self._claiming:
+            # a slot the trip out counts as kept: its reply settles it
+            self._window_room -= 1
+            self._window_used += 1
             self._start_run(run, read_at)
             return
+        else:
+            if self._registering:
+                self._window_free += 1
+            if self._claiming and self._slots.reserve(1) == 1:
+                self._start_run(run, read_at)
+                return
         task = asyncio.get_running_loop().create_task(self._give_back_handoff(run))
         self._trips.add(task)
         task.add_done_callback(self._trips.discard)
@@ -340,6 +354,7 @@ class Courier:
                 wanted,
                 token,
                 handoff_ms=self._handoff_ms if registration is not None else 0,
+                handoff_kept=registration.moved if registration is not None else 0,
             )
         except (RedisError, OSError) as exc:
             # the claim may have run in Redis: its slots stay reserved for the resend
@@ -359,30 +374,58 @@ class Courier:
                 token, wanted, claim.refused, resent=resent, registration=registration
             )
             return
-        kept = 0 if registration is None else self._registration_answered(registration, claim)
+        kept, on_way = (0, 0)
+        if registration is not None:
+            kept, on_way = self._registration_answered(registration, claim, wanted)
         self._claim_answered(
-            wanted, claim, sent_at, woken=self._wakes != self._wakes_claimed, kept=kept
+            wanted,
+            claim,
+            sent_at,
+            woken=self._wakes != self._wakes_claimed,
+            kept=kept,
+            on_way=on_way,
         )
 
-    def _registration_answered(self, registration: _Registration, claim: Claim) -> int:
-        """Settle the slots of the hand-off registration a trip carried; returns how many
-        of the claim's slots the new registration keeps (one per hand-off it is good for).
+    def _registration_answered(
+        self, registration: _Registration, claim: Claim, wanted: int
+    ) -> tuple[int, int]:
+        """Settle the slots of the hand-off registration a trip carried. Returns how many of
+        the claim's slots stay taken beyond its runs (kept for rows still to come, or
+        taken by rows that came meanwhile) and how many it did not claim with (on_way).
 
-        The slots kept for the registration the trip removed went into its claim when it
-        was sent (:meth:`_take_registration`): if a hand-off consumed some meanwhile, its
-        row takes a free slot when it comes, or goes back to the queue.
+        The registration's slots went with the trip (:meth:`_take_registration`);
+        claim_runs removed it first and claimed none with the slots of hand-offs already
+        made (``on_way``: their rows were on their way, or came while the trip was out).
+        What is kept now is one slot per row that can still come: those on their way and
+        the new registration's, less the rows that came meanwhile.
         """
         self._registering = False
-        if not claim.registered:
-            return 0
-        self._handoff_slots += claim.registered
-        self._registered = True
-        if not self._claiming:
+        on_way = max(0, registration.moved - claim.unregistered)
+        came = self._window_used + self._window_free
+        keep = max(0, on_way + claim.registered - came)
+        used = self._window_used
+        self._window_room = self._window_used = self._window_free = 0
+        self._handoff_slots += keep
+        self._registered = claim.registered > 0 and keep > 0
+        if self._registered and not self._claiming:
             self._unregister = True  # made as a drain began: the next trip removes it
-        return claim.registered
+        if not registration.in_claim:  # a drain's: its slots were the worker's, not the claim's
+            unused = registration.moved - used - keep
+            if unused > 0:
+                self._slots.give_back(unused)
+                self._slots_returned()
+            return 0, 0
+        return min(keep + used, max(0, wanted - len(claim.runs))), on_way
 
     def _claim_answered(
-        self, wanted: int, claim: Claim, sent_at: float, *, woken: bool, kept: int = 0
+        self,
+        wanted: int,
+        claim: Claim,
+        sent_at: float,
+        *,
+        woken: bool,
+        kept: int = 0,
+        on_way: int = 0,
     ) -> None:
         """Start what the claim took; claim again only if the queue may still hold runs.
 
@@ -391,7 +434,8 @@ class Courier:
         after the claim read the queue) keeps the courier claiming, else that run would
         wait for the ``idle_wake_s`` safety net. A full claim says more may wait: the
         trips in flight all claim until one comes back short. ``kept``: slots of the
-        claim the hand-off registration it made keeps.
+        claim the hand-off registration keeps; ``on_way``: slots it did not claim with
+        (hand-offs already made), so it was full at ``wanted - on_way`` runs.
         """
         unused = wanted - len(claim.runs) - kept
         self._slots.give_back(unused)
@@ -403,7 +447,7 @@ class Courier:
         if self._claims_paused():
             return  # a trip that claimed nothing on purpose tells nothing about the queue
         self._claim_refusals.reset()
-        self._backlog = len(claim.runs) == wanted and wanted > 0
+        self._backlog = len(claim.runs) == wanted - on_way and wanted - on_way > 0
         self._maybe_ready = woken or self._backlog
         for run in claim.runs:
             self._start_run(run, sent_at)
@@ -427,14 +471,17 @@ class Courier:
         reason = refusal_of(exc)
         WORKER_WRITES_REFUSED.labels("claim", reason or "error").inc()
         if reason in ("out_of_memory", "read_only") and not resent:
-            moved = 0 if registration is None else registration.moved
+            moved = 0
+            if registration is not None:  # refused whole: the registration is as it was
+                moved = registration.moved if registration.in_claim else 0
+                self._registering = False
+                self._registered = self._registered or registration.had
+                # the slots the rows that came meanwhile took are theirs
+                self._handoff_slots += max(0, registration.moved - self._window_used)
+                self._window_room = self._window_used = self._window_free = 0
             self._slots.give_back(wanted - moved)
             if wanted - moved:
                 self._slots_returned()
-            if registration is not None:  # refused whole: the registration is as it was
-                self._registering = False
-                self._registered = self._registered or registration.had
-                self._handoff_slots += moved
         elif wanted or registration is not None:
             self._unanswered.append((token, wanted, registration))
         pause_s = self._claim_refusals.failed(
@@ -492,21 +539,18 @@ class Courier:
     def _take_registration(self, *, into_claim: bool) -> _Registration:
         """The registration, as the trip about to be sent carries it (one trip at a time).
 
-        Every slot kept for hand-offs goes into the trip's claim (``into_claim``: the
-        claim removes the registration and may fill those slots) or back to the worker
-        (a drain's trip, which claims nothing). Either way a row of a hand-off made
-        before the removal finds no slot kept: it takes a free one, or goes back to the
-        queue; the kept slots start again from nothing, so they never outnumber the rows
-        that can still come.
+        Every slot kept for hand-offs goes with the trip (claim_runs' ``handoff_kept``):
+        into its claim (``into_claim``: the claim removes the registration and may fill
+        the slots of hand-offs not made) or, for a drain's trip, which claims nothing,
+        back to the worker once it is answered. Rows arriving meanwhile take those
+        slots; the reply says which are left (:meth:`_registration_answered`).
         """
         self._registering = True
         had, kept = self._registered, self._handoff_slots
         self._registered = False
         self._handoff_slots = 0
-        if kept and not into_claim:
-            self._slots.give_back(kept)
-            self._slots_returned()
-        return _Registration(had=had, moved=kept if into_claim else 0)
+        self._window_room, self._window_used, self._window_free = kept, 0, 0
+        return _Registration(had=had, moved=kept, in_claim=into_claim)
 
     def _wants_claim(self) -> bool:
         """Whether the next trip claims: there may be runs, room for them, and no claim in

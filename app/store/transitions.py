@@ -215,6 +215,8 @@ class ClaimArgs(NamedTuple):
     token: str
     # > 0: the worker takes hand-offs; the call re-registers it (includes/claim.lua)
     handoff_ms: int = 0
+    # slots the worker kept for its registration, counted in max_runs (claim_runs' ARGV[8])
+    handoff_kept: int = 0
 
 
 class ClaimRow(NamedTuple):

@@ -321,12 +321,20 @@ async def test_a_registration_of_several_hand_offs_keeps_a_key_at_its_limit(
     assert (await run_store.get(second)).status == RunStatus.QUEUED
 
 
-async def test_every_run_handed_to_a_dead_worker_goes_back_to_its_queue(
+async def three_handed_off(
     run_store: RunStore, lease_store: LeaseStore, redis_client: aioredis.Redis
-) -> None:
+) -> list[str]:
+    """A registration good for three hand-offs, and three creates that took them."""
     assert (await lease_store.claim(Q, OWNER, 3, handoff_ms=LONG_MS)).registered == 3
     ids = [await create(run_store) for _ in range(3)]
     assert await inbox(lease_store, redis_client) == ids
+    return ids
+
+
+async def test_every_run_handed_to_a_dead_worker_goes_back_to_its_queue(
+    run_store: RunStore, lease_store: LeaseStore, redis_client: aioredis.Redis
+) -> None:
+    ids = await three_handed_off(run_store, lease_store, redis_client)
     released: list[tuple[str, str]] = []
     while len(released) < 3:
         released += await reconciled(lease_store)
@@ -335,3 +343,19 @@ async def test_every_run_handed_to_a_dead_worker_goes_back_to_its_queue(
     for run_id in ids:
         run = await run_store.get(run_id)
         assert run.status == RunStatus.QUEUED and run.attempt == 1
+
+
+async def test_a_claim_does_not_claim_with_the_slots_of_hand_offs_already_made(
+    run_store: RunStore, lease_store: LeaseStore, redis_client: aioredis.Redis
+) -> None:
+    """Their rows are on their way: a slot is never both a claimed run's and a row's."""
+    await three_handed_off(run_store, lease_store, redis_client)
+    queued = [await create(run_store) for _ in range(4)]
+    # two free slots and the three kept, all three hand-offs made: two runs at most
+    claim = await lease_store.claim(Q, OWNER, 5, handoff_ms=LONG_MS, handoff_kept=3)
+    assert claim.unregistered == 0
+    assert [run.id for run in claim.runs] == queued[:2]
+    assert claim.registered == 0  # full at two: no registration
+    # a drain's trip: no claim, whatever was kept
+    drained = await lease_store.claim(Q, OWNER, 0, handoff_ms=LONG_MS, handoff_kept=3)
+    assert drained.runs == []

@@ -384,28 +384,31 @@ local function prune_registrations(tag, now)
   end
 end
 
--- A claim_runs call's registration step for its owner (handoff_ms > 0: the worker
--- takes hand-offs): its registration is removed first, answering how many hand-offs it
--- had left (so many of the slots the worker kept for it were not used: they go into
--- this claim; 0 when hand-offs consumed it, or there was none); then, when the claim
--- got fewer runs than asked (want > got), it registers again for handoff_ms, good for
--- min(want - got, HANDOFF_SLOTS) hand-offs (those slots of the claim are kept for them).
--- args: "<ttl> <maxlen> <promote_max>". Returns left, registered (the new count, or 0).
-local function reregister(tag, owner, now, handoff_ms, want, got, args)
+-- A claim_runs call's removal of its owner's registration (handoff_ms > 0: the worker
+-- takes hand-offs), before it claims: returns how many hand-offs it had left (so many of
+-- the slots the worker kept for it were not used; 0 when hand-offs consumed it, or there
+-- was none). Also removes up to HANDOFF_PRUNE others whose time is over.
+local function unregister(tag, owner, now)
   local left = 0
   if redis.call('ZREM', tag .. HANDOFF_IDLE, owner) == 1 then
     local _, _, _, count = registration_of(redis.call('HGET', tag .. HANDOFF_ARGS, owner))
     left = count or 1
-  end
-  prune_registrations(tag, now)
-  if got < want then
-    local count = math.min(want - got, HANDOFF_SLOTS)
-    redis.call('ZADD', tag .. HANDOFF_IDLE, now + handoff_ms, owner)
-    redis.call('HSET', tag .. HANDOFF_ARGS, owner, args .. ' ' .. count)
-    return left, count
-  end
-  if left > 0 then
     redis.call('HDEL', tag .. HANDOFF_ARGS, owner)
   end
-  return left, 0
+  prune_registrations(tag, now)
+  return left
+end
+
+-- After the claim: when it got fewer runs than asked (want > got), the owner registers
+-- again for handoff_ms, good for min(want - got, HANDOFF_SLOTS) hand-offs (those slots
+-- of the claim are kept for them). args: "<ttl> <maxlen> <promote_max>". Returns the
+-- new registration's count (0: none made).
+local function register(tag, owner, now, handoff_ms, want, got, args)
+  if got >= want then
+    return 0
+  end
+  local count = math.min(want - got, HANDOFF_SLOTS)
+  redis.call('ZADD', tag .. HANDOFF_IDLE, now + handoff_ms, owner)
+  redis.call('HSET', tag .. HANDOFF_ARGS, owner, args .. ' ' .. count)
+  return count
 end
