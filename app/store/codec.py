@@ -8,6 +8,7 @@ import json
 import os
 import time
 from datetime import UTC, datetime
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 from app.models import Run, RunError, RunEvent, RunStatus
@@ -90,6 +91,33 @@ _COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 def dumps(value: Any) -> str:
     """Compact JSON, the form every JSON field is stored in."""
     return _COMPACT.encode(value)
+
+
+# dumps' own C encoder (JSONEncoder.iterencode builds one per call, with a closure and a
+# dict for cycles: most of a small value's encoding) without the cycle check, made once
+_PARSED_ENCODER = c_make_encoder(
+    None,  # no cycle check: a value a JSON parser made has none
+    _COMPACT.default,
+    encode_basestring,
+    None,
+    _COMPACT.key_separator,
+    _COMPACT.item_separator,
+    _COMPACT.sort_keys,
+    _COMPACT.skipkeys,
+    _COMPACT.allow_nan,
+)
+
+
+def dumps_parsed(value: Any) -> str:
+    """:func:`dumps` of a value a JSON parser made: the same text, ~3x faster for a small one.
+
+    The API encodes every created run's input (20,000 a second through a batch). Only
+    for parsed JSON: it does not look for reference cycles, which such a value cannot
+    hold (a cycle would recurse until RecursionError).
+    """
+    if type(value) is str:  # the encoder takes containers and scalars; dumps special-cases str
+        return encode_basestring(value)
+    return "".join(_PARSED_ENCODER(value, 0))
 
 
 @functools.lru_cache(maxsize=4096, typed=True)

@@ -35,7 +35,7 @@ from app.models import (
     RunStatus,
     StatusChange,
 )
-from app.store.codec import LARGE_FIELDS, dumps
+from app.store.codec import LARGE_FIELDS, dumps_parsed
 from app.store.keys import queue_of
 from app.store.ratelimits import StartGate
 from app.store.runs import NewRun
@@ -86,8 +86,9 @@ def new_run_of(
 
 
 def encoded_input_of(value: Any, max_input_bytes: int) -> str:
-    """The input as stored (encoded once, here); 413 past ``max_input_bytes`` of UTF-8."""
-    encoded = dumps(value)
+    """The input (parsed from a request's JSON) as stored, encoded once, here; 413 past
+    ``max_input_bytes`` of UTF-8."""
+    encoded = dumps_parsed(value)
     # an ASCII text's length is its UTF-8 size: most inputs need no second encoding
     size = len(encoded) if encoded.isascii() else len(encoded.encode())
     if size > max_input_bytes:
