@@ -6,7 +6,9 @@ and whose field names are the ones in the script's header: a test compares them)
 decodes the reply into named fields, and says whether a failover must not lose
 it (``durable``: WAIT for replicas follows it when ``LEASEHOLD_REPLICA_ACKS`` asks).
 A script taking groups (``ARGV[5..] id, fence, ...``) ends its record with a
-``groups`` field of ``group`` records, flattened in order.
+``groups`` field of ``group`` records, flattened in order; one taking segments
+(a shared record, then a count of records that follow it: the creates) has a
+``subgroup`` too, and its groups are (record, subgroups) pairs.
 
 The store, not its callers, turns a script's status code into the typed error
 (:func:`raise_for`: ``RunNotFound``, ``InvalidTransition``, ``LeaseLost``), so
@@ -62,6 +64,9 @@ class Transition(Generic[A, R]):
     durable: bool = False
     # the record each group of a variadic ARGV tail is (the ARGV record's last field)
     group: type[tuple[Any, ...]] | None = None
+    # set: each group is a pair (a `group` record, a sequence of `subgroup` records), sent
+    # as the record's fields, the count of the sequence, then its records' fields
+    subgroup: type[tuple[Any, ...]] | None = None
 
     def call(self, keys: QueueKeys, args: A, run_id: str = "") -> ScriptCall:
         """The script call for ``args`` on ``keys``' queue (``run_id``: the run it is about)."""
@@ -78,9 +83,18 @@ class Transition(Generic[A, R]):
     def flatten(self, args: A) -> list[ScriptArg]:
         """The ARGV list: the record's fields in order, the groups' fields after them."""
         values: list[Any] = list(args)
-        if self.group is not None:
-            for group in values.pop():
+        if self.group is None:
+            return values
+        groups = values.pop()
+        if self.subgroup is None:
+            for group in groups:
                 values.extend(group)
+            return values
+        for head, subgroups in groups:
+            values.extend(head)
+            values.append(len(subgroups))
+            for subgroup in subgroups:
+                values.extend(subgroup)
         return values
 
 
@@ -114,17 +128,18 @@ def _answers(reply: Sequence[str]) -> list[LeaseAnswer]:
 # --- create_run -------------------------------------------------------------------
 
 
-class CreateGroup(NamedTuple):
-    """One run's group of ``create_run`` / ``create_runs`` ARGV (lib.lua ``create_checked``)."""
+class CreateShape(NamedTuple):
+    """What a segment of ``create_run`` / ``create_runs`` ARGV shares (lib.lua ``create_shape``).
 
-    run_id: str
+    Everything of a run but its id, input, idempotency key and fingerprint: the runs
+    of a batch mostly share all of it, so a shape is sent and checked once for the
+    runs that follow it, not once per run.
+    """
+
     handler: str
-    input: str
     max_attempts: int
     on_lease_expired: str
     metadata: str
-    idempotency_key: str
-    fingerprint: str
     budget: str
     retention_ms: int | str
     queued_ttl_ms: int
@@ -142,14 +157,28 @@ class CreateGroup(NamedTuple):
     depth: int
 
 
+class CreateRun(NamedTuple):
+    """One run's own fields in a segment of create ARGV (after its shape and count)."""
+
+    run_id: str
+    input: str
+    idempotency_key: str  # '' for none
+    fingerprint: str
+
+
+# a shape and the runs of it that follow it in ARGV (as its count, then their fields)
+CreateSegment = tuple[CreateShape, Sequence[CreateRun]]
+
+
 class CreateArgs(NamedTuple):
-    """ARGV of ``create_run`` (exactly one group) and ``create_runs`` (a chunk of one queue)."""
+    """ARGV of ``create_run`` (one segment of one run) and ``create_runs`` (a chunk of one
+    queue, in segments)."""
 
     queue: str
     maxlen: int
     wake_channel: str
     retention: str  # the per-status retention spec, for a run replace_queued supersedes
-    groups: Sequence[CreateGroup]
+    groups: Sequence[CreateSegment]
 
 
 class CreateReply(NamedTuple):
@@ -162,13 +191,13 @@ class CreateReply(NamedTuple):
 
 
 def _create_keys(k: QueueKeys, run_id: str, a: CreateArgs) -> tuple[str, ...]:
-    (group,) = a.groups
+    ((_, (run,)),) = a.groups
     return (
-        k.run(group.run_id),
-        k.events(group.run_id),
+        k.run(run.run_id),
+        k.events(run.run_id),
         k.ready,
         k.runs,
-        k.idem(group.idempotency_key),
+        k.idem(run.idempotency_key),
         k.unclaimed,
     )
 
@@ -179,7 +208,13 @@ def _create_reply(reply: Sequence[Any]) -> CreateReply:
 
 
 CREATE_RUN: Transition[CreateArgs, CreateReply] = Transition(
-    "create_run", _create_keys, CreateArgs, _create_reply, durable=True, group=CreateGroup
+    "create_run",
+    _create_keys,
+    CreateArgs,
+    _create_reply,
+    durable=True,
+    group=CreateShape,
+    subgroup=CreateRun,
 )
 
 
@@ -197,7 +232,8 @@ CREATE_RUNS: Transition[CreateArgs, list[CreateReply]] = Transition(
     CreateArgs,
     _create_replies,
     durable=True,
-    group=CreateGroup,
+    group=CreateShape,
+    subgroup=CreateRun,
 )
 
 

@@ -11,8 +11,10 @@
 -- ARGV[3]  wake_channel string  pub/sub channel idle workers of the queue listen on
 -- ARGV[4]  retention    string  per-status retention spec (store/retention.py), for a run
 --          replace_queued supersedes
--- ARGV[5..] run_id, handler, input, max_attempts, on_lease_expired, metadata, idempotency_key, fingerprint, budget, retention_ms, queued_ttl_ms, traceparent, start_at_ms, delay_ms, rate_limits, concurrency_key, singleton_key, on_conflict, priority, boost_ms, parent_id, root_id, depth
---          exactly one group (create_runs takes many of the same):
+-- ARGV[5..] handler, max_attempts, on_lease_expired, metadata, budget, retention_ms, queued_ttl_ms, traceparent, start_at_ms, delay_ms, rate_limits, concurrency_key, singleton_key, on_conflict, priority, boost_ms, parent_id, root_id, depth, runs
+--          one segment (create_runs takes many of the same): the run's shape, then
+--          `runs`: the count 1 and the run's own fields
+-- runs     run_id, input, idempotency_key, fingerprint
 --          input, metadata: json; idempotency_key '' for none; fingerprint: hash of the
 --          request body, for replay detection; budget: json run-level budgets
 --          (max_steps, max_duration_s), '' for none; retention_ms: the run's own retention
@@ -61,21 +63,24 @@
 -- validate-then-write: every argument is checked, the record and the idempotency key
 --          looked up and the event encoded before the first SET; input, metadata and
 --          budget are stored as the API encoded them (it refuses non-finite numbers).
---          The checks and the create are lib.lua's create_checked and create_one, which
+--          The checks and the create are lib.lua's create_segments and create_one, which
 --          create_runs calls for each run of a chunk: a run is the same either way.
 --- @include lib
 --- @include claim
 
-if #ARGV ~= 4 + CREATE_GROUP_SIZE then
-  bad_argument('count of ARGV (one group)', #ARGV)
+local segments = create_segments()
+local s = segments[1]
+if not s or #segments ~= 1 or s.first ~= s.last or s.last + CREATE_RUN_SIZE - 1 ~= #ARGV then
+  bad_argument('count of runs (one)', #ARGV)
 end
+run_id_arg(ARGV[s.first], KEYS[1], KEYS[2])
 local shared = create_shared()
-local c = create_checked(5, KEYS[1], KEYS[2], KEYS[5])
 local q = {tag = tag_of_ready(KEYS[3]), ready = KEYS[3], runs = KEYS[4], unclaimed = KEYS[6]}
 local now = now_ms()
-local code, id, created_ms = create_one(c, q, shared, now)
+place_shape(s, q, shared, now)
+local code, id, created_ms = create_one(s, s.first, KEYS[1], KEYS[2], KEYS[5], q, shared, now)
 if code == 'OK' then
-  local delayed = (c.start_at_ms or 0) > now or (c.delay_ms or 0) > 0
+  local delayed = s.start_ms > now
   if not (hand_off(q.tag, now) and not delayed and redis.call('LLEN', q.ready) == 0) then
     redis.call('PUBLISH', shared.wake, 'ready')
   end

@@ -12,9 +12,12 @@
 -- ARGV[3]  wake_channel string  pub/sub channel idle workers of the queue listen on
 -- ARGV[4]  retention    string  per-status retention spec (store/retention.py), for a run
 --          replace_queued supersedes
--- ARGV[5..] run_id, handler, input, max_attempts, on_lease_expired, metadata, idempotency_key, fingerprint, budget, retention_ms, queued_ttl_ms, traceparent, start_at_ms, delay_ms, rate_limits, concurrency_key, singleton_key, on_conflict, priority, boost_ms, parent_id, root_id, depth
---          groups of 23, one per run, in create order: the fields of create_run's one
---          group, meaning what its header says
+-- ARGV[5..] handler, max_attempts, on_lease_expired, metadata, budget, retention_ms, queued_ttl_ms, traceparent, start_at_ms, delay_ms, rate_limits, concurrency_key, singleton_key, on_conflict, priority, boost_ms, parent_id, root_id, depth, runs
+--          segments, in create order: a shape (the fields above, meaning what
+--          create_run's header says, shared by the segment's runs), then `runs`: a
+--          count n >= 1 and n groups of
+-- runs     run_id, input, idempotency_key, fingerprint
+--          one per run, meaning what create_run's header says
 -- derived  as create_run's: the flow-control keys, the delayed zset, a child's
 --          tombstone, the hand-off's keys and the leases, from the queue's tag (KEYS[1]
 --          less ':ready')
@@ -36,34 +39,31 @@
 --          created, each to another live registration (create_run's rule), and the
 --          wake published unless a hand-off left the ring empty and no run of the
 --          chunk starts later.
--- validate-then-write: every group's fields are checked (create_checked) before the
---          first write; each run's record, idempotency key, tombstone and singleton key
+-- validate-then-write: every segment is checked (create_segments: each shape's fields,
+--          its count, its runs' ids) before the first write; each run's record, idempotency key, tombstone and singleton key
 --          are then read before its own writes (after the earlier runs' writes).
 --- @include lib
 --- @include claim
 
-check_groups(5, CREATE_GROUP_SIZE)
+local segments = create_segments()
 local shared = create_shared()
 local run_prefix, events_prefix, idem_prefix = KEYS[4], KEYS[5], KEYS[6]
-local checked = {}
-for i = 5, #ARGV, CREATE_GROUP_SIZE do
-  local run_id, idem = ARGV[i], ARGV[i + 6]
-  checked[#checked + 1] = create_checked(i, run_prefix .. run_id, events_prefix .. run_id,
-    idem_prefix .. idem)
-end
-
 local q = {tag = tag_of_ready(KEYS[1]), ready = KEYS[1], runs = KEYS[2], unclaimed = KEYS[3],
   index = new_index()}
 local now = now_ms()
-local reply, created, delayed = {}, 0, false
-for _, c in ipairs(checked) do
-  local code, id, created_ms = create_one(c, q, shared, now)
-  reply[#reply + 1] = code
-  reply[#reply + 1] = id
-  reply[#reply + 1] = created_ms
-  if code == 'OK' then
-    created = created + 1
-    delayed = delayed or (c.start_at_ms or 0) > now or (c.delay_ms or 0) > 0
+local reply, n, created, delayed = {}, 0, 0, false
+for _, s in ipairs(segments) do
+  place_shape(s, q, shared, now)
+  for j = s.first, s.last, CREATE_RUN_SIZE do
+    local run_id, idem = ARGV[j], ARGV[j + 2]
+    local code, id, created_ms = create_one(s, j, run_prefix .. run_id, events_prefix .. run_id,
+      idem ~= '' and idem_prefix .. idem, q, shared, now)
+    reply[n + 1], reply[n + 2], reply[n + 3] = code, id, created_ms
+    n = n + 3
+    if code == 'OK' then
+      created = created + 1
+      delayed = delayed or s.start_ms > now
+    end
   end
 end
 index_created(q, q.index)

@@ -22,7 +22,8 @@ local run_id = run_id_arg(ARGV[1], KEYS[1], KEYS[2])
 local priority = int_arg(ARGV[2], 'priority', -1000000)
 local boost_ms = int_arg(ARGV[3], 'boost_ms', -1000000000000)
 int_arg(ARGV[4], 'maxlen', 0)
-local cur = redis.call('HMGET', KEYS[1], 'status', 'priority', 'lane', 'qbase', 'fence')
+local cur = redis.call('HMGET', KEYS[1], 'status', 'priority', 'lane', 'qbase', 'fence',
+  'handler', 'ckey', 'skey')
 if not cur[1] then
   return {'NOT_FOUND', ''}
 end
@@ -33,9 +34,11 @@ local now = now_ms()
 local data = cjson.encode({from = tonumber(cur[2]) or 0, to = priority})
 local tag = string.sub(KEYS[1], 1, -(#run_id + 5))
 redis.call('HSET', KEYS[1], 'priority', priority, 'boost_ms', boost_ms)
-if cur[3] and cur[4] then
-  -- XX: only a run still in its lane is rescored (one in the delayed set is not there)
-  redis.call('ZADD', tag .. 'lane:' .. cur[3], 'XX', tonumber(cur[4]) - boost_ms, run_id)
+if cur[4] then
+  -- XX: only a run still in its lane is rescored (one in the delayed set is not there);
+  -- a record without its lane is in the one lane_of names (create leaves a default out)
+  local lane = cur[3] or lane_of(cur[6], cur[7], cur[8])
+  redis.call('ZADD', tag .. 'lane:' .. lane, 'XX', tonumber(cur[4]) - boost_ms, run_id)
 end
 xadd_event(KEYS[2], 'priority_changed', tonumber(cur[5]) or 0, now, data, ARGV[4])
 return {'OK', 'queued'}

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.store.runs import CREATE_CHUNK_BYTES, CREATE_CHUNK_RUNS, NewRun, _chunks
-from app.store.transitions import CreateGroup
+from app.store.runs import CREATE_CHUNK_BYTES, CREATE_CHUNK_RUNS, NewRun, _chunks, _segments
+from app.store.transitions import CreateRun, CreateShape
 
 STORED = [
     (
@@ -49,11 +49,28 @@ def test_an_input_encoded_up_front_gives_the_same_fingerprint() -> None:
 
 def test_a_chunk_closes_at_its_run_count_or_its_bytes() -> None:
     """create_many's calls: at most CREATE_CHUNK_RUNS runs, about CREATE_CHUNK_BYTES of input."""
-    small = CreateGroup(*([""] * len(CreateGroup._fields)))
-    big = small._replace(input="x" * (CREATE_CHUNK_BYTES // 2))
+    shape = CreateShape(*([""] * len(CreateShape._fields)))
+    small = (shape, CreateRun("", "", "", ""))
+    big = (shape, CreateRun("", "x" * (CREATE_CHUNK_BYTES // 2), "", ""))
+    huge = (shape, CreateRun("", "x" * 2 * CREATE_CHUNK_BYTES, "", ""))
     sizes = [c.stop - c.start for c in _chunks([small] * (2 * CREATE_CHUNK_RUNS + 1))]
     assert sizes == [CREATE_CHUNK_RUNS, CREATE_CHUNK_RUNS, 1]
     assert [c.stop - c.start for c in _chunks([big, big, big, small])] == [2, 2]
-    assert [
-        c.stop - c.start for c in _chunks([big._replace(input="x" * 2 * CREATE_CHUNK_BYTES)])
-    ] == [1]
+    assert [c.stop - c.start for c in _chunks([huge])] == [1]
+    metadata = shape._replace(metadata="x" * (CREATE_CHUNK_BYTES // 2))
+    assert [c.stop - c.start for c in _chunks([(metadata, small[1])] * 3)] == [2, 1]
+
+
+def test_a_chunk_sends_each_stretch_of_one_shape_once_in_order() -> None:
+    """Consecutive runs of one shape share a segment; a shape seen again starts another."""
+    a = CreateShape(*(["a"] * len(CreateShape._fields)))
+    b = a._replace(handler="b")
+    runs = [CreateRun(str(i), "", "", "") for i in range(5)]
+    segments = _segments(
+        [(a, runs[0]), (a, runs[1]), (b, runs[2]), (a._replace(), runs[3]), (a, runs[4])]
+    )
+    assert [(shape.handler, [r.run_id for r in rs]) for shape, rs in segments] == [
+        ("a", ["0", "1"]),
+        ("b", ["2"]),
+        ("a", ["3", "4"]),
+    ]

@@ -156,11 +156,18 @@ def test_every_script_loads_with_its_includes_spliced_in() -> None:
         assert not re.search(r"^--- @include", script.source, re.M)
 
 
-def _argv_header(path: Path) -> tuple[list[str], list[str]]:
-    """The header's fixed ARGV names in order, and the names of a ``ARGV[n..]`` group."""
+def _argv_header(path: Path) -> tuple[list[str], list[str], list[str]]:
+    """The header's fixed ARGV names in order, the names of a ``ARGV[n..]`` group, and of
+    the records a segment's last field counts (a line ``-- <that field>  names``)."""
     fixed: list[str] = []
     group: list[str] = []
+    subgroup: list[str] = []
     for line in header(path):
+        if group:
+            sub = re.match(rf"^-- {re.escape(group[-1])}\s{{2,}}(.*?)(?:\s{{2,}}|$)", line)
+            if sub:
+                subgroup = [name.strip() for name in sub[1].split(",")]
+                continue
         numbered = re.match(r"^-- ARGV\[(\d+)\]\s+(\S+)", line)
         if numbered:
             assert int(numbered[1]) == len(fixed) + 1, f"{path.name}: {line}"
@@ -170,7 +177,7 @@ def _argv_header(path: Path) -> tuple[list[str], list[str]]:
         if tail:
             assert int(tail[1]) == len(fixed) + 1, f"{path.name}: {line}"
             group = [name.strip() for name in tail[2].split(",")]
-    return fixed, group
+    return fixed, group, subgroup
 
 
 @pytest.mark.parametrize("path", SCRIPT_FILES, ids=lambda p: p.name)
@@ -179,11 +186,19 @@ def test_the_binding_names_the_header_argv_in_order(path: Path) -> None:
     match = NAME.match(path.name)
     assert match
     binding = TRANSITIONS[match["name"]]
-    fixed, group = _argv_header(path)
+    fixed, group, subgroup = _argv_header(path)
     fields = list(getattr(binding.argv, "_fields"))  # noqa: B009  # a NamedTuple's
+    if binding.subgroup is not None:
+        assert binding.group is not None
+        # a segment: the group's fields, then a field that counts the subgroups after it
+        assert list(getattr(binding.group, "_fields")) == group[:-1], path.name  # noqa: B009
+        assert list(getattr(binding.subgroup, "_fields")) == subgroup, path.name  # noqa: B009
+    else:
+        assert subgroup == [], f"{path.name}: the header has ARGV segments, the binding none"
     if binding.group is not None:
         assert fields[-1] == "groups", f"{path.name}: a grouped record ends with `groups`"
-        assert list(getattr(binding.group, "_fields")) == group, path.name  # noqa: B009
+        if binding.subgroup is None:
+            assert list(getattr(binding.group, "_fields")) == group, path.name  # noqa: B009
         fields = fields[:-1]
     else:
         assert group == [], f"{path.name}: the header has ARGV groups, the binding none"

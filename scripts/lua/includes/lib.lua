@@ -145,17 +145,30 @@ end
 -- status the caller just wrote, when it knows it (the hot paths: claim, finalize);
 -- nil reads it back from the record. fields: field/value pairs the caller writes with
 -- the change (the hot paths: claim, finalize), written in the same HSET as the event's
--- id (one command, not two); the caller then passes the status they set.
-local function emit(run_key, events_key, event_type, fence, ts, data, maxlen, status, fields)
+-- id (one command, not two); the caller then passes the status they set. A fields
+-- table reused run after run (create's record, one per shape of run) ends in
+-- 'last_event_id' and a slot whose index is fields.event_at: the id goes there; its
+-- first fields.n entries are written (nil: all).
+-- activity_key, run_id: the queue's activity stream and the run, when the caller has
+-- them (a create of many runs: one key for all), else derived from events_key.
+local function emit(run_key, events_key, event_type, fence, ts, data, maxlen, status, fields,
+    activity_key, run_id)
   local id = xadd_event(events_key, event_type, fence, ts, data, maxlen)
   if fields then
-    fields[#fields + 1] = 'last_event_id'
-    fields[#fields + 1] = id
-    redis.call('HSET', run_key, unpack(fields))
+    local at = fields.event_at
+    if at then
+      fields[at] = id
+    else
+      fields[#fields + 1] = 'last_event_id'
+      fields[#fields + 1] = id
+    end
+    redis.call('HSET', run_key, unpack(fields, 1, fields.n))
   else
     redis.call('HSET', run_key, 'last_event_id', id)
   end
-  local activity_key, run_id = activity_of(events_key)
+  if not activity_key then
+    activity_key, run_id = activity_of(events_key)
+  end
   redis.call('XADD', activity_key, 'MAXLEN', '~', ACTIVITY_MAXLEN, '*',
     'run_id', run_id, 'event_id', id, 'type', event_type,
     'status', status or redis.call('HGET', run_key, 'status') or '', 'fence', num_arg(fence),
@@ -1017,33 +1030,30 @@ local function rate_hold(run_prefix, events_prefix, delayed_key, run_id, now, ma
   return true
 end
 
--- A new run, its record just written (status queued, fence 0), enters its queue: the
--- `created` event, the listing and unclaimed indexes, then the ready list, or, when
+-- A new run, its record about to be written (status queued, fence 0), enters its queue:
+-- the `created` event, the listing and unclaimed indexes, then the ready list, or, when
 -- start_ms is ahead of now, the delayed set (claim_runs promotes it when due) with a
 -- `wait` event saying until when. create_run and fire_schedule both enter runs here,
 -- so a run made by a schedule is queued exactly as one a client created.
 -- q: {ready, runs, unclaimed, wake (channel; nil: the caller publishes), maxlen, known
--- (optional: enqueue's fields, as the record holds them), record (optional: the
--- record's fields not written yet, HSET here with the event's id, run_at or qbase)}.
+-- (optional: enqueue's fields, as the record holds them; known.qbase_written when the
+-- record holds qbase), record (optional: the record's fields, its run_at or qbase
+-- included, HSET here with the event's id: emit's fields), activity (optional: the
+-- queue's activity stream), index (optional: create_runs' chunk index, new_index)}.
 -- Encodes only numbers and strings.
 local function enter_queue(run_key, events_key, run_id, q, created_data, now, start_ms,
     queued_ttl_ms)
   local record, known = q.record, q.known
-  if record then
-    record[#record + 1] = start_ms > now and 'run_at' or 'qbase'
-    record[#record + 1] = num_arg(start_ms > now and start_ms or now)
-    if known then
-      known.qbase_written = start_ms <= now
-    end
-  end
-  emit(run_key, events_key, 'created', 0, now, created_data, q.maxlen, 'queued', record)
+  emit(run_key, events_key, 'created', 0, now, created_data, q.maxlen, 'queued', record,
+    q.activity, run_id)
   local index = q.index  -- create_runs: the chunk's index writes, sent once (index_created)
   -- a delayed run's time-to-live unclaimed counts from its start time, not from now
   local expires_ms = math.max(now, start_ms) + queued_ttl_ms
   if index then
-    local n = #index.runs
+    local n = index.n
     index.runs[n + 1], index.runs[n + 2] = num_arg(now), run_id
     index.unclaimed[n + 1], index.unclaimed[n + 2] = num_arg(expires_ms), run_id
+    index.n = n + 2
   else
     redis.call('ZADD', q.runs, now, run_id)
     redis.call('ZADD', q.unclaimed, expires_ms, run_id)
@@ -1055,11 +1065,11 @@ local function enter_queue(run_key, events_key, run_id, q, created_data, now, st
     end
     emit(run_key, events_key, 'wait', 0, now,
       cjson.encode({kind = 'run_at', subject = 'start', until_ms = start_ms}), q.maxlen,
-      'queued')
+      'queued', nil, q.activity, run_id)
     redis.call('ZADD', delayed_of(prefix), start_ms, run_id)
-  elseif index and q.known[2] == '' and q.known[3] == '' then
+  elseif index and known[2] == '' and known[3] == '' then
     -- a run of no concurrency or singleton key: its lane's one ZADD for the chunk
-    local lane = q.known[5]
+    local lane = known[5]
     local members = index.lanes[lane]
     if not members then  -- its first run of the chunk places the lane, as enqueue would
       members = {}
@@ -1070,11 +1080,12 @@ local function enter_queue(run_key, events_key, run_id, q, created_data, now, st
         redis.call('RPUSH', q.ready, lane)
       end
     end
-    members[#members + 1] = num_arg(now - (tonumber(q.known[4]) or 0))
-    members[#members + 1] = run_id
+    local m = #members
+    members[m + 1] = num_arg(now - (tonumber(known[4]) or 0))
+    members[m + 2] = run_id
   else
     -- make_ready less its give-back: a new run holds nothing
-    enqueue(tag_of_ready(q.ready), run_key, run_id, now, false, q.known)
+    enqueue(tag_of_ready(q.ready), run_key, run_id, now, false, known)
   end
   -- idle workers claim (a delayed run: once, to learn the earliest delayed time, their
   -- timer's next wake); q.wake nil: the caller publishes once for many runs
@@ -1117,10 +1128,14 @@ local function set_next_fire(schedule_key, due_key, schedule_id, next_fire)
 end
 
 -- Creating runs: create_run creates one, create_runs a chunk of one queue's, and both
--- do it with these three, so a run is the same whichever way it came in. Their ARGV
--- share one layout: queue, maxlen, wake_channel, retention, then one group of
--- CREATE_GROUP_SIZE fields per run (create_run: exactly one group).
-local CREATE_GROUP_SIZE = 23
+-- do it with the functions below, so a run is the same whichever way it came in. Their
+-- ARGV share one layout: queue, maxlen, wake_channel, retention, then segments. A
+-- segment is a shape (CREATE_SHAPE_SIZE fields: everything its runs share), a count,
+-- and that many runs of CREATE_RUN_SIZE fields each (run_id, input, idempotency_key,
+-- fingerprint); create_run: one segment of one run. A shape is checked and turned into
+-- its record, lane and `created` event once per segment, not once per run: a batch's
+-- runs mostly share one.
+local CREATE_SHAPE_SIZE, CREATE_RUN_SIZE = 19, 4
 
 -- The index writes of a create_runs chunk, gathered by enter_queue (q.index) and sent
 -- here once per chunk: one ZADD of the runs index and one of the unclaimed set for all
@@ -1130,11 +1145,11 @@ local CREATE_GROUP_SIZE = 23
 -- ring's order is the one-by-one order. Nothing a later run of the chunk reads waits on
 -- these writes: its checks read its record, key and singleton key.
 local function new_index()
-  return {runs = {}, unclaimed = {}, lanes = {}, lane_order = {}}
+  return {n = 0, runs = {}, unclaimed = {}, lanes = {}, lane_order = {}}
 end
 
 local function index_created(q, index)
-  if #index.runs == 0 then
+  if index.n == 0 then
     return
   end
   redis.call('ZADD', q.runs, unpack(index.runs))
@@ -1156,82 +1171,158 @@ local function create_shared()
     created = {}}
 end
 
--- One run's group (ARGV[i..i+22]), every field checked and decoded, nothing read or
--- written: a script checks every group before its first write. run_key, events_key,
--- idem_key: the run's own keys (KEYS of create_run, or derived by create_runs).
-local function create_checked(i, run_key, events_key, idem_key)
-  local c = {run_id = run_id_arg(ARGV[i], run_key, events_key), handler = ARGV[i + 1],
-    input = ARGV[i + 2], max_attempts = int_arg(ARGV[i + 3], 'max_attempts', 1),
-    on_lease_expired = enum_arg(ARGV[i + 4], 'on_lease_expired', {'orphan', 'retry'}),
-    metadata = ARGV[i + 5], idempotency_key = ARGV[i + 6], fingerprint = ARGV[i + 7],
-    budget = ARGV[i + 8], retention_ms = ARGV[i + 9],
-    queued_ttl_ms = int_arg(ARGV[i + 10], 'queued_ttl_ms', 1), traceparent = ARGV[i + 11],
-    rate_limits = ARGV[i + 14], ckey = ARGV[i + 15], skey = ARGV[i + 16],
-    on_conflict = enum_arg(ARGV[i + 17], 'on_conflict',
+-- One shape (ARGV[i..i+18]), every field checked and decoded, nothing read or written.
+local function create_shape(i)
+  local s = {handler = ARGV[i], max_attempts = int_arg(ARGV[i + 1], 'max_attempts', 1),
+    on_lease_expired = enum_arg(ARGV[i + 2], 'on_lease_expired', {'orphan', 'retry'}),
+    metadata = ARGV[i + 3], budget = ARGV[i + 4], retention_ms = ARGV[i + 5],
+    queued_ttl_ms = int_arg(ARGV[i + 6], 'queued_ttl_ms', 1), traceparent = ARGV[i + 7],
+    rate_limits = ARGV[i + 10], ckey = ARGV[i + 11], skey = ARGV[i + 12],
+    on_conflict = enum_arg(ARGV[i + 13], 'on_conflict',
       {'reject', 'enqueue', 'cancel_active', 'replace_queued'}),
-    priority = int_arg(ARGV[i + 18], 'priority', -1000000),
-    boost_ms = int_arg(ARGV[i + 19], 'boost_ms', -1000000000000),
-    parent_id = ARGV[i + 20], root_id = ARGV[i + 21],
-    depth = int_arg(ARGV[i + 22], 'depth', 0),
-    run_key = run_key, events_key = events_key, idem_key = idem_key}
-  if c.parent_id ~= '' then
-    run_id_arg(c.parent_id)
+    priority = int_arg(ARGV[i + 14], 'priority', -1000000),
+    boost_ms = int_arg(ARGV[i + 15], 'boost_ms', -1000000000000),
+    parent_id = ARGV[i + 16], root_id = ARGV[i + 17],
+    depth = int_arg(ARGV[i + 18], 'depth', 0)}
+  if s.parent_id ~= '' then
+    run_id_arg(s.parent_id)
   end
-  if c.root_id ~= '' then
-    run_id_arg(c.root_id)
-  else
-    c.root_id = c.run_id
+  if s.root_id ~= '' then
+    run_id_arg(s.root_id)
   end
-  if c.retention_ms ~= '' then
-    int_arg(c.retention_ms, 'retention_ms', 0)
+  if s.retention_ms ~= '' then
+    int_arg(s.retention_ms, 'retention_ms', 0)
   end
-  if ARGV[i + 12] ~= '' then
-    c.start_at_ms = int_arg(ARGV[i + 12], 'start_at_ms', 0)
+  if ARGV[i + 8] ~= '' then
+    s.start_at_ms = int_arg(ARGV[i + 8], 'start_at_ms', 0)
   end
-  if ARGV[i + 13] ~= '' then
-    c.delay_ms = int_arg(ARGV[i + 13], 'delay_ms', 0)
+  if ARGV[i + 9] ~= '' then
+    s.delay_ms = int_arg(ARGV[i + 9], 'delay_ms', 0)
   end
-  if c.rate_limits ~= '' then
-    rate_limits_arg(c.rate_limits)
+  if s.rate_limits ~= '' then
+    rate_limits_arg(s.rate_limits)
   end
-  if string.find(c.ckey, '[|\n]') or string.find(c.skey, '[|\n]') then
-    bad_argument('concurrency_key or singleton_key', c.ckey .. c.skey)
+  if string.find(s.ckey, '[|\n]') or string.find(s.skey, '[|\n]') then
+    bad_argument('concurrency_key or singleton_key', s.ckey .. s.skey)
   end
-  return c
+  s.lane = lane_of(s.handler, s.ckey, s.skey)
+  return s
 end
 
--- The data of a run's `created` event, encoded once per call for the runs that share
--- it (a chunk's runs mostly do): handler, queue, attempts, keys, priority.
-local function created_data(shared, c)
-  local ckey, skey, priority = c.ckey, c.skey, c.priority
-  local same = c.handler .. '|' .. num_arg(c.max_attempts) .. '|' .. ckey .. '|' .. skey .. '|'
+-- Every segment from ARGV[5] on, checked (create_shape, the count, each run's id): the
+-- shapes in order, each with the ARGV index of its first run (first) and of its last
+-- (last). Nothing read or written: a script checks them all before its first write.
+local function create_segments()
+  local segments, i, argc = {}, 5, #ARGV
+  while i <= argc do
+    if i + CREATE_SHAPE_SIZE > argc then
+      bad_argument('segment from ARGV[' .. i .. '] (shape and count)', argc - i + 1)
+    end
+    local s = create_shape(i)
+    local first = i + CREATE_SHAPE_SIZE + 1
+    local last = first + (int_arg(ARGV[first - 1], 'count', 1) - 1) * CREATE_RUN_SIZE
+    if last + CREATE_RUN_SIZE - 1 > argc then
+      bad_argument('count (more runs than ARGV holds)', ARGV[first - 1])
+    end
+    for j = first, last, CREATE_RUN_SIZE do
+      run_id_arg(ARGV[j])
+    end
+    s.first, s.last = first, last
+    segments[#segments + 1] = s
+    i = last + CREATE_RUN_SIZE
+  end
+  return segments
+end
+
+-- The data of a run's `created` event, encoded once per call for the shapes that share
+-- it (a chunk's mostly do): handler, queue, attempts, keys, priority.
+local function created_data(shared, s)
+  local ckey, skey, priority = s.ckey, s.skey, s.priority
+  local same = s.handler .. '|' .. num_arg(s.max_attempts) .. '|' .. ckey .. '|' .. skey .. '|'
     .. num_arg(priority)
   local data = shared.created[same]
   if not data then
-    data = cjson.encode({handler = c.handler, queue = shared.queue,
-      max_attempts = c.max_attempts, concurrency_key = ckey ~= '' and ckey or nil,
+    data = cjson.encode({handler = s.handler, queue = shared.queue,
+      max_attempts = s.max_attempts, concurrency_key = ckey ~= '' and ckey or nil,
       singleton_key = skey ~= '' and skey or nil, priority = priority ~= 0 and priority or nil})
     shared.created[same] = data
   end
   return data
 end
 
--- Create one checked run (create_checked) of the queue whose keys q holds ({tag, ready,
--- runs, unclaimed, wake, maxlen}; wake nil: the caller publishes once for all). Reads
--- what decides it (the record, the idempotency key, a child's tombstone, the singleton
--- key) before its own writes. Returns code, run id, created ms (0 when nothing was
--- written): OK, REPLAYED, CONFLICT, SINGLETON or CANCEL as create_run's header says.
-local function create_one(c, q, shared, now)
-  local run_id, ckey, skey, tag = c.run_id, c.ckey, c.skey, q.tag
+-- Where a shape's runs go in this call (now: the call's TIME): its start time, its
+-- `created` data, and its record, one table every run of the segment reuses: the run's
+-- own values fill slots RECORD_ID, RECORD_INPUT, RECORD_ROOT (a run that is its own
+-- root) and the last, its idempotency key (left out, record.n, for a run without one);
+-- emit fills the event's id. A field whose value is empty or its default is left out
+-- of the record: every reader, Lua and Python, takes an absent idempotency_key,
+-- budget, traceparent, rate_limits, ckey, skey, retention_ms as '', metadata as {},
+-- priority and boost_ms as 0, and lane as the one lane_of names (records written
+-- before hold them all, '' or not), and a record of fewer fields is a cheaper HSET
+-- (each field is searched for in the listpack before it is added). q: the queue's
+-- keys (create_one); the shape's enter_queue argument is s.q.
+local RECORD_ID, RECORD_INPUT, RECORD_ROOT = 2, 10, 22
+local function place_shape(s, q, shared, now)
+  local start_ms = s.start_at_ms or (s.delay_ms and now + s.delay_ms) or now
+  s.start_ms, s.data = start_ms, created_data(shared, s)
+  local record = {
+    'id', '', 'queue', shared.queue, 'handler', s.handler, 'status', 'queued',
+    'input', '', 'attempt', '1', 'max_attempts', num_arg(s.max_attempts),
+    'on_lease_expired', s.on_lease_expired, 'fence', '0', 'created_at', num_arg(now),
+    'root_id', s.root_id}
+  local function add(field, value, absent)
+    if value ~= absent then
+      record[#record + 1] = field
+      record[#record + 1] = value
+    end
+  end
+  add('metadata', s.metadata, '{}')
+  add('budget', s.budget, '')
+  add('traceparent', s.traceparent, '')
+  add('rate_limits', s.rate_limits, '')
+  add('ckey', s.ckey, '')
+  add('skey', s.skey, '')
+  add('lane', s.lane, lane_of(s.handler, '', ''))
+  add('retention_ms', s.retention_ms, '')
+  add('priority', num_arg(s.priority), '0')
+  add('boost_ms', num_arg(s.boost_ms), '0')
+  if s.parent_id ~= '' then
+    add('parent_id', s.parent_id)
+    add('depth', num_arg(s.depth))
+  end
+  if start_ms > now then
+    add('run_at', num_arg(start_ms))
+  else
+    add('qbase', num_arg(now))
+  end
+  add('last_event_id', '')
+  record.event_at = #record
+  add('idempotency_key', '')
+  s.own_root = s.root_id == ''
+  s.q = {ready = q.ready, runs = q.runs, unclaimed = q.unclaimed, wake = q.wake,
+    maxlen = shared.maxlen, activity = q.tag .. 'activity', index = q.index, record = record,
+    known = {s.handler, s.ckey, s.skey, s.boost_ms, s.lane, qbase_written = start_ms <= now}}
+end
+
+-- Create the run at ARGV[j..j+3] of shape s (create_shape, then place_shape for this
+-- call) in the queue whose keys q holds ({tag, ready, runs, unclaimed, wake; wake nil:
+-- the caller publishes once for all}); run_key, events_key, idem_key: its own keys
+-- (idem_key nil or anything for a run without an idempotency key). Reads what decides
+-- it (the record, the idempotency key, a child's tombstone, the singleton key) before
+-- its own writes. Returns code, run id, created ms (0 when nothing was written): OK,
+-- REPLAYED, CONFLICT, SINGLETON or CANCEL as create_run's header says.
+local function create_one(s, j, run_key, events_key, idem_key, q, shared, now)
+  local run_id, idem, fingerprint = ARGV[j], ARGV[j + 2], ARGV[j + 3]
+  local skey, tag = s.skey, q.tag
   -- a create retried after a lost reply must not enqueue the run twice
-  if redis.call('EXISTS', c.run_key) == 1 then
+  if redis.call('EXISTS', run_key) == 1 then
     return 'REPLAYED', run_id, 0
   end
-  local prior_code, prior_id = idempotent_prior(c.idem_key, c.idempotency_key, c.fingerprint)
+  local prior_code, prior_id = idempotent_prior(idem_key, idem, fingerprint)
   if prior_code then
     return prior_code, prior_id, 0
   end
-  if c.parent_id ~= '' and redis.call('EXISTS', tag .. 'unborn:' .. run_id) == 1 then
+  if s.parent_id ~= '' and redis.call('EXISTS', tag .. 'unborn:' .. run_id) == 1 then
     return 'CANCEL', run_id, 0
   end
   -- a singleton key's holder and newest queued run, and what this create does to them
@@ -1239,55 +1330,31 @@ local function create_one(c, q, shared, now)
   if skey ~= '' then
     active = redis.call('HGET', tag .. 'slots', 's:' .. skey)
     local last = redis.call('HGET', tag .. 'one:' .. skey, 'last')
-    if c.on_conflict == 'reject' and (active or last) then
+    if s.on_conflict == 'reject' and (active or last) then
       return 'SINGLETON', active or last, 0
     end
-    if c.on_conflict == 'replace_queued' and last then
+    if s.on_conflict == 'replace_queued' and last then
       local cur = redis.call('HMGET', tag .. 'run:' .. last, 'status', 'first_started_at')
       if cur[1] == 'queued' and not cur[2] then
         superseded = last
       end
     end
-    if active and (c.on_conflict ~= 'cancel_active'
+    if active and (s.on_conflict ~= 'cancel_active'
         or redis.call('HGET', tag .. 'run:' .. active, 'status') ~= 'running') then
       active = nil
     end
   end
 
-  local priority, lane = c.priority, lane_of(c.handler, ckey, skey)
-  local data = created_data(shared, c)
-  local start_ms = c.start_at_ms or (c.delay_ms and now + c.delay_ms) or now
-  if c.idempotency_key ~= '' then
-    redis.call('SET', c.idem_key, run_id .. ' ' .. c.fingerprint)
+  if idem ~= '' then
+    redis.call('SET', idem_key, run_id .. ' ' .. fingerprint)
   end
   -- the record is written with its `created` event's id (enter_queue): one HSET
-  local record = {
-    'id', run_id, 'queue', shared.queue, 'handler', c.handler, 'status', 'queued',
-    'input', c.input, 'attempt', '1', 'max_attempts', num_arg(c.max_attempts),
-    'on_lease_expired', c.on_lease_expired, 'fence', '0', 'created_at', num_arg(now),
-    'metadata', c.metadata, 'idempotency_key', c.idempotency_key, 'budget', c.budget,
-    'traceparent', c.traceparent, 'rate_limits', c.rate_limits,
-    'ckey', ckey, 'skey', skey, 'lane', lane, 'root_id', c.root_id}
-  -- retention_ms, priority and boost_ms only when set: every reader takes an absent one
-  -- as the default ('' : the per-status retention, 0, 0), and a record of fewer fields
-  -- is a cheaper HSET (each field is searched for in the listpack before it is added)
-  if c.retention_ms ~= '' then
-    record[#record + 1] = 'retention_ms'
-    record[#record + 1] = c.retention_ms
-  end
-  if priority ~= 0 then
-    record[#record + 1] = 'priority'
-    record[#record + 1] = num_arg(priority)
-  end
-  if c.boost_ms ~= 0 then
-    record[#record + 1] = 'boost_ms'
-    record[#record + 1] = num_arg(c.boost_ms)
-  end
-  if c.parent_id ~= '' then
-    record[#record + 1] = 'parent_id'
-    record[#record + 1] = c.parent_id
-    record[#record + 1] = 'depth'
-    record[#record + 1] = num_arg(c.depth)
+  local record = s.q.record
+  local n = #record
+  record[RECORD_ID], record[RECORD_INPUT], record[n] = run_id, ARGV[j + 1], idem
+  record.n = idem ~= '' and n or n - 2
+  if s.own_root then
+    record[RECORD_ROOT] = run_id
   end
   if superseded then
     local k = {leases = tag .. 'leases', run_prefix = tag .. 'run:', events_prefix = tag .. 'events:',
@@ -1302,10 +1369,6 @@ local function create_one(c, q, shared, now)
     request_cancel(tag, active, now, {reason = 'cancel_active', superseded_by = run_id},
       shared.maxlen)
   end
-  enter_queue(c.run_key, c.events_key, run_id,
-    {ready = q.ready, runs = q.runs, unclaimed = q.unclaimed, wake = q.wake,
-      maxlen = shared.maxlen, known = {c.handler, ckey, skey, c.boost_ms, lane},
-      record = record, index = q.index},
-    data, now, start_ms, c.queued_ttl_ms)
+  enter_queue(run_key, events_key, run_id, s.q, s.data, now, s.start_ms, s.queued_ttl_ms)
   return 'OK', run_id, now
 end

@@ -1,0 +1,157 @@
+"""The record a create writes, and records written by earlier versions (real Redis).
+
+A create leaves out of the run's record every field whose value is empty or its
+default (lib.lua ``place_shape``); every reader takes an absent one as that value.
+Records written before (``e6a88d8`` and earlier wrote every field, '' or not) stay in
+Redis across a worker upgrade with runs in flight: they must be claimed, prioritised,
+cancelled, finished and read exactly as a new one is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from app.models import RunStatus
+from app.settings import Settings
+from app.store.flow import FlowStore
+from app.store.keys import QueueKeys
+from app.store.leases import ClaimedRun, LeaseStore, Outcome
+from app.store.runs import NewRun, RunStore
+from app.store.scripts import Scripts
+from app.store.transitions import LeaseAnswer
+
+Q = "default"
+
+# What e6a88d8's create_run / create_runs wrote in the record of a plain `demo.echo`
+# run beside the fields a create writes now: each empty or at its default (captured
+# from that commit's HGETALL; idempotency_key '' is a run created without one).
+OLD_ONLY = {
+    "metadata": "{}",
+    "idempotency_key": "",
+    "budget": "",
+    "traceparent": "",
+    "rate_limits": "",
+    "ckey": "",
+    "skey": "",
+    "lane": "demo.echo|",
+}
+# the fields of a plain run's record now (idempotency_key only when it has one)
+PLAIN_FIELDS = {
+    "id",
+    "queue",
+    "handler",
+    "status",
+    "input",
+    "attempt",
+    "max_attempts",
+    "on_lease_expired",
+    "fence",
+    "created_at",
+    "root_id",
+    "qbase",
+    "last_event_id",
+}
+
+
+@pytest.fixture
+def flow(redis_client: aioredis.Redis, scripts: Scripts, settings: Settings) -> FlowStore:
+    return FlowStore(
+        redis_client, scripts=scripts, prefix=settings.prefix, events_maxlen=settings.events_maxlen
+    )
+
+
+async def create(run_store: RunStore, old: bool, **options: Any) -> str:
+    """A run as this create writes it, or (old) its record as e6a88d8's wrote it."""
+    (created,) = await run_store.create_many([NewRun("demo.echo", {"n": 1}, **options)])
+    assert not isinstance(created, Exception)
+    if old:
+        record = run_store.keys(Q).run(created.run.id)
+        await run_store.client.hset(record, mapping=OLD_ONLY)
+    return created.run.id
+
+
+def claimed_view(run: ClaimedRun) -> dict[str, Any]:
+    """What a handler is given, but the lease's run id (the same for an old and a new run)."""
+    view = dataclasses.asdict(run)
+    view["lease"] = (run.lease.queue, run.lease.owner_id, run.lease.fence)
+    view.pop("created_at_ms")
+    return view
+
+
+def stored_view(fields: dict[str, Any]) -> dict[str, Any]:
+    """A read run's answer without what differs run to run (id, times, event ids)."""
+    differs = ("id", "root_id", "created_at", "started_at", "first_started_at", "finished_at")
+    return {k: v for k, v in fields.items() if k not in (*differs, "last_event_id")}
+
+
+async def test_a_plain_run_record_holds_only_fields_with_a_value(
+    run_store: RunStore, redis_client: aioredis.Redis, settings: Settings
+) -> None:
+    keys = QueueKeys(settings.prefix, Q)
+    plain = await create(run_store, old=False)
+    keyed = await create(run_store, old=False, idempotency_key="k-1")
+    assert set(await redis_client.hgetall(keys.run(plain))) == PLAIN_FIELDS
+    assert set(await redis_client.hgetall(keys.run(keyed))) == PLAIN_FIELDS | {"idempotency_key"}
+    full = await create(
+        run_store,
+        old=False,
+        metadata={"team": "a"},
+        budget={"max_steps": 3},
+        traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        concurrency_key="c",
+        priority=2,
+        boost_ms=2000,
+    )
+    record = await redis_client.hgetall(keys.run(full))
+    assert {k: record[k] for k in ("metadata", "budget", "ckey", "lane", "priority")} == {
+        "metadata": '{"team":"a"}',
+        "budget": '{"max_steps":3}',
+        "ckey": "c",
+        "lane": "demo.echo|c",
+        "priority": "2",
+    }
+
+
+async def test_an_old_record_and_a_new_one_read_claim_and_finish_alike(
+    run_store: RunStore, lease_store: LeaseStore
+) -> None:
+    new_id = await create(run_store, old=False)
+    old_id = await create(run_store, old=True)
+    new_read, old_read = [(await run_store.get(i)).model_dump() for i in (new_id, old_id)]
+    assert stored_view(old_read) == stored_view(new_read)
+    assert old_read["root_id"] == old_id and new_read["root_id"] == new_id
+
+    claim = await lease_store.claim(Q, "w-1", 2)
+    assert [run.id for run in claim.runs] == [new_id, old_id]
+    assert claimed_view(claim.runs[0]) == {
+        **claimed_view(claim.runs[1]),
+        "lease": ("default", "w-1", 1),
+    }
+    outcomes = [
+        Outcome(run.lease, RunStatus.SUCCEEDED, output_json='{"ok":1}') for run in claim.runs
+    ]
+    codes, _ = await lease_store.finish_and_claim(Q, "w-1", outcomes, 0)
+    assert codes == [LeaseAnswer.OK, LeaseAnswer.OK]
+    new_read, old_read = [(await run_store.get(i)).model_dump() for i in (new_id, old_id)]
+    assert old_read["status"] == RunStatus.SUCCEEDED and old_read["output"] == {"ok": 1}
+    assert stored_view(old_read) == stored_view(new_read)
+
+
+async def test_an_old_record_and_a_new_one_are_reprioritised_and_cancelled_alike(
+    run_store: RunStore, lease_store: LeaseStore, flow: FlowStore
+) -> None:
+    """set_priority and a queued cancel find each run in its lane, with or without `lane`."""
+    first_old, first_new = await create(run_store, old=True), await create(run_store, old=False)
+    second_old, second_new = await create(run_store, old=True), await create(run_store, old=False)
+    await flow.set_priority(second_new, 5, 50_000)
+    await flow.set_priority(second_old, 4, 40_000)
+    assert await run_store.cancel(first_new) == RunStatus.CANCELLED
+    assert await run_store.cancel(first_old) == RunStatus.CANCELLED
+    claim = await lease_store.claim(Q, "w-1", 10)
+    # rescored in their lane: the boosted runs first, the cancelled ones gone from it
+    assert [run.id for run in claim.runs] == [second_new, second_old]
+    assert claim.throttled == 0
