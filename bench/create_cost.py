@@ -6,8 +6,9 @@ idempotency key, as ``bench.bulk_create`` sends them) and reports, over the
 creates only: commands per run (inside scripts included), Redis CPU per run and
 the scripts' wall time per run. ``--callgrind OUT`` runs the server under
 valgrind's callgrind with instrumentation on for the creates only and adds the
-server's instructions per run: exact whatever the machine's load, so an A/B of
-two checkouts compares their Lua (~50x slower: use n of ~5,000)::
+server's instructions per run: exact whatever the machine's load (the server's slow
+log is off, or commands slowed past its mark by a busy machine would be logged, at
+a cost), so an A/B of two checkouts compares their Lua (~50x slower: use n of ~5,000)::
 
     cd <checkout> && PYTHONPATH=. .venv/bin/python <this checkout>/bench/create_cost.py 5000 \
         --callgrind /tmp/cg-create.out
@@ -79,7 +80,10 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0, help="the server's port (0: a free one)")
     parser.add_argument("--callgrind", metavar="OUT", help="profile the creates into OUT")
     args = parser.parse_args()
-    with profiled_server(args.callgrind, [], args.port) as (url, instrument):
+    # no slow log: under callgrind on a loaded machine some commands pass its 10 ms mark and
+    # each logged one costs thousands of instructions, a count that would follow the load
+    quiet = [("slowlog-log-slower-than", "-1")]
+    with profiled_server(args.callgrind, quiet, args.port) as (url, instrument):
         result = asyncio.run(create_cost(url, args.n, args.batch, instrument))
     if args.callgrind:
         result["instructions_per_run"] = round(callgrind_total(args.callgrind) / result["n"])
