@@ -32,12 +32,10 @@ _COMMENT_LINE = re.compile(r"^\s*--")
 
 def names_used(code: str) -> set[str]:
     """Every identifier-like word of ``code`` outside whole-line comments."""
-    return {
-        name
-        for line in code.splitlines()
-        if not _COMMENT_LINE.match(line)
-        for name in _NAME.findall(line)
-    }
+    # one findall over the lines kept, not one per line: every worker's start splices
+    # every script (a word never spans the newline joining two lines)
+    code = "\n".join(line for line in code.splitlines() if not _COMMENT_LINE.match(line))
+    return set(_NAME.findall(code))
 
 
 @dataclass(frozen=True)

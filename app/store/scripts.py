@@ -90,11 +90,12 @@ def load_scripts(directory: Path | None = None) -> dict[str, Script]:
     """Read every transition script once; raises FileNotFoundError if none exist."""
     directory = directory or lua_dir()
     scripts: dict[str, Script] = {}
+    includes: dict[str, str] = {}  # each read once, not once per script that includes it
     for path in sorted(directory.glob("*.lua")):
         match = _FILE_NAME.match(path.name)
         if not match:
             raise ValueError(f"script file {path.name} is not named <transition>-<keys>.lua")
-        body = _spliced(directory, path.read_text())
+        body = _spliced(directory, path.read_text(), includes)
         source = shebang(match["name"]) + body
         scripts[match["name"]] = Script(
             match["name"], int(match["numkeys"]), source, _sha1(source), body, _sha1(body)
@@ -104,14 +105,18 @@ def load_scripts(directory: Path | None = None) -> dict[str, Script]:
     return scripts
 
 
-def _spliced(directory: Path, text: str) -> str:
+def _spliced(directory: Path, text: str, includes: dict[str, str]) -> str:
     """``text`` with each ``--- @include <name>`` replaced by the part of the include it uses.
 
     The last include is spliced first, so an earlier one (``lib``) also provides what a
-    later one (``claim``, which calls lib's helpers) uses.
+    later one (``claim``, which calls lib's helpers) uses. ``includes``: the include
+    files read so far, by name (filled in here).
     """
     for match in reversed(list(_INCLUDE.finditer(text))):
-        lib = (directory / "includes" / f"{match['name']}.lua").read_text()
+        name = match["name"]
+        lib = includes.get(name)
+        if lib is None:
+            lib = includes[name] = (directory / "includes" / f"{name}.lua").read_text()
         text = text[: match.start()] + splice(lib, text) + text[match.end() :]
     return text
 
