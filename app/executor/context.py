@@ -18,22 +18,27 @@ import functools
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
 from app.errors import SpawnRefused
-from app.executor.children import Child, Family, FamilyDeps, SpawnOptions
-from app.executor.effects import EffectFn, EffectLedger
-from app.executor.events import EventSink
-from app.executor.rates import Grant, RateLimiter
 from app.executor.reasons import StopReason
-from app.executor.waits import Waits
-from app.store.leases import ClaimedRun, LeaseStore
-from app.store.progress import ProgressStore
-from app.store.ratelimits import RateLimitStore
-from app.store.waits import WaitStore
-from app.supervision.config import Supervision
-from app.supervision.operation import Operation, run_supervised
-from app.supervision.steps import StepBudget
+
+if TYPE_CHECKING:
+    # each helper's module is imported by the helper's first use (RunHelpers): a handler
+    # module imports this one before a worker's first claim, and children, effects, waits,
+    # rate limits and supervision are ~60 ms of a start that claims without them
+    from app.executor.children import Child, Family, FamilyDeps, SpawnOptions
+    from app.executor.effects import EffectFn, EffectLedger
+    from app.executor.events import EventSink
+    from app.executor.rates import Grant, RateLimiter
+    from app.executor.waits import Waits
+    from app.store.leases import ClaimedRun, LeaseStore
+    from app.store.progress import ProgressStore
+    from app.store.ratelimits import RateLimitStore
+    from app.store.waits import WaitStore
+    from app.supervision.config import Supervision
+    from app.supervision.operation import Operation
+    from app.supervision.steps import StepBudget
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,8 @@ class RunHelpers:
     @functools.cached_property
     def sink(self) -> EventSink:
         """The run's ordered, batched, fenced event appends."""
+        from app.executor.events import EventSink
+
         return EventSink(
             self.deps.lease_store,
             self.claimed.lease,
@@ -97,6 +104,8 @@ class RunHelpers:
     @functools.cached_property
     def ledger(self) -> EffectLedger:
         """The run's checkpoints and effect records."""
+        from app.executor.effects import EffectLedger
+
         ledger = EffectLedger(
             self.deps.progress_store,
             self.claimed.lease,
@@ -111,6 +120,8 @@ class RunHelpers:
     @functools.cached_property
     def waits(self) -> Waits:
         """The run's durable sleeps, signals and questions."""
+        from app.executor.waits import Waits
+
         return Waits(
             self.deps.wait_store,
             self.claimed.lease,
@@ -124,6 +135,8 @@ class RunHelpers:
     @functools.cached_property
     def rates(self) -> RateLimiter:
         """The run's waits for rate-limit tokens, in the worker's shared buckets."""
+        from app.executor.rates import RateLimiter
+
         return RateLimiter(
             self.deps.rate_limits,
             emit=self.sink.add,
@@ -133,6 +146,8 @@ class RunHelpers:
     @functools.cached_property
     def steps(self) -> StepBudget:
         """The run's ``max_steps`` budget."""
+        from app.supervision.steps import StepBudget
+
         supervision = self.deps.supervision
         return StepBudget(
             self.claimed.budget.get("max_steps"),
@@ -146,6 +161,8 @@ class RunHelpers:
         """The run's children: ``ctx.spawn`` (raises SpawnRefused where spawning is off)."""
         if self.deps.family is None:
             raise SpawnRefused("this worker cannot spawn runs (it was given no family)")
+        from app.executor.children import Family
+
         return Family(
             self.deps.family,
             self.claimed.lease,
@@ -411,6 +428,8 @@ class RunContext:
             idle_s=idle_s,
             max_duration_s=max_duration_s,
         )
+        from app.supervision.operation import Operation
+
         before = None
         if rate_limit is not None:
             before = functools.partial(self._acquire, rate_limit, rate_cost)
@@ -448,6 +467,8 @@ class RunContext:
             idle_s=idle_s,
             max_duration_s=max_duration_s,
         )
+        from app.supervision.operation import run_supervised
+
         return await run_supervised(operation, work)
 
     @contextlib.asynccontextmanager

@@ -28,6 +28,7 @@ import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
@@ -46,9 +47,7 @@ from app.executor.table import LeaseTable
 from app.handlers import HandlerRegistry, HandlerSpec
 from app.metrics import LEASES_LOST, LOOP_LAG, RUNS_CLAIMED, child
 from app.models import WorkerInfo
-from app.reconciler import Reconciler
 from app.retry import REDIS_BACKOFF, retrying
-from app.schedule_pass import SchedulePass
 from app.settings import Settings
 from app.startup import settle
 from app.store import workers
@@ -68,6 +67,11 @@ from app.store.transitions import LeaseAnswer
 from app.store.waits import WaitStore
 from app.supervision.config import Supervision
 
+if TYPE_CHECKING:
+    # the reconciler and its schedule pass (schedules, cron) are imported once the first
+    # claim is answered (Worker._rest_of_start)
+    from app.reconciler import Reconciler
+
 log = logging.getLogger(__name__)
 
 SETTLE_AFTER_DRAIN_S = 10.0
@@ -76,6 +80,10 @@ SUBSCRIBE_WAIT_S = 5.0
 # a hand-off registration's life: how long a paused or dead worker may still be handed a run
 HANDOFF_REGISTRATION_S = 2.0
 ADVERTISEMENT_TTL_BEATS = 3
+# the reconciler waits for the first claim's answer to be used (a short claim came back, or
+# a run settled), this long at most (a long first run, a claim refused): until then its
+# imports would stand between a worker's start and its first claim and first run
+RECONCILER_START_WAIT_S = 1.0
 
 
 def new_worker_id() -> str:
@@ -103,6 +111,7 @@ class Worker:
         # cancel pushes read before the claim reply that registers their run
         self._early_cancels = EarlyCancels()
         self._loop_lag_ms = 0.0
+        self._first_answer_used = asyncio.Event()
 
     def request_stop(self) -> None:
         """Begin draining; a second request skips the rest of the drain."""
@@ -134,9 +143,6 @@ class Worker:
             listening.cancel()
             await asyncio.gather(listening, return_exceptions=True)
             raise
-        # start-up objects (modules, handler models, settings) live as long as the
-        # process: freeze them, so each GC pass scans only short-lived run objects
-        settle()
         stores = StoreContext.for_settings(client, scripts, settings)
         lease_store = LeaseStore(stores)
         heartbeat_client = self._heartbeat_client(url)
@@ -170,9 +176,11 @@ class Worker:
                     asyncio.create_task(self._inbox(client, lease_store, queue).run_forever())
                     for queue in settings.queues
                 ]
-            if self.settings.reconciler_enabled:
-                reconciler = self._reconciler(lease_store, RunStore(stores))
-                background.append(asyncio.create_task(reconciler.run_forever(), name="reconciler"))
+            background.append(
+                asyncio.create_task(
+                    self._rest_of_start(lease_store, RunStore(stores)), name="reconciler"
+                )
+            )
             log.info(
                 "worker %s serving queues %s with concurrency %d",
                 self.id,
@@ -197,6 +205,26 @@ class Worker:
             heartbeat_client.close()
             await client.aclose()
             log.info("worker %s stopped", self.id)
+
+    async def _rest_of_start(self, lease_store: LeaseStore, run_store: RunStore) -> None:
+        """Once the first claim's answer is used: freeze what start-up made, then serve the
+        reconciler (if on) until cancelled.
+
+        Waits for a short claim or a settled run (RECONCILER_START_WAIT_S at most): the
+        reconciler's imports (its schedule pass, schedules, cron) are ~20 ms of a start
+        that a worker's first claim and first run need not wait for (issue 19 aim 2).
+        """
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(RECONCILER_START_WAIT_S):
+                await self._first_answer_used.wait()
+        reconciler = None
+        if self.settings.reconciler_enabled:
+            reconciler = self._reconciler(lease_store, run_store)
+        # start-up objects (modules, handler models, settings) live as long as the
+        # process: freeze them, so each GC pass scans only short-lived run objects
+        settle()
+        if reconciler is not None:
+            await reconciler.run_forever()
 
     def _heartbeat_client(self, url: str) -> SyncRedis:
         """The heartbeat's own blocking connection, every call bounded by the safety margin.
@@ -361,6 +389,9 @@ class Worker:
         )
 
     def _reconciler(self, lease_store: LeaseStore, run_store: RunStore) -> Reconciler:
+        from app.reconciler import Reconciler
+        from app.schedule_pass import SchedulePass
+
         return Reconciler(
             lease_store=lease_store,
             run_store=run_store,
@@ -390,7 +421,7 @@ class Worker:
                 start_run=self._start_run,
                 batch_max=self.settings.claim_batch_max,
                 idle_wake_s=self.settings.idle_wake_s,
-                slots_returned=self._kick_couriers,
+                slots_returned=self._claim_came_back_short,
                 trips_in_flight=self.settings.round_trips_in_flight,
                 handoff_ms=self._handoff_ms(),
             )
@@ -419,6 +450,17 @@ class Worker:
         self._slots.give_back(1)
         self._kick_couriers()
 
+    def _claim_came_back_short(self) -> None:
+        self._kick_couriers()
+        if not self._first_answer_used.is_set():
+            # once the claim's runs have started (right after this call): with none, the
+            # reconciler may start now; else it waits for the first to settle
+            asyncio.get_running_loop().call_soon(self._answer_used_if_idle)
+
+    def _answer_used_if_idle(self) -> None:
+        if not self._executions:
+            self._first_answer_used.set()
+
     def _kick_couriers(self) -> None:
         for courier in self._couriers.values():
             courier.kick()
@@ -445,6 +487,7 @@ class Worker:
         current = self._executions.get(run_id)
         if current is not None and current.task is not asyncio.current_task():
             return  # a stale execution settling (see _stop_stale): the new one stays
+        self._first_answer_used.set()
         self._table.remove(run_id)
         self._executions.pop(run_id, None)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from app.embedded import free_port
-from app.processes import Child, child_env, spawn, wait_healthy
+from app.processes import CLI_MODULE, Child, child_env, spawn, wait_healthy
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEST_HANDLERS = (
@@ -58,11 +58,21 @@ class Processes:
     log_dir: Path
     started: list[Child] = field(default_factory=list)
 
-    def spawn(self, name: str, args: list[str], extra_env: dict[str, str] | None = None) -> Child:
-        """Start ``python -m app.launch <args>`` (the console script), logging to tmp."""
+    def spawn(
+        self,
+        name: str,
+        args: list[str],
+        extra_env: dict[str, str] | None = None,
+        *,
+        module: str = CLI_MODULE,
+    ) -> Child:
+        """Start ``python -m app.launch <args>`` (the console script), logging to tmp.
+
+        ``module``: a harness that wraps the console script (tests.support.claim_probe).
+        """
         env = child_env(self.env, extra_env or {}, {"PYTHONPATH": str(REPO_ROOT)})
         log_path = self.log_dir / f"{name}-{len(self.started)}.log"
-        child = spawn(name, args, env=env, log_path=log_path, cwd=REPO_ROOT)
+        child = spawn(name, args, env=env, log_path=log_path, cwd=REPO_ROOT, module=module)
         self.started.append(child)
         return child
 
