@@ -7,7 +7,8 @@ Redis every 2 ms until the first run is claimed (the queued count drops) and unt
 the first one is finished (``queued + delayed + leases`` drops: the peers'
 ``t_first_progress``, ``/work/shared/bench-peers/bench.py``). It also reads the
 worker's own CPU time (``/proc/<pid>/stat``) at that moment: on a shared machine
-the steadier figure, since waiting for a core is not in it.
+the steadier figure, since waiting for a core is not in it; and the CPU by the first
+claim (read when the bench sees the queued count drop, so a poll late).
 
 Several ``--target`` are measured in turn, repetition by repetition (A, B, A, B...),
 so a change of the machine's load hits both alike. Each ROOT is compiled to
@@ -15,6 +16,13 @@ bytecode first, as an installed wheel or container image is: with
 ``PYTHONDONTWRITEBYTECODE`` set, an editable checkout would otherwise compile its
 sources inside the timed window. Where the time goes:
 ``python -X importtime -c 'import app.cli, app.executor.worker'``.
+
+``--callgrind`` counts instead the instructions a worker executes from its first one to
+the moment it sends its first claim (``valgrind --tool=callgrind``, one start per
+target, against a Redis already holding the scripts): on a machine shared with others
+the figure that does not depend on the load. The worker runs as ``leasehold worker``
+does, with ``LeaseStore.finish_and_claim`` wrapped to end the process at its first
+call (:data:`CLAIM_PROBE`).
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ class Target:
     claim_ms: list[float] = field(default_factory=list)
     done_ms: list[float] = field(default_factory=list)
     cpu_ms: list[float] = field(default_factory=list)
+    claim_cpu_ms: list[float] = field(default_factory=list)
 
     @classmethod
     def parse(cls, text: str) -> Target:
@@ -101,6 +110,7 @@ def one_start(target: Target, url: str, bench: harness.Bench) -> None:
             now = time.perf_counter()
             if claimed_at is None and ready < QUEUED:
                 claimed_at = now
+                target.claim_cpu_ms.append(cpu_ms(child.pid))
             if ready + delayed + leased < QUEUED:
                 target.cpu_ms.append(cpu_ms(child.pid))
                 target.claim_ms.append(((claimed_at or now) - started) * 1000)
@@ -153,6 +163,79 @@ async def queue_runs(bench: harness.Bench, target: Target) -> None:
     )
 
 
+# `leasehold worker` as the console script runs it, ended at its first claim (--callgrind)
+CLAIM_PROBE = """
+import os, sys
+from app.startup import quiet_collector
+quiet_collector()
+from app.imports import import_redis
+import_redis()
+from app.store.leases import LeaseStore
+
+async def first_claim(self, *args, **kwargs):
+    sys.stdout.write(f"claim: {len(sys.modules)} modules\\n")
+    sys.stdout.flush()
+    os._exit(0)
+
+LeaseStore.finish_and_claim = first_claim
+sys.argv = ["leasehold", "worker", "--concurrency", "50"]
+from app.launch import main
+main()
+"""
+
+
+async def instructions(targets: list[Target]) -> dict[str, Any]:
+    """Each target's instructions from exec to its first claim, under callgrind."""
+    from app.settings import Settings
+    from app.store.runs import RunStore
+    from app.store.scripts import Scripts
+
+    async with harness.private_redis("startup") as server:
+        settings = Settings(redis_url=server.url)
+        store = RunStore.for_settings(server.client, Scripts.for_settings(settings), settings)
+        bench = harness.Bench(server.url, server.client, store)
+        result = await harness.header(server.client, "worker_startup_instructions")
+        result["targets"] = []
+        for target in targets:
+            await queue_runs(bench, target)
+            env = {k: v for k, v in os.environ.items() if not k.startswith("LEASEHOLD_")}
+            env |= {
+                "LEASEHOLD_REDIS_URL": server.url,
+                "LEASEHOLD_HANDLERS": "app.demo",
+                "LEASEHOLD_QUEUES": bench.queue,
+                "LEASEHOLD_LOG_LEVEL": "WARNING",
+                "PYTHONPATH": str(target.root),
+            }
+            done = await asyncio.to_thread(
+                subprocess.run,
+                [
+                    "valgrind",
+                    "--tool=callgrind",
+                    "--callgrind-out-file=/dev/null",
+                    str(target.python),
+                    "-c",
+                    CLAIM_PROBE,
+                ],
+                cwd=target.root,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            counted = [line for line in done.stderr.splitlines() if "Collected" in line]
+            if done.returncode != 0 or not counted or "claim:" not in done.stdout:
+                raise RuntimeError(f"{target.root}: no first claim under callgrind: {done.stderr}")
+            result["targets"].append(
+                {
+                    "python": str(target.python),
+                    "root": str(target.root),
+                    "instructions": int(counted[-1].split()[-1]),
+                    "modules": done.stdout.strip(),
+                }
+            )
+        return result
+
+
 def summary(values: list[float]) -> str:
     """min / median / max, in ms."""
     return f"min {min(values):4.0f} median {statistics.median(values):4.0f} max {max(values):4.0f}"
@@ -174,7 +257,12 @@ async def measure(targets: list[Target], reps: int) -> dict[str, Any]:
                 await queue_runs(bench, target)
                 await asyncio.to_thread(one_start, target, server.url, bench)
                 if rep == 0:  # warm-up: page cache; not counted
-                    for values in (target.claim_ms, target.done_ms, target.cpu_ms):
+                    for values in (
+                        target.claim_ms,
+                        target.done_ms,
+                        target.cpu_ms,
+                        target.claim_cpu_ms,
+                    ):
                         values.clear()
         result["load_at_end"] = harness.load_average()
         result["targets"] = [
@@ -184,6 +272,7 @@ async def measure(targets: list[Target], reps: int) -> dict[str, Any]:
                 "first_claim_ms": t.claim_ms,
                 "first_done_ms": t.done_ms,
                 "cpu_ms_at_first_done": t.cpu_ms,
+                "cpu_ms_at_first_claim": t.claim_cpu_ms,
             }
             for t in targets
         ]
@@ -200,10 +289,21 @@ def main() -> None:
         type=Target.parse,
         help="PYTHON:ROOT (repeatable; default: this interpreter and checkout)",
     )
+    parser.add_argument(
+        "--callgrind",
+        action="store_true",
+        help="instructions from exec to the first claim, once per target (valgrind)",
+    )
     options = parser.parse_args()
     targets: list[Target] = options.target or [Target.parse(":")]
     for target in targets:
         compileall.compile_dir(target.root / "app", quiet=1)
+    if options.callgrind:
+        counted = asyncio.run(instructions(targets))
+        harness.record(counted)
+        for entry in counted["targets"]:
+            print(f"{entry['root']}: {entry['instructions']:,} instructions ({entry['modules']})")
+        return
     result = asyncio.run(measure(targets, options.reps))
     harness.record(result)
     print(f"load average at start {result['load_at_start']}, at end {result['load_at_end']}")
@@ -212,6 +312,7 @@ def main() -> None:
         print(f"  spawn -> first claim     {summary(target.claim_ms)} ms")
         print(f"  spawn -> first finished  {summary(target.done_ms)} ms")
         print(f"  worker CPU by then       {summary(target.cpu_ms)} ms")
+        print(f"  worker CPU by 1st claim  {summary(target.claim_cpu_ms)} ms")
 
 
 if __name__ == "__main__":
