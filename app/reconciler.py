@@ -31,7 +31,8 @@ reconciler runs the schedule pass (:mod:`app.schedule_pass`): due fires become
 runs, exactly one per fire time however many reconcilers run. And on
 ``LEASEHOLD_OUTBOX_SWEEP_S`` it sweeps each queue's outbox (:mod:`app.store.outbox`):
 a child's end reaches its parent, a parent's end its children, even when whoever
-ended the run died before delivering it.
+ended the run died before delivering it; and a parked join's children are looked
+for, so one deleted before it ended still reaches its parent (``child_record_gone``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable
 
 from redis.exceptions import RedisError
@@ -57,6 +59,9 @@ from app.store.scripts import Scripts
 log = logging.getLogger(__name__)
 
 JITTER = 0.2
+# how often the outbox sweep also looks at parked joins (Outbox.check_joins: each join at
+# most every JOIN_CHECK_MS): a few commands per queue, not four times a second
+JOINS_CHECK_S = 1.0
 
 
 class Reconciler:
@@ -91,6 +96,7 @@ class Reconciler:
         self._sweep_at: dict[str, int] = {}  # per queue: where the listing-index sweep resumes
         self._outbox_sweep_s = outbox_sweep_s
         self._outbox = Outbox(run_store.ctx)
+        self._joins_due = 0.0  # monotonic: when the sweep next checks the parked joins
 
     async def run_forever(self) -> None:
         """Scan, sleep a jittered interval, repeat; survives Redis outages.
@@ -123,6 +129,10 @@ class Reconciler:
             try:
                 queues = set(self._queues) | set(await self._run_store.queues())
                 await self._outbox.sweep(queues)
+                if time.monotonic() >= self._joins_due:
+                    self._joins_due = time.monotonic() + JOINS_CHECK_S
+                    for queue in sorted(queues):
+                        await self._outbox.check_joins(queue)
             except (RedisError, OSError) as exc:
                 await refusals.wait(exc, what="outbox sweep", logger=log)
                 continue

@@ -53,6 +53,8 @@ script touches a single Redis Cluster slot::
                                                id), its children's outcomes ("out:<child>"
                                                -> json), detached children ("detach:<child>")
     <prefix>:{<queue>}:joining:<id>    set     children a parked join still waits for
+    <prefix>:{<queue>}:joins           zset    parent id -> ms its join parked or was last
+                                               checked for a child whose record vanished
     <prefix>:{<queue>}:outbox          zset    "<kind> <run id>" -> ms: a run's end that must
                                                reach another slot (its parent: "ended", its
                                                children: "cascade"), until delivered
@@ -310,6 +312,12 @@ class QueueKeys:
         Derived in lib.lua as ``<tag>:family:<id>`` (``family_key_of``), like the index.
         """
         return f"{self.tag}:family:{parent_id}"
+
+    @property
+    def joins(self) -> str:
+        """The queue's parked joins (zset parent id -> ms parked or last checked): what
+        ``Outbox.check_joins`` walks to find a child deleted before it ended."""
+        return f"{self.tag}:joins"
 
     def joining(self, parent_id: str) -> str:
         """The children a parked ``ctx.join`` still waits for (``joining_key_of``)."""

@@ -16,6 +16,15 @@ state, an entry to the outbox of the run's own slot:
   in each child queue's slot cancels those whose policy is ``cancel`` (every live
   child when the parent was cancelled), tombstoning any not yet created.
 
+**A child deleted before it ended** (a manual ``DEL`` of a queued or running child:
+no script ends it, so no entry is ever written) would leave its parent's join
+waiting until its timeout, or for ever. A parked join is therefore listed in its
+queue's ``joins`` zset (``join_children``), and every reconciler's sweep also
+checks the longest-unchecked of them (:meth:`Outbox.check_joins`, each at most every
+``JOIN_CHECK_MS``): a child the join still waits for whose record is gone is
+delivered as an ``ended`` entry would be, as ``child_record_gone``. A join parked
+by an older version is not listed: it keeps waiting for its timeout.
+
 The entry is removed only after its delivery is written. Whoever ran the terminal
 transition delivers at once when it knows there is something to deliver (the API's
 cancel, a worker finishing a run that spawned); every reconciler sweeps the rest on
@@ -55,6 +64,8 @@ READ_CHUNK = 1000  # children index entries read per round trip
 # wakes later still cannot create it)
 UNBORN_MS = 7 * 24 * 3600 * 1000
 FOLLOW_ROUNDS = 8  # queues touched by a delivery are swept again, this many times at most
+JOIN_CHECK_MS = 5_000  # a parked join's children are looked for at most this often
+JOIN_CHECK_MAX = 100  # parked joins one check_joins call looks at, per queue
 # the outcome a parent gets for a child whose record was gone before its end was delivered
 GONE_ERROR = dumps(
     {
@@ -114,6 +125,63 @@ class Outbox(Store):
                 break
             todo = touched
         return done
+
+    async def check_joins(self, queue: str) -> int:
+        """Deliver ``child_record_gone`` for each child whose record vanished while a parked
+        join of ``queue`` waits for it; returns how many were delivered.
+
+        Looks at the JOIN_CHECK_MAX joins checked longest ago (none more often than
+        JOIN_CHECK_MS) and drops from the list the parents no longer waiting. Safe beside
+        any deliverer: ``child_ended`` records one outcome per child, the first wins.
+        """
+        keys = self.keys(queue)
+        seconds, micros = await self.client.time()
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        parents = cast(
+            list[str],
+            await self.client.zrangebyscore(
+                keys.joins, "-inf", now_ms - JOIN_CHECK_MS, start=0, num=JOIN_CHECK_MAX
+            ),
+        )
+        if not parents:
+            return 0
+        pipe = self.client.pipeline(transaction=False)
+        for parent_id in parents:
+            pipe.hget(keys.run(parent_id), "status")
+            pipe.smembers(keys.joining(parent_id))
+        replies = await pipe.execute()
+        over = [p for i, p in enumerate(parents) if replies[2 * i] != RunStatus.WAITING.value]
+        if over:
+            await self.client.zrem(keys.joins, *over)
+        waited = {
+            parent_id: cast(set[str], replies[2 * i + 1])
+            for i, parent_id in enumerate(parents)
+            if parent_id not in over
+        }
+        if waited:
+            await self.client.zadd(keys.joins, dict.fromkeys(waited, now_ms), xx=True)
+        gone = 0
+        for child_id, parent_id in await self._vanished(waited):
+            await self._ended(cast(str, queue_of(child_id)), child_id, parent_id)
+            gone += 1
+        return gone
+
+    async def _vanished(self, waited: dict[str, set[str]]) -> list[tuple[str, str]]:
+        """(child, parent) of the awaited children with no record, read in their slots."""
+        by_queue: dict[str, list[tuple[str, str]]] = {}
+        for parent_id, children in waited.items():
+            for child_id in sorted(children):
+                child_queue = queue_of(child_id)
+                if child_queue is not None:
+                    by_queue.setdefault(child_queue, []).append((child_id, parent_id))
+        found = []
+        for child_queue, pairs in sorted(by_queue.items()):
+            pipe = self.client.pipeline(transaction=False)
+            for child_id, _ in pairs:
+                pipe.exists(self.keys(child_queue).run(child_id))
+            present: list[int] = await pipe.execute()
+            found += [pair for pair, n in zip(pairs, present, strict=True) if not n]
+        return found
 
     async def deliver_end_of(self, run_id: str) -> int:
         """At-once delivery of what ``run_id``'s end left (its cascade), and what follows."""

@@ -1219,6 +1219,7 @@ def _join_keys(k: QueueKeys, run_id: str, a: JoinArgs) -> tuple[str, ...]:
         k.family(a.run_id),
         k.children(a.run_id),
         k.joining(a.run_id),
+        k.joins,
     )
 
 

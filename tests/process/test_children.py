@@ -196,6 +196,20 @@ async def test_a_joining_parent_holds_no_lease_and_no_slot_and_resumes_with_the_
     assert [w.data["kind"] for w in waits_seen] == ["join"]
 
 
+async def family_workers(
+    processes: Processes, client: aioredis.Redis, prefix: str, kids_concurrency: int
+) -> Child:
+    """A worker of the kids' queue (returned) and one of the parents', once both serve."""
+    kid_worker = processes.worker("--queues", KIDS, "--concurrency", str(kids_concurrency))
+    processes.worker("--concurrency", "2")
+    await eventually(
+        lambda: client.sismember(f"{prefix}:queues", KIDS),
+        until=bool,
+        what="the kids' worker to declare its queue",
+    )
+    return kid_worker
+
+
 async def running_family(
     processes: Processes,
     run_store: RunStore,
@@ -209,13 +223,7 @@ async def running_family(
 
     Returns that worker (to kill or pause), the parent and the children, once all run.
     """
-    kid_worker = processes.worker("--queues", KIDS, "--concurrency", str(children))
-    processes.worker("--concurrency", "2")
-    await eventually(
-        lambda: client.sismember(f"{prefix}:queues", KIDS),
-        until=bool,
-        what="the kids' worker to declare its queue",
-    )
+    kid_worker = await family_workers(processes, client, prefix, children)
     sleepy = {"handler": "demo.sleep", "child_input": {"seconds": 120}, "queue": KIDS}
     parent = await submit(
         run_store, "test.fan_in", input={"children": children, "mode": mode, **sleepy}
@@ -395,3 +403,30 @@ async def test_a_child_record_gone_before_its_end_is_delivered_ends_the_join_as_
     assert joined[1]["error"]["code"] == "child_record_gone"
     ended = [e.data for e in await run_store.read_events(parent) if e.type == "child_ended"]
     assert [d["child_id"] for d in ended if d.get("reason") == "child_record_gone"] == [kids[1]]
+
+
+async def test_a_queued_child_deleted_by_hand_ends_its_parents_join_as_child_record_gone(
+    processes: Processes, run_store: RunStore, redis_client: aioredis.Redis, settings: Settings
+) -> None:
+    """No script ends a child whose record is deleted before it ended, so no outbox entry
+    is written: the reconciler's check of parked joins finds it gone (no join timeout)."""
+    await family_workers(processes, redis_client, settings.prefix, 1)  # one child runs
+    sleepy = {"handler": "demo.sleep", "child_input": {"seconds": 120}, "queue": KIDS}
+    parent = await submit(run_store, "test.fan_in", input={"children": 2, **sleepy})
+    kids = await spawned_ids(redis_client, settings.prefix, parent)
+    await eventually(
+        lambda: statuses(run_store, [parent, *kids]),
+        until=lambda got: got == [RunStatus.WAITING, RunStatus.RUNNING, RunStatus.QUEUED],
+        what="the parent parked in its join, one child running and one queued",
+    )
+    keys = QueueKeys(settings.prefix, KIDS)
+    # an operator deletes the queued child's keys by hand
+    await redis_client.delete(keys.run(kids[1]), keys.events(kids[1]))
+
+    done = await wait_status(run_store, parent, RunStatus.FAILED, RunStatus.SUCCEEDED)
+    assert done.status == RunStatus.FAILED and done.error is not None
+    assert done.error.code == "child_failed"
+    assert done.error.details["child_id"] == kids[1]
+    assert done.error.details["error"]["code"] == "child_record_gone"
+    ended = [e.data for e in await run_store.read_events(parent) if e.type == "child_ended"]
+    assert [(d["child_id"], d.get("reason")) for d in ended] == [(kids[1], "child_record_gone")]

@@ -10,6 +10,8 @@
 -- KEYS[6]  family       hash    the parent's family: 'out:<child id>' -> outcome json
 -- KEYS[7]  children     zset    the parent's children index (who may be joined)
 -- KEYS[8]  joining      set     the children a parked join still waits for
+-- KEYS[9]  joins        zset    the queue's parked joins: parent id -> ms parked or last
+--          checked (app/store/outbox.py check_joins finds a child whose record vanished)
 -- ARGV[1]  owner_id     string
 -- ARGV[2]  fence        integer
 -- ARGV[3]  run_id       string
@@ -34,6 +36,9 @@
 --          an outcome and wakes a parked join in one step in the same slot, so no child's
 --          end slips between a join's check and its park. A parked join holds no lease
 --          (fence+1) and no slot (give_back); it wakes only through the delayed set.
+--          A parked join is listed in KEYS[9] (removed lazily by its checker once the
+--          parent is no longer waiting), so a child deleted before it ended (no outbox
+--          entry ever) still reaches its parent, as child_record_gone.
 -- validate-then-write: every argument and id is checked, the record, the index and the
 --          outcomes read and every record and event encoded before the first write.
 --- @include lib
@@ -153,4 +158,5 @@ end
 local k = {leases = KEYS[4], run_prefix = string.sub(KEYS[1], 1, #KEYS[1] - #run_id),
   delayed = KEYS[5]}
 park_waiting(k, KEYS[1], KEYS[2], run_id, now, data, waiting_for, until_ms, ARGV[8], maxlen)
+redis.call('ZADD', KEYS[9], now, run_id)
 return {'OK', until_ms and tostring(until_ms) or ''}
