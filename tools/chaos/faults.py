@@ -78,10 +78,12 @@ REDIS_KINDS = REDIS_DOWN_KINDS | {FaultKind.MEMORY_PRESSURE}
 MEMORY_HEADROOM = (0.001, 0.03)
 # kill_idle_worker: how long a registration must have left to be worth killing its worker
 # for (a create must reach it before it lapses), how long to look for one, and how many
-# bursts of creates (of HANDOFF_BURST each) to send while it lives
+# bursts of creates (of HANDOFF_BURST each) to send while it lives (a registration takes
+# up to four hand-offs since 2a38cad; at load 14 the API answers slowly and only the first
+# burst reaches the dead worker before its registration lapses)
 HANDOFF_LEFT_MS = 250
 HANDOFF_SEARCH_S = 5.0
-HANDOFF_BURSTS, HANDOFF_BURST = 3, 2
+HANDOFF_BURSTS, HANDOFF_BURST = 2, 4
 HANDOFF_POLL_S = 0.05
 
 
