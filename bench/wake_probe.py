@@ -96,8 +96,8 @@ def _loop_seen(self: Any, channel: str, data: str) -> Any:
     return _dispatch(self, channel, data)
 
 
-def _registration_seen(self: Any, registration: Any, claim: Any) -> Any:
-    kept = _registration_answered(self, registration, claim)
+def _registration_seen(self: Any, registration: Any, claim: Any, *rest: Any) -> Any:
+    kept = _registration_answered(self, registration, claim, *rest)
     # how many hand-offs the new registration is good for (a bool before it had a count)
     EVENTS.append(("zreg", now(), str(int(claim.registered))))
     return kept

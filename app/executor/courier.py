@@ -44,21 +44,16 @@ there is no polling loop. A timer (``idle_wake_s``, or sooner when a delayed
 retry is due) is only a safety net for a wake-up missed while reconnecting.
 
 **Hand-off** (``handoff_ms`` > 0, ``LEASEHOLD_HANDOFF``). A claim that comes back
-short registers the worker for up to four hand-offs (claim_runs; no more than the
-slots it left unfilled) and keeps that many of its slots: each create claims a run on
-the worker's behalf and pushes it to the worker's inbox (:mod:`app.executor.inbox`),
-which hands it to :meth:`Courier.take_handoff` and so to the same ``start_run`` as a
-claimed run; the last hand-off removes the registration. A registration good for one
-left a window after each hand-off, until the next trip's reply registered the worker
-again, in which a create took the wake-and-claim path (the slow tail at 50 runs/s).
+short registers the worker for a hand-off (claim_runs) and keeps one of its slots
+for it: the next create claims a run on the worker's behalf and pushes it to the
+worker's inbox (:mod:`app.executor.inbox`), which hands it to
+:meth:`Courier.take_handoff` and so to the same ``start_run`` as a claimed run.
 One trip at a time carries the registration (removes it, and makes a new one when
-short); every slot kept for hand-offs goes into that trip's claim. A row whose
-registration was consumed just before such a removal finds no slot kept: it takes a
-free one, or is released back to the queue, so the worker never holds more runs than
-slots (the slots kept never exceed the rows that can still come: each trip starts
-them from nothing, a reply adds what Redis registered, each row takes one). An idle
-courier renews its registration at half its life (its timer's claim), so a paused or
-dead worker stops being handed runs within ``handoff_ms``.
+short); the slot kept for it goes into that trip's claim. A row whose registration
+was consumed just before such a removal finds no slot kept: it takes a free one, or
+is released back to the queue, so the worker never holds more runs than slots. An
+idle courier renews its registration at half its life (its timer's claim), so a
+paused or dead worker stops being handed runs within ``handoff_ms``.
 """
 
 from __future__ import annotations
@@ -93,10 +88,8 @@ class _Registration:
     was registered when the trip was sent (the trip's removal then settles its slot)."""
 
     had: bool
-    # the slots kept for hand-offs when it was sent (claim_runs' handoff_kept)
+    # the slot kept for it, moved into the trip's claim (1), or given back (0)
     moved: int = 0
-    # they are counted in the trip's claim (a drain's trip claims nothing: not)
-    in_claim: bool = True
 
 
 class Courier:
@@ -150,9 +143,6 @@ class Courier:
         self._registered = False
         self._registering = False
         self._handoff_slots = 0
-        # while a trip carrying the registration is out, rows arriving take the slots it
-        # moved (room), counted as used; those finding none (free) are counted apart
-        self._window_room = self._window_used = self._window_free = 0
         self._unregister = False  # a drain: one trip removes the registration
         self._registration_trip: asyncio.Task[None] | None = None
         # Redis refused a claim (full, read-only): none is sent before this monotonic time
@@ -214,27 +204,17 @@ class Courier:
         the worker never holds more runs than it has slots.
         """
         HANDOFFS.labels(self.queue).inc()
-        self._maybe_ready = True  # the next trip claims (and registers again, renewed)
+        self._registered = False  # a hand-off consumes the registration
+        self._maybe_ready = True  # the next trip claims (and registers again)
         if self._handoff_slots > 0:
             self._handoff_slots -= 1
-            # one kept slot per row that can still come: none left, no registration either
-            self._registered = self._handoff_slots > 0
             if self._claiming:
                 self._start_run(run, read_at)
                 return
             self._slots.give_back(1)
-        elif self._registering and self._window_room > 0 and self._claiming:
-            # a slot the trip out counts as kept: its reply settles it
-            self._window_room -= 1
-            self._window_used += 1
+        elif self._claiming and self._slots.reserve(1) == 1:
             self._start_run(run, read_at)
             return
-        else:
-            if self._registering:
-                self._window_free += 1
-            if self._claiming and self._slots.reserve(1) == 1:
-                self._start_run(run, read_at)
-                return
         task = asyncio.get_running_loop().create_task(self._give_back_handoff(run))
         self._trips.add(task)
         task.add_done_callback(self._trips.discard)
@@ -354,7 +334,6 @@ class Courier:
                 wanted,
                 token,
                 handoff_ms=self._handoff_ms if registration is not None else 0,
-                handoff_kept=registration.moved if registration is not None else 0,
             )
         except (RedisError, OSError) as exc:
             # the claim may have run in Redis: its slots stay reserved for the resend
@@ -374,58 +353,30 @@ class Courier:
                 token, wanted, claim.refused, resent=resent, registration=registration
             )
             return
-        kept, on_way = (0, 0)
-        if registration is not None:
-            kept, on_way = self._registration_answered(registration, claim, wanted)
+        kept = 0 if registration is None else self._registration_answered(registration, claim)
         self._claim_answered(
-            wanted,
-            claim,
-            sent_at,
-            woken=self._wakes != self._wakes_claimed,
-            kept=kept,
-            on_way=on_way,
+            wanted, claim, sent_at, woken=self._wakes != self._wakes_claimed, kept=kept
         )
 
-    def _registration_answered(
-        self, registration: _Registration, claim: Claim, wanted: int
-    ) -> tuple[int, int]:
-        """Settle the slots of the hand-off registration a trip carried. Returns how many of
-        the claim's slots stay taken beyond its runs (kept for rows still to come, or
-        taken by rows that came meanwhile) and how many it did not claim with (on_way).
+    def _registration_answered(self, registration: _Registration, claim: Claim) -> int:
+        """Settle the slots of the hand-off registration a trip carried; returns how many
+        of the claim's slots the new registration keeps (0 or 1).
 
-        The registration's slots went with the trip (:meth:`_take_registration`);
-        claim_runs removed it first and claimed none with the slots of hand-offs already
-        made (``on_way``: their rows were on their way, or came while the trip was out).
-        What is kept now is one slot per row that can still come: those on their way and
-        the new registration's, less the rows that came meanwhile.
+        The slot kept for the registration the trip removed went into its claim when it
+        was sent (:meth:`_take_registration`): if a hand-off consumed the registration
+        meanwhile, its row takes a free slot when it comes, or goes back to the queue.
         """
         self._registering = False
-        on_way = max(0, registration.moved - claim.unregistered)
-        came = self._window_used + self._window_free
-        keep = max(0, on_way + claim.registered - came)
-        used = self._window_used
-        self._window_room = self._window_used = self._window_free = 0
-        self._handoff_slots += keep
-        self._registered = claim.registered > 0 and keep > 0
-        if self._registered and not self._claiming:
+        if not claim.registered:
+            return 0
+        self._handoff_slots += 1
+        self._registered = True
+        if not self._claiming:
             self._unregister = True  # made as a drain began: the next trip removes it
-        if not registration.in_claim:  # a drain's: its slots were the worker's, not the claim's
-            unused = registration.moved - used - keep
-            if unused > 0:
-                self._slots.give_back(unused)
-                self._slots_returned()
-            return 0, 0
-        return min(keep + used, max(0, wanted - len(claim.runs))), on_way
+        return 1
 
     def _claim_answered(
-        self,
-        wanted: int,
-        claim: Claim,
-        sent_at: float,
-        *,
-        woken: bool,
-        kept: int = 0,
-        on_way: int = 0,
+        self, wanted: int, claim: Claim, sent_at: float, *, woken: bool, kept: int = 0
     ) -> None:
         """Start what the claim took; claim again only if the queue may still hold runs.
 
@@ -434,8 +385,7 @@ class Courier:
         after the claim read the queue) keeps the courier claiming, else that run would
         wait for the ``idle_wake_s`` safety net. A full claim says more may wait: the
         trips in flight all claim until one comes back short. ``kept``: slots of the
-        claim the hand-off registration keeps; ``on_way``: slots it did not claim with
-        (hand-offs already made), so it was full at ``wanted - on_way`` runs.
+        claim the hand-off registration it made keeps.
         """
         unused = wanted - len(claim.runs) - kept
         self._slots.give_back(unused)
@@ -447,7 +397,7 @@ class Courier:
         if self._claims_paused():
             return  # a trip that claimed nothing on purpose tells nothing about the queue
         self._claim_refusals.reset()
-        self._backlog = len(claim.runs) == wanted - on_way and wanted - on_way > 0
+        self._backlog = len(claim.runs) == wanted and wanted > 0
         self._maybe_ready = woken or self._backlog
         for run in claim.runs:
             self._start_run(run, sent_at)
@@ -471,17 +421,14 @@ class Courier:
         reason = refusal_of(exc)
         WORKER_WRITES_REFUSED.labels("claim", reason or "error").inc()
         if reason in ("out_of_memory", "read_only") and not resent:
-            moved = 0
-            if registration is not None:  # refused whole: the registration is as it was
-                moved = registration.moved if registration.in_claim else 0
-                self._registering = False
-                self._registered = self._registered or registration.had
-                # the slots the rows that came meanwhile took are theirs
-                self._handoff_slots += max(0, registration.moved - self._window_used)
-                self._window_room = self._window_used = self._window_free = 0
+            moved = 0 if registration is None else registration.moved
             self._slots.give_back(wanted - moved)
             if wanted - moved:
                 self._slots_returned()
+            if registration is not None:  # refused whole: the registration is as it was
+                self._registering = False
+                self._registered = self._registered or registration.had
+                self._handoff_slots += moved
         elif wanted or registration is not None:
             self._unanswered.append((token, wanted, registration))
         pause_s = self._claim_refusals.failed(
@@ -539,18 +486,22 @@ class Courier:
     def _take_registration(self, *, into_claim: bool) -> _Registration:
         """The registration, as the trip about to be sent carries it (one trip at a time).
 
-        Every slot kept for hand-offs goes with the trip (claim_runs' ``handoff_kept``):
-        into its claim (``into_claim``: the claim removes the registration and may fill
-        the slots of hand-offs not made) or, for a drain's trip, which claims nothing,
-        back to the worker once it is answered. Rows arriving meanwhile take those
-        slots; the reply says which are left (:meth:`_registration_answered`).
+        The slot kept for it goes into the trip's claim (``into_claim``: the claim
+        removes the registration and may fill that slot) or back to the worker (a
+        drain's trip, which claims nothing). Either way a row of a hand-off made before
+        the removal finds no slot kept: it takes a free one, or goes back to the queue.
         """
         self._registering = True
-        had, kept = self._registered, self._handoff_slots
+        had, moved = self._registered, 0
         self._registered = False
-        self._handoff_slots = 0
-        self._window_room, self._window_used, self._window_free = kept, 0, 0
-        return _Registration(had=had, moved=kept, in_claim=into_claim)
+        if had and self._handoff_slots > 0:
+            self._handoff_slots -= 1
+            if into_claim:
+                moved = 1
+            else:
+                self._slots.give_back(1)
+                self._slots_returned()
+        return _Registration(had=had, moved=moved)
 
     def _wants_claim(self) -> bool:
         """Whether the next trip claims: there may be runs, room for them, and no claim in
@@ -566,6 +517,8 @@ class Courier:
 
     def _wait_timeout(self) -> float:
         timeout = self._idle_wake_s
+        if self._registered:  # renewed at half its life, by the claim the timer sends
+            timeout = min(timeout, self._handoff_ms / 2000)
         if self._registered:  # renewed at half its life, by the claim the timer sends
             timeout = min(timeout, self._handoff_ms / 2000)
         if self._next_due_ms is not None:

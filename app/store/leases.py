@@ -109,11 +109,10 @@ class Claim:
     throttled: int = 0
     # why Redis refused the claim (the outcomes sent with it were written regardless)
     refused: Exception | None = None
-    # the hand-off registration (``handoff_ms`` > 0): hand-offs the earlier one had left
-    # when the claim removed it, and how many the one it made is good for (so many of
-    # the slots asked for are kept for them; 0: none made)
-    unregistered: int = 0
-    registered: int = 0
+    # the hand-off registration (``handoff_ms`` > 0): the earlier one was still there,
+    # and this claim made a new one (it kept one of the slots asked for)
+    unregistered: bool = False
+    registered: bool = False
 
 
 @dataclass(slots=True)
@@ -202,24 +201,11 @@ class LeaseStore(Store):
     """Performs the worker's fenced transitions on a :class:`StoreContext`."""
 
     def _claim_call(
-        self,
-        queue: str,
-        owner_id: str,
-        count: int,
-        token: str,
-        handoff_ms: int = 0,
-        handoff_kept: int = 0,
+        self, queue: str, owner_id: str, count: int, token: str, handoff_ms: int = 0
     ) -> ScriptCall:
         ctx = self.ctx
         args = ClaimArgs(
-            owner_id,
-            count,
-            ctx.lease_ttl_ms,
-            ctx.events_maxlen,
-            PROMOTE_MAX,
-            token,
-            handoff_ms,
-            handoff_kept,
+            owner_id, count, ctx.lease_ttl_ms, ctx.events_maxlen, PROMOTE_MAX, token, handoff_ms
         )
         return CLAIM_RUNS.call(self.keys(queue), args)
 
@@ -254,7 +240,6 @@ class LeaseStore(Store):
         token: str | None = None,
         *,
         handoff_ms: int = 0,
-        handoff_kept: int = 0,
     ) -> Claim:
         """Claim up to ``count`` ready runs (0 only promotes due retries).
 
@@ -263,11 +248,8 @@ class LeaseStore(Store):
         call claimed instead of claiming more. None: a fresh token. ``handoff_ms`` > 0
         removes the owner's hand-off registration and, when the claim comes back
         short, registers it again for that long (:attr:`Claim.registered`).
-        ``handoff_kept``: slots the worker kept for its registration, counted in
-        ``count``; those whose hand-off was made (their rows on the way) are not claimed.
         """
-        token = token or new_claim_token()
-        call = self._claim_call(queue, owner_id, count, token, handoff_ms, handoff_kept)
+        call = self._claim_call(queue, owner_id, count, token or new_claim_token(), handoff_ms)
         return self._parse_claim(queue, owner_id, await self.scripts.run(self.client, call))
 
     async def finish_and_claim(
@@ -279,14 +261,13 @@ class LeaseStore(Store):
         token: str | None = None,
         *,
         handoff_ms: int = 0,
-        handoff_kept: int = 0,
     ) -> tuple[list[LeaseAnswer], Claim]:
         """Record outcomes and claim up to ``count`` more runs, in one round trip.
 
         Returns one answer per outcome (OK, RETRY, CANCEL or LOST), then the claim. ``token``
         as for :meth:`claim`: a caller that retries after a failed round trip passes
         the same one, so runs claimed by a call whose reply was lost come back;
-        ``handoff_ms`` and ``handoff_kept`` as for :meth:`claim`.
+        ``handoff_ms`` as for :meth:`claim`.
 
         Redis can refuse the claim and still take the outcomes (past ``maxmemory``
         a claim is refused whole, a terminal write is not): the codes are then
@@ -296,8 +277,9 @@ class LeaseStore(Store):
         calls = []
         if outcomes:
             calls.append(self._finish_call(queue, owner_id, outcomes))
-        token = token or new_claim_token()
-        calls.append(self._claim_call(queue, owner_id, count, token, handoff_ms, handoff_kept))
+        calls.append(
+            self._claim_call(queue, owner_id, count, token or new_claim_token(), handoff_ms)
+        )
         results = await self.scripts.pipeline(self.client, calls, raise_on_error=False)
         if outcomes and isinstance(results[0], Exception):
             raise results[0]

@@ -251,8 +251,6 @@ class ClaimArgs(NamedTuple):
     token: str
     # > 0: the worker takes hand-offs; the call re-registers it (includes/claim.lua)
     handoff_ms: int = 0
-    # slots the worker kept for its registration, counted in max_runs (claim_runs' ARGV[8])
-    handoff_kept: int = 0
 
 
 class ClaimRow(NamedTuple):
@@ -280,11 +278,10 @@ class ClaimReply(NamedTuple):
     next_due_ms: int | None
     # lanes found at a concurrency limit (1 when the queue-wide limit stopped the claim)
     throttled: int = 0
-    # hand-offs the owner's registration had left when the call removed it (0: none)
-    unregistered: int = 0
-    # hand-offs the registration the call made is good for: so many slots asked for are
-    # kept for them (0: none made)
-    registered: int = 0
+    # the owner's hand-off registration was still there (no run handed to it since)
+    unregistered: bool = False
+    # the call registered the owner again: one slot asked for is kept for a hand-off
+    registered: bool = False
 
 
 def _claim_keys(k: QueueKeys, run_id: str, a: ClaimArgs) -> tuple[str, ...]:
@@ -305,8 +302,8 @@ def _claim_reply(reply: Sequence[Any]) -> ClaimReply:
         [ClaimRow._make(row) for row in rows],
         None if due < 0 else due,
         int(throttled),
-        int(unregistered),
-        int(registered),
+        unregistered == 1,
+        registered == 1,
     )
 
 

@@ -15,23 +15,18 @@
 -- ARGV[6]  token        string  this claim's request token ('' for none); the same token
 --          again (a retry after a lost reply) answers what the first call claimed
 -- ARGV[7]  handoff_ms   integer 0: leave the owner's hand-off registration alone; more:
---          remove it before claiming, and when the claim got fewer runs than asked,
---          register the owner for that long, and remove up to 8 other registrations
---          whose time is over (includes/claim.lua: hand_off, unregister, register)
--- ARGV[8]  handoff_kept integer slots the worker kept for the registration, counted in
---          max_runs: those of hand-offs already made (kept minus the hand-offs left)
---          hold rows still on their way to the worker, so the call claims that many
---          fewer runs (0 with handoff_ms 0)
+--          remove it, and when the claim got fewer runs than asked, register the owner
+--          for that long, and remove up to 8 other registrations whose time is over
+--          (includes/claim.lua: hand_off, reregister, prune_registrations)
 -- derived  lane:<lane>, placed, slots, limits, wait:<res>, blocked, queued, kqueued,
 --          one:<key> (lib.lua, flow control), handoff:idle, handoff:args (the owner's
 --          hand-off registration, includes/claim.lua), from the queue's tag (KEYS[4]
 --          less 'run:')
 -- returns  {code, runs, next_due_ms, throttled, unregistered, registered}  codes: OK;
---          unregistered: with handoff_ms > 0, how many hand-offs the owner's
---          registration had left when this call removed it (0: consumed, or none);
---          registered: how many hand-offs the registration this call made is good for
---          (0: none made; that many of the slots it asked for are kept for them, at most
---          four, includes/claim.lua); runs is a list of
+--          unregistered: 1 when handoff_ms > 0 found the owner's registration still
+--          there (no run was handed to it since), else 0; registered: 1 when the call
+--          registered it again (one of the slots it asked for is then kept for the
+--          hand-off); runs is a list of
 --          {id, fence, handler, input, attempt, max_attempts, state, resume_input,
 --          budget, traceparent, created_at, prior_fence, prior_owner}; the last two
 --          name the run's previous claim (attempt_claim, '<fence> <owner>', kept on the
@@ -64,12 +59,9 @@
 --          (ids and fences) is kept that long, and a repeat returns those runs that
 --          are still running under that owner and fence, claiming nothing new. A
 --          reply lost on the way back therefore never leaves runs leased to a
---          worker that does not know it holds them. A claim that carries the
---          registration claims at most max_runs - (handoff_kept - hand-offs left) runs:
---          a slot is never both a claimed run's and a handed-off row's. The hand-off
---          registration is one
---          per owner (a zset member) with a count of hand-offs left: removing it answers
---          how many of its kept slots no create used (includes/claim.lua).
+--          worker that does not know it holds them. The hand-off registration is one
+--          per owner (a zset member): removing it answers whether a create claimed a
+--          run for the owner since it was made (includes/claim.lua).
 -- validate-then-write: every number is checked and a receipt decoded before the
 --          first write (claim_core, includes/claim.lua); each popped run is read and
 --          its event encoded before its own writes (reads and encodes of strings and
@@ -77,7 +69,7 @@
 --- @include lib
 --- @include claim
 
-check_argc(8)
+check_argc(7)
 local owner = ARGV[1]
 local want = int_arg(ARGV[2], 'count', 0)
 local ttl = int_arg(ARGV[3], 'lease_ttl_ms', 1)
@@ -85,7 +77,6 @@ int_arg(ARGV[4], 'maxlen', 0)
 local promote_max = int_arg(ARGV[5], 'promote_max', 0)
 local token = ARGV[6]
 local handoff_ms = int_arg(ARGV[7], 'handoff_ms', 0)
-local handoff_kept = int_arg(ARGV[8], 'handoff_kept', 0)
 local now = now_ms()
 local receipt = KEYS[6] .. owner .. ':' .. token
 
@@ -111,17 +102,10 @@ if token ~= '' then
     end
     local unregistered = 0
     if handoff_ms > 0 then
-      unregistered = unregister(tag_of_prefix(KEYS[4]), owner, now)
+      unregistered = reregister(tag_of_prefix(KEYS[4]), owner, now, handoff_ms, 0, 0, '')
     end
     return {'OK', replayed, next_due_ms(), 0, unregistered, 0}
   end
-end
-
--- the registration goes first: the slots of its hand-offs already made are not this claim's
-local unregistered = 0
-if handoff_ms > 0 then
-  unregistered = unregister(tag_of_prefix(KEYS[4]), owner, now)
-  want = math.max(0, want - math.max(0, handoff_kept - unregistered))
 end
 
 local claimed, throttled = claim_core({ready = KEYS[1], delayed = KEYS[2], leases = KEYS[3],
@@ -135,9 +119,9 @@ if token ~= '' and #claimed > 0 then
   end
   redis.call('SET', receipt, cjson.encode(held), 'PX', ttl)
 end
-local registered = 0
+local unregistered, registered = 0, 0
 if handoff_ms > 0 then
-  registered = register(tag_of_prefix(KEYS[4]), owner, now, handoff_ms, want, #claimed,
-    ttl .. ' ' .. ARGV[4] .. ' ' .. promote_max)
+  unregistered, registered = reregister(tag_of_prefix(KEYS[4]), owner, now, handoff_ms, want,
+    #claimed, ttl .. ' ' .. ARGV[4] .. ' ' .. promote_max)
 end
 return {'OK', claimed, next_due_ms(), throttled, unregistered, registered}

@@ -47,11 +47,10 @@ class LosingReplies(LeaseStore):
         token: str | None = None,
         *,
         handoff_ms: int = 0,
-        handoff_kept: int = 0,
     ) -> tuple[list[LeaseAnswer], Claim]:
         """Run the round trip; while losses remain, drop a reply that claimed runs."""
         answer = await super().finish_and_claim(
-            queue, owner, outcomes, count, token, handoff_ms=handoff_ms, handoff_kept=handoff_kept
+            queue, owner, outcomes, count, token, handoff_ms=handoff_ms
         )
         if self.losses and answer[1].runs:
             self.losses -= 1
@@ -117,14 +116,13 @@ class RefusingFinishes(LeaseStore):
         token: str | None = None,
         *,
         handoff_ms: int = 0,
-        handoff_kept: int = 0,
     ) -> tuple[list[LeaseAnswer], Claim]:
         """Refuse before sending anything while refusals remain, as Redis refuses a script."""
         if outcomes and self.refusals:
             self.refusals -= 1
             raise self.error
         return await super().finish_and_claim(
-            queue, owner, outcomes, count, token, handoff_ms=handoff_ms, handoff_kept=handoff_kept
+            queue, owner, outcomes, count, token, handoff_ms=handoff_ms
         )
 
 

@@ -10,7 +10,6 @@ from app.models import RunStatus
 from app.processes import Child
 from app.store.keys import QueueKeys
 from app.store.runs import NewRun, RunStore
-from tests.support.handlers import executions_key
 from tests.support.polling import eventually, wait_status
 from tests.support.processes import Processes
 
@@ -73,19 +72,17 @@ async def test_an_idle_worker_starts_a_new_run_without_a_wake_message(
     assert events[:2] == ["created", "claimed"] and events[-1] == "succeeded"
 
 
-async def test_back_to_back_creates_are_both_handed_off(
+async def test_back_to_back_creates_the_second_goes_the_wake_path(
     processes: Processes, run_store: RunStore, redis_client: aioredis.Redis, prefix: str
 ) -> None:
-    """One registration is good for several hand-offs: the second create, made before the
-    worker could register again, is handed off too (it took the wake path before)."""
     keys = QueueKeys(prefix, "default")
     await idle_worker(processes, run_store, redis_client, keys, True)
     before = await publishes(redis_client)
     first, second = await create(run_store), await create(run_store)
     done = [await wait_status(run_store, run_id, RunStatus.SUCCEEDED) for run_id in (first, second)]
     assert [run.attempt for run in done] == [1, 1]
-    # no wake message: both came through the inbox
-    assert await publishes(redis_client) - before == 0
+    # the registration took the first; the second was announced by a wake message
+    assert await publishes(redis_client) - before >= 1
     # idle again, the worker registered anew
     assert await eventually(lambda: registered(redis_client, keys), until=lambda n: n == 1) == 1
 
@@ -150,33 +147,3 @@ async def test_a_one_slot_worker_keeps_taking_runs_past_its_registrations(
     )
     last = await wait_status(run_store, await create(run_store), RunStatus.SUCCEEDED)
     assert last.owner_id == done[0].owner_id and last.attempt == 1
-
-
-async def test_a_worker_never_runs_more_runs_than_slots_with_several_hand_offs_kept(
-    processes: Processes, run_store: RunStore, redis_client: aioredis.Redis, prefix: str
-) -> None:
-    """Four slots, one claim in flight: its registration is good for four hand-offs.
-    Seven runs created at once: never more than four run at a time, each runs once."""
-    keys = QueueKeys(prefix, "default")
-    processes.worker(
-        "--concurrency",
-        "4",
-        LEASEHOLD_IDLE_WAKE_S="0.5",
-        LEASEHOLD_HANDOFF="true",
-        LEASEHOLD_ROUND_TRIPS_IN_FLIGHT="1",
-    )
-    await wait_status(run_store, await create(run_store), RunStatus.SUCCEEDED)
-    await eventually(lambda: registered(redis_client, keys), until=lambda n: n == 1, what="idle")
-    new = NewRun(handler="test.record", input={"seconds": 0.5})
-    ids = [(await run_store.create(new)).run.id for _ in range(7)]
-    done = [await wait_status(run_store, run_id, RunStatus.SUCCEEDED) for run_id in ids]
-    assert [run.attempt for run in done] == [1] * 7
-    for run_id in ids:
-        assert await redis_client.get(executions_key(prefix, run_id)) == "1"
-    # the attempts that ran, as their records say: never more than four at once
-    spans = [(run.started_at, run.finished_at) for run in done]
-    overlaps = [
-        sum(1 for a, b in spans if a is not None and b is not None and a <= at < b)
-        for at, _ in spans
-    ]
-    assert max(overlaps) <= 4

@@ -308,46 +308,27 @@ local function claim_core(k, want, promote_max)
   return claimed, throttled
 end
 
--- The hand-off (Temporal's "sync match"): a worker with free slots whose claim found
+-- The hand-off (Temporal's "sync match"): a worker with a free slot whose claim found
 -- nothing registers in `<tag>handoff:idle` (owner -> registration expiry ms, Redis
 -- clock) with what a claim needs on its behalf in `<tag>handoff:args` (owner ->
--- "<lease ttl ms> <events maxlen> <promote max> <hand-offs left>"); claim_runs writes
--- both. A registration is good for that many hand-offs, one slot the worker keeps for
--- each: every hand-off counts it down, the last one removes it. So a worker handed a
--- run is still registered for the next create, before its own next claim renews it
--- (a registration of one hand-off left a window, hand-off to claim reply, in which a
--- create took the slow path of a wake and a claim). A registration written without the
--- fourth field (a worker of the code before it) is good for one.
+-- "<lease ttl ms> <events maxlen> <promote max>"); claim_runs writes both. One
+-- registration is one hand-off at most: the hand-off consumes it.
 local HANDOFF_IDLE, HANDOFF_ARGS = 'handoff:idle', 'handoff:args'
--- the most hand-offs one registration takes: slots a worker keeps for hand-offs, out of
--- the ones its short claim asked for
-local HANDOFF_SLOTS = 4
-
--- A registration's args: ttl, maxlen, promote_max (strings) and hand-offs left (a
--- number), or nil when not written so by claim_runs.
-local function registration_of(args)
-  local ttl, maxlen, promote_max, left = string.match(args or '', '^(%d+) (%d+) (%d+) ?(%d*)$')
-  if not ttl then
-    return nil
-  end
-  return ttl, maxlen, promote_max, tonumber(left) or 1
-end
 
 -- Claim one run for one live registration of the queue (tag as lib's), through
 -- claim_core: the run is the one a claim_runs call by that worker would get now, or
 -- none (nothing claimable: the registration stays). The claim's row (claim_row, JSON)
 -- goes to the worker's inbox list (lib's handoff_inbox_of), which it waits on
--- (BLMOVE); the registration counts one hand-off down (removed at the last). Returns
--- whether a run was handed off. An expired registration is skipped (its worker may be
--- dead); a claim_runs call removes it.
+-- (BLMOVE). Returns whether a run was handed off. An expired registration is skipped
+-- (its worker may be dead); its worker's next claim removes it.
 local function hand_off(tag, now)
   local idle = redis.call('ZRANGEBYSCORE', tag .. HANDOFF_IDLE, '(' .. now, '+inf', 'LIMIT', 0, 1)
   if #idle == 0 then
     return false
   end
   local owner = idle[1]
-  local ttl, maxlen, promote_max, left = registration_of(
-    redis.call('HGET', tag .. HANDOFF_ARGS, owner))
+  local args = redis.call('HGET', tag .. HANDOFF_ARGS, owner) or ''
+  local ttl, maxlen, promote_max = string.match(args, '^(%d+) (%d+) (%d+)$')
   if not ttl then
     return false  -- never written so by claim_runs; nothing is claimed on its word
   end
@@ -357,13 +338,8 @@ local function hand_off(tag, now)
   if #claimed == 0 then
     return false
   end
-  if left > 1 then
-    redis.call('HSET', tag .. HANDOFF_ARGS, owner,
-      ttl .. ' ' .. maxlen .. ' ' .. promote_max .. ' ' .. (left - 1))
-  else
-    redis.call('ZREM', tag .. HANDOFF_IDLE, owner)
-    redis.call('HDEL', tag .. HANDOFF_ARGS, owner)
-  end
+  redis.call('ZREM', tag .. HANDOFF_IDLE, owner)
+  redis.call('HDEL', tag .. HANDOFF_ARGS, owner)
   redis.call('RPUSH', handoff_inbox_of(tag, owner), cjson.encode(claimed[1]))
   return true
 end
@@ -384,31 +360,21 @@ local function prune_registrations(tag, now)
   end
 end
 
--- A claim_runs call's removal of its owner's registration (handoff_ms > 0: the worker
--- takes hand-offs), before it claims: returns how many hand-offs it had left (so many of
--- the slots the worker kept for it were not used; 0 when hand-offs consumed it, or there
--- was none). Also removes up to HANDOFF_PRUNE others whose time is over.
-local function unregister(tag, owner, now)
-  local left = 0
-  if redis.call('ZREM', tag .. HANDOFF_IDLE, owner) == 1 then
-    local _, _, _, count = registration_of(redis.call('HGET', tag .. HANDOFF_ARGS, owner))
-    left = count or 1
+-- A claim_runs call's registration step for its owner (handoff_ms > 0: the worker
+-- takes hand-offs): its registration is removed first (1 when it was still there, so
+-- no run was handed to it since: the worker frees the slot it kept for it; 0 when a
+-- hand-off consumed it, or there was none); then, when the claim got fewer runs than
+-- asked (want > got), it registers again for handoff_ms. Returns removed, registered.
+local function reregister(tag, owner, now, handoff_ms, want, got, args)
+  local removed = redis.call('ZREM', tag .. HANDOFF_IDLE, owner)
+  prune_registrations(tag, now)
+  if got < want then
+    redis.call('ZADD', tag .. HANDOFF_IDLE, now + handoff_ms, owner)
+    redis.call('HSET', tag .. HANDOFF_ARGS, owner, args)
+    return removed, 1
+  end
+  if removed == 1 then
     redis.call('HDEL', tag .. HANDOFF_ARGS, owner)
   end
-  prune_registrations(tag, now)
-  return left
-end
-
--- After the claim: when it got fewer runs than asked (want > got), the owner registers
--- again for handoff_ms, good for min(want - got, HANDOFF_SLOTS) hand-offs (those slots
--- of the claim are kept for them). args: "<ttl> <maxlen> <promote_max>". Returns the
--- new registration's count (0: none made).
-local function register(tag, owner, now, handoff_ms, want, got, args)
-  if got >= want then
-    return 0
-  end
-  local count = math.min(want - got, HANDOFF_SLOTS)
-  redis.call('ZADD', tag .. HANDOFF_IDLE, now + handoff_ms, owner)
-  redis.call('HSET', tag .. HANDOFF_ARGS, owner, args .. ' ' .. count)
-  return count
+  return removed, 0
 end
