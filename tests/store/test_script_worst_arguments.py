@@ -634,27 +634,40 @@ async def test_a_script_that_errors_wrote_nothing(
     scripts = Scripts()
     worlds = 0
 
-    async def fresh() -> tuple[str, ScriptCall]:
-        """The script's call on a new state under a prefix of its own (snapshots stay small)."""
+    async def fresh() -> tuple[str, ScriptCall, dict[str, Any]]:
+        """The script's call on a new state under a prefix of its own, and that state.
+
+        The last world's keys go first: every snapshot SCANs the whole database, so
+        keeping only one world there keeps each snapshot as small as one world.
+        """
         nonlocal worlds
+        if worlds:
+            old = [k async for k in redis_client.scan_iter(match=f"{prefix}:*", count=1000)]
+            if old:
+                await redis_client.unlink(*old)
         worlds += 1
         own = settings.model_copy(update={"prefix": f"{settings.prefix}-{worlds}"})
-        return own.prefix, await SETUPS[name](World(redis_client, own))
+        made = await SETUPS[name](World(redis_client, own))
+        return own.prefix, made, await snapshot(redis_client, own.prefix)
 
-    prefix, call = await fresh()
+    prefix = ""
+    prefix, call, state = await fresh()
     assert call.name == name
     refused = 0
     for label, mutate in variants(len(call.args)):
-        before = await snapshot(redis_client, prefix)
         try:
             await scripts.run(redis_client, ScriptCall(name, call.keys, mutate(call.args)))
         except ResponseError as exc:
             refused += 1
             after = await snapshot(redis_client, prefix)
-            assert not changes(before, after), f"{name} with {label} raised {exc} after writing"
+            assert not changes(state, after), f"{name} with {label} raised {exc} after writing"
+            state = after  # unchanged: the next variant starts from it
             continue
-        if changes(before, await snapshot(redis_client, prefix)):
-            prefix, call = await fresh()  # it worked: start the next one from a fresh state
+        after = await snapshot(redis_client, prefix)
+        if changes(state, after):
+            prefix, call, state = await fresh()  # it worked: the next one starts afresh
+        else:
+            state = after
     assert refused > 0, f"no worst argument made {name} refuse anything"
 
 
