@@ -78,9 +78,9 @@ REDIS_KINDS = REDIS_DOWN_KINDS | {FaultKind.MEMORY_PRESSURE}
 MEMORY_HEADROOM = (0.001, 0.03)
 # kill_idle_worker: how long a registration must have left to be worth killing its worker
 # for (a create must reach it before it lapses), how long to look for one, and how many
-# bursts of creates (of HANDOFF_BURST each) to send while it lives (a registration takes
-# up to four hand-offs since 2a38cad; at load 14 the API answers slowly and only the first
-# burst reaches the dead worker before its registration lapses)
+# bursts of creates (of HANDOFF_BURST each) to send while it lives: a burst of 4 reaches
+# the dead worker's registration even when the living ones' come before it in line, and at
+# load 14 the API answers so slowly that only the first burst arrives before it lapses
 HANDOFF_LEFT_MS = 250
 HANDOFF_SEARCH_S = 5.0
 HANDOFF_BURSTS, HANDOFF_BURST = 2, 4
