@@ -21,13 +21,16 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from app.errors import ConfigurationError
+from app.environment import client_settings
+from app.errors import ApiError, ConfigurationError
+from app.http_get import Unreachable
 from app.preflight import EXIT_CONFIG, settings_or_exit
 from app.statuses import RunStatus
 
 if TYPE_CHECKING:
-    from app.client import ApiError, Client
+    from app.client import Client
     from app.models import Run
+    from app.run_record import RunRecord
 
 EXIT_FAILED = 1
 # what click's echo strips from output that is not a terminal (click's _compat._ansi_re)
@@ -69,7 +72,7 @@ def api_client(api_url: str | None, api_key: str | None = None) -> Iterator[Clie
     """
     # imported here, not at the top: httpx costs a command that never talks to the API
     # (`leasehold worker`, `up`) start-up time; without its own CLI (app.httpx_import)
-    from app.client import ApiError, Client
+    from app.client import Client
     from app.httpx_import import httpx
 
     settings = settings_or_exit()
@@ -80,10 +83,83 @@ def api_client(api_url: str | None, api_key: str | None = None) -> Iterator[Clie
     except ApiError as exc:
         raise fail(describe_problem(exc)) from None
     except httpx.TransportError as exc:
-        raise fail(
-            f"cannot reach the API at {url} ({str(exc) or type(exc).__name__}); is it running? "
-            "(--api-url or LEASEHOLD_API_URL says where it is)"
-        ) from None
+        raise fail(unreachable(url, str(exc) or type(exc).__name__)) from None
+
+
+def unreachable(url: str, reason: str) -> str:
+    """The line for an API that could not be reached (or stopped answering)."""
+    return (
+        f"cannot reach the API at {url} ({reason}); is it running? "
+        "(--api-url or LEASEHOLD_API_URL says where it is)"
+    )
+
+
+class _RunReader:
+    """``GET /runs/{id}`` without httpx or pydantic where the answer allows, else with them.
+
+    The GET goes over a plain socket (:mod:`app.http_get`) and the run is read by
+    :mod:`app.run_record`; whatever either does not promise to handle as httpx and
+    pydantic would is handed to :class:`app.client.Client` (the GET sent again: it
+    changes nothing) or to ``Run.model_validate``, whose answer is then the one shown.
+    """
+
+    def __init__(self, url: str, key: str | None, flags: tuple[str | None, str | None]) -> None:
+        self._url = url
+        self._key = key
+        self._flags = flags
+
+    def get(self, run_id: str) -> Run | RunRecord:
+        """The run; raises ApiError for an error status, Unreachable for a transport failure."""
+        import json
+
+        from app import http_get
+        from app.run_record import decode
+
+        answer = http_get.get(self._url, f"/runs/{run_id}", self._key)
+        if answer is not None and answer.status >= 400:
+            try:
+                problem = json.loads(answer.body)
+            except ValueError:
+                problem = None  # httpx reads a title from the text: let it
+            if problem is not None:
+                raise ApiError(answer.status, problem if isinstance(problem, dict) else {})
+        elif answer is not None and answer.status == 200 and answer.body:
+            try:
+                body = json.loads(answer.body)
+            except ValueError:
+                body = None  # httpx raises the same error: let it
+            if body is not None:
+                return decode(body) or _validated(body)
+        with api_client(*self._flags) as client:
+            return client.get(run_id)
+
+
+def _validated(body: object) -> Run:
+    """pydantic's reading of an answer :mod:`app.run_record` does not promise to read."""
+    from app.models import Run
+
+    return Run.model_validate(body)
+
+
+@contextmanager
+def run_reader(api_url: str | None, api_key: str | None = None) -> Iterator[_RunReader | Client]:
+    """:func:`api_client` for reading one run, without httpx and pydantic where it can.
+
+    Light only when no ``LEASEHOLD_*`` setting but the API's URL and key is set
+    (:func:`app.environment.client_settings`): any other is validated first, as before.
+    """
+    light = client_settings()
+    if light is None:
+        with api_client(api_url, api_key) as client:
+            yield client
+        return
+    url = api_url or light[0]
+    try:
+        yield _RunReader(url, api_key or light[1], (api_url, api_key))
+    except ApiError as exc:
+        raise fail(describe_problem(exc)) from None
+    except Unreachable as exc:
+        raise fail(unreachable(url, str(exc))) from None
 
 
 def describe_problem(exc: ApiError) -> str:
@@ -99,12 +175,12 @@ def describe_problem(exc: ApiError) -> str:
 
 def show_run(run_id: str, *, as_json: bool, api_url: str | None, api_key: str | None) -> None:
     """``leasehold runs get``: fetch one run and print it (JSON, or one field a line)."""
-    with api_client(api_url, api_key) as client:
-        run = client.get(run_id)
+    with run_reader(api_url, api_key) as reader:
+        run = reader.get(run_id)
     print_run(run, as_json)
 
 
-def print_run(run: Run, as_json: bool) -> None:
+def print_run(run: Run | RunRecord, as_json: bool) -> None:
     """A run as ``runs get`` and the commands that change one show it."""
     if as_json:
         echo(run.model_dump_json())
@@ -135,7 +211,7 @@ def print_run(run: Run, as_json: bool) -> None:
     echo("\n".join(lines))
 
 
-def unpark_lines(run: Run) -> list[str]:
+def unpark_lines(run: Run | RunRecord) -> list[str]:
     """What a parked run waits for and the command that moves it on; [] if not parked."""
     if run.status == RunStatus.WAITING_HUMAN:
         reason = (run.escalation or {}).get("reason") or "the watchdog escalated"

@@ -26,7 +26,8 @@ from app.httpx_import import httpx, verifies
 from httpx_sse import ServerSentEvent, aconnect_sse, connect_sse
 from pydantic import BaseModel
 
-from app.errors import LeaseholdError
+# ApiError lives with the other errors (a light `runs get` raises it without this module)
+from app.errors import ApiError
 from app.models import (
     TERMINAL_EVENT_TYPES,
     CreateRunsResult,
@@ -63,16 +64,6 @@ T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
 
 log = logging.getLogger(__name__)
-
-
-class ApiError(LeaseholdError):
-    """The API answered with an error status; ``problem`` is its problem+json body."""
-
-    def __init__(self, status: int, problem: dict[str, Any]) -> None:
-        detail = problem.get("detail") or problem.get("title") or "error"
-        super().__init__(f"HTTP {status}: {detail}")
-        self.status = status
-        self.problem = problem
 
 
 def _headers(api_key: str | None) -> dict[str, str]:

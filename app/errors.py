@@ -32,6 +32,7 @@
     │   └── EventTooLarge             ... or one over the configured size bound
     ├── EscalationRequested           the watchdog escalated: the run parks in waiting_human
     ├── CapacityExceeded              an API process's cap on streams is reached (503)
+    ├── ApiError                      the API answered a client with an error status
     ├── RateLimitRelease              a handler gives its run back until a bucket lets it
     │                                 in (ctx.rate_limit / ctx.rate_limited): no attempt spent
     └── RunFailure                    why a run ended ``failed``; carried in ``run.error``
@@ -72,6 +73,16 @@ class LeaseholdError(Exception):
 
 class ConfigurationError(LeaseholdError):
     """A setting is invalid; the message is one line naming it."""
+
+
+class ApiError(LeaseholdError):
+    """The API answered with an error status; ``problem`` is its problem+json body."""
+
+    def __init__(self, status: int, problem: dict[str, Any]) -> None:
+        detail = problem.get("detail") or problem.get("title") or "error"
+        super().__init__(f"HTTP {status}: {detail}")
+        self.status = status
+        self.problem = problem
 
 
 class StoreError(LeaseholdError):

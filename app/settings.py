@@ -1,10 +1,11 @@
 """Every knob Leasehold has, read once from the environment (prefix ``LEASEHOLD_``).
 
-This is the only module that reads the environment. Durations are seconds as
-floats (``LEASE_TTL_S=0.5`` is valid: tests and demos use sub-second leases);
-lists are comma-separated (``LEASEHOLD_QUEUES=default,mail``). An invalid value
-is reported by :func:`load_settings` as one line naming the variable, and the
-CLI exits with status 2.
+This is the only module that reads the environment (through :mod:`app.environment`,
+which also gives ``runs get`` the API's address without this model when nothing else
+is set). Durations are seconds as floats (``LEASE_TTL_S=0.5`` is valid: tests and
+demos use sub-second leases); lists are comma-separated (``LEASEHOLD_QUEUES=default,
+mail``). An invalid value is reported by :func:`load_settings` as one line naming the
+variable, and the CLI exits with status 2.
 
 The environment is read by :func:`_from_environment`, which reads it exactly as
 pydantic-settings' ``EnvSettingsSource`` did for this class (prefix, any case, JSON for
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_origin
@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
+from app.environment import DEFAULT_API_HOST, DEFAULT_API_PORT, client_api_url, variables
 from app.errors import ConfigurationError
 from app.models import QUEUE_NAME_PATTERN
 from app.redis_url import parse_redis_url
@@ -676,8 +677,10 @@ class Settings(BaseModel):
         description="A request's line and headers must arrive within this long, or the "
         "connection is closed",
     )
-    api_host: str = Field(default="127.0.0.1", description="Address the API binds to")
-    api_port: int = Field(default=8000, ge=0, le=65535, description="Port the API listens on")
+    api_host: str = Field(default=DEFAULT_API_HOST, description="Address the API binds to")
+    api_port: int = Field(
+        default=DEFAULT_API_PORT, ge=0, le=65535, description="Port the API listens on"
+    )
     api_keys: CommaList = Field(
         default_factory=list,
         description="Bearer keys the API accepts (comma-separated, several to rotate); when "
@@ -863,10 +866,7 @@ class Settings(BaseModel):
     @property
     def client_api_url(self) -> str:
         """Where the CLI reaches the API: LEASEHOLD_API_URL, else this host's API."""
-        if self.api_url:
-            return self.api_url.rstrip("/")
-        host = "127.0.0.1" if self.api_host in ("0.0.0.0", "::", "") else self.api_host
-        return f"http://{host}:{self.api_port}"
+        return client_api_url(self.api_url, self.api_host, self.api_port)
 
     def resolved_redis_url(self) -> str:
         """The Redis URL to connect to: configured, else the embedded one, else localhost.
@@ -924,7 +924,7 @@ def _from_environment(fields: dict[str, FieldInfo]) -> dict[str, Any]:
     ``LEASEHOLD_<NAME>__<KEY>`` variables, merged over its JSON. Raises
     :class:`SettingsError` for a container whose JSON does not parse.
     """
-    environ = {name.lower(): value for name, value in os.environ.items()}
+    environ = variables()
     values: dict[str, Any] = {}
     for name, field in fields.items():
         env_name = f"{ENV_PREFIX.lower()}{name}"

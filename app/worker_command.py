@@ -12,9 +12,9 @@ and error messages, exactly as before. Both paths start the same :func:`run_work
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+from app.cli_words import EXIT_INTERRUPTED, take_value_flag
 from app.errors import ConfigurationError
 from app.preflight import refuse, runnable_handlers_or_exit, settings_or_exit, tracing_or_exit
 
@@ -22,8 +22,6 @@ from app.preflight import refuse, runnable_handlers_or_exit, settings_or_exit, t
 # " 5", "-1", "inf", "x") is left to click, so its answer (or its refusal) is the one given
 _PLAIN_INT = re.compile(r"[0-9]+")
 _PLAIN_FLOAT = re.compile(r"[0-9]+(\.[0-9]*)?|\.[0-9]+")
-# what typer exits with on a Ctrl-C (128 + SIGINT), without a word
-EXIT_INTERRUPTED = 130
 _VALUE_OPTIONS = {
     "--queues": "queues",
     "--concurrency": "concurrency",
@@ -59,28 +57,6 @@ def parse_worker_args(args: list[str]) -> WorkerFlags | None:
         if not take_value_flag(word, words, _VALUE_OPTIONS, given):
             return None
     return _converted(given, no_reconciler=no_reconciler)
-
-
-def take_value_flag(
-    word: str, words: Iterator[str], options: Mapping[str, str], given: dict[str, str]
-) -> bool:
-    """Record ``--flag value`` or ``--flag=value`` in ``given``; ``False``: typer must judge.
-
-    ``options`` maps each flag to its name in ``given``. Refused (for typer to answer):
-    an unknown flag, one given twice, a missing or empty value, a value that starts
-    with ``-`` (click would read it as the next option). ``words`` is advanced past a
-    separate value.
-    """
-    flag, equals, value = word.partition("=")
-    name = options.get(flag)
-    if name is None or name in given:
-        return False
-    if not equals:
-        value = next(words, "")
-    if not value or value.startswith("-"):
-        return False
-    given[name] = value
-    return True
 
 
 def _converted(given: dict[str, str], *, no_reconciler: bool) -> WorkerFlags | None:

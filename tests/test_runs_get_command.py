@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -58,7 +59,7 @@ def typer_call(args: list[str], monkeypatch: pytest.MonkeyPatch) -> RunsGetArgs 
         seen.update(api_url=api_url, api_key=api_key)
         yield type("Client", (), {"get": lambda self, run_id: seen.setdefault("id", run_id)})()
 
-    monkeypatch.setattr(cli_api, "api_client", api)
+    monkeypatch.setattr(cli_api, "run_reader", api)
     monkeypatch.setattr(cli_api, "print_run", lambda run, as_json: seen.update(as_json=as_json))
     result = CliRunner().invoke(cli.app, ["runs", "get", *args])
     if "as_json" not in seen:
@@ -166,3 +167,58 @@ def test_runs_get_imports_neither_typer_nor_the_cli_module() -> None:
         "print(status, [n for n in names if n in sys.modules])\n"
     )
     assert python_prints(code) == "1 []"
+
+
+def test_the_light_reader_prints_what_httpx_and_pydantic_print(processes: Processes) -> None:
+    # golden: the same command with one more (valid) setting takes the old path, httpx
+    # and pydantic (app.environment.client_settings refuses to judge it), so every
+    # field kind a real API writes is compared with what the code before printed
+    from app.client import Client
+
+    _, url = processes.api()
+    processes.worker()
+    with Client(url) as client:
+        ids = [
+            client.create("demo.echo", {"message": 'é\u2028\t"x"', "n": [1.5e-5, 2**70]}).id,
+            client.create("demo.fail", {"message": "it broke"}).id,
+            client.create(
+                "demo.sleep",
+                {"seconds": 30},
+                metadata={"team": "ü", "n": "1"},
+                idempotency_key="k-1",
+                delay_s=3600,
+                priority=3,
+                retention_s=7200,
+            ).id,
+        ]
+        deadline = time.monotonic() + PROBE_TIMEOUT_S
+        while client.get(ids[1]).status.value != "failed" or not client.get(ids[0]).output:
+            assert time.monotonic() < deadline, "the runs did not end"
+            time.sleep(0.05)
+    for run_id in [*ids, "default.01ARZ3NDEKTSV4RRFFQ69G5FAV"]:
+        for flags in ([], ["--json"]):
+            light, _ = both_paths(run_id, *flags, "--api-url", url)
+            old, _ = both_paths(run_id, *flags, "--api-url", url, LEASEHOLD_LOG_LEVEL="INFO")
+            assert light == old
+            assert light[0] == (1 if run_id.endswith("FAV") else 0), light
+    assert (
+        '"output":{"message":"é\u2028\\t\\"x\\"","n":[0.000015,'
+        in both_paths(ids[0], "--json", "--api-url", url)[0][1]
+    )
+
+
+def test_a_run_is_read_without_httpx_or_pydantic(processes: Processes) -> None:
+    from app.client import Client
+
+    _, url = processes.api()
+    with Client(url) as client:
+        run_id = client.create("demo.echo", {}).id
+    code = (
+        "import sys\n"
+        f"sys.argv = ['leasehold', 'runs', 'get', {run_id!r}, '--json', '--api-url', {url!r}]\n"
+        "from app.launch import main\n"
+        "main()\n"
+        "names = ('httpx', 'httpcore', 'pydantic', 'app.models', 'app.settings', 'typer')\n"
+        "print([n for n in names if n in sys.modules])\n"
+    )
+    assert python_prints(code) == "[]"

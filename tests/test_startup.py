@@ -177,8 +177,8 @@ def test_a_worker_with_tracing_off_imports_no_opentelemetry() -> None:
 
 def test_runs_get_imports_no_server_and_no_command_line_toolkit() -> None:
     # `leasehold runs get ID` against an address nobody listens on: the request is made
-    # (httpx, the client, the models) and refused; the API's server side is not imported,
-    # nor httpx's own command-line client (click, rich, pygments: app.httpx_import)
+    # (over a plain socket: app.http_get, no httpx) and refused; the API's server side is
+    # not imported, nor a command-line toolkit (click, rich, pygments)
     heavy = ["fastapi", "starlette", "uvicorn", "app.api", "rich", "click", "pygments"]
     code = (
         "import sys\n"
@@ -190,7 +190,7 @@ def test_runs_get_imports_no_server_and_no_command_line_toolkit() -> None:
         "except SystemExit as exc:\n    status = exc.code\n"
         f"print(status, 'httpx' in sys.modules, [n for n in {heavy!r} if n in sys.modules])\n"
     )
-    assert python_prints(code) == "1 True []"
+    assert python_prints(code) == "1 False []"
 
 
 def test_httpx_imported_without_its_cli_still_has_it_on_request() -> None:
