@@ -34,8 +34,8 @@ from typing import Any
 import httpx
 
 from app.api.app import create_app
-from app.api.batch_items import BatchJudge
 from app.api.routes import batch
+from app.api.routes.batch_items import BatchJudge
 from app.settings import Settings
 from app.startup import settle
 from app.store import runs

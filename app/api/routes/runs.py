@@ -101,7 +101,7 @@ def run_options(body: CreateRunRequest, spec: HandlerSpec, settings: Settings) -
     idempotency key, metadata and trace; raises 422 for an option past its bound.
 
     Run options > handler defaults > settings (app/handlers.py). A batch resolves
-    them once for all its items that ask for the same options (app/api/batch_items.py).
+    them once for all its items that ask for the same options (app/api/routes/batch_items.py).
     """
     retention_ms = _bounded_ms(body.retention_s, "retention_s", settings.retention_max_s)
     queued_ttl_ms = _bounded_ms(body.queued_ttl_s, "queued_ttl_s", settings.queued_ttl_max_s)
