@@ -60,6 +60,9 @@ script touches a single Redis Cluster slot::
                                                children: "cascade"), until delivered
     <prefix>:{<queue>}:unborn:<id>     string  a child its parent's end cancelled before the
                                                child existed: create_run refuses it
+    <prefix>:{<queue>}:create_template hash    a create_runs call's record template (every
+                                               field a shape's runs share), deleted before
+                                               the call returns: never seen outside it
 
 Pub/sub channels of a queue (broadcast; not keys)::
 
@@ -267,6 +270,15 @@ class QueueKeys:
         ``<tag>:activity`` beside ``<tag>:events:<id>``.
         """
         return f"{self.tag}:activity"
+
+    @property
+    def create_template(self) -> str:
+        """A ``create_runs`` call's record template, copied into each new run's record.
+
+        Lives only inside one script call (lib.lua ``place_template``, derived from the
+        ready key by ``create_template_of``): it must stay ``<tag>:create_template``.
+        """
+        return f"{self.tag}:create_template"
 
     def series(self, minute: int) -> str:
         """The queue's outcome counters of one epoch minute (``now_ms // 60000``).

@@ -20,7 +20,10 @@
 --          one per run, meaning what create_run's header says
 -- derived  as create_run's: the flow-control keys, the delayed zset, a child's
 --          tombstone, the hand-off's keys and the leases, from the queue's tag (KEYS[1]
---          less ':ready')
+--          less ':ready'); and <tag>:create_template (hash), a shape's record less the
+--          run's own values, which each of its runs' records is a COPY of when the
+--          segment has two or more (then one HSET of the run's own fields): written at
+--          its first run created, deleted before the script returns
 -- returns  a flat list of {code, run_id, created_at_ms} per group, in order, with the
 --          codes of create_run: OK (created), REPLAYED (same key and same body, or the
 --          run id exists: the earlier run's id), CONFLICT (same key, other body: the
@@ -34,6 +37,7 @@
 --          as two create_run calls in that order would (the second a replay, or a
 --          conflict if its body differs). One TIME for the chunk (its runs share
 --          created_at) and at most one PUBLISH of the wake channel; the
+--          record of each run the fields, values and order create_run writes; the
 --          index writes (runs, unclaimed, the plain runs' lanes, `queued`) once per chunk
 --          after its runs (lib.lua index_created). Then up to one hand-off per run
 --          created, each to another live registration (create_run's rule), and the
@@ -49,7 +53,7 @@ local segments = create_segments()
 local shared = create_shared()
 local run_prefix, events_prefix, idem_prefix = KEYS[4], KEYS[5], KEYS[6]
 local q = {tag = tag_of_ready(KEYS[1]), ready = KEYS[1], runs = KEYS[2], unclaimed = KEYS[3],
-  index = new_index()}
+  index = new_index(), template = create_template_of(KEYS[1])}
 local now = now_ms()
 local reply, n, created, delayed = {}, 0, 0, false
 for _, s in ipairs(segments) do
@@ -67,6 +71,9 @@ for _, s in ipairs(segments) do
   end
 end
 index_created(q, q.index)
+if q.template_of then
+  redis.call('DEL', q.template)
+end
 -- the hand-off, once the chunk is in its lanes: a run each to up to `created` idle workers
 local handed = 0
 while handed < created and hand_off(q.tag, now) do

@@ -155,3 +155,60 @@ async def test_an_old_record_and_a_new_one_are_reprioritised_and_cancelled_alike
     # rescored in their lane: the boosted runs first, the cancelled ones gone from it
     assert [run.id for run in claim.runs] == [second_new, second_old]
     assert claim.throttled == 0
+
+
+# shapes of run a batch groups (two runs each, so each shape's records come from its
+# template); the time-dependent and per-run values are left out of the comparison
+BATCH_SHAPES: list[dict[str, Any]] = [
+    {},
+    {"idempotency_key": "batch-k"},
+    {"metadata": {"team": "a"}, "priority": 2, "boost_ms": 2000, "concurrency_key": "c"},
+    {"parent_id": "default.01JABCDEFGHJKMNPQRSTVWXYZ0", "root_id": "default.01JABCDEFGHJKM"},
+    {"delay_ms": 60_000, "budget": {"max_steps": 3}},
+    {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+]
+PER_RUN = ("created_at", "qbase", "run_at", "last_event_id", "idempotency_key")
+
+
+def same_parts(run_id: str, record: dict[str, str]) -> list[tuple[str, str]]:
+    """A record's fields in Redis's order, its own id and the call's times masked."""
+    return [(k, "<id>" if v == run_id else "<t>" if k in PER_RUN else v) for k, v in record.items()]
+
+
+async def test_a_batch_writes_each_record_as_a_create_of_one_does(
+    run_store: RunStore, redis_client: aioredis.Redis, settings: Settings
+) -> None:
+    """create_runs copies a shape's template into each record: same fields, order, encoding."""
+    keys = QueueKeys(settings.prefix, Q)
+    big = {"text": "x" * 200}  # past hash-max-listpack-value: the record is a hashtable
+    news = []
+    for n, shape in enumerate(BATCH_SHAPES):
+        for i in range(2):
+            options = dict(shape)
+            if "idempotency_key" in options:
+                options["idempotency_key"] += f"-{n}-{i}"
+            news.append(NewRun("demo.echo", big if n == 5 else {"n": i}, **options))
+    copies = (await redis_client.info("commandstats")).get("cmdstat_copy", {}).get("calls", 0)
+    batch = await run_store.create_many(news)
+    stats = await redis_client.info("commandstats")
+    assert stats["cmdstat_copy"]["calls"] - copies == len(news)  # every one from a template
+    singles = [
+        await run_store.create_many(
+            [dataclasses.replace(new, idempotency_key=new.idempotency_key and f"one-{i}")]
+        )
+        for i, new in enumerate(news)
+    ]
+    assert not await redis_client.exists(keys.create_template)
+    for made, (single,) in zip(batch, singles, strict=True):
+        assert not isinstance(made, Exception) and not isinstance(single, Exception)
+        assert not made.replayed and not single.replayed
+        a, b = made.run.id, single.run.id
+        record_a, record_b = [await redis_client.hgetall(keys.run(i)) for i in (a, b)]
+        encoding = await redis_client.object("encoding", keys.run(a))
+        assert encoding == await redis_client.object("encoding", keys.run(b))
+        parts_a, parts_b = same_parts(a, record_a), same_parts(b, record_b)
+        if encoding != "listpack":  # a hashtable's order is its buckets', not the writes'
+            parts_a, parts_b = sorted(parts_a), sorted(parts_b)
+        assert parts_a == parts_b
+    encodings = {await redis_client.object("encoding", keys.run(m.run.id)) for m in batch}
+    assert encodings == {"listpack", "hashtable"}

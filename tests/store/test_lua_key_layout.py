@@ -27,6 +27,7 @@ return {
   queue_key_of(ARGV[1], 'series:' .. ARGV[4]),
   children_key_of(ARGV[1], ARGV[3]),
   family_key_of(ARGV[1], ARGV[3]),
+  create_template_of(ARGV[5]),
 }
 """
 
@@ -36,7 +37,7 @@ async def test_lib_lua_derives_the_keys_keys_py_builds(redis_client: aioredis.Re
     for queue in ("default", "some.queue", "a-b_c"):
         keys = QueueKeys("lh:test", queue)
         derived = await redis_client.eval(
-            lib + DERIVED, 0, keys.run_prefix, keys.events(RUN_ID), RUN_ID, MINUTE
+            lib + DERIVED, 0, keys.run_prefix, keys.events(RUN_ID), RUN_ID, MINUTE, keys.ready
         )
         assert derived == [
             keys.activity,
@@ -48,6 +49,7 @@ async def test_lib_lua_derives_the_keys_keys_py_builds(redis_client: aioredis.Re
             keys.series(MINUTE),
             keys.children(RUN_ID),
             keys.family(RUN_ID),
+            keys.create_template,
         ], queue
 
 

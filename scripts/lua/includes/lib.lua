@@ -1299,9 +1299,52 @@ local function place_shape(s, q, shared, now)
   record.event_at = #record
   add('idempotency_key', '')
   s.own_root = s.root_id == ''
+  s.input_at, s.root_at = RECORD_INPUT, RECORD_ROOT
+  if q.template and s.last > s.first then
+    -- many runs of this shape: each record is a COPY of one template hash (the record
+    -- with the run's own values empty: one memcpy of its listpack), then one HSET of
+    -- the run's own fields; the same fields, values and order as the whole HSET
+    s.template, record = record, {'id', '', 'input', ''}
+    s.input_at, s.root_at = 4, s.own_root and 6
+    if s.own_root then
+      add('root_id', '')
+    end
+    add('last_event_id', '')
+    record.event_at = #record
+    add('idempotency_key', '')
+  end
   s.q = {ready = q.ready, runs = q.runs, unclaimed = q.unclaimed, wake = q.wake,
     maxlen = shared.maxlen, activity = q.tag .. 'activity', index = q.index, record = record,
     known = {s.handler, s.ckey, s.skey, s.boost_ms, s.lane, qbase_written = start_ms <= now}}
+end
+
+-- A shape's template record (place_shape) under q.template, the previous shape's gone:
+-- every field but the idempotency key, the run's own values empty. create_runs
+-- deletes it before it returns, so it never outlives the call.
+local function create_template_of(ready_key)
+  return tag_of_ready(ready_key) .. 'create_template'
+end
+
+local function place_template(q, record)
+  if q.template_of then
+    redis.call('DEL', q.template)
+  end
+  redis.call('HSET', q.template, unpack(record, 1, #record - 2))
+end
+
+-- What an earlier create decides for this one, before anything is written: REPLAYED and
+-- the run's id when its record exists (a create retried after a lost reply must not
+-- enqueue the run twice), else idempotent_prior's answer for its key, else nil (create
+-- it). A fresh run with an unused key, the usual create, is told by one EXISTS of both
+-- keys (a count of 0): one redis.call instead of an EXISTS and a GET.
+local function create_prior(run_key, idem_key, run_id, idem, fingerprint)
+  if idem ~= '' and redis.call('EXISTS', run_key, idem_key) == 0 then
+    return nil
+  end
+  if redis.call('EXISTS', run_key) == 1 then
+    return 'REPLAYED', run_id
+  end
+  return idempotent_prior(idem_key, idem, fingerprint)
 end
 
 -- Create the run at ARGV[j..j+3] of shape s (create_shape, then place_shape for this
@@ -1314,11 +1357,7 @@ end
 local function create_one(s, j, run_key, events_key, idem_key, q, shared, now)
   local run_id, idem, fingerprint = ARGV[j], ARGV[j + 2], ARGV[j + 3]
   local skey, tag = s.skey, q.tag
-  -- a create retried after a lost reply must not enqueue the run twice
-  if redis.call('EXISTS', run_key) == 1 then
-    return 'REPLAYED', run_id, 0
-  end
-  local prior_code, prior_id = idempotent_prior(idem_key, idem, fingerprint)
+  local prior_code, prior_id = create_prior(run_key, idem_key, run_id, idem, fingerprint)
   if prior_code then
     return prior_code, prior_id, 0
   end
@@ -1349,12 +1388,19 @@ local function create_one(s, j, run_key, events_key, idem_key, q, shared, now)
     redis.call('SET', idem_key, run_id .. ' ' .. fingerprint)
   end
   -- the record is written with its `created` event's id (enter_queue): one HSET
+  if s.template then
+    if q.template_of ~= s then
+      place_template(q, s.template)
+      q.template_of = s
+    end
+    redis.call('COPY', q.template, run_key)
+  end
   local record = s.q.record
   local n = #record
-  record[RECORD_ID], record[RECORD_INPUT], record[n] = run_id, ARGV[j + 1], idem
+  record[RECORD_ID], record[s.input_at], record[n] = run_id, ARGV[j + 1], idem
   record.n = idem ~= '' and n or n - 2
   if s.own_root then
-    record[RECORD_ROOT] = run_id
+    record[s.root_at] = run_id
   end
   if superseded then
     local k = {leases = tag .. 'leases', run_prefix = tag .. 'run:', events_prefix = tag .. 'events:',
