@@ -10,9 +10,22 @@ were computed by the code that wrote the keys already stored.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from app.store.runs import CREATE_CHUNK_BYTES, CREATE_CHUNK_RUNS, NewRun, _chunks, _segments
+from app.settings import Settings
+from app.store.context import StoreContext
+from app.store.retention import Retention
+from app.store.runs import (
+    _FRAME_FIELDS,
+    CREATE_CHUNK_BYTES,
+    CREATE_CHUNK_RUNS,
+    NewRun,
+    RunStore,
+    _chunks,
+    _segments,
+)
 from app.store.transitions import CreateRun, CreateShape
 
 STORED = [
@@ -74,3 +87,60 @@ def test_a_chunk_sends_each_stretch_of_one_shape_once_in_order() -> None:
         ("b", ["2"]),
         ("a", ["3", "4"]),
     ]
+
+
+def _store() -> RunStore:
+    """A store that is never sent anything: create_group is pure."""
+    retention = Retention.for_settings(Settings())
+    return RunStore(StoreContext(None, None, "lh", 1000, retention, 30_000, 3_600_000))  # type: ignore[arg-type]
+
+
+# runs that differ from the first in one thing each: a frame shared by mistake would show
+VARIANTS = [
+    NewRun("demo.echo", {"m": 1}),
+    NewRun("demo.echo", {"m": 2}, idempotency_key="k"),
+    NewRun("demo.other", {"m": 1}),
+    NewRun("demo.echo", {"m": 1}, queue="q"),
+    NewRun("demo.echo", {"m": 1}, max_attempts=3),
+    NewRun("demo.echo", {"m": 1}, on_lease_expired="retry"),
+    NewRun("demo.echo", {"m": 1}, metadata={"t": "ü"}),
+    NewRun("demo.echo", {"m": 1}, metadata={"t": "v"}),
+    NewRun("demo.echo", {"m": 1}, budget={}),
+    NewRun("demo.echo", {"m": 1}, budget={"max_duration_s": 5}),
+    NewRun("demo.echo", {"m": 1}, retention_ms=1000),
+    NewRun("demo.echo", {"m": 1}, queued_ttl_ms=3_600_000),
+    NewRun("demo.echo", {"m": 1}, queued_ttl_ms=5),
+    NewRun("demo.echo", {"m": 1}, traceparent="00-" + "1" * 32 + "-" + "2" * 16 + "-01"),
+    NewRun("demo.echo", {"m": 1}, start_at_ms=10**13),
+    NewRun("demo.echo", {"m": 1}, delay_ms=500),
+    NewRun("demo.echo", {"m": 1}, concurrency_key="c"),
+    NewRun("demo.echo", {"m": 1}, singleton_key="s"),
+    NewRun("demo.echo", {"m": 1}, singleton_key="s", on_conflict="reject"),
+    NewRun("demo.echo", {"m": 1}, priority=2),
+    NewRun("demo.echo", {"m": 1}, priority=2, boost_ms=4000),
+    NewRun("demo.echo", {"m": 1}, parent_id="default.P", root_id="default.R", depth=1),
+    NewRun("demo.echo", {"m": 1}, parent_id="default.P", root_id="default.S", depth=2),
+    NewRun("demo.echo", None, run_id="default.01J0000000000000000000000"),
+    NewRun("demo.echo", {"m": 1}, encoded_input='{"m":1}'),
+]
+
+
+def test_runs_of_one_call_get_the_shape_and_fingerprint_they_would_get_alone() -> None:
+    """create_group's per-call frames change nothing: each run as if it were the only one."""
+    store, frames = _store(), {}
+    for new in VARIANTS * 2:  # the second time every frame is already there
+        shape, run = store.create_group(new, frames)
+        alone_shape, alone = store.create_group(new)
+        assert shape == alone_shape
+        assert run._replace(run_id="") == alone._replace(run_id="")
+        assert run.fingerprint == new.fingerprint()
+    assert len(frames) == len(VARIANTS) - 3  # the key, the input and the id are a run's own
+
+
+def test_every_field_of_a_run_is_in_its_frame_or_its_own() -> None:
+    """A NewRun field added later must be either part of the frame key or a run's own."""
+    own = {"input", "encoded_input", "idempotency_key", "run_id"}
+    encoded_in_key = {"metadata", "budget"}
+    not_cached = {"rate_limits"}  # a run with rate limits builds its own frame
+    names = {f.name for f in dataclasses.fields(NewRun)}
+    assert names == set(_FRAME_FIELDS) | own | encoded_in_key | not_cached
