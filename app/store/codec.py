@@ -43,6 +43,34 @@ def new_ulid(now_ms: int | None = None) -> str:
     )
 
 
+def new_ulids(count: int, prefix: str = "") -> list[str]:
+    """``count`` new ULIDs (each after ``prefix``), in order: what ``count`` calls of
+    :func:`new_ulid` within one millisecond make, with the clock read once.
+
+    A batch's run ids: one after the other, each the last one's random part + 1
+    (like ids made one by one in one millisecond), so they start in creation order;
+    ~3x cheaper per id than a call each (natively; under callgrind, where every
+    call falls in a new millisecond, much more).
+    """
+    stamp, first_bits = _monotonic(int(time.time() * 1000), count)
+    return _encoded(stamp, first_bits, count, prefix)
+
+
+def _encoded(stamp: int, first_bits: int, count: int, prefix: str) -> list[str]:
+    """The ULIDs of ``stamp`` with random parts ``first_bits`` .. + ``count`` - 1."""
+    pairs = _CROCKFORD_PAIRS
+    head_of = f"{prefix}{_pairs_of(stamp, 5)}"
+    ids = []
+    high = -1
+    head = ""
+    for bits in range(first_bits, first_bits + count):
+        if bits >> 20 != high:  # once per 2^20 ids
+            high = bits >> 20
+            head = head_of + _pairs_of(high, 6)
+        ids.append(head + pairs[(bits >> 10) & 0x3FF] + pairs[bits & 0x3FF])
+    return ids
+
+
 @functools.lru_cache(maxsize=8)
 def _pairs_of(value: int, count: int) -> str:
     """The low ``count`` x 10 bits of ``value`` as Crockford pairs, high first."""
@@ -53,27 +81,34 @@ def _pairs_of(value: int, count: int) -> str:
 _last_ulid = [0, 0]  # this process's latest (ms, random bits)
 
 
-def _monotonic(stamp: int) -> tuple[int, int]:
-    """(ms, random bits) of a new ULID, each after this process's last one.
+def _monotonic(stamp: int, count: int = 1) -> tuple[int, int]:
+    """(ms, first random bits) of ``count`` new ULIDs, each after this process's last one.
 
     Why: a queue's lanes order runs of the same score (the same Redis millisecond)
     by id, so the runs one process creates in one millisecond must start in the
     order they were created (the monotonic ULID variant: the random part + 1).
+    The ``count`` ids take the random parts from the one returned on, in one ms.
     """
     last_stamp, last_bits = _last_ulid
-    if stamp > last_stamp:
-        bits = int.from_bytes(os.urandom(10), "big")
-    elif last_bits + 1 < 1 << 80:
+    if stamp <= last_stamp and last_bits + count < 1 << 80:
         stamp, bits = last_stamp, last_bits + 1
     else:
-        stamp, bits = last_stamp + 1, int.from_bytes(os.urandom(10), "big")
-    _last_ulid[:] = [stamp, bits]
+        stamp = stamp if stamp > last_stamp else last_stamp + 1
+        bits = int.from_bytes(os.urandom(10), "big")
+        while bits + count > 1 << 80:  # too near the top for the span (never for one id)
+            bits = int.from_bytes(os.urandom(10), "big")
+    _last_ulid[:] = [stamp, bits + count - 1]
     return stamp, bits
 
 
 def new_run_id(queue: str) -> str:
     """A run id that names its queue, so a lookup by id needs no directory."""
     return f"{queue}.{new_ulid()}"
+
+
+def new_run_ids(queue: str, count: int) -> list[str]:
+    """``count`` run ids of ``queue`` in creation order (:func:`new_ulids`): a batch's."""
+    return new_ulids(count, f"{queue}.")
 
 
 def ms_to_datetime(value: str | int | None) -> datetime | None:

@@ -39,6 +39,7 @@ from app.store.codec import (
     event_from_entry,
     ms_to_datetime,
     new_run_id,
+    new_run_ids,
     run_from_hash,
     scalar_json,
 )
@@ -441,7 +442,11 @@ class RunStore(Store):
         async def one_queue(queue: str, indexes: list[int]) -> None:
             keys = self.keys(queue)
             frames: Frames = {}
-            parts = [self.create_group(news[i], frames) for i in indexes]
+            run_ids = new_run_ids(queue, len(indexes))  # one clock read; a run's own id wins
+            parts = [
+                self.create_group(news[i], frames, run_id)
+                for i, run_id in zip(indexes, run_ids, strict=True)
+            ]
             chunks = _chunks(parts)
             calls = [
                 CREATE_RUNS.call(keys, self._args_of(queue, _segments(parts[c]))) for c in chunks
@@ -490,7 +495,7 @@ class RunStore(Store):
         )
 
     def create_group(
-        self, new: NewRun, frames: Frames | None = None
+        self, new: NewRun, frames: Frames | None = None, run_id: str | None = None
     ) -> tuple[CreateShape, CreateRun]:
         """One run's part of ``create_run`` / ``create_runs`` ARGV: its shape, its own fields.
 
@@ -499,7 +504,7 @@ class RunStore(Store):
         metadata and budget (a batch's runs mostly do: building them was ~40 % of
         the store's Python per run); the values are the ones the API validated
         (ints are ints), so equal keys build equal shapes. A run with rate limits
-        builds its own.
+        builds its own. ``run_id``: its id unless ``new.run_id`` names one (None: a new one).
         """
         metadata = new.metadata_json
         if frames is None or new.rate_limits:
@@ -516,7 +521,7 @@ class RunStore(Store):
             shape, frame = framed
         input_json = new.input_json
         run = CreateRun(
-            run_id=new.run_id or new_run_id(new.queue),
+            run_id=new.run_id or run_id or new_run_id(new.queue),
             input=input_json,
             idempotency_key=new.idempotency_key or "",
             fingerprint=framed_fingerprint(frame, input_json),

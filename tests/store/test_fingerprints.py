@@ -144,3 +144,12 @@ def test_every_field_of_a_run_is_in_its_frame_or_its_own() -> None:
     not_cached = {"rate_limits"}  # a run with rate limits builds its own frame
     names = {f.name for f in dataclasses.fields(NewRun)}
     assert names == set(_FRAME_FIELDS) | own | encoded_in_key | not_cached
+
+
+def test_a_run_named_before_its_create_keeps_its_id_over_the_batchs() -> None:
+    store, frames = _store(), {}
+    named = NewRun("demo.echo", {}, run_id="default.01J0000000000000000000000")
+    assert store.create_group(named, frames, "default.OTHER")[1].run_id == named.run_id
+    assert store.create_group(NewRun("demo.echo", {}), frames, "default.OTHER")[1].run_id == (
+        "default.OTHER"
+    )

@@ -48,3 +48,42 @@ def test_ids_made_in_one_millisecond_are_the_reference_encoding_of_each_value(
             made = codec.new_ulid()
             stamp, last = codec._last_ulid
             assert made == reference((stamp << 80) | last)
+
+
+def test_a_batch_of_ids_is_what_one_call_each_makes_in_one_millisecond(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """new_ulids: the same ids as new_ulid called ``count`` times in one ms, prefix aside."""
+    monkeypatch.setattr(codec.time, "time", lambda: 1_764_000_000.123)
+    for bits in ((1 << 20) - 3, 5, (1 << 40) - 700):  # across a change of the high pairs, or not
+        monkeypatch.setattr(codec, "_last_ulid", [1_764_000_000_123, bits])
+        one_by_one = [codec.new_ulid() for _ in range(1_000)]
+        after_one_by_one = list(codec._last_ulid)
+        monkeypatch.setattr(codec, "_last_ulid", [1_764_000_000_123, bits])
+        assert codec.new_run_ids("q.x", 1_000) == [f"q.x.{made}" for made in one_by_one]
+        assert codec._last_ulid == after_one_by_one  # the next id comes after the batch
+        assert codec.new_ulids(0) == []
+
+
+def test_a_batch_that_no_longer_fits_in_its_millisecond_takes_the_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past the top of the random part: the next ms, and a random part with room for all."""
+    monkeypatch.setattr(codec.time, "time", lambda: 1_764_000_000.123)
+    monkeypatch.setattr(codec, "_last_ulid", [1_764_000_000_123, (1 << 80) - 10])
+    drawn = [b"\xff" * 10, b"\x00" * 9 + b"\x07"]  # the first has no room for 20 ids
+    monkeypatch.setattr(codec.os, "urandom", lambda n: drawn.pop(0))
+    ids = codec.new_ulids(20)
+    assert not drawn
+    stamp = 1_764_000_000_124
+    assert ids == [reference((stamp << 80) | bits) for bits in range(7, 27)]
+    assert codec._last_ulid == [stamp, 26]
+
+
+def test_batches_and_single_ids_mixed_sort_in_creation_order() -> None:
+    ids: list[str] = []
+    for size in [1, 500, 3, 0, 1_000] * 5:
+        ids += codec.new_ulids(size)
+        ids.append(codec.new_ulid())
+    assert ids == sorted(ids)
+    assert len(set(ids)) == len(ids)
