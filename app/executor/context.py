@@ -55,8 +55,9 @@ class HelperDeps:
     max_event_bytes: int
     max_checkpoint_bytes: int
     max_wait_s: float = 30 * 24 * 3600.0
-    # what ctx.spawn needs (child store, registry, bounds); None: this worker cannot spawn
-    family: FamilyDeps | None = None
+    # builds what ctx.spawn needs (child store, registry, bounds) on the first spawn, so
+    # their modules are not a worker's start-up; None: this worker cannot spawn
+    family: Callable[[], FamilyDeps] | None = None
 
 
 class RunHelpers:
@@ -164,7 +165,7 @@ class RunHelpers:
         from app.executor.children import Family
 
         return Family(
-            self.deps.family,
+            self.deps.family(),
             self.claimed.lease,
             ledger=self.ledger,
             sink=self.sink,

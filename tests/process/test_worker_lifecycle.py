@@ -244,7 +244,13 @@ async def test_worker_survives_a_redis_restart_and_finishes_the_run(
         store = RunStore.for_settings(client, Scripts(), Settings(prefix=prefix))
         procs.worker()
         run_id = await submit(store, seconds=2.0)
-        await wait_status(store, run_id, RunStatus.RUNNING)
+        # the handler's own INCR, not the claim's RUNNING: a claimed run whose handler has
+        # not yet started when Redis goes away fails its INCR, which is not this test's case
+        await eventually(
+            lambda: client.get(executions_key(prefix, run_id)),
+            until=lambda count: count == "1",
+            what="the handler to start",
+        )
         server.stop()
         server.start()
         done = await wait_status(store, run_id, RunStatus.SUCCEEDED, RunStatus.ORPHANED)
