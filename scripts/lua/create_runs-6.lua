@@ -37,7 +37,9 @@
 --          as two create_run calls in that order would (the second a replay, or a
 --          conflict if its body differs). One TIME for the chunk (its runs share
 --          created_at) and at most one PUBLISH of the wake channel; the
---          record of each run the fields, values and order create_run writes; the
+--          record of each run the fields, values and order create_run writes (a
+--          segment of plain runs, lib.lua create_plain: the same writes in a leaner
+--          loop); the
 --          index writes (runs, unclaimed, the plain runs' lanes, `queued`) once per chunk
 --          after its runs (lib.lua index_created). Then up to one hand-off per run
 --          created, each to another live registration (create_run's rule), and the
@@ -53,20 +55,27 @@ local segments = create_segments()
 local shared = create_shared()
 local run_prefix, events_prefix, idem_prefix = KEYS[4], KEYS[5], KEYS[6]
 local q = {tag = tag_of_ready(KEYS[1]), ready = KEYS[1], runs = KEYS[2], unclaimed = KEYS[3],
-  index = new_index(), template = create_template_of(KEYS[1])}
+  index = new_index(), template = create_template_of(KEYS[1]), run_prefix = run_prefix,
+  events_prefix = events_prefix, idem_prefix = idem_prefix}
 local now = now_ms()
 local reply, n, created, delayed = {}, 0, 0, false
 for _, s in ipairs(segments) do
   place_shape(s, q, shared, now)
-  for j = s.first, s.last, CREATE_RUN_SIZE do
-    local run_id, idem = ARGV[j], ARGV[j + 2]
-    local code, id, created_ms = create_one(s, j, run_prefix .. run_id, events_prefix .. run_id,
-      idem ~= '' and idem_prefix .. idem, q, shared, now)
-    reply[n + 1], reply[n + 2], reply[n + 3] = code, id, created_ms
-    n = n + 3
-    if code == 'OK' then
-      created = created + 1
-      delayed = delayed or s.start_ms > now
+  if s.plain then  -- the usual segment: lib.lua create_plain's lean loop, the same writes
+    local made
+    n, made = create_plain(s, q, now, reply, n)
+    created = created + made
+  else
+    for j = s.first, s.last, CREATE_RUN_SIZE do
+      local run_id, idem = ARGV[j], ARGV[j + 2]
+      local code, id, created_ms = create_one(s, j, run_prefix .. run_id,
+        events_prefix .. run_id, idem ~= '' and idem_prefix .. idem, q, shared, now)
+      reply[n + 1], reply[n + 2], reply[n + 3] = code, id, created_ms
+      n = n + 3
+      if code == 'OK' then
+        created = created + 1
+        delayed = delayed or s.start_ms > now
+      end
     end
   end
 end

@@ -10,6 +10,7 @@ cancelled, finished and read exactly as a new one is.
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any
 
 import pytest
@@ -210,5 +211,49 @@ async def test_a_batch_writes_each_record_as_a_create_of_one_does(
         if encoding != "listpack":  # a hashtable's order is its buckets', not the writes'
             parts_a, parts_b = sorted(parts_a), sorted(parts_b)
         assert parts_a == parts_b
+        assert await written_beside(redis_client, keys, a, record_a) == await written_beside(
+            redis_client, keys, b, record_b
+        )
     encodings = {await redis_client.object("encoding", keys.run(m.run.id)) for m in batch}
     assert encodings == {"listpack", "hashtable"}
+
+
+async def written_beside(
+    redis_client: aioredis.Redis, keys: QueueKeys, run_id: str, record: dict[str, str]
+) -> dict[str, Any]:
+    """What a create wrote for a run outside its record, its times relative to created_at."""
+    created = int(record["created_at"])
+    stream = await redis_client.xrange(keys.events(run_id))
+    events = [fields for _, fields in stream]
+    activity = [
+        fields
+        for _, fields in await redis_client.xrange(keys.activity)
+        if fields["run_id"] == run_id
+    ]
+    # one activity entry per event, naming it; the record names the last
+    assert [fields.pop("event_id") for fields in activity] == [i for i, _ in stream]
+    assert record["last_event_id"] == stream[-1][0]
+    for fields in (*events, *activity):
+        assert int(fields.pop("ts")) == created
+    assert {fields.pop("run_id") for fields in activity} == {run_id}
+    for fields in events:
+        data = json.loads(fields["data"])
+        if "until_ms" in data:  # a delayed start's wait, as ms after the create
+            data["until_ms"] -= created
+        fields["data"] = data
+    lane = record.get("lane", "demo.echo|")
+    scores = {
+        name: await redis_client.zscore(key, run_id)
+        for name, key in (
+            ("runs", keys.runs),
+            ("unclaimed", keys.unclaimed),
+            ("lane", keys.lane(lane)),
+            ("delayed", keys.delayed),
+        )
+    }
+    return {
+        "events": events,
+        "activity": activity,
+        "scores": {k: v and v - created for k, v in scores.items()},
+        "placed": await redis_client.hget(keys.placed, lane),
+    }

@@ -1041,6 +1041,21 @@ end
 -- included, HSET here with the event's id: emit's fields), activity (optional: the
 -- queue's activity stream), index (optional: create_runs' chunk index, new_index)}.
 -- Encodes only numbers and strings.
+-- The members of a create_runs chunk's ZADD of one plain lane (index_created sends it):
+-- its first run of the chunk places the lane in the ring, as enqueue would.
+local function chunk_lane(q, index, lane)
+  local members = index.lanes[lane]
+  if not members then
+    members = {}
+    index.lanes[lane] = members
+    index.lane_order[#index.lane_order + 1] = lane
+    if redis.call('HSETNX', tag_of_ready(q.ready) .. 'placed', lane, '') == 1 then
+      redis.call('RPUSH', q.ready, lane)
+    end
+  end
+  return members
+end
+
 local function enter_queue(run_key, events_key, run_id, q, created_data, now, start_ms,
     queued_ttl_ms)
   local record, known = q.record, q.known
@@ -1069,17 +1084,7 @@ local function enter_queue(run_key, events_key, run_id, q, created_data, now, st
     redis.call('ZADD', delayed_of(prefix), start_ms, run_id)
   elseif index and known[2] == '' and known[3] == '' then
     -- a run of no concurrency or singleton key: its lane's one ZADD for the chunk
-    local lane = known[5]
-    local members = index.lanes[lane]
-    if not members then  -- its first run of the chunk places the lane, as enqueue would
-      members = {}
-      index.lanes[lane] = members
-      index.lane_order[#index.lane_order + 1] = lane
-      local tag = tag_of_ready(q.ready)
-      if redis.call('HSETNX', tag .. 'placed', lane, '') == 1 then
-        redis.call('RPUSH', q.ready, lane)
-      end
-    end
+    local members = chunk_lane(q, index, known[5])
     local m = #members
     members[m + 1] = num_arg(now - (tonumber(known[4]) or 0))
     members[m + 2] = run_id
@@ -1312,6 +1317,7 @@ local function place_shape(s, q, shared, now)
     add('last_event_id', '')
     record.event_at = #record
     add('idempotency_key', '')
+    s.plain = s.skey == '' and s.ckey == '' and s.parent_id == '' and start_ms <= now
   end
   s.q = {ready = q.ready, runs = q.runs, unclaimed = q.unclaimed, wake = q.wake,
     maxlen = shared.maxlen, activity = q.tag .. 'activity', index = q.index, record = record,
@@ -1417,4 +1423,60 @@ local function create_one(s, j, run_key, events_key, idem_key, q, shared, now)
   end
   enter_queue(run_key, events_key, run_id, s.q, s.data, now, s.start_ms, s.queued_ttl_ms)
   return 'OK', run_id, now
+end
+
+-- Create the runs of segment s (place_shape says s.plain: a template, no singleton or
+-- concurrency key, no parent, starting now) in the create_runs chunk whose keys q holds
+-- ({run_prefix, events_prefix, idem_prefix, template} beside create_one's); their codes
+-- go to reply from index n on. Each run is what create_one makes of it, write for write
+-- (create_prior, the key's SET, the COPY, the created event, the record's own fields,
+-- the activity entry, the chunk's index and lane members), in one loop whose per-call
+-- values (the time, the expiry, the lane's score) are formatted once: create_one's
+-- general path runs ~twice the Lua per run (callgrind: 135k against 116k instructions
+-- per run). Returns the next reply index and how many runs it created.
+local function create_plain(s, q, now, reply, n)
+  local run_prefix, events_prefix, idem_prefix = q.run_prefix, q.events_prefix, q.idem_prefix
+  local record, index, maxlen, data, activity = s.q.record, q.index, s.q.maxlen, s.data,
+    s.q.activity
+  local now_s, expires_s = num_arg(now), num_arg(now + s.queued_ttl_ms)
+  local score, last, root_at = num_arg(now - s.boost_ms), #record, s.root_at
+  local runs, unclaimed, members, created = index.runs, index.unclaimed, nil, 0
+  for j = s.first, s.last, CREATE_RUN_SIZE do
+    local run_id, idem = ARGV[j], ARGV[j + 2]
+    local run_key, idem_key = run_prefix .. run_id, idem ~= '' and idem_prefix .. idem
+    local code, id = create_prior(run_key, idem_key, run_id, idem, ARGV[j + 3])
+    if code then
+      reply[n + 1], reply[n + 2], reply[n + 3] = code, id, 0
+    else
+      if q.template_of ~= s then
+        place_template(q, s.template)
+        q.template_of = s
+      end
+      if idem_key then
+        redis.call('SET', idem_key, run_id .. ' ' .. ARGV[j + 3])
+      end
+      redis.call('COPY', q.template, run_key)
+      local event_id = redis.call('XADD', events_prefix .. run_id, 'MAXLEN', '~', maxlen, '*',
+        'type', 'created', 'ts', now_s, 'fence', '0', 'data', data)
+      record[RECORD_ID], record[s.input_at], record[last - 2], record[last] =
+        run_id, ARGV[j + 1], event_id, idem
+      if root_at then
+        record[root_at] = run_id
+      end
+      redis.call('HSET', run_key, unpack(record, 1, idem_key and last or last - 2))
+      redis.call('XADD', activity, 'MAXLEN', '~', ACTIVITY_MAXLEN, '*', 'run_id', run_id,
+        'event_id', event_id, 'type', 'created', 'status', 'queued', 'fence', '0', 'ts', now_s)
+      local k = index.n
+      runs[k + 1], runs[k + 2], unclaimed[k + 1], unclaimed[k + 2] =
+        now_s, run_id, expires_s, run_id
+      index.n = k + 2
+      members = members or chunk_lane(q, index, s.lane)
+      local m = #members
+      members[m + 1], members[m + 2] = score, run_id
+      reply[n + 1], reply[n + 2], reply[n + 3] = 'OK', run_id, now
+      created = created + 1
+    end
+    n = n + 3
+  end
+  return n, created
 end
