@@ -139,12 +139,14 @@ _QUEUE = re.compile(QUEUE_NAME_PATTERN)
 _KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
 
 
-def _plain(item: object) -> bool:
+def _plain(item: object, handlers: set[str], queues: set[str]) -> bool:
     """Whether ``CreateRunRequest`` takes ``item`` as it is: only handler, input, queue,
     idempotency key and metadata, each a value the schema accepts unchanged.
 
     Most items of a batch are this; they skip pydantic (the request model's ~20
-    fields and defaults per item). Anything else is left to pydantic.
+    fields and defaults per item). Anything else is left to pydantic. ``handlers``,
+    ``queues``: the names already matched in this batch (its items mostly repeat
+    the same few: one pattern match per name, not per item).
     """
     if type(item) is not dict or not item.keys() <= _PLAIN_FIELDS:
         return False
@@ -152,18 +154,28 @@ def _plain(item: object) -> bool:
     key, metadata = item.get("idempotency_key"), item.get("metadata", {})
     return (
         type(handler) is str
-        and _HANDLER.fullmatch(handler) is not None
+        and (handler in handlers or _matched(handler, _HANDLER, handlers))
         and type(queue) is str
-        and _QUEUE.fullmatch(queue) is not None
+        and (queue in queues or _matched(queue, _QUEUE, queues))
         and (key is None or (type(key) is str and _KEY.fullmatch(key) is not None))
         and type(metadata) is dict
     )
 
 
+def _matched(name: str, pattern: re.Pattern[str], known: set[str]) -> bool:
+    """Whether ``pattern`` matches all of ``name``; a name it matches joins ``known``."""
+    if pattern.fullmatch(name) is None:
+        return False
+    known.add(name)
+    return True
+
+
 def _validated(items: list[object]) -> list[CreateRunRequest | None] | None:
     """Each item as a :class:`CreateRunRequest` (None for a plain one), the others in one
     pydantic pass; None when any is invalid."""
-    plain = [_plain(item) for item in items]
+    handlers: set[str] = set()
+    queues: set[str] = set()
+    plain = [_plain(item, handlers, queues) for item in items]
     try:
         others = [item for item, is_plain in zip(items, plain, strict=True) if not is_plain]
         bodies = iter(_items_adapter().validate_python(others))
