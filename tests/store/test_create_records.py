@@ -257,3 +257,27 @@ async def written_beside(
         "scores": {k: v and v - created for k, v in scores.items()},
         "placed": await redis_client.hget(keys.placed, lane),
     }
+
+
+@pytest.mark.parametrize("shape", [{}, {"concurrency_key": "c"}], ids=["plain", "general"])
+async def test_a_template_left_by_an_aborted_call_adds_nothing_to_a_batch_record(
+    shape: dict[str, Any], run_store: RunStore, redis_client: aioredis.Redis, settings: Settings
+) -> None:
+    """A call that errored after placing its template (Redis keeps a script's writes) left it.
+
+    The next batch's records must hold only their own shape's fields: a stale field
+    copied in (another shape's concurrency key, budget) would put a run in a lane nobody
+    counts it in.
+    """
+    keys = QueueKeys(settings.prefix, Q)
+    stale = {"id": "", "queue": Q, "traceparent": "t", "budget": '{"max_steps":1}', "priority": "9"}
+    await redis_client.hset(keys.create_template, mapping=stale)
+    batch = await run_store.create_many([NewRun("demo.echo", {"n": i}, **shape) for i in range(2)])
+    (single,) = await run_store.create_many([NewRun("demo.echo", {"n": 0}, **shape)])
+    assert not isinstance(single, Exception)
+    expected = await redis_client.hgetall(keys.run(single.run.id))
+    for made in batch:
+        assert not isinstance(made, Exception)
+        record = await redis_client.hgetall(keys.run(made.run.id))
+        assert sorted(record) == sorted(expected)
+    assert not await redis_client.exists(keys.create_template)

@@ -1324,17 +1324,17 @@ local function place_shape(s, q, shared, now)
     known = {s.handler, s.ckey, s.skey, s.boost_ms, s.lane, qbase_written = start_ms <= now}}
 end
 
--- A shape's template record (place_shape) under q.template, the previous shape's gone:
--- every field but the idempotency key, the run's own values empty. create_runs
--- deletes it before it returns, so it never outlives the call.
+-- A shape's template record (place_shape) under q.template: every field but the
+-- idempotency key, the run's own values empty. create_runs deletes it before it
+-- returns, so it never outlives the call; it is deleted before each placing too, so
+-- neither the previous shape's nor one a call that errored midway left (Redis keeps a
+-- failed script's writes) can add a field to a record.
 local function create_template_of(ready_key)
   return tag_of_ready(ready_key) .. 'create_template'
 end
 
 local function place_template(q, record)
-  if q.template_of then
-    redis.call('DEL', q.template)
-  end
+  redis.call('DEL', q.template)
   redis.call('HSET', q.template, unpack(record, 1, #record - 2))
 end
 
