@@ -94,10 +94,10 @@ if token ~= '' then
     local replayed = {}
     for _, held in ipairs(cjson.decode(prior)) do
       local cur = redis.call('HMGET', KEYS[4] .. held[1], 'status', 'handler', 'input',
-        'attempt', 'max_attempts', 'state', 'resume_input', 'budget', 'owner_id', 'fence',
-        'traceparent', 'created_at')
+        'attempt', 'max_attempts', 'budget', 'traceparent', 'created_at', 'owner_id', 'fence',
+        'state', 'resume_input')
       if cur[1] == 'running' and cur[9] == owner and tonumber(cur[10]) == held[2] then
-        replayed[#replayed + 1] = claim_row(held[1], held[2], cur, '', '')
+        replayed[#replayed + 1] = claim_row(held[1], held[2], cur, cur[11], cur[12], '', '')
       end
     end
     local unregistered = 0

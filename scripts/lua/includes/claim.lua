@@ -8,10 +8,11 @@
 
 -- A claimed run's reply row, in claim_runs' format (its header says the fields): cur is
 -- the run's record read with claim_core's FIELDS (or the replay's HMGET, which keeps
--- the first twelve of them in the same places).
-local function claim_row(id, fence, cur, prior_fence, prior_owner)
-  return {id, fence, cur[2], cur[3], tonumber(cur[4]), tonumber(cur[5]), cur[6] or '',
-    cur[7] or '', cur[8] or '', cur[11] or '', cur[12] or '', prior_fence, prior_owner}
+-- the first eight of them in the same places), state and resume_input its fields of
+-- those names (nil: none).
+local function claim_row(id, fence, cur, state, resume_input, prior_fence, prior_owner)
+  return {id, fence, cur[2], cur[3], tonumber(cur[4]), tonumber(cur[5]), state or '',
+    resume_input or '', cur[6] or '', cur[7] or '', cur[8] or '', prior_fence, prior_owner}
 end
 
 -- Claim up to `want` runs for k.owner, after promoting up to promote_max due retries:
@@ -68,7 +69,7 @@ local function claim_core(k, want, promote_max)
   end
 
   local function gate(cur, room)
-    local handler, ckey, skey = cur[2], cur[13] or '', cur[14] or ''
+    local handler, ckey, skey = cur[2], cur[9] or '', cur[10] or ''
     local hlimit = limit_of('h:' .. handler)
     local klimit = ckey ~= '' and key_limit(ckey)
     if not hlimit and not klimit and skey == '' then
@@ -100,32 +101,52 @@ local function claim_core(k, want, promote_max)
     redis.call('SADD', tag .. 'wait:' .. res, lane)
     redis.call('SADD', tag .. 'blocked', res)
     redis.call('HSET', tag .. 'placed', lane, res)
-    if cur[15] ~= res then
+    if cur[11] ~= res then
       local kind = string.sub(res, 1, 1) == 's' and 'singleton' or 'concurrency_limit'
       local data = cjson.encode({kind = kind, subject = string.sub(res, 3),
         resource = ({h = 'handler', k = 'concurrency_key', s = 'singleton_key'})[string.sub(res, 1, 1)],
         limit = limit, holder = kind == 'singleton' and redis.call('HGET', tag .. 'slots', res) or nil})
       redis.call('HSET', k.run_prefix .. id, 'blocked_on', res)
-      xadd_event(k.events_prefix .. id, 'wait', tonumber(cur[16]) or 0, now, data, k.maxlen)
+      xadd_event(k.events_prefix .. id, 'wait', tonumber(cur[12]) or 0, now, data, k.maxlen)
     end
   end
 
-  local FIELDS = {'status', 'handler', 'input', 'attempt', 'max_attempts', 'state',
-    'resume_input', 'budget', 'attempt_claim', 'first_started_at', 'traceparent',
-    'created_at', 'ckey', 'skey', 'blocked_on', 'fence', 'rate_limits', 'rate_slot_at'}
+  -- What every run looked at is read with (cur[1..15] in this order). Fields a run
+  -- can only have once something moved its fence are read apart (AFTER_FENCE), by
+  -- after_fence, and only for a run about to be leased.
+  local FIELDS = {'status', 'handler', 'input', 'attempt', 'max_attempts', 'budget',
+    'traceparent', 'created_at', 'ckey', 'skey', 'blocked_on', 'fence', 'rate_limits',
+    'rate_slot_at', 'retry_of'}
+  local AFTER_FENCE = {'state', 'resume_input', 'attempt_claim', 'first_started_at'}
+  local NONE = {}
+
+  -- A run's AFTER_FENCE fields (state, resume_input, attempt_claim, first_started_at), or
+  -- none without a read when its fence is still '0' and it is no re-run: a claim moves
+  -- the fence (and writes attempt_claim, first_started_at), checkpoint_run needs a holder,
+  -- resume_run moves it before it writes resume_input, and only retry_run copies a
+  -- state into a new record, which says retry_of (before 7912d97 at fence 0). A record
+  -- nobody claimed yet - most of a claim's runs - so skips four field lookups that would
+  -- each scan the whole record for nothing (~6k instructions a run).
+  local function after_fence(run_key, cur)
+    if cur[12] == '0' and not cur[15] then
+      return NONE
+    end
+    return redis.call('HMGET', run_key, unpack(AFTER_FENCE))
+  end
 
   -- The run's previous claim as claim_row reports it (its fence and owner, '' for none),
   -- from `attempt_claim` ('<fence> <owner>': one field of the record where there were
   -- two; a fence has no space, so the first one splits it). A record last claimed
   -- before that field existed has attempt_fence and attempt_owner instead: they are read
   -- only for a run claimed before (first_started_at) that has no attempt_claim.
-  local function prior_claim(run_key, cur)
-    local last = cur[9]
+  -- later: the run's AFTER_FENCE fields.
+  local function prior_claim(run_key, later)
+    local last = later[3]
     if last then
       local gap = string.find(last, ' ', 1, true)
       return string.sub(last, 1, gap - 1), string.sub(last, gap + 1)
     end
-    if cur[10] then
+    if later[4] then
       local old = redis.call('HMGET', run_key, 'attempt_fence', 'attempt_owner')
       return old[1] or '', old[2] or ''
     end
@@ -147,7 +168,7 @@ local function claim_core(k, want, promote_max)
   -- limit, of its key when it has one, its singleton. The `held` field lists them, for
   -- release_held; a run that takes none (the fast path) gets no field.
   local function take_slots(id, cur)
-    local handler, ckey, skey = cur[2], cur[13] or '', cur[14] or ''
+    local handler, ckey, skey = cur[2], cur[9] or '', cur[10] or ''
     local held = {}
     if limit_of('h:' .. handler) then
       held[#held + 1] = 'h:' .. handler
@@ -190,12 +211,13 @@ local function claim_core(k, want, promote_max)
   -- (renew_leases writes it; reconcile_expired takes the later of the two).
   local function lease(id, cur)
     local run_key = k.run_prefix .. id
-    dequeue(cur[13], cur[14], id)
+    dequeue(cur[9], cur[10], id)
     local held = take_slots(id, cur)
     local data = claimed_data(tonumber(cur[4]))
-    local fence = (tonumber(cur[16]) or 0) + 1
+    local fence = (tonumber(cur[12]) or 0) + 1
     local fence_s, expires, at = num_arg(fence), num_arg(now + ttl), num_arg(now)
-    local prior_fence, prior_owner = prior_claim(run_key, cur)
+    local later = after_fence(run_key, cur)
+    local prior_fence, prior_owner = prior_claim(run_key, later)
     local fields = {'status', 'running', 'owner_id', owner, 'fence', fence_s,
       'lease_expires_at', expires, 'lease_ttl_ms', num_arg(ttl), 'started_at', at,
       'attempt_claim', fence_s .. ' ' .. owner}
@@ -203,11 +225,11 @@ local function claim_core(k, want, promote_max)
       fields[#fields + 1] = 'held'
       fields[#fields + 1] = held
     end
-    if cur[15] then
+    if cur[11] then
       redis.call('HDEL', run_key, 'blocked_on')
     end
     -- the first claim's time stays: a run's duration spans every attempt and park
-    if not cur[10] then
+    if not later[4] then
       fields[#fields + 1] = 'first_started_at'
       fields[#fields + 1] = at
       -- claimed at last: its queued time-to-live no longer applies (a re-run's fence
@@ -216,15 +238,17 @@ local function claim_core(k, want, promote_max)
     end
     new_leases[#new_leases + 1] = expires
     new_leases[#new_leases + 1] = id
-    emit(run_key, k.events_prefix .. id, 'claimed', fence, now, data, k.maxlen, 'running', fields)
-    claimed[#claimed + 1] = claim_row(id, fence, cur, prior_fence, prior_owner)
+    emit(run_key, k.events_prefix .. id, 'claimed', fence, now, data, k.maxlen, 'running', fields,
+      activity_of_prefix(k.events_prefix), id)
+    claimed[#claimed + 1] = claim_row(id, fence, cur, later[1], later[2], prior_fence,
+      prior_owner)
   end
 
   -- A run its rate-limit buckets hold back leaves its lane for `delayed` at its exact start
   -- time (rate_hold in lib.lua: the tokens are taken only when it is leased).
   local function held_back(id, cur)
     return rate_hold(k.run_prefix, k.events_prefix, k.delayed, id, now, k.maxlen,
-      {cur[17], cur[18], cur[16]})
+      {cur[13], cur[14], cur[12]})
   end
 
   -- Serve one lane from the ring: lease its head (or, when it is the only lane, as many
@@ -242,7 +266,7 @@ local function claim_core(k, want, promote_max)
     if not CLAIMABLE[cur[1]] then
       -- not queued any more (a record gone): drop the entry, look at the lane again
       redis.call('ZREM', lane_key, head[1])
-      dequeue(cur[13], cur[14], head[1])
+      dequeue(cur[9], cur[10], head[1])
       redis.call('LPUSH', k.ready, lane)
       return
     end
@@ -260,13 +284,13 @@ local function claim_core(k, want, promote_max)
         if CLAIMABLE[run[1]] and not held_back(id, run) then
           lease(id, run)
         else
-          dequeue(run[13], run[14], id)
+          dequeue(run[9], run[10], id)
         end
       end
     else
       redis.call('ZREM', lane_key, head[1])
       if held_back(head[1], cur) then
-        dequeue(cur[13], cur[14], head[1])
+        dequeue(cur[9], cur[10], head[1])
       else
         lease(head[1], cur)
       end

@@ -115,8 +115,10 @@ local function xadd_event(events_key, event_type, fence, ts, data, maxlen)
 end
 
 -- Entries kept (approximately) in a queue's activity stream; store/activity.py
--- documents the same number.
-local ACTIVITY_MAXLEN = 1000
+-- documents the same number. A string: redis.call formats a Lua number argument with
+-- snprintf("%.17g") at every call (~2k instructions), and this one goes with every
+-- lifecycle event.
+local ACTIVITY_MAXLEN = '1000'
 
 -- A queue's activity stream sits beside its event streams: store/keys.py builds
 -- `<tag>:events:<run id>` and `<tag>:activity` from the same hash-tagged prefix, and
@@ -135,6 +137,19 @@ local function activity_of(events_key)
     tag, run_id = string.sub(events_key, 1, last - 8), string.sub(events_key, last + 1)
   end
   return tag .. ':activity', run_id
+end
+
+-- The activity stream of the runs whose event streams are events_prefix .. id (a
+-- claim's or a finish's KEYS entry), derived once per script call and prefix: a batch
+-- that claims or ends fifty runs splits the key once, not fifty times.
+local activity_of_prefix_memo = {}
+local function activity_of_prefix(events_prefix)
+  local key = activity_of_prefix_memo[events_prefix]
+  if not key then
+    key = activity_of(events_prefix .. '-')  -- any id without ':' names the same stream
+    activity_of_prefix_memo[events_prefix] = key
+  end
+  return key
 end
 
 -- Append one lifecycle event and record its id on the run, so a state change and its
@@ -711,12 +726,18 @@ local function finalize(k, run_id, status, fence, now, fields, data, retention, 
   for _, value in ipairs(fields) do
     written[#written + 1] = value
   end
-  emit(run_key, events_key, status, fence, now, data, maxlen, status, written)
+  emit(run_key, events_key, status, fence, now, data, maxlen, status, written,
+    activity_of_prefix(k.events_prefix), run_id)
   count_outcome(k.run_prefix, status, now, k.defer)
   redis.call('PEXPIRE', run_key, retention_ms)
   redis.call('PEXPIRE', events_key, retention_ms)
-  redis.call('PEXPIRE', effects_key_of(k.run_prefix, run_id), retention_ms)
-  redis.call('PEXPIRE', waits_key_of(k.run_prefix, run_id), retention_ms)
+  -- most runs have neither an effects nor a waits hash: one EXISTS of both costs less
+  -- than two PEXPIREs (a redis.call is ~7k instructions even on a missing key)
+  local effects_key, waits_key = effects_key_of(k.run_prefix, run_id), waits_key_of(k.run_prefix, run_id)
+  if redis.call('EXISTS', effects_key, waits_key) > 0 then
+    redis.call('PEXPIRE', effects_key, retention_ms)
+    redis.call('PEXPIRE', waits_key, retention_ms)
+  end
   local idem = cur[3]
   if idem and idem ~= '' then
     redis.call('PEXPIRE', k.idem_prefix .. idem, retention_ms)
