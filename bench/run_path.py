@@ -80,9 +80,7 @@ async def measure(batch: int, rounds: int) -> dict[str, list[float]]:
     none: Any = None  # the stores a no-op run never reaches
     helpers = HelperDeps(
         lease_store=none,
-        progress_store=none,
-        wait_store=none,
-        rate_limits=none,
+        stores=none,
         rate_limit_max_wait_ms=0,
         supervision=Supervision.from_settings(settings),
         max_event_bytes=settings.max_event_bytes,

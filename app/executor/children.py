@@ -63,8 +63,7 @@ from app.errors import (
 )
 from app.executor.effects import EffectLedger, send_until_taken
 from app.executor.events import EventSink
-from app.executor.reasons import StopReason
-from app.executor.waits import RunParked
+from app.executor.reasons import RunParked, StopReason
 from app.handlers import HandlerRegistry
 from app.models import FLOW_KEY, RUN_ID, OnLeaseExpired
 from app.store.children import (

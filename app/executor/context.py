@@ -30,12 +30,10 @@ if TYPE_CHECKING:
     from app.executor.children import Child, Family, FamilyDeps, SpawnOptions
     from app.executor.effects import EffectFn, EffectLedger
     from app.executor.events import EventSink
+    from app.executor.helper_stores import HelperStores
     from app.executor.rates import Grant, RateLimiter
     from app.executor.waits import Waits
     from app.store.leases import ClaimedRun, LeaseStore
-    from app.store.progress import ProgressStore
-    from app.store.ratelimits import RateLimitStore
-    from app.store.waits import WaitStore
     from app.supervision.config import Supervision
     from app.supervision.operation import Operation
     from app.supervision.steps import StepBudget
@@ -46,10 +44,9 @@ class HelperDeps:
     """What every run's helpers are built from: one per worker, shared by all its runs."""
 
     lease_store: LeaseStore
-    progress_store: ProgressStore
-    wait_store: WaitStore
-    # the shared rate-limit buckets (ctx.rate_limit) and the longest wait holding a lease
-    rate_limits: RateLimitStore
+    # the progress, wait and rate-limit stores, each made by the first run that uses it
+    stores: HelperStores
+    # the longest wait for rate-limit tokens (ctx.rate_limit) that holds a lease
     rate_limit_max_wait_ms: int
     supervision: Supervision
     max_event_bytes: int
@@ -108,7 +105,7 @@ class RunHelpers:
         from app.executor.effects import EffectLedger
 
         ledger = EffectLedger(
-            self.deps.progress_store,
+            self.deps.stores.progress,
             self.claimed.lease,
             sink=self.sink,
             max_bytes=self.deps.max_checkpoint_bytes,
@@ -124,7 +121,7 @@ class RunHelpers:
         from app.executor.waits import Waits
 
         return Waits(
-            self.deps.wait_store,
+            self.deps.stores.waits,
             self.claimed.lease,
             ledger=self.ledger,
             sink=self.sink,
@@ -139,7 +136,7 @@ class RunHelpers:
         from app.executor.rates import RateLimiter
 
         return RateLimiter(
-            self.deps.rate_limits,
+            self.deps.stores.rate_limits,
             emit=self.sink.add,
             max_wait_ms=self.deps.rate_limit_max_wait_ms,
         )

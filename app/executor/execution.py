@@ -39,10 +39,9 @@ from app.errors import (
 )
 from app.executor.context import HelperDeps, RunContext, RunHelpers
 from app.executor.courier import Courier
-from app.executor.reasons import StopReason
+from app.executor.reasons import RunParked, StopReason
 from app.executor.slots import RunGate
 from app.executor.spans import attempt_span
-from app.executor.waits import RunParked
 from app.handlers import HandlerSpec
 from app.metrics import ATTEMPT_SECONDS, BUDGET_FAILURES, RUNS_FINISHED, child
 from app.models import RunStatus

@@ -35,3 +35,13 @@ _ABANDONING = frozenset(
         StopReason.PARKED,
     }
 )
+
+
+# here, beside the reasons, so the worker's execution catches it without importing the
+# waits' modules (effects, events, the wait store) before its first claim (issue 19 aim 2)
+class RunParked(BaseException):
+    """Unwinds a handler whose run was just parked, or found cancelling, by its own wait.
+
+    A BaseException, so a handler's ``except Exception`` cannot swallow it and carry
+    on without a lease. The worker catches it; handlers must let it through.
+    """

@@ -39,20 +39,12 @@ from typing import Any
 from app.errors import InvalidWait, LeaseLost, SignalTimeout
 from app.executor.effects import EffectLedger, send_until_taken
 from app.executor.events import EventSink
-from app.executor.reasons import StopReason
+from app.executor.reasons import RunParked, StopReason
 from app.models import WAIT_NAME
 from app.store.leases import Lease
 from app.store.waits import WaitAnswer, WaitCall, WaitKind, WaitOutcome, WaitStore
 
 log = logging.getLogger(__name__)
-
-
-class RunParked(BaseException):
-    """Unwinds a handler whose run was just parked, or found cancelling, by its own wait.
-
-    A BaseException, so a handler's ``except Exception`` cannot swallow it and carry
-    on without a lease. The worker catches it; handlers must let it through.
-    """
 
 
 class Waits:

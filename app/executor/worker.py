@@ -40,6 +40,7 @@ from app.executor.courier import Courier
 from app.executor.early_cancels import EarlyCancels
 from app.executor.execution import ExecutionDeps, RetryPolicy, RunExecution
 from app.executor.heartbeat import Heartbeat, HeartbeatCallbacks
+from app.executor.helper_stores import HelperStores
 from app.executor.inbox import HandoffInbox
 from app.executor.listener import ChannelListener
 from app.executor.reasons import StopReason
@@ -56,13 +57,10 @@ from app.store.connection import AsyncRedis, SyncRedis, async_client, sync_clien
 from app.store.context import StoreContext
 from app.store.keys import QueueKeys
 from app.store.leases import ClaimedRun, LeaseRenewer, LeaseStore
-from app.store.progress import ProgressStore
 from app.store.queues import QueueStore
-from app.store.ratelimits import RateLimitStore
 from app.store.refusals import describe, is_transient
 from app.store.scripts import Scripts
 from app.store.transitions import LeaseAnswer
-from app.store.waits import WaitStore
 from app.supervision.config import Supervision
 
 if TYPE_CHECKING:
@@ -243,13 +241,10 @@ class Worker:
         settings = self.settings
         helpers = HelperDeps(
             lease_store=lease_store,
-            progress_store=ProgressStore(stores),
-            wait_store=WaitStore(stores, max_waits=settings.max_waits_per_run),
-            rate_limits=RateLimitStore(
-                lease_store.client,
-                scripts=lease_store.scripts,
-                prefix=settings.prefix,
-                max_keys=settings.max_rate_limits,
+            stores=HelperStores(
+                stores,
+                max_waits=settings.max_waits_per_run,
+                max_rate_limits=settings.max_rate_limits,
             ),
             rate_limit_max_wait_ms=round(settings.rate_limit_max_wait_s * 1000),
             supervision=Supervision.from_settings(settings),

@@ -63,13 +63,19 @@ async def test_a_worker_refused_the_right_to_load_its_scripts_exits_saying_why(
 
 # what a worker needs only in the background or never: none of it may stand between its
 # start and its first claim (the reconciler and the run store are imported once the first
-# claim is answered, the children's modules on a run's first spawn)
+# claim is answered, the children's modules on a run's first spawn, a helper's store on
+# its first use)
 NOT_BEFORE_THE_FIRST_CLAIM = [
     "app.reconciler",
     "app.store.runs",
     "app.executor.children",
     "app.store.children",
     "app.store.outbox",
+    "app.executor.waits",
+    "app.executor.effects",
+    "app.store.progress",
+    "app.store.waits",
+    "app.store.ratelimits",
     "app.schedule_pass",
     "app.store.schedules",
     "app.store.flow",
