@@ -85,6 +85,12 @@ HANDOFF_LEFT_MS = 250
 HANDOFF_SEARCH_S = 5.0
 HANDOFF_BURSTS, HANDOFF_BURST = 2, 4
 HANDOFF_POLL_S = 0.05
+# how long (in leases) the hand-off fault waits for Redis to answer before it gives up
+# reading the dead worker's inbox (``details["inbox_unread"]``): past the longest
+# redis_outage (2 leases) another lane may be injecting meanwhile
+HANDOFF_INBOX_WAIT_TTLS = 4
+# what a read of Redis raises while another lane's fault has it stopped
+REDIS_DOWN = (RedisError, OSError)
 
 
 async def _no_creates(n: int) -> None:
@@ -216,7 +222,7 @@ class Injector:
             for run_id in ids:
                 pipe.hget(keys.run(run_id), "owner_id")
             owners = await pipe.execute()
-        except (RedisError, OSError):
+        except REDIS_DOWN:
             return {}
         counts: dict[str, int] = {}
         for owner in owners:
@@ -243,16 +249,26 @@ class Injector:
         await asyncio.to_thread(slot.current.popen.wait, EXIT_WAIT_S)
         handed: set[str] = set()
         for _ in range(HANDOFF_BURSTS):
-            if await self._registration_left_ms(keys, owner) <= 0:
+            left = await self._registration_left_ms(keys, owner)
+            if left is None or left <= 0:  # lapsed, or Redis is down: no create would reach it
                 break
             await self.create_burst(HANDOFF_BURST)
-            handed |= await self._inbox_rows(keys, owner)
+            handed |= await self._inbox_rows(keys, owner) or set()
         # until the registration lapses a create may still reach it (then its rows too)
         for _ in range(int(self.ttl_s / HANDOFF_POLL_S)):
-            if await self._registration_left_ms(keys, owner) <= 0:
+            left = await self._registration_left_ms(keys, owner)
+            if left is not None and left <= 0:
                 break
             await asyncio.sleep(HANDOFF_POLL_S)
-        handed |= await self._inbox_rows(keys, owner)
+        # the rows are the checker's evidence: read them once Redis answers again
+        for _ in range(int(HANDOFF_INBOX_WAIT_TTLS * self.ttl_s / HANDOFF_POLL_S)):
+            rows = await self._inbox_rows(keys, owner)
+            if rows is not None:
+                handed |= rows
+                break
+            await asyncio.sleep(HANDOFF_POLL_S)
+        else:
+            fault.details["inbox_unread"] = True
         fault.details["handed"] = sorted(handed)
         await asyncio.to_thread(self.cluster.start_worker, slot)
 
@@ -261,10 +277,13 @@ class Injector:
         found within HANDOFF_SEARCH_S; else the busiest (``details["registered"]`` says)."""
         deadline = time.monotonic() + HANDOFF_SEARCH_S
         while time.monotonic() < deadline:
-            now = await self._redis_now_ms()
-            idle = set(
-                await self.redis.zrangebyscore(keys.handoff_idle, now + HANDOFF_LEFT_MS, "+inf")
-            )
+            try:
+                now = await self._redis_now_ms()
+                idle = set(
+                    await self.redis.zrangebyscore(keys.handoff_idle, now + HANDOFF_LEFT_MS, "+inf")
+                )
+            except REDIS_DOWN:  # another lane's fault has Redis stopped: look again
+                idle = set()
             slots = [
                 slot
                 for slot in self.cluster.workers
@@ -286,13 +305,21 @@ class Injector:
         fault.details["registered"] = False
         return await self._busy_slot(fault)
 
-    async def _registration_left_ms(self, keys: QueueKeys, owner: str) -> int:
-        """How long the owner's hand-off registration still lives (<= 0: none)."""
-        expiry = await self.redis.zscore(keys.handoff_idle, owner)
-        return -1 if expiry is None else int(expiry) - await self._redis_now_ms()
+    async def _registration_left_ms(self, keys: QueueKeys, owner: str) -> int | None:
+        """How long the owner's hand-off registration still lives (<= 0: none; None:
+        Redis did not answer)."""
+        try:
+            expiry = await self.redis.zscore(keys.handoff_idle, owner)
+            return -1 if expiry is None else int(expiry) - await self._redis_now_ms()
+        except REDIS_DOWN:
+            return None
 
-    async def _inbox_rows(self, keys: QueueKeys, owner: str) -> set[str]:
-        rows = await self.redis.lrange(keys.handoff_inbox(owner), 0, -1)
+    async def _inbox_rows(self, keys: QueueKeys, owner: str) -> set[str] | None:
+        """The rows (``id@fence``) in the owner's inbox; None when Redis did not answer."""
+        try:
+            rows = await self.redis.lrange(keys.handoff_inbox(owner), 0, -1)
+        except REDIS_DOWN:
+            return None
         handed = set()
         for raw in rows:
             row = json.loads(raw)
