@@ -322,18 +322,19 @@ class AnswerShapes:
             shape = self._shapes[key] = _shape_of(_queued_fields(new, reply))
         if shape is None:
             return to_json(_answer_of(_queued_fields(new, reply))).decode()
-        idempotency_key = new.idempotency_key
+        idempotency_key, root_id = new.idempotency_key, new.root_id
+        run_id = encode_basestring(reply.run_id)  # once: a top-level run is its own root
         head, after_id, after_input, after_key, tail = shape  # holes in _PER_RUN's order
         return "".join(
             (
                 head,
-                encode_basestring(reply.run_id),
+                run_id,
                 after_id,
                 new.input_json,
                 after_input,
                 "null" if idempotency_key is None else encode_basestring(idempotency_key),
                 after_key,
-                encode_basestring(new.root_id or reply.run_id),
+                encode_basestring(root_id) if root_id else run_id,
                 tail,
             )
         )
