@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import time
 from typing import Any
 
@@ -157,7 +158,8 @@ async def measure(
 async def main(args: argparse.Namespace) -> None:
     """Start Redis and one API, run each mode ``--reps`` times, record the median."""
     async with private_redis("bulk-create") as redis:
-        port = free_port()
+        # BENCH_API_PORT: a fixed one (a range agreed with others sharing the machine)
+        port = int(os.environ.get("BENCH_API_PORT", "0")) or free_port()
         env = {
             "LEASEHOLD_REDIS_URL": redis.url,
             "LEASEHOLD_API_PORT": str(port),
