@@ -517,13 +517,22 @@ class RunStore(Store):
                 )
             shape, frame = framed
         input_json = new.input_json
-        run = CreateRun(
-            run_id=new.run_id or run_id or new_run_id(new.queue),
-            input=input_json,
-            idempotency_key=new.idempotency_key or "",
-            fingerprint=framed_fingerprint(frame, input_json),
+        # tuple.__new__ in CreateRun's field order (run_id, input, idempotency_key,
+        # fingerprint): its NamedTuple __new__ is a Python function, a frame per run
+        run: CreateRun = tuple.__new__(
+            CreateRun,
+            (
+                new.run_id or run_id or new_run_id(new.queue),
+                input_json,
+                new.idempotency_key or "",
+                framed_fingerprint(frame, input_json),
+            ),
         )
         return shape, run
+
+    assert CreateRun._fields == ("run_id", "input", "idempotency_key", "fingerprint"), (
+        "create_group builds a CreateRun by position"
+    )
 
     def _shape_of(self, new: NewRun, metadata: str) -> CreateShape:
         """What ``new`` shares with the other runs of its segment (``metadata``: encoded)."""

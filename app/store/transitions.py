@@ -222,8 +222,17 @@ def _create_many_keys(k: QueueKeys, run_id: str, a: CreateArgs) -> tuple[str, ..
     return (k.ready, k.runs, k.unclaimed, k.run_prefix, k.events_prefix, k.idem_prefix)
 
 
+assert CreateReply._fields == ("code", "run_id", "created_at_ms"), "_create_replies: by position"
+
+
 def _create_replies(reply: Sequence[Any]) -> list[CreateReply]:
-    return [CreateReply(reply[i], reply[i + 1], int(reply[i + 2])) for i in range(0, len(reply), 3)]
+    # tuple.__new__ with the class: a NamedTuple's own __new__ is a Python function, a
+    # frame per run of every batch; the same CreateReply
+    make = tuple.__new__
+    return [
+        make(CreateReply, (reply[i], reply[i + 1], int(reply[i + 2])))
+        for i in range(0, len(reply), 3)
+    ]
 
 
 CREATE_RUNS: Transition[CreateArgs, list[CreateReply]] = Transition(
