@@ -296,6 +296,10 @@ _SHAPE_OF_NEW = attrgetter(
 _MARK = secrets.token_hex(8)
 
 
+# a shape not built yet (None is a shape that cannot be used: each run encoded whole)
+_UNSEEN: Any = object()
+
+
 class AnswerShapes:
     """Encodes the answers of one batch's fresh runs, most of it once per shape.
 
@@ -316,9 +320,8 @@ class AnswerShapes:
     def encode(self, new: NewRun, reply: CreateReply) -> str:
         """The JSON text of the answer for the run ``new`` that ``reply`` says was created."""
         key = _shape_key(new, reply)
-        if key in self._shapes:
-            shape = self._shapes[key]
-        else:
+        shape = self._shapes.get(key, _UNSEEN)  # one hash of the key's ~14 values per run
+        if shape is _UNSEEN:
             shape = self._shapes[key] = _shape_of(_queued_fields(new, reply))
         if shape is None:
             return to_json(_answer_of(_queued_fields(new, reply))).decode()
