@@ -51,6 +51,8 @@ _MAYBE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
 EXPECTED_MEDIA_TYPE = "application/json"
 # JSON values that nest nothing and are always finite (bool is an int)
 _SCALARS = (str, int, type(None))
+# the exact types of those a JSON parser makes (bool is an int)
+_SCALAR_TYPES = frozenset((str, int, bool, type(None)))
 # how many offending values one 422 lists at most
 _MAX_REPORTED = 10
 
@@ -171,7 +173,10 @@ def content_errors(
     for name, value in fields:
         if isinstance(value, _SCALARS):  # most fields of an item: nothing to walk
             continue
-        if type(value) is dict and all(isinstance(v, _SCALARS) for v in value.values()):
+        if type(value) is dict and (
+            _SCALAR_TYPES.issuperset(map(type, value.values()))  # in C: no frame per value
+            or all(isinstance(v, _SCALARS) for v in value.values())
+        ):
             continue  # an object of strings and integers (most inputs): depth 1, all finite
         depth, value_non_finite = depth_and_non_finite(value)
         if depth > max_depth:
