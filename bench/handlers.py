@@ -39,6 +39,9 @@ class LatencyInput(BaseModel):
     """The producer's wall-clock time (epoch seconds) right before it created the run."""
 
     enqueued_at: float
+    # how long the handler runs after its stamp (bench.latency_steps --hold-ms): runs that
+    # overlap, so a create may come while the worker's last hand-off still runs
+    hold_s: float = 0.0
 
 
 def _redis() -> aioredis.Redis:
@@ -54,6 +57,8 @@ async def latency(ctx: RunContext, params: LatencyInput) -> dict[str, Any]:
     """Record ``"<enqueued_at> <started_at>"`` (epoch seconds) for the benchmark."""
     started_at = time.time()
     await _redis().rpush(LATENCY_KEY, f"{params.enqueued_at} {started_at}")
+    if params.hold_s:
+        await asyncio.sleep(params.hold_s)
     return {}
 
 

@@ -1,6 +1,6 @@
 """Enqueue→start at 50 runs/s, split into steps: where a run's start spends its µs.
 
-``python -m bench.latency_steps [--n 500] [--rate 50] [--worker-cpu 1] [--no-probe]``
+``python -m bench.latency_steps [--n 500] [--rate 50] [--worker-cpu 1] [--no-probe] [--hold-ms 50]``
 
 The method of :mod:`bench.latency` (one warm idle worker, ``--concurrency 50``, runs
 created through the store at a steady pace, the producer stamps the time before its
@@ -77,9 +77,10 @@ def _pin(pid: int, cpu: int) -> None:
         os.sched_setaffinity(int(task.name), {cpu})
 
 
-async def _create(store: RunStore, produced: list[dict[str, Any]]) -> None:
+async def _create(store: RunStore, produced: list[dict[str, Any]], hold_s: float = 0.0) -> None:
     p0 = time.time()
-    new = NewRun(handler="bench.lat", input={"enqueued_at": p0})
+    body: dict[str, Any] = {"enqueued_at": p0, "hold_s": hold_s} if hold_s else {"enqueued_at": p0}
+    new = NewRun(handler="bench.lat", input=body)
     p1 = time.time()
     args = store.create_args(new)
     p2 = time.time()
@@ -115,7 +116,7 @@ async def _measure(args: argparse.Namespace, probe_out: str) -> dict[str, Any]:
             t0 = time.perf_counter()
             for i in range(args.n):
                 await asyncio.sleep(max(0.0, t0 + i / args.rate - time.perf_counter()))
-                await _create(store, produced)
+                await _create(store, produced, args.hold_ms / 1000)
             for _ in range(300):  # at most 30 s for the last starts to be recorded
                 if await server.client.llen(LATENCY_KEY) >= args.n:
                     break
@@ -267,6 +268,9 @@ def main() -> None:
     parser.add_argument("--no-probe", action="store_true", help="latency and CPU only")
     parser.add_argument("--label", default="")
     parser.add_argument("--port", type=int, default=0, help="its redis-server's port (0: free)")
+    parser.add_argument(
+        "--hold-ms", type=float, default=0.0, help="each paced run's handler sleeps this long"
+    )
     parser.add_argument("--dump", default="", help="write the runs and probe events here (JSON)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="latency-steps-") as tmp:

@@ -76,6 +76,10 @@ from app.store.transitions import LeaseAnswer
 log = logging.getLogger(__name__)
 
 MIN_WAIT_S = 0.01
+# how long after a handed-off run started its worker registers again, when the run has
+# not ended by then (its finish trip would carry the registration): runs created while
+# it still runs are handed off too, and a short run's finish makes no extra trip
+REREGISTER_S = 0.002
 # how long a drain's withdrawal waits for a trip carrying the registration to come back
 WITHDRAW_WAIT_S = 2.0
 
@@ -145,6 +149,8 @@ class Courier:
         self._handoff_slots = 0
         self._unregister = False  # a drain: one trip removes the registration
         self._registration_trip: asyncio.Task[None] | None = None
+        # a handed-off run started: the registration is made again soon (see REREGISTER_S)
+        self._reregister: asyncio.TimerHandle | None = None
         # Redis refused a claim (full, read-only): none is sent before this monotonic time
         self._claims_paused_until = 0.0
         self._claim_refusals = REDIS_BACKOFF.streak()
@@ -163,6 +169,8 @@ class Courier:
     async def close(self) -> None:
         """Stop the loop and its trips; outcomes still pending are abandoned (their leases
         expire)."""
+        if self._reregister is not None:
+            self._reregister.cancel()
         tasks = [*self._trips] + ([self._task] if self._task is not None else [])
         for task in tasks:
             task.cancel()
@@ -209,15 +217,36 @@ class Courier:
         if self._handoff_slots > 0:
             self._handoff_slots -= 1
             if self._claiming:
-                self._start_run(run, read_at)
+                self._start_handoff(run, read_at)
                 return
             self._slots.give_back(1)
         elif self._claiming and self._slots.reserve(1) == 1:
-            self._start_run(run, read_at)
+            self._start_handoff(run, read_at)
             return
         task = asyncio.get_running_loop().create_task(self._give_back_handoff(run))
         self._trips.add(task)
         task.add_done_callback(self._trips.discard)
+
+    def _start_handoff(self, run: ClaimedRun, read_at: float) -> None:
+        """Start a handed-off run, and register again :data:`REREGISTER_S` later unless
+        the run's finish trip did meanwhile: a worker with slots free stays registered
+        while its runs execute, so the next create hands its run off too (not only
+        once this one ended)."""
+        self._start_run(run, read_at)
+        if self._reregister is None:
+            loop = asyncio.get_running_loop()
+            self._reregister = loop.call_later(REREGISTER_S, self._register_again)
+
+    def _register_again(self) -> None:
+        """The timer of :meth:`_start_handoff`: a trip claims (and so registers) now, unless
+        a registration is made or on its way, or the worker drains. Not a wake: the claim
+        coming back short leaves the courier idle."""
+        self._reregister = None
+        if self._registered or self._registering or not self._claiming:
+            return
+        self._maybe_ready = True
+        if self._task is None or self._task.done() or not self._send_trips():
+            self._kick.set()
 
     async def _give_back_handoff(self, run: ClaimedRun) -> None:
         """Release a handed-off run this worker will not run (drain, or no slot free)."""
@@ -517,8 +546,6 @@ class Courier:
 
     def _wait_timeout(self) -> float:
         timeout = self._idle_wake_s
-        if self._registered:  # renewed at half its life, by the claim the timer sends
-            timeout = min(timeout, self._handoff_ms / 2000)
         if self._registered:  # renewed at half its life, by the claim the timer sends
             timeout = min(timeout, self._handoff_ms / 2000)
         if self._next_due_ms is not None:
