@@ -79,6 +79,8 @@ local token = ARGV[6]
 local handoff_ms = int_arg(ARGV[7], 'handoff_ms', 0)
 local now = now_ms()
 local receipt = KEYS[6] .. owner .. ':' .. token
+-- the call's activity entries: their stream trimmed once, before the reply (lib.lua)
+defer_activity_trim()
 
 local function next_due_ms()
   local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
@@ -124,4 +126,5 @@ if handoff_ms > 0 then
   unregistered, registered = reregister(tag_of_prefix(KEYS[4]), owner, now, handoff_ms, want,
     #claimed, ttl .. ' ' .. ARGV[4] .. ' ' .. promote_max)
 end
+trim_activity()
 return {'OK', claimed, next_due_ms(), throttled, unregistered, registered}

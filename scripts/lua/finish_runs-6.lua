@@ -64,6 +64,8 @@ end
 
 local now = now_ms()
 local answers = {}
+-- the batch's activity entries: their stream trimmed once, at the end (lib.lua)
+defer_activity_trim()
 
 local function retry(group, attempt)
   local id = group.id
@@ -162,4 +164,5 @@ for _, group in ipairs(groups) do
   answers[#answers + 1] = settle(group)
 end
 flush_defer(k, k.defer, now)
+trim_activity()
 return answers

@@ -60,3 +60,36 @@ async def test_the_stream_is_capped_and_an_old_position_is_reported_as_trimmed(
     assert await activity.trimmed("default", after=oldest)
     newest = await activity.newest("default")
     assert not await activity.trimmed("default", after=newest)
+
+
+async def test_claims_and_finishes_in_batches_keep_the_stream_capped(
+    run_store: RunStore, lease_store: LeaseStore, redis_client: aioredis.Redis
+) -> None:
+    # claim_runs and finish_runs trim the stream once per call, not per entry: a
+    # drain of batches still leaves it at about the cap, every entry of its last
+    # call kept, and an old position still reads as trimmed
+    activity = ActivityStore(redis_client, prefix=run_store.prefix)
+    first = (await run_store.create(NewRun(handler="demo.echo", input={}))).run
+    oldest = (await activity.read("default", after="0-0", count=1))[0].id
+    for _ in range(ACTIVITY_MAXLEN // 50 + 1):
+        for _ in range(50):
+            await run_store.create(NewRun(handler="demo.echo", input={}))
+    key = run_store.keys("default").activity
+    outcomes: list[Outcome] = []
+    done: set[str] = set()
+    while True:
+        answers, claim = await lease_store.finish_and_claim("default", OWNER, outcomes, 50)
+        assert set(answers) <= {"OK"}
+        done.update(o.lease.run_id for o in outcomes)
+        length = await redis_client.xlen(key)
+        assert length < ACTIVITY_MAXLEN + 300
+        if not claim.runs:
+            break
+        outcomes = [Outcome(run.lease, RunStatus.SUCCEEDED, output_json="1") for run in claim.runs]
+    assert first.id in done and len(done) == ACTIVITY_MAXLEN // 50 * 50 + 51
+    assert await redis_client.xlen(key) >= ACTIVITY_MAXLEN
+    assert await activity.trimmed("default", after=oldest)
+    newest = await activity.read("default", after="0-0", count=ACTIVITY_MAXLEN * 2)
+    # the last finish (the one run left) ends the stream, its claim before it
+    assert [e.type for e in newest[-2:]] == ["claimed", "succeeded"]
+    assert newest[-1].id == await activity.newest("default")

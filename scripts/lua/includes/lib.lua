@@ -120,6 +120,26 @@ end
 -- lifecycle event.
 local ACTIVITY_MAXLEN = '1000'
 
+-- A batch script (claim_runs, finish_runs: fifty claims or ends a call, each with its
+-- activity entry) trims each activity stream it appended to once, at its end, not at
+-- every entry (MAXLEN ~ on each XADD: ~3k instructions apiece): defer_activity_trim()
+-- at its top makes emit append without MAXLEN and note the stream, trim_activity()
+-- before its return trims each noted one (XTRIM MAXLEN ~, the same approximate cap).
+-- A call that raises in between leaves a stream a few entries over the cap until the
+-- next append to it: the cap is approximate anyway, and trimming only ever leaves at
+-- least ACTIVITY_MAXLEN entries (store/activity.py's `trimmed` relies on that alone).
+local activity_trim = {deferred = false, keys = {}, noted = {}}
+local function defer_activity_trim()
+  activity_trim.deferred = true
+end
+
+local function trim_activity()
+  for _, key in ipairs(activity_trim.keys) do
+    redis.call('XTRIM', key, 'MAXLEN', '~', ACTIVITY_MAXLEN)
+  end
+  activity_trim.keys, activity_trim.noted = {}, {}
+end
+
 -- A queue's activity stream sits beside its event streams: store/keys.py builds
 -- `<tag>:events:<run id>` and `<tag>:activity` from the same hash-tagged prefix, and
 -- run ids never contain ':'. Deriving it here from the events key (a KEYS entry,
@@ -184,10 +204,19 @@ local function emit(run_key, events_key, event_type, fence, ts, data, maxlen, st
   if not activity_key then
     activity_key, run_id = activity_of(events_key)
   end
-  redis.call('XADD', activity_key, 'MAXLEN', '~', ACTIVITY_MAXLEN, '*',
-    'run_id', run_id, 'event_id', id, 'type', event_type,
-    'status', status or redis.call('HGET', run_key, 'status') or '', 'fence', num_arg(fence),
-    'ts', num_arg(ts))
+  status = status or redis.call('HGET', run_key, 'status') or ''
+  if activity_trim.deferred then
+    if not activity_trim.noted[activity_key] then
+      activity_trim.noted[activity_key] = true
+      activity_trim.keys[#activity_trim.keys + 1] = activity_key
+    end
+    redis.call('XADD', activity_key, '*', 'run_id', run_id, 'event_id', id,
+      'type', event_type, 'status', status, 'fence', num_arg(fence), 'ts', num_arg(ts))
+  else
+    redis.call('XADD', activity_key, 'MAXLEN', '~', ACTIVITY_MAXLEN, '*',
+      'run_id', run_id, 'event_id', id, 'type', event_type, 'status', status,
+      'fence', num_arg(fence), 'ts', num_arg(ts))
+  end
   return id
 end
 
