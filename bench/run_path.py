@@ -20,6 +20,11 @@ task's own; 0 since).
 
     .venv/bin/python -m bench.run_path --rounds 3000
     .venv/bin/python -m bench.run_path --root /tmp/main    # the same, main's code
+    .venv/bin/python -m bench.run_path --callgrind /tmp/rp.out --rounds 200
+
+``--callgrind`` counts the instructions of the same rounds instead (valgrind, after 50
+rounds to warm up; ~25-40 s): one JSON line with the instructions per run, the figure
+that does not move with the machine's load.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
+import os
 import subprocess
 import sys
 import time
@@ -62,44 +69,53 @@ def claim_reply(batch: int) -> list[Any]:
     return ["OK", rows, "-1", "0", "0", "0"]
 
 
-async def measure(batch: int, rounds: int) -> dict[str, list[float]]:
-    """µs per run of each part, one sample per round (batch)."""
-    from app.executor.context import HelperDeps
-    from app.executor.execution import ExecutionDeps, RetryPolicy
-    from app.executor.worker import Worker
-    from app.handlers import load_handler_modules
-    from app.settings import Settings
-    from app.store.leases import LeaseStore
-    from app.store.transitions import FINISH_RUNS, FinishArgs
-    from app.supervision.config import Supervision
+class Bench:
+    """The real worker's per-run code with a stand-in courier: one round is one batch."""
 
-    settings = Settings()
-    worker = Worker(settings, load_handler_modules(["app.demo.handlers"]), worker_id="w-bench")
-    courier = AnswerAll()
-    worker._couriers = {"default": courier}  # type: ignore[dict-item]
-    none: Any = None  # the stores a no-op run never reaches
-    helpers = HelperDeps(
-        lease_store=none,
-        stores=none,
-        rate_limit_max_wait_ms=0,
-        supervision=Supervision.from_settings(settings),
-        max_event_bytes=settings.max_event_bytes,
-        max_checkpoint_bytes=settings.max_checkpoint_bytes,
-    )
-    worker._deps = ExecutionDeps(
-        helpers=helpers,
-        courier_for=worker._couriers.__getitem__,
-        thread_pool=ThreadPoolExecutor(1),
-        retry=RetryPolicy(1.0, 2.0),
-        on_slot_freed=worker._slot_freed,
-        on_settled=worker._settled,
-        run_gate=worker._slots.run_gate,
-    )
-    raw = claim_reply(batch)
-    samples: dict[str, list[float]] = {part: [] for part in PARTS}
-    for _ in range(rounds):
+    def __init__(self, batch: int) -> None:
+        from app.executor.context import HelperDeps
+        from app.executor.execution import ExecutionDeps, RetryPolicy
+        from app.executor.worker import Worker
+        from app.handlers import load_handler_modules
+        from app.settings import Settings
+        from app.store.leases import LeaseStore
+        from app.store.transitions import FINISH_RUNS, FinishArgs
+        from app.supervision.config import Supervision
+
+        settings = Settings()
+        worker = Worker(settings, load_handler_modules(["app.demo.handlers"]), worker_id="w-bench")
+        self.courier = courier = AnswerAll()
+        worker._couriers = {"default": courier}  # type: ignore[dict-item]
+        none: Any = None  # the stores a no-op run never reaches
+        helpers = HelperDeps(
+            lease_store=none,
+            stores=none,
+            rate_limit_max_wait_ms=0,
+            supervision=Supervision.from_settings(settings),
+            max_event_bytes=settings.max_event_bytes,
+            max_checkpoint_bytes=settings.max_checkpoint_bytes,
+        )
+        worker._deps = ExecutionDeps(
+            helpers=helpers,
+            courier_for=worker._couriers.__getitem__,
+            thread_pool=ThreadPoolExecutor(1),
+            retry=RetryPolicy(1.0, 2.0),
+            on_slot_freed=worker._slot_freed,
+            on_settled=worker._settled,
+            run_gate=worker._slots.run_gate,
+        )
+        self.worker = worker
+        self.batch = batch
+        self.raw = claim_reply(batch)
+        self.parse = LeaseStore._parse_claim
+        self.finish_runs = FINISH_RUNS
+        self.finish_args = FinishArgs
+
+    async def round(self) -> tuple[int, int, int, int]:
+        """One batch claimed, run, finished and settled: perf_counter_ns at each step."""
+        worker, courier, batch = self.worker, self.courier, self.batch
         t0 = time.perf_counter_ns()
-        claim = LeaseStore._parse_claim(none, "default", "w-bench", raw)
+        claim = self.parse(None, "default", "w-bench", self.raw)
         t1 = time.perf_counter_ns()
         for run in claim.runs:
             worker._start_run(run, 0.0)
@@ -110,17 +126,63 @@ async def measure(batch: int, rounds: int) -> dict[str, list[float]]:
         if len(answered) != batch:
             raise RuntimeError(f"{len(answered)} of {batch} runs reached their finish")
         groups = [outcome.group() for outcome, _ in answered]
-        FINISH_RUNS.flatten(FinishArgs("w-bench", "", 1000, "wake", groups))
-        for (_, future), code in zip(answered, FINISH_RUNS.decode(["OK"] * batch), strict=True):
+        self.finish_runs.flatten(self.finish_args("w-bench", "", 1000, "wake", groups))
+        codes = self.finish_runs.decode(["OK"] * batch)
+        for (_, future), code in zip(answered, codes, strict=True):
             future.set_result(code)
         for _ in range(3):  # each task settles
             await asyncio.sleep(0)
         t3 = time.perf_counter_ns()
         if worker._executions:
             raise RuntimeError(f"{len(worker._executions)} runs did not settle")
+        return t0, t1, t2, t3
+
+
+async def measure(batch: int, rounds: int) -> dict[str, list[float]]:
+    """µs per run of each part, one sample per round (batch)."""
+    bench = Bench(batch)
+    samples: dict[str, list[float]] = {part: [] for part in PARTS}
+    for _ in range(rounds):
+        t0, t1, t2, t3 = await bench.round()
         for part, ns in zip(PARTS, (t1 - t0, t2 - t1, t3 - t2, t3 - t0), strict=True):
             samples[part].append(ns / batch / 1000)
     return samples
+
+
+async def counted(batch: int, rounds: int) -> None:
+    """Inside valgrind: 50 rounds to warm up, then ``rounds`` with counting on."""
+    from bench.batch_cost import _instrument
+
+    bench = Bench(batch)
+    for _ in range(50):
+        await bench.round()
+    gc.collect()
+    _instrument(True)
+    for _ in range(rounds):
+        await bench.round()
+    _instrument(False)
+
+
+def callgrind(args: argparse.Namespace) -> None:
+    """This file's ``--child`` under callgrind: instructions per run, as one JSON line."""
+    out_file = os.path.abspath(args.callgrind)
+    valgrind = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
+    command = [*valgrind, f"--callgrind-out-file={out_file}", sys.executable, "-c"]
+    command += [Path(__file__).read_text(), "--child"]
+    command += ["--batch", str(args.batch), "--rounds", str(args.rounds)]
+    started = time.monotonic()
+    subprocess.run(command, cwd=args.root or Path.cwd(), check=True, stderr=subprocess.DEVNULL)
+    from bench.redis_cost import callgrind_total
+
+    runs = args.batch * args.rounds
+    result = {
+        "tree": str(args.root or Path.cwd()),
+        "batch": args.batch,
+        "runs": runs,
+        "instructions_per_run": round(callgrind_total(out_file) / runs),
+        "seconds": round(time.monotonic() - started, 1),
+    }
+    print(json.dumps(result))
 
 
 async def cyclic_garbage(batch: int, rounds: int) -> float:
@@ -141,7 +203,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=25, help="runs per claim (a trip's share)")
     parser.add_argument("--rounds", type=int, default=3000)
     parser.add_argument("--root", type=Path, help="run this checkout's code instead")
+    parser.add_argument(
+        "--callgrind",
+        metavar="OUT",
+        help="count instructions instead (valgrind; its profile to OUT): --rounds after 50 "
+        "to warm up, printed as instructions per run (load-independent; try --rounds 200)",
+    )
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child:
+        sys.path.insert(0, ".")
+        import uvloop
+
+        uvloop.run(counted(args.batch, args.rounds))
+        return
+    if args.callgrind is not None:
+        callgrind(args)
+        return
     if args.root is not None:
         here = Path(__file__).read_text()
         command = [sys.executable, "-c", here, "--batch", str(args.batch)]

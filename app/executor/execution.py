@@ -22,7 +22,7 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from pydantic import BaseModel
@@ -42,6 +42,7 @@ from app.executor.courier import Courier
 from app.executor.reasons import RunParked, StopReason
 from app.executor.slots import RunGate
 from app.executor.spans import attempt_span
+from app.executor.tally import Tally
 from app.handlers import HandlerSpec
 from app.metrics import ATTEMPT_SECONDS, BUDGET_FAILURES, RUNS_FINISHED, child
 from app.models import RunStatus
@@ -99,6 +100,8 @@ class ExecutionDeps:
     # at most the worker's concurrency of runs execute at once; prefetched ones wait here
     run_gate: RunGate
     on_settled: Callable[[str], None]
+    # the worker's per-run metrics, added to Prometheus once per loop pass
+    tally: Tally = field(default_factory=Tally)
 
 
 @dataclass(slots=True)
@@ -338,8 +341,12 @@ class RunExecution:
         outcome = self._outcome(result)
         code = await self._deps.courier_for(self.claimed.queue).finish(outcome)
         status = _status_after(outcome, code)
-        child(RUNS_FINISHED, self.claimed.queue, self.claimed.handler, status).inc()
-        self._observe(status)
+        if self.span is NO_SPAN:  # no exemplar to keep: counted with the batch's other runs
+            claimed = self.claimed
+            seconds = time.monotonic() - self._started_at
+            self._deps.tally.finished(claimed.queue, claimed.handler, status, seconds)
+        else:
+            self._observe(status)
         if helpers.spawned and code in (LeaseAnswer.OK, LeaseAnswer.CANCEL):
             await helpers.settle_family()  # a parent's cascade, at once
         if code == LeaseAnswer.LOST:
@@ -355,12 +362,12 @@ class RunExecution:
             )
 
     def _observe(self, status: str) -> None:
-        """The attempt's duration; its trace id as the exemplar, so a slow bucket leads to it."""
-        exemplar = None
-        if self.span is not NO_SPAN:  # tracing off: no attributes to set, no ids to read
-            self.span.set_attributes({"leasehold.outcome": status})
-            ids = tracer().current_ids()
-            exemplar = {"trace_id": ids["trace_id"]} if ids else None
+        """Tracing on: the outcome, and the attempt's duration with its trace id as the
+        exemplar, so a slow bucket leads to it."""
+        self.span.set_attributes({"leasehold.outcome": status})
+        ids = tracer().current_ids()
+        exemplar = {"trace_id": ids["trace_id"]} if ids else None
+        child(RUNS_FINISHED, self.claimed.queue, self.claimed.handler, status).inc()
         child(ATTEMPT_SECONDS, self.claimed.queue, self.claimed.handler, status).observe(
             time.monotonic() - self._started_at, exemplar=exemplar
         )
@@ -446,6 +453,8 @@ def _as_failure(error: BaseException | None) -> RunFailure:
 
 
 def _encode_output(value: Any) -> str:
+    if value is None:  # a handler that returns nothing (most): no encoder call
+        return "null"
     if isinstance(value, BaseModel):
         return value.model_dump_json()
     return dumps(value)

@@ -47,7 +47,7 @@ from app.executor.reasons import StopReason
 from app.executor.slots import Slots
 from app.executor.table import LeaseTable
 from app.handlers import HandlerRegistry, HandlerSpec
-from app.metrics import LEASES_LOST, LOOP_LAG, RUNS_CLAIMED, child
+from app.metrics import LEASES_LOST, LOOP_LAG
 from app.models import WorkerInfo
 from app.retry import REDIS_BACKOFF, retrying
 from app.settings import Settings
@@ -443,7 +443,7 @@ class Worker:
         if claimed.id in self._executions:
             self._stop_stale(claimed)
         self._table.add(claimed.lease, confirmed_at)
-        child(RUNS_CLAIMED, claimed.queue, claimed.handler).inc()
+        self._deps.tally.claimed(claimed.queue, claimed.handler)
         try:
             spec: HandlerSpec | None = self.registry.get(claimed.handler)
         except UnknownHandler:  # the run then fails as unknown_handler
