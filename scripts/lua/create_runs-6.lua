@@ -47,7 +47,9 @@
 --          chunk starts later.
 -- validate-then-write: every segment is checked (create_segments: each shape's fields,
 --          its count, its runs' ids) before the first write; each run's record, idempotency key, tombstone and singleton key
---          are then read before its own writes (after the earlier runs' writes).
+--          are then read before its own writes (after the earlier runs' writes); in a
+--          plain segment the key's SETNX and the record's COPY are those reads (lib.lua
+--          create_plain: a key or record that was there is left as it was).
 --- @include lib
 --- @include claim
 

@@ -16,12 +16,13 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
+from app.errors import IdempotencyConflict
 from app.models import RunStatus
 from app.settings import Settings
 from app.store.flow import FlowStore
 from app.store.keys import QueueKeys
 from app.store.leases import ClaimedRun, LeaseStore, Outcome
-from app.store.runs import NewRun, RunStore
+from app.store.runs import Created, NewRun, RunStore
 from app.store.scripts import Scripts
 from app.store.transitions import LeaseAnswer
 
@@ -281,3 +282,104 @@ async def test_a_template_left_by_an_aborted_call_adds_nothing_to_a_batch_record
         record = await redis_client.hgetall(keys.run(made.run.id))
         assert sorted(record) == sorted(expected)
     assert not await redis_client.exists(keys.create_template)
+
+
+def answer(outcome: Created | Exception) -> tuple[Any, str]:
+    """An outcome as (replayed, run id), ("conflict", the key's run) or (repr, '')."""
+    if isinstance(outcome, IdempotencyConflict):
+        return "conflict", outcome.run_id
+    if isinstance(outcome, Created):
+        return outcome.replayed, outcome.run.id
+    return repr(outcome), ""
+
+
+async def world_state(redis_client: aioredis.Redis, prefix: str) -> dict[str, Any]:
+    """Every key under prefix (the prefix cut off): records less their times, keys' values,
+    event types, zset members."""
+    keys = QueueKeys(prefix, Q)
+    state: dict[str, Any] = {}
+    async for key in redis_client.scan_iter(match=f"{prefix}:*"):
+        kind = await redis_client.type(key)
+        found: Any = kind
+        if kind == "hash" and key.startswith(keys.run("")):
+            record = await redis_client.hgetall(key)
+            found = {k: v for k, v in record.items() if k not in PER_RUN}
+        elif kind == "string":
+            found = await redis_client.get(key)
+        elif kind == "stream" and key.startswith(keys.events("")):
+            found = [f["type"] for _, f in await redis_client.xrange(key)]
+        elif kind == "zset":
+            found = await redis_client.zrange(key, 0, -1)
+        state[key.removeprefix(prefix)] = found
+    return state
+
+
+async def test_a_plain_batch_answers_and_writes_replays_as_one_by_one_creates_do(
+    redis_client: aioredis.Redis, scripts: Scripts, settings: Settings
+) -> None:
+    """create_plain's SETNX and COPY decide as create_one's reads do, and leave what was there.
+
+    The same creates, in two worlds: one batch (a plain segment: the key's SETNX and the
+    record's COPY are its checks) and one create per call (create_one: EXISTS and GET
+    first). Runs whose record exists (with a new key, none, or a used one), keys reused
+    with the same and another body, and a run id twice in the batch: the same answers,
+    and the same keys, idempotency keys, records and events.
+    """
+
+    def rid(n: int) -> str:
+        return f"{Q}.01M8VYQ5NAB19RSBWN3QFA63{n:02d}"  # R<n> below
+
+    def new(n: int, key: str | None, body: int = 0) -> NewRun:
+        return NewRun("demo.echo", {"b": body}, idempotency_key=key, run_id=rid(n))
+
+    before = [new(0, None), new(1, "k-1")]  # a run without a key, a keyed one
+    batch = [
+        new(2, "a"),  # created
+        new(3, None),  # created, no key
+        new(4, "a"),  # the same key and body: a replay of R02
+        new(5, "a", body=1),  # the same key, another body: a conflict with R02
+        new(0, "n"),  # R00's record exists: a replay; "n" is not written
+        new(0, None),  # the same, without a key
+        new(1, "k-1"),  # R01 again with its own key
+        new(0, "k-1", body=1),  # R00's record exists, a used key of another body: replayed
+        new(6, "k-1", body=1),  # a conflict with R01
+        new(7, "n"),  # created: the replay of R00 left "n" unused
+        new(8, None),  # created,
+        new(8, "m"),  # then its id again with a new key: replayed, "m" not written
+    ]
+    worlds = []
+    for name in ("batch", "single"):
+        own = settings.model_copy(update={"prefix": f"{settings.prefix}-{name}"})
+        store = RunStore.for_settings(redis_client, scripts, own)
+        for run in before:
+            await store.create_many([run])
+        stats = await redis_client.info("commandstats")
+        setnx = stats.get("cmdstat_setnx", {}).get("calls", 0)
+        if name == "single":
+            outcomes = [(await store.create_many([run]))[0] for run in batch]
+        else:
+            outcomes = await store.create_many(batch)
+            stats = await redis_client.info("commandstats")
+            assert stats["cmdstat_setnx"]["calls"] > setnx  # the plain path ran
+        worlds.append(([answer(o) for o in outcomes], await world_state(redis_client, own.prefix)))
+    (answers, state), (single_answers, single_state) = worlds
+    assert answers == single_answers
+    assert state == single_state
+    created, replayed = False, True
+    assert answers == [
+        (created, rid(2)),
+        (created, rid(3)),
+        (replayed, rid(2)),
+        ("conflict", rid(2)),
+        (replayed, rid(0)),
+        (replayed, rid(0)),
+        (replayed, rid(1)),
+        (replayed, rid(0)),
+        ("conflict", rid(1)),
+        (created, rid(7)),
+        (created, rid(8)),
+        (replayed, rid(8)),
+    ]
+    idem = QueueKeys("", Q).idem
+    assert state[idem("n")].startswith(rid(7) + " ")
+    assert idem("m") not in state

@@ -1479,11 +1479,17 @@ end
 -- concurrency key, no parent, starting now) in the create_runs chunk whose keys q holds
 -- ({run_prefix, events_prefix, idem_prefix, template} beside create_one's); their codes
 -- go to reply from index n on. Each run is what create_one makes of it, write for write
--- (create_prior, the key's SET, the COPY, the created event, the record's own fields,
--- the activity entry, the chunk's index and lane members), in one loop whose per-call
--- values (the time, the expiry, the lane's score) are formatted once: create_one's
--- general path runs ~twice the Lua per run (callgrind: 135k against 116k instructions
--- per run). Returns the next reply index and how many runs it created.
+-- (the key's SET, the COPY, the created event, the record's own fields, the activity
+-- entry, the chunk's index and lane members), in one loop whose per-call values (the
+-- time, the expiry, the lane's score) are formatted once: create_one's general path
+-- runs ~twice the Lua per run (callgrind: 135k against 116k instructions per run).
+-- The writes are the checks, not reads before them: the key's SETNX says whether it was
+-- there (then nothing is written, and create_prior's answer is read: the record first,
+-- then the key), the COPY whether the record was (then the SETNX's key is deleted, as
+-- create_prior would have written none, and the run is REPLAYED). Both decide only
+-- whether a run is written, on what a run of this chunk or an earlier call left; no
+-- check that can fail comes after them (every argument is checked before the first
+-- write, create_segments). Returns the next reply index and how many runs it created.
 local function create_plain(s, q, now, reply, n)
   local run_prefix, events_prefix, idem_prefix = q.run_prefix, q.events_prefix, q.idem_prefix
   local record, index, maxlen, data, activity = s.q.record, q.index, s.q.maxlen, s.data,
@@ -1491,21 +1497,35 @@ local function create_plain(s, q, now, reply, n)
   local now_s, expires_s = num_arg(now), num_arg(now + s.queued_ttl_ms)
   local score, last, root_at = num_arg(now - s.boost_ms), #record, s.root_at
   local runs, unclaimed, members, created = index.runs, index.unclaimed, nil, 0
+  local template = q.template
   for j = s.first, s.last, CREATE_RUN_SIZE do
     local run_id, idem = ARGV[j], ARGV[j + 2]
     local run_key, idem_key = run_prefix .. run_id, idem ~= '' and idem_prefix .. idem
-    local code, id = create_prior(run_key, idem_key, run_id, idem, ARGV[j + 3])
-    if code then
-      reply[n + 1], reply[n + 2], reply[n + 3] = code, id, 0
+    local code, id
+    if idem_key and redis.call('SETNX', idem_key, run_id .. ' ' .. ARGV[j + 3]) == 0 then
+      -- the key was there, SETNX wrote nothing: create_prior's answer, the record first
+      if redis.call('EXISTS', run_key) == 1 then
+        code, id = 'REPLAYED', run_id
+      else
+        code, id = idempotent_prior(idem_key, idem, ARGV[j + 3])
+      end
     else
       if q.template_of ~= s then
         place_template(q, s.template)
         q.template_of = s
       end
-      if idem_key then
-        redis.call('SET', idem_key, run_id .. ' ' .. ARGV[j + 3])
+      if redis.call('COPY', template, run_key) == 0 then
+        -- the record was there, COPY wrote nothing: a replay of that run; the key the
+        -- SETNX just wrote is taken back (create_prior would have written none)
+        if idem_key then
+          redis.call('DEL', idem_key)
+        end
+        code, id = 'REPLAYED', run_id
       end
-      redis.call('COPY', q.template, run_key)
+    end
+    if code then
+      reply[n + 1], reply[n + 2], reply[n + 3] = code, id, 0
+    else
       local event_id = redis.call('XADD', events_prefix .. run_id, 'MAXLEN', '~', maxlen, '*',
         'type', 'created', 'ts', now_s, 'fence', '0', 'data', data)
       record[RECORD_ID], record[s.input_at], record[last - 2], record[last] =
