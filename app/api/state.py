@@ -70,3 +70,10 @@ def api_state(request: Request) -> ApiState:
     """FastAPI dependency: the process's :class:`ApiState`."""
     state: ApiState = request.app.state.leasehold
     return state
+
+
+async def state_dependency(request: Request) -> ApiState:
+    """:func:`api_state` as a route's dependency: FastAPI awaits an ``async def`` one in
+    the request's own task, where a plain function is called in its thread pool (a
+    thread hop, two loop wake-ups, on every request's path)."""
+    return api_state(request)

@@ -16,7 +16,7 @@ from redis.exceptions import RedisError
 from app.api.bodies import body_doc, json_body
 from app.api.memory import create_cost_bytes
 from app.api.problems import PROBLEM_JSON
-from app.api.state import ApiState, api_state
+from app.api.state import ApiState, state_dependency
 from app.api.streaming import admit_stream, event_stream_response, live_sink, run_events
 from app.errors import InvalidTransition, RunNotFound
 from app.metrics import RUNS_CREATED, RUNS_DELETED
@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["runs"])
 
-State = Annotated[ApiState, Depends(api_state)]
+State = Annotated[ApiState, Depends(state_dependency)]
 RunId = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="`<queue>.<ULID>`")]
 
 
