@@ -3,8 +3,6 @@ inbox, with no wake message and no claim of its own (LEASEHOLD_HANDOFF)."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 import redis.asyncio as aioredis
 
@@ -80,9 +78,10 @@ async def test_back_to_back_creates_the_second_goes_the_wake_path(
     keys = QueueKeys(prefix, "default")
     await idle_worker(processes, run_store, redis_client, keys, True)
     before = await publishes(redis_client)
-    # sent together: the second create runs before the worker can register again
-    # (it does so soon after its hand-off started, while the first run still runs)
-    first, second = await asyncio.gather(create(run_store), create(run_store))
+    # in one script call: the second is created before the worker can register again
+    # (it does so 2 ms after its hand-off started, while the first run still runs)
+    created = await run_store.create_many([NewRun(handler="test.record", input={})] * 2)
+    first, second = [c.run.id for c in created if not isinstance(c, Exception)]
     done = [await wait_status(run_store, run_id, RunStatus.SUCCEEDED) for run_id in (first, second)]
     assert [run.attempt for run in done] == [1, 1]
     # the registration took the first; the second was announced by a wake message
