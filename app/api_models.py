@@ -30,14 +30,11 @@ from app.models import (
     OnConflict,
     OnLeaseExpired,
     Overlap,
-    QueueInfo,
-    RateLimitInfo,
-    RedisTopology,
     Run,
     RunBudget,
     RunStatus,
-    Schedule,
 )
+from app.read_models import QueueInfo, RateLimitInfo, RedisTopology, Schedule
 
 
 class ConsoleConfig(BaseModel):

@@ -45,8 +45,9 @@ from app.worker_command import WorkerFlags, run_worker
 # rich) is imported inside those commands, not here
 if TYPE_CHECKING:
     from app.client import Client
-    from app.models import FireResult, Run, RunPage, Schedule
+    from app.models import FireResult, Run
     from app.probes import ProbeResult
+    from app.read_models import RunPage, Schedule
     from app.settings import Settings
 
 # plain click help (rich_markup_mode=None) on every group: typer's rich tables show each
@@ -803,7 +804,7 @@ def queues_limits(
     api_key: ApiKey = None,
 ) -> None:
     """Set a queue's concurrency limits across all workers (replaced whole), or --show them."""
-    from app.models import QueueLimits  # here: pydantic costs every command's --help otherwise
+    from app.read_models import QueueLimits
 
     with _api(api_url, api_key) as client:
         if show:

@@ -17,7 +17,7 @@ import argparse
 import asyncio
 from typing import Any
 
-from app.models import QueueLimits
+from app.read_models import QueueLimits
 from app.settings import Settings
 from app.store.flow import FlowStore
 from app.store.runs import NewRun, RunStore

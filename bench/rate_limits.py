@@ -23,7 +23,7 @@ import asyncio
 import time
 from typing import Any
 
-from app.models import RateLimitSpec
+from app.read_models import RateLimitSpec
 from app.store.connection import async_client
 from app.store.context import StoreContext
 from app.store.leases import LeaseStore

@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from sse_starlette import ServerSentEvent
 
 from app.api.hub import Feed, FeedRegistry, Subscription, fan_out
-from app.models import ActivityEntry, event_id_order, is_resume_point
+from app.models import event_id_order, is_resume_point
+from app.read_models import ActivityEntry
 from app.store.activity import ActivityStore
 from app.store.feeds import read_group, wait_for_news
 

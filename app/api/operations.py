@@ -30,7 +30,8 @@ from redis.exceptions import RedisError
 
 from app.errors import OperationConflict, StoreError
 from app.metrics import RETRY_OPERATIONS_RUNNING
-from app.models import RETRYABLE_STATUSES, RetriedPair, Run, RunStatus
+from app.models import RETRYABLE_STATUSES, Run, RunStatus
+from app.read_models import RetriedPair
 from app.settings import Settings
 from app.store.operations import OperationStore, Progress
 from app.store.reruns import Rerun, retry_call, settle

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import cast
 
-from app.models import ActivityEntry, RunStatus, event_id_order
+from app.models import RunStatus, event_id_order
+from app.read_models import ActivityEntry
 from app.store.codec import ms_to_datetime
 from app.store.connection import AsyncRedis
 from app.store.keys import QueueKeys

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from app.errors import RunNotFound
-from app.models import HandlerUsage, KeyUsage, QueueFlow, QueueLimits
+from app.read_models import HandlerUsage, KeyUsage, QueueFlow, QueueLimits
 from app.store.connection import AsyncRedis
 from app.store.keys import QueueKeys, queue_of
 from app.store.scripts import Scripts

@@ -18,7 +18,7 @@ from typing import cast
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from app.models import RedisTopology
+from app.read_models import RedisTopology
 from app.redis_url import Mode
 from app.store.connection import AsyncRedis, mode_of
 from app.store.scripts import Scripts

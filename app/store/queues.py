@@ -34,13 +34,13 @@ from typing import TYPE_CHECKING, cast
 import redis.asyncio as aioredis
 
 from app.errors import QueueLimitReached, QueueNotDeclared, QueueNotEmpty
-from app.models import QueueInfo
 from app.store.connection import AsyncRedis
 from app.store.keys import GlobalKeys, QueueKeys
 from app.store.scripts import ScriptCode, Scripts
 from app.store.transitions import DECLARE_QUEUE, UNDECLARE_QUEUE, DeclareArgs, UndeclareArgs
 
 if TYPE_CHECKING:
+    from app.read_models import QueueInfo
     from app.settings import Settings
 
 # runs whose memory is measured to estimate a queue's (newest first)
@@ -298,6 +298,8 @@ class QueueStore:
         return [await self._describe(queue) for queue in await self.declared()]
 
     async def _describe(self, queue: str) -> QueueInfo:
+        from app.read_models import QueueInfo  # the API's: a worker declares, never describes
+
         depth = await self.depth(queue)
         return QueueInfo(
             name=queue,

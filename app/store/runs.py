@@ -23,15 +23,8 @@ from pydantic_core import to_json
 from redis.exceptions import RedisError, ResponseError
 
 from app.errors import IdempotencyConflict, InvalidTransition, RunNotFound, SingletonConflict
-from app.models import (
-    PurgeRequest,
-    PurgeResult,
-    ResolveRequest,
-    Run,
-    RunEvent,
-    RunPage,
-    RunStatus,
-)
+from app.models import Run, RunEvent, RunStatus
+from app.read_models import PurgeRequest, PurgeResult, ResolveRequest, RunPage
 from app.store.codec import (
     LARGE_FIELDS,
     SUMMARY_FIELDS,

@@ -22,7 +22,8 @@ from typing import Any, cast
 
 from app.cron import Spec
 from app.errors import ScheduleConflict, ScheduleLimitReached, ScheduleNotFound
-from app.models import MissedFires, Overlap, Schedule
+from app.models import MissedFires, Overlap
+from app.read_models import Schedule
 from app.settings import Settings
 from app.store.codec import dumps, ms_to_datetime
 from app.store.connection import AsyncRedis

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from app.models import QueueSeries, SeriesBucket
+from app.read_models import QueueSeries, SeriesBucket
 from app.store.connection import AsyncRedis
 from app.store.keys import QueueKeys
 

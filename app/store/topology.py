@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 import redis.asyncio.sentinel as async_sentinel
 from redis.asyncio.cluster import ClusterNode
 
-from app.models import RedisNode, RedisTopology
+from app.read_models import RedisNode, RedisTopology
 from app.store.connection import AsyncRedis, mode_of
 
 

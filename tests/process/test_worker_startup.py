@@ -83,6 +83,7 @@ NOT_BEFORE_THE_FIRST_CLAIM = [
     "cronsim",
     "app.metrics_server",
     "app.api_models",
+    "app.read_models",
     "app.cli",
     "typer",
     "httpx",

@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.models import RateLimitSpec, RunStatus
+from app.models import RunStatus
+from app.read_models import RateLimitSpec
 from tools.chaos import rates
 from tools.chaos.checker import TERMINAL, Snapshot, StoredRun, Violation
 from tools.chaos.handlers import read_returns

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.models import RateLimitSpec
+from app.read_models import RateLimitSpec
 from app.store.connection import AsyncRedis
 from app.store.ratelimits import RateLimitStore
 from app.store.scripts import Scripts

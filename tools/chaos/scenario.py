@@ -29,7 +29,7 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from app.models import QueueLimits
+from app.read_models import QueueLimits
 from app.store.connection import async_client
 from app.store.keys import QueueKeys
 from tools.chaos import checker, family, figures, flow, handoffs, promises, rates, schedules

@@ -19,7 +19,7 @@ from app.metrics import (
     SLOTS_LIMIT,
     SLOTS_USED,
 )
-from app.models import QueueFlow
+from app.read_models import QueueFlow
 from app.store.workers import list_workers
 
 router = APIRouter(tags=["health"])

@@ -17,14 +17,8 @@ from app.api.operations import RetryDrivers
 from app.api.routes.runs import RunId, State, problems
 from app.errors import OperationConflict, RunNotFound
 from app.metrics import RUNS_CREATED
-from app.models import (
-    IDEMPOTENCY_KEY_PATTERN,
-    OPERATION_ID_PATTERN,
-    RetryFilter,
-    RetryOperation,
-    RetryRequest,
-    Run,
-)
+from app.models import IDEMPOTENCY_KEY_PATTERN, OPERATION_ID_PATTERN, RetryRequest, Run
+from app.read_models import RetryFilter, RetryOperation
 from app.store.keys import queue_of
 from app.store.reruns import Rerun, retry_run
 

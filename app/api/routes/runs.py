@@ -27,14 +27,11 @@ from app.models import (
     RUN_ID_PATTERN,
     CreateRunRequest,
     Problem,
-    PurgeRequest,
-    PurgeResult,
-    ResolveRequest,
     Run,
-    RunPage,
     RunStatus,
     StatusChange,
 )
+from app.read_models import PurgeRequest, PurgeResult, ResolveRequest, RunPage
 from app.store.codec import LARGE_FIELDS, dumps_parsed
 from app.store.keys import queue_of
 from app.store.ratelimits import StartGate

@@ -24,12 +24,12 @@ from app.models import (
     CreateScheduleRequest,
     FireResult,
     Overlap,
-    Schedule,
     SchedulePage,
     ScheduleSpecFields,
     TriggerRequest,
     UpdateScheduleRequest,
 )
+from app.read_models import Schedule
 from app.settings import MAX_KEEP_S
 from app.store.codec import dumps
 from app.store.ratelimits import start_gates_arg
