@@ -55,6 +55,24 @@ async def ended(
     return run_id
 
 
+async def past_the_millisecond_of(
+    redis_client: aioredis.Redis, run_store: RunStore, run_id: str
+) -> None:
+    """Wait until Redis' clock is past the millisecond ``run_id`` was created in.
+
+    An operation looks only at runs created before the millisecond it starts in (so that its
+    own re-runs are never matched); on a fast machine a run created just before it can share
+    that millisecond and is then, by design, not matched.
+    """
+    created_ms = int((await run_store.get(run_id)).created_at.timestamp() * 1000)
+
+    async def now_ms() -> int:
+        seconds, micros = await redis_client.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    await eventually(now_ms, until=lambda now: now > created_ms)
+
+
 async def finished(api: httpx.AsyncClient, location: str) -> dict[str, Any]:
     async def read() -> dict[str, Any]:
         body: dict[str, Any] = (await api.get(location)).json()
@@ -185,6 +203,7 @@ async def test_a_stalled_operation_is_resumed_and_a_cancelled_one_is_not(
 ) -> None:
     """An operation whose process died (a record nobody drives) shows stalled; resume ends it."""
     failed = [await ended(run_store, lease_store, handler="demo.echo", code="e") for _ in range(4)]
+    await past_the_millisecond_of(redis_client, run_store, failed[-1])
     operations = OperationStore(
         redis_client, scripts=scripts, prefix=settings.prefix, retention_ms=60_000
     )
