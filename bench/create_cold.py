@@ -24,7 +24,7 @@ from app.store.leases import LeaseStore
 from app.store.runs import NewRun, RunStore
 from app.store.scripts import Scripts
 from app.store.transitions import CREATE_RUN
-from bench import harness
+from bench import harness, slow_log
 
 OWNER = "bench-create-cold"
 HANDOFF_MS = 600_000
@@ -39,40 +39,20 @@ async def measure(server: harness.PrivateRedis, n: int, gap_s: float) -> dict[st
     runs = RunStore.for_settings(client, scripts, settings)
     leases = LeaseStore.for_settings(client, scripts, settings)
     await leases.claim("default", OWNER, 0, handoff_ms=HANDOFF_MS)
-    await client.config_set("slowlog-log-slower-than", 0)
-    await client.config_set("slowlog-max-len", 4 * n + 100)
-    await client.slowlog_reset()
-    create_sha = ""
-    for _ in range(n):
-        new = NewRun(handler="bench.lat", input={"enqueued_at": time.time()})
-        await CREATE_RUN.send(
-            runs.scripts, runs.client, runs.keys(new.queue), runs.create_args(new)
-        )
-        if not create_sha:
-            create_sha = _last_script(await client.slowlog_get(1))
-        if gap_s:
-            await asyncio.sleep(gap_s)
-        await leases.claim("default", OWNER, 0, handoff_ms=HANDOFF_MS)
-    durations: dict[str, list[int]] = {"create": [], "claim": []}
-    for entry in await client.slowlog_get(4 * n + 100):
-        sha = _script_of(entry)
-        if sha:
-            durations["create" if sha == create_sha else "claim"].append(entry["duration"])
-    await client.config_set("slowlog-log-slower-than", 10_000)
-    return {name: statistics.median(values) for name, values in durations.items() if values}
-
-
-def _script_of(entry: dict[str, object]) -> str:
-    """The script's sha of a slow-log entry of EVALSHA, else ''."""
-    command = entry["command"]
-    text = command.decode() if isinstance(command, bytes) else str(command)
-    words = text.split()
-    return words[1] if len(words) > 1 and words[0].upper() == "EVALSHA" else ""
-
-
-def _last_script(entries: list[dict[str, object]]) -> str:
-    """The sha of the newest slow-log entry (the create just sent)."""
-    return _script_of(entries[0]) if entries else ""
+    async with slow_log.every_command(client) as entries:
+        for _ in range(n):
+            new = NewRun(handler="bench.lat", input={"enqueued_at": time.time()})
+            await CREATE_RUN.send(
+                runs.scripts, runs.client, runs.keys(new.queue), runs.create_args(new)
+            )
+            if gap_s:
+                await asyncio.sleep(gap_s)
+            await leases.claim("default", OWNER, 0, handoff_ms=HANDOFF_MS)
+    durations = slow_log.by_script(entries)
+    return {
+        name: statistics.median(durations[f"evalsha:{script}"])
+        for name, script in (("create", "create_run"), ("claim", "claim_runs"))
+    }
 
 
 async def main_async(args: argparse.Namespace) -> None:

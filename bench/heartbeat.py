@@ -20,15 +20,12 @@ from typing import Any, cast
 from app.store.connection import sync_client
 from app.store.leases import Lease, LeaseRenewer
 from app.store.runs import NewRun
-from app.store.scripts import Scripts, load_scripts
-from bench import harness
+from app.store.scripts import Scripts
+from bench import harness, slow_log
 from bench.harness import Bench, log
 
 CLAIM_TIMEOUT_S = 180.0
 CLIENT_RENEWALS = 5
-SLOWLOG_DEFAULT_US = 10_000
-SLOWLOG_DEFAULT_LEN = 128
-SCRIPT_CLIENT = "?:0"  # slowlog's client address for commands run by a script
 
 
 async def _create_sleepers(bench: Bench, runs: int, seconds: float) -> None:
@@ -44,43 +41,6 @@ async def _wait_all_leased(bench: Bench, runs: int) -> float:
             raise RuntimeError(f"the worker did not claim {runs} runs")
         await asyncio.sleep(0.1)
     return time.monotonic() - started
-
-
-async def _record_commands(bench: Bench, window_s: float) -> list[dict[str, Any]]:
-    """Every command the server ran during ``window_s`` (slowlog at threshold 0)."""
-    client = bench.client
-    await client.config_set("slowlog-max-len", 1_000_000)
-    await client.config_set("slowlog-log-slower-than", 0)
-    await client.slowlog_reset()
-    await asyncio.sleep(window_s)
-    await client.config_set("slowlog-log-slower-than", SLOWLOG_DEFAULT_US)
-    entries: list[dict[str, Any]] = await client.slowlog_get(-1)
-    await client.config_set("slowlog-max-len", SLOWLOG_DEFAULT_LEN)
-    return entries
-
-
-def _text(value: bytes | str) -> str:
-    # redis-py leaves slowlog's command and address as bytes even when decoding replies
-    return value.decode(errors="replace") if isinstance(value, bytes) else value
-
-
-def _by_script(entries: list[dict[str, Any]]) -> dict[str, list[int]]:
-    """Durations (us) of the top-level commands clients sent, EVALSHA named by script.
-
-    Commands a script runs are logged too, from client address ``?:0``; they
-    are part of their script's duration, not calls of their own.
-    """
-    names = {script.sha: name for name, script in load_scripts().items()}
-    grouped: dict[str, list[int]] = {}
-    for entry in entries:
-        argv = _text(entry["command"]).split()
-        command = argv[0].lower()
-        if _text(entry["client_address"]) == SCRIPT_CLIENT or command in ("config", "slowlog"):
-            continue  # inside a script, or the benchmark's own call
-        if command == "evalsha":
-            command = f"evalsha:{names.get(argv[1], argv[1][:8])}"
-        grouped.setdefault(command, []).append(int(entry["duration"]))
-    return grouped
 
 
 async def _held_leases(bench: Bench) -> tuple[str, list[Lease]]:
@@ -144,7 +104,8 @@ async def heartbeat_cost(bench: Bench, *, runs: int, ttl_s: float, periods: int)
     with harness.running("worker-heartbeat", args, env):
         claim_s = await _wait_all_leased(bench, runs)
         await asyncio.sleep(period_s)  # one full beat over the complete table first
-        entries = await _record_commands(bench, periods * period_s)
+        async with slow_log.every_command(bench.client) as entries:
+            await asyncio.sleep(periods * period_s)
         owner, leases = await _held_leases(bench)
         client_ms = await asyncio.to_thread(
             _client_renewals, bench, owner, leases, round(ttl_s * 1000)
@@ -158,7 +119,7 @@ async def heartbeat_cost(bench: Bench, *, runs: int, ttl_s: float, periods: int)
         "renew_client_round_trip_ms": [round(ms, 2) for ms in client_ms],
         "renew_client_round_trip_median_ms": round(harness.median(client_ms), 2),
         "load_before": load,
-        **_summary(_by_script(entries), periods),
+        **_summary(slow_log.by_script(entries), periods),
     }
     log(
         f"heartbeat: {result['renew_calls_per_period']} renewals/period, "
