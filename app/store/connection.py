@@ -332,14 +332,51 @@ class _SyncSentinelSSLConnection(_SyncSentinelConnection, redis.SSLConnection):
     """TLS twin of :class:`_SyncSentinelConnection`."""
 
 
+def _unread(connection: Any) -> bool | None:
+    """Whether a pooled connection holds bytes nobody read (True), is open with none
+    (False), or cannot be told by looking (None: closed, no hiredis, another layout).
+
+    What redis-py 8's own check looks at (the stream's buffer and EOF, hiredis'
+    buffer), without the loop iteration redis-py 5's check spends on a read with a
+    zero timeout.
+    """
+    stream = getattr(connection, "_reader", None)
+    if not isinstance(stream, asyncio.StreamReader) or stream.at_eof():
+        return None
+    parser = getattr(getattr(connection, "_parser", None), "_reader", None)
+    has_data = getattr(parser, "has_data", None)
+    buffered = getattr(stream, "_buffer", None)
+    if not callable(has_data) or buffered is None:
+        return None
+    return bool(buffered) or bool(has_data())
+
+
 class _BoundedWaitPool(aioredis.BlockingConnectionPool):
     """A blocking pool whose bounded wait for a free connection ends in :class:`PoolExhausted`.
 
     redis-py raises a plain ``ConnectionError("No connection available.")``,
     indistinguishable from an unreachable Redis but for its cause.
+
+    Taking an idle connection when nobody waits skips the condition and the timer
+    the blocking pool arms for every command, and giving one back then skips the
+    condition too: ~60-80 µs of each command's round trip on an idle machine,
+    which is most of what an enqueue → start pays in Python (issue 19 aim 5;
+    BENCHMARKS.md). Once a caller waits, every take and give-back goes through
+    redis-py's condition, in its order, so a waiter is never passed over.
     """
 
+    _waiting = 0  # callers inside redis-py's get_connection (waiting, or opening one)
+
     async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        if self._available_connections and not self._waiting and not self._maintaining():
+            connection = self.get_available_connection()  # type: ignore[no-untyped-call]
+            try:
+                await self.ensure_connection(connection)
+            except BaseException:
+                await self.release(connection)
+                raise
+            return connection
+        self._waiting += 1
         try:
             return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
         except RedisConnectionError as exc:
@@ -348,6 +385,36 @@ class _BoundedWaitPool(aioredis.BlockingConnectionPool):
                     f"all {self.max_connections} Redis connections stayed busy for {self.timeout}s"
                 ) from exc
             raise
+        finally:
+            self._waiting -= 1
+
+    async def release(self, connection: Any) -> None:
+        if self._waiting:
+            await super().release(connection)
+            return
+        await aioredis.ConnectionPool.release(self, connection)
+        if self._waiting:  # one began waiting while the release yielded: wake it
+            async with self._condition:
+                self._condition.notify()
+
+    async def ensure_connection(self, connection: Any) -> None:
+        """Hand out only a connection whose next reply answers the next command.
+
+        Every client here speaks RESP2, where nothing arrives unasked: bytes waiting
+        on an idle connection are a reply nobody read, and the connection is opened
+        afresh. redis-py 8 would keep it (it takes them for a maintenance notice)
+        and answer the next command with them.
+        """
+        unread = _unread(connection)
+        if unread is False:
+            return
+        if unread:
+            await connection.disconnect()
+        await super().ensure_connection(connection)
+
+    def _maintaining(self) -> bool:
+        """redis-py 8's maintenance mode (a MOVING notice being applied): its locked path."""
+        return bool(getattr(self, "_in_maintenance", False))
 
 
 class _AsyncSentinelPool(async_sentinel.SentinelConnectionPool, _BoundedWaitPool):

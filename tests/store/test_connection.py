@@ -174,3 +174,78 @@ async def test_an_idle_cluster_connection_to_a_node_gone_silent_fails_its_health
         await client.aclose()
         server.close()
         await server.wait_closed()
+
+
+# The single-node pool hands out an idle connection without redis-py's condition when
+# nobody waits (connection._BoundedWaitPool): what a caller sees must not change.
+
+
+async def test_a_full_pool_serves_every_waiter_in_turn(redis_url: str) -> None:
+    client = async_client(redis_url, max_connections=2, pool_timeout_s=10)
+    try:
+        started = time.monotonic()
+        # 12 callers, 2 connections, each call holding its connection 50 ms: 6 rounds
+        replies = await asyncio.wait_for(
+            asyncio.gather(*(client.blpop([f"lh-test:pool:{i}"], timeout=0.05) for i in range(12))),
+            10,
+        )
+        assert replies == [None] * 12
+        assert time.monotonic() - started < 5
+        # between waits and after them, commands still go through in order
+        await client.rpush("lh-test:pool:order", *range(20))
+        assert await client.lrange("lh-test:pool:order", 0, -1) == [str(i) for i in range(20)]
+        pool = client.connection_pool
+        assert len(pool._in_use_connections) == 0  # every connection came back
+        assert len(pool._available_connections) <= 2
+    finally:
+        await client.delete("lh-test:pool:order")
+        await client.aclose()
+
+
+async def test_a_waiter_gets_the_connection_given_back_before_a_newcomer(redis_url: str) -> None:
+    client = async_client(redis_url, max_connections=1, pool_timeout_s=10)
+    try:
+        holder = asyncio.create_task(client.blpop(["lh-test:pool:hold"], timeout=0.2))
+        await asyncio.sleep(0.05)
+        waiter = asyncio.create_task(client.ping())  # waits for the only connection
+        await asyncio.sleep(0.05)
+        assert not waiter.done()
+        await holder
+        # the waiter was woken by the give-back: it must finish, not time out in 10 s
+        assert await asyncio.wait_for(waiter, 2) is True
+    finally:
+        await client.aclose()
+
+
+async def test_a_connection_the_server_closed_while_idle_is_replaced(redis_url: str) -> None:
+    client = async_client(redis_url)
+    admin = async_client(redis_url)
+    try:
+        await client.set("lh-test:pool:key", "v")
+        name = f"lh-test-{time.monotonic_ns()}"
+        await client.client_setname(name)
+        killed = await admin.execute_command("CLIENT", "KILL", "SKIPME", "yes", "TYPE", "normal")
+        assert killed >= 1
+        await asyncio.sleep(0.05)  # the EOF reaches the idle connection's stream
+        assert await client.get("lh-test:pool:key") == "v"
+    finally:
+        await admin.delete("lh-test:pool:key")
+        await client.aclose()
+        await admin.aclose()
+
+
+async def test_a_connection_given_back_with_an_unread_reply_never_answers_the_next_call(
+    redis_url: str,
+) -> None:
+    client = async_client(redis_url)
+    try:
+        await client.set("lh-test:pool:key", "value")
+        pool = client.connection_pool
+        conn = await pool.get_connection()
+        await conn.send_command("PING")  # its PONG is never read
+        await pool.release(conn)
+        await asyncio.sleep(0.05)  # the PONG lands in the connection's buffer
+        assert await client.get("lh-test:pool:key") == "value"
+    finally:
+        await client.delete("lh-test:pool:key")
+        await client.aclose()
