@@ -249,3 +249,21 @@ async def test_a_connection_given_back_with_an_unread_reply_never_answers_the_ne
     finally:
         await client.delete("lh-test:pool:key")
         await client.aclose()
+
+
+async def test_a_command_cancelled_before_its_reply_leaves_no_reply_for_the_next(
+    redis_url: str,
+) -> None:
+    client = async_client(redis_url, max_connections=1)
+    try:
+        await client.set("lh-test:pool:key", "value")
+        waiting = asyncio.create_task(client.blpop(["lh-test:pool:nothing"], timeout=0.2))
+        await asyncio.sleep(0.05)
+        waiting.cancel()  # as a request whose client went away is cancelled mid-call
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        await asyncio.sleep(0.3)  # BLPOP's nil reply has arrived, on whatever it was sent on
+        assert await client.get("lh-test:pool:key") == "value"
+    finally:
+        await client.delete("lh-test:pool:key")
+        await client.aclose()
