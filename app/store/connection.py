@@ -359,15 +359,16 @@ class _BoundedWaitPool(aioredis.BlockingConnectionPool):
 
     Taking an idle connection when nobody waits skips the condition and the timer
     the blocking pool arms for every command, and giving one back then skips the
-    condition too: ~60-80 µs of each command's round trip on an idle machine,
-    which is most of what an enqueue → start pays in Python (issue 19 aim 5;
-    BENCHMARKS.md). Once a caller waits, every take and give-back goes through
+    condition too: 50-150 µs less per round trip of a command that arrives at an
+    idle machine, as a create at 50 runs/s does (issue 19 aim 5; BENCHMARKS.md,
+    seventh stop). Once a caller waits, every take and give-back goes through
     redis-py's condition, in its order, so a waiter is never passed over.
     """
 
     _waiting = 0  # callers inside redis-py's get_connection (waiting, or opening one)
 
     async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        """An idle connection at once when nobody waits, else redis-py's bounded wait."""
         if self._available_connections and not self._waiting and not self._maintaining():
             connection = self.get_available_connection()  # type: ignore[no-untyped-call]
             try:
@@ -389,6 +390,7 @@ class _BoundedWaitPool(aioredis.BlockingConnectionPool):
             self._waiting -= 1
 
     async def release(self, connection: Any) -> None:
+        """Give a connection back; through the condition (waking a waiter) when one waits."""
         if self._waiting:
             await super().release(connection)
             return
