@@ -359,10 +359,11 @@ class _BoundedWaitPool(aioredis.BlockingConnectionPool):
 
     Taking an idle connection when nobody waits skips the condition and the timer
     the blocking pool arms for every command, and giving one back then skips the
-    condition too: 50-150 µs less per round trip of a command that arrives at an
-    idle machine, as a create at 50 runs/s does (issue 19 aim 5; BENCHMARKS.md,
-    seventh stop). Once a caller waits, every take and give-back goes through
-    redis-py's condition, in its order, so a waiter is never passed over.
+    condition too. For a command that arrives at an idle machine, as a create at
+    50 runs/s does, that was 50-150 µs less per round trip with redis-py 5.3 and
+    20-30 µs with 8.1 (issue 19 aim 5; BENCHMARKS.md, seventh stop). Once a caller
+    waits, every take and give-back goes through redis-py's condition, in its order,
+    so a waiter is never passed over.
     """
 
     _waiting = 0  # callers inside redis-py's get_connection (waiting, or opening one)
