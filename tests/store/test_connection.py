@@ -267,3 +267,29 @@ async def test_a_command_cancelled_before_its_reply_leaves_no_reply_for_the_next
     finally:
         await client.delete("lh-test:pool:key")
         await client.aclose()
+
+
+async def test_opening_connections_never_reads_redis_pys_metadata_from_disk(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # redis-py 8 looks its version up from its installed metadata for every connection it
+    # opens unless told it (~0.5 ms on the event loop each); the clients here tell it
+    import redis.utils
+
+    looked_up: list[str] = []
+
+    def lookup() -> str:
+        looked_up.append("lib version")
+        return "looked up"
+
+    monkeypatch.setattr(redis.utils, "get_lib_version", lookup)
+    client = async_client(redis_url, max_connections=4)
+    blocking = sync_client(redis_url)
+    try:
+        # four callers at once: the pool opens a connection for each
+        await asyncio.gather(*(client.execute_command("CLIENT", "ID") for _ in range(4)))
+        assert blocking.ping()
+    finally:
+        await client.aclose()
+        blocking.close()
+    assert looked_up == []
