@@ -28,6 +28,22 @@ _DEFINITION = re.compile(
 )
 _NAME = re.compile(r"[A-Za-z_]\w*")
 _COMMENT_LINE = re.compile(r"^\s*--")
+_INCLUDE = re.compile(r"^--- @include (?P<name>[a-z_]+)$", re.MULTILINE)
+
+
+def splice_includes(text: str, includes: dict[str, str]) -> str:
+    """``text`` with each ``--- @include <name>`` replaced by the part of the include it uses.
+
+    The last include is spliced first, so an earlier one (``lib``) also provides what a
+    later one (``claim``, which calls lib's helpers) uses. ``includes``: each include's
+    text by name (``includes/<name>.lua``); one that is not there is a FileNotFoundError.
+    """
+    for match in reversed(list(_INCLUDE.finditer(text))):
+        name = match["name"]
+        if name not in includes:
+            raise FileNotFoundError(f"includes/{name}.lua, which the script includes, is missing")
+        text = text[: match.start()] + splice(includes[name], text) + text[match.end() :]
+    return text
 
 
 def names_used(code: str) -> set[str]:

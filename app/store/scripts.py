@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, ResponseError
 
+from app.store import spliced_cache
 from app.store.connection import AsyncRedis, SyncRedis
-from app.store.lua_include import splice
+from app.store.lua_include import splice_includes
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _FILE_NAME = re.compile(r"^(?P<name>[a-z_]+)-(?P<numkeys>\d+)\.lua$")
-_INCLUDE = re.compile(r"^--- @include (?P<name>[a-z_]+)$", re.MULTILINE)
 
 ScriptArg = str | int | float
 
@@ -87,38 +87,34 @@ class Script:
 
 
 def load_scripts(directory: Path | None = None) -> dict[str, Script]:
-    """Read every transition script once; raises FileNotFoundError if none exist."""
+    """Read every transition script once; raises FileNotFoundError if none exist.
+
+    Each is spliced (:func:`~app.store.lua_include.splice_includes`) at most once per
+    version of its files: a start whose files were spliced before reads the splice
+    from :mod:`app.store.spliced_cache` (~3 ms instead of ~10).
+    """
     directory = directory or lua_dir()
-    scripts: dict[str, Script] = {}
-    includes: dict[str, str] = {}  # each read once, not once per script that includes it
+    texts: dict[str, str] = {}
+    numkeys: dict[str, int] = {}
     for path in sorted(directory.glob("*.lua")):
         match = _FILE_NAME.match(path.name)
         if not match:
             raise ValueError(f"script file {path.name} is not named <transition>-<keys>.lua")
-        body = _spliced(directory, path.read_text(), includes)
-        source = shebang(match["name"]) + body
-        scripts[match["name"]] = Script(
-            match["name"], int(match["numkeys"]), source, _sha1(source), body, _sha1(body)
-        )
-    if not scripts:
+        texts[match["name"]] = path.read_text()
+        numkeys[match["name"]] = int(match["numkeys"])
+    if not texts:
         raise FileNotFoundError(f"no Lua scripts found in {directory}")
+    includes = {path.stem: path.read_text() for path in (directory / "includes").glob("*.lua")}
+    made_of = spliced_cache.key(texts, includes)
+    bodies = spliced_cache.read(directory, made_of)
+    if bodies is None or bodies.keys() != texts.keys():
+        bodies = {name: splice_includes(text, includes) for name, text in texts.items()}
+        spliced_cache.write(directory, made_of, bodies)
+    scripts: dict[str, Script] = {}
+    for name, body in bodies.items():
+        source = shebang(name) + body
+        scripts[name] = Script(name, numkeys[name], source, _sha1(source), body, _sha1(body))
     return scripts
-
-
-def _spliced(directory: Path, text: str, includes: dict[str, str]) -> str:
-    """``text`` with each ``--- @include <name>`` replaced by the part of the include it uses.
-
-    The last include is spliced first, so an earlier one (``lib``) also provides what a
-    later one (``claim``, which calls lib's helpers) uses. ``includes``: the include
-    files read so far, by name (filled in here).
-    """
-    for match in reversed(list(_INCLUDE.finditer(text))):
-        name = match["name"]
-        lib = includes.get(name)
-        if lib is None:
-            lib = includes[name] = (directory / "includes" / f"{name}.lua").read_text()
-        text = text[: match.start()] + splice(lib, text) + text[match.end() :]
-    return text
 
 
 def _sha1(text: str) -> str:

@@ -305,6 +305,16 @@ def test_the_wheel_ships_the_lua_scripts_the_image_runs() -> None:
     assert pyproject["project"]["scripts"]["leasehold"] == "app.launch:main"
 
 
+def test_the_image_carries_its_scripts_spliced_once_at_build() -> None:
+    # run by the venv's python with -P: the installed package writes its cache, not the
+    # sources the build stage's working directory holds (its `app` would come first)
+    build = " ".join(dockerfile_stages()[0])
+    warm = re.search(r'/opt/leasehold/bin/python -P -c "([^"]+)"', build)
+    assert warm is not None, "the build stage splices the scripts of the installed package"
+    assert warm[1] == "from app.store.scripts import load_scripts; load_scripts()"
+    assert build.index("pip install --no-deps /wheels/") < build.index(warm[0])
+
+
 # --- deploy/k8s -------------------------------------------------------------------
 
 
