@@ -500,8 +500,10 @@ class RunStore(Store):
         builds its own. ``run_id``: its id unless ``new.run_id`` names one (None: a new one).
         """
         metadata = new.metadata_json
+        frame: tuple[str, str] | None
         if frames is None or new.rate_limits:
-            shape, frame = self._shape_of(new, metadata), new.fingerprint_frame(metadata)
+            shape = self._shape_of(new, metadata)
+            frame = new.fingerprint_frame(metadata) if new.idempotency_key else None
         else:
             budget = None if new.budget is None else dumps(new.budget)
             key = (metadata, budget, _frame_fields(new))
@@ -513,6 +515,9 @@ class RunStore(Store):
                 )
             shape, frame = framed
         input_json = new.input_json
+        # only an idempotency key's record keeps a fingerprint (to tell a replay from a
+        # conflict): a run without one sends '' and hashes nothing
+        fingerprint = framed_fingerprint(frame, input_json) if frame and new.idempotency_key else ""
         # tuple.__new__ in CreateRun's field order (run_id, input, idempotency_key,
         # fingerprint): its NamedTuple __new__ is a Python function, a frame per run
         run: CreateRun = tuple.__new__(
@@ -521,7 +526,7 @@ class RunStore(Store):
                 new.run_id or run_id or new_run_id(new.queue),
                 input_json,
                 new.idempotency_key or "",
-                framed_fingerprint(frame, input_json),
+                fingerprint,
             ),
         )
         return shape, run

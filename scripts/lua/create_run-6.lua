@@ -16,7 +16,8 @@
 --          `runs`: the count 1 and the run's own fields
 -- runs     run_id, input, idempotency_key, fingerprint
 --          input, metadata: json; idempotency_key '' for none; fingerprint: hash of the
---          request body, for replay detection; budget: json run-level budgets
+--          request body, for replay detection ('' with no idempotency key: unread);
+--          budget: json run-level budgets
 --          (max_steps, max_duration_s), '' for none; retention_ms: the run's own retention
 --          once it ends, '' for the per-status one; queued_ttl_ms: how long it may wait
 --          unclaimed before it ends `expired`; traceparent: W3C trace context the worker

@@ -133,7 +133,8 @@ def test_runs_of_one_call_get_the_shape_and_fingerprint_they_would_get_alone() -
         alone_shape, alone = store.create_group(new)
         assert shape == alone_shape
         assert run._replace(run_id="") == alone._replace(run_id="")
-        assert run.fingerprint == new.fingerprint()
+        # only an idempotency key's record keeps a fingerprint: without one nothing is hashed
+        assert run.fingerprint == (new.fingerprint() if new.idempotency_key else "")
     assert len(frames) == len(VARIANTS) - 3  # the key, the input and the id are a run's own
 
 
