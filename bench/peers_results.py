@@ -3,12 +3,14 @@
 ``python3 bench/peers_results.py HARNESS/out/results.jsonl``: for throughput, jobs/s end to
 end, steady state and spawn → first progress of each repetition; for latency, p50 / p99 /
 max. The tables of BENCHMARKS.md's issue 19 sections are read off this, so a reader can
-check them against the raw file.
+check them against the raw file. ``--ratios`` adds Leasehold's medians over BullMQ's, per
+test (what aim 1 asks: at or above 1.0), read from the same file.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from typing import Any
 
@@ -28,11 +30,34 @@ def describe(result: dict[str, Any]) -> str:
     return f"{peer} {test} {latency}"
 
 
+def ratios(results: list[dict[str, Any]]) -> list[str]:
+    """Leasehold's median over BullMQ's, per throughput test and figure, as lines."""
+    medians: dict[tuple[Any, ...], float] = {}
+    for result in results:
+        reps = result.get("reps")
+        if not isinstance(reps, list):
+            continue
+        for figure in ("jobs_per_s", "steady_jobs_per_s"):
+            values = [rep[figure] for rep in reps if rep.get(figure)]
+            if values:
+                key = (result.get("peer"), result.get("n"), figure)
+                medians[key] = statistics.median(values)
+    lines = []
+    for (peer, n, figure), ours in sorted(medians.items(), key=str):
+        theirs = medians.get(("bullmq", n, figure))
+        if peer == "leasehold" and theirs:
+            lines.append(f"leasehold / bullmq n={n} {figure}: {ours / theirs:.2f}")
+    return lines
+
+
 def main() -> None:
-    """Print every line of the results file given."""
+    """Print every line of the results file given (and the ratios, with ``--ratios``)."""
     with open(sys.argv[1]) as results:
-        for line in results:
-            print(describe(json.loads(line)))
+        parsed = [json.loads(line) for line in results]
+    for result in parsed:
+        print(describe(result))
+    if "--ratios" in sys.argv[2:]:
+        print("\n".join(ratios(parsed)))
 
 
 if __name__ == "__main__":
