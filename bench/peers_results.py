@@ -31,17 +31,19 @@ def describe(result: dict[str, Any]) -> str:
 
 
 def ratios(results: list[dict[str, Any]]) -> list[str]:
-    """Leasehold's median over BullMQ's, per throughput test and figure, as lines."""
-    medians: dict[tuple[Any, ...], float] = {}
+    """Leasehold's median over BullMQ's, per throughput test and figure, as lines.
+
+    Every repetition of a test in the file counts (several rounds: their reps pooled).
+    """
+    values: dict[tuple[Any, ...], list[float]] = {}
     for result in results:
         reps = result.get("reps")
         if not isinstance(reps, list):
             continue
         for figure in ("jobs_per_s", "steady_jobs_per_s"):
-            values = [rep[figure] for rep in reps if rep.get(figure)]
-            if values:
-                key = (result.get("peer"), result.get("n"), figure)
-                medians[key] = statistics.median(values)
+            key = (result.get("peer"), result.get("n"), figure)
+            values.setdefault(key, []).extend(rep[figure] for rep in reps if rep.get(figure))
+    medians = {key: statistics.median(found) for key, found in values.items() if found}
     lines = []
     for (peer, n, figure), ours in sorted(medians.items(), key=str):
         theirs = medians.get(("bullmq", n, figure))
