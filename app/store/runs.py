@@ -500,10 +500,9 @@ class RunStore(Store):
         builds its own. ``run_id``: its id unless ``new.run_id`` names one (None: a new one).
         """
         metadata = new.metadata_json
-        frame: tuple[str, str] | None
+        frame: tuple[str, str] | None = None  # None: not built (yet) for this run
         if frames is None or new.rate_limits:
             shape = self._shape_of(new, metadata)
-            frame = new.fingerprint_frame(metadata) if new.idempotency_key else None
         else:
             budget = None if new.budget is None else dumps(new.budget)
             key = (metadata, budget, _frame_fields(new))
@@ -517,7 +516,9 @@ class RunStore(Store):
         input_json = new.input_json
         # only an idempotency key's record keeps a fingerprint (to tell a replay from a
         # conflict): a run without one sends '' and hashes nothing
-        fingerprint = framed_fingerprint(frame, input_json) if frame and new.idempotency_key else ""
+        fingerprint = ""
+        if new.idempotency_key:
+            fingerprint = framed_fingerprint(frame or new.fingerprint_frame(metadata), input_json)
         # tuple.__new__ in CreateRun's field order (run_id, input, idempotency_key,
         # fingerprint): its NamedTuple __new__ is a Python function, a frame per run
         run: CreateRun = tuple.__new__(

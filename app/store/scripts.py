@@ -106,8 +106,8 @@ def load_scripts(directory: Path | None = None) -> dict[str, Script]:
         raise FileNotFoundError(f"no Lua scripts found in {directory}")
     includes = {path.stem: path.read_text() for path in (directory / "includes").glob("*.lua")}
     made_of = spliced_cache.key(texts, includes)
-    bodies = spliced_cache.read(directory, made_of)
-    if bodies is None or bodies.keys() != texts.keys():
+    bodies = spliced_cache.read(directory, made_of, texts.keys())
+    if bodies is None:
         bodies = {name: splice_includes(text, includes) for name, text in texts.items()}
         spliced_cache.write(directory, made_of, bodies)
     scripts: dict[str, Script] = {}

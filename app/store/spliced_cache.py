@@ -23,7 +23,7 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from app.store import lua_include
@@ -46,8 +46,8 @@ def key(scripts: Mapping[str, str], includes: Mapping[str, str]) -> str:
     return digest.hexdigest()
 
 
-def read(directory: Path, expected_key: str) -> dict[str, str] | None:
-    """The spliced bodies by script name, if the cache was made of exactly these files."""
+def read(directory: Path, expected_key: str, names: Collection[str]) -> dict[str, str] | None:
+    """The spliced bodies of ``names``, if the cache was made of exactly these files."""
     try:
         cached = json.loads((directory / CACHE_DIR / CACHE_FILE).read_text())
     except (OSError, ValueError):
@@ -55,9 +55,9 @@ def read(directory: Path, expected_key: str) -> dict[str, str] | None:
     if not isinstance(cached, dict) or cached.get("key") != expected_key:
         return None
     bodies = cached.get("bodies")
-    if not isinstance(bodies, dict) or not all(
-        isinstance(name, str) and isinstance(body, str) for name, body in bodies.items()
-    ):
+    if not isinstance(bodies, dict) or bodies.keys() != set(names):
+        return None
+    if not all(isinstance(body, str) for body in bodies.values()):
         return None
     return bodies
 
