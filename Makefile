@@ -5,14 +5,18 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install up test lint typecheck format lock bench soak clean
+.PHONY: install up test lint typecheck format lock upgrade bench soak clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,embedded]'
+## The dev and test install comes from requirements-dev.lock alone (every package pinned with
+## its sha256 hashes, hatchling included so the editable build needs nothing unpinned): a new
+## upstream release cannot turn a fresh clone red. `make upgrade` moves the lock on purpose.
+$(STAMP): pyproject.toml requirements-dev.lock | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --require-hashes --no-deps -r requirements-dev.lock
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(BIN)/python -m pip check
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -40,17 +44,33 @@ format: install
 	$(BIN)/ruff format app tests bench tools
 	$(BIN)/ruff check --fix app tests bench tools
 
-## deploy/requirements.lock: pyproject.toml's runtime dependencies pinned with sha256 hashes
-## (from PyPI) for the container image, which installs it with --require-hashes. Re-run
-## after changing dependencies or to take upgrades; tests/deploy checks it covers them.
-## deploy/build-requirements.lock does the same for [build-system] requires (hatchling), which
-## the image's build stage installs before building the wheel without build isolation.
-LOCK_ARGS = --generate-hashes --upgrade --python-version 3.11 --python-platform linux \
-	--custom-compile-command "make lock"
+## The locks, compiled by uv from pyproject.toml with sha256 hashes from PyPI:
+## - requirements-dev.lock: what `make install` puts in .venv (every extra the suite needs, and
+##   the build backend), for any platform and Python 3.11+ (--universal);
+## - deploy/requirements.lock: the runtime dependencies the container image installs with
+##   --require-hashes; deploy/build-requirements.lock: [build-system] requires (hatchling),
+##   which the image's build stage installs before building the wheel without isolation.
+##   Both take the dev lock's versions: the image ships what the suite tested.
+## `make lock` keeps every pin it can (run it after changing dependencies); `make upgrade` takes
+## the newest releases pyproject.toml allows, then runs the whole suite as the gate.
+LOCK_COMMON = --generate-hashes --custom-compile-command "make lock"
+LOCK_IMAGE = $(LOCK_COMMON) --python-version 3.11 --python-platform linux
+LOCK_DEV = $(LOCK_COMMON) --universal --python-version 3.11 --extra dev --extra embedded
+BUILD_REQUIRES = $(BIN)/python -c 'import tomllib; \
+	print(*tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"], sep="\n")'
+UPGRADE ?=
 lock: install
-	$(BIN)/uv pip compile pyproject.toml $(LOCK_ARGS) --output-file deploy/requirements.lock
-	$(BIN)/python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"], sep="\n")' \
-	  | $(BIN)/uv pip compile - $(LOCK_ARGS) --output-file deploy/build-requirements.lock
+	$(BUILD_REQUIRES) > $(VENV)/build-requires.in
+	$(BIN)/uv pip compile pyproject.toml $(VENV)/build-requires.in $(LOCK_DEV) $(UPGRADE) \
+	  --output-file requirements-dev.lock
+	$(BIN)/uv pip compile pyproject.toml $(LOCK_IMAGE) --upgrade --constraint requirements-dev.lock \
+	  --output-file deploy/requirements.lock
+	$(BIN)/uv pip compile $(VENV)/build-requires.in $(LOCK_IMAGE) --upgrade \
+	  --constraint requirements-dev.lock --output-file deploy/build-requirements.lock
+
+upgrade: install
+	$(MAKE) lock UPGRADE=--upgrade
+	$(MAKE) test
 
 ## Benchmarks; results go to bench/out and are summarised in BENCHMARKS.md.
 ## BENCH_ARGS, e.g. "--n 5000 --reps 1 --skip heartbeat" (see python -m bench.throughput -h);

@@ -77,7 +77,8 @@ class ChannelListener:
             except (RedisError, OSError) as exc:
                 await failures.wait(exc, what="channel subscription", why=describe(exc), logger=log)
             finally:
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
+                # untyped in redis-py 8.1, typed in 8.2: the ignore holds for both
+                await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
 
     def _subscribed(self) -> None:
         """Redis confirmed the subscription: from now on no push is missed.

@@ -505,7 +505,8 @@ def async_client(
             **_node_auth(target),
         )
     if target.mode == "sentinel":
-        manager = async_sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        # redis-py 8.1 leaves Sentinel untyped and 8.2 types it: the ignore holds for both
+        manager = async_sentinel.Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
             list(target.nodes), sentinel_kwargs=_sentinel_kwargs(target)
         )
         client: aioredis.Redis = manager.master_for(
@@ -566,10 +567,11 @@ def sync_client(
             **_node_auth(target),
         )
     if target.mode == "sentinel":
-        manager = sync_sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        # untyped in redis-py 8.1, typed in 8.2: the ignores hold for both
+        manager = sync_sentinel.Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
             list(target.nodes), sentinel_kwargs=_sentinel_kwargs(target)
         )
-        sentinel_client: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call]
+        sentinel_client: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call, unused-ignore]
             target.service_name,
             redis_class=redis.Redis,
             connection_pool_class=_SyncSentinelPool,

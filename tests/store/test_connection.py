@@ -134,7 +134,8 @@ async def _answer_ok_until(
 ) -> None:
     """A Redis stand-in: reads RESP commands, answers each until ``silent`` is set.
 
-    ``+PONG`` to PING, ``+OK`` to anything else (HELLO's reply is not read without AUTH).
+    HELLO gets the reply a Redis 7 gives (a map in RESP3, a flat array in RESP2: redis-py
+    8.2 reads the negotiated protocol from it), PING ``+PONG``, anything else ``+OK``.
     """
     while header := await reader.readline():
         words = []
@@ -142,9 +143,24 @@ async def _answer_ok_until(
             length = int((await reader.readline())[1:])
             words.append((await reader.readexactly(length + 2))[:-2])
         if not silent.is_set():
-            writer.write(b"+PONG\r\n" if words[0].upper() == b"PING" else b"+OK\r\n")
+            writer.write(_reply_to(words))
             await writer.drain()
     writer.close()
+
+
+def _reply_to(words: list[bytes]) -> bytes:
+    command = words[0].upper()
+    if command == b"PING":
+        return b"+PONG\r\n"
+    if command != b"HELLO":
+        return b"+OK\r\n"
+    protocol = int(words[1]) if len(words) > 1 else 2
+    fields = {b"server": b"redis", b"version": b"7.0.15", b"mode": b"cluster", b"role": b"master"}
+    body = b"$5\r\nproto\r\n:%d\r\n" % protocol + b"".join(
+        b"$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(k), k, len(v), v) for k, v in fields.items()
+    )
+    pairs = len(fields) + 1
+    return (b"%%%d\r\n" % pairs if protocol == 3 else b"*%d\r\n" % (2 * pairs)) + body
 
 
 async def test_an_idle_cluster_connection_to_a_node_gone_silent_fails_its_health_check(
@@ -155,7 +171,7 @@ async def test_an_idle_cluster_connection_to_a_node_gone_silent_fails_its_health
         lambda reader, writer: _answer_ok_until(silent, reader, writer), "127.0.0.1", 0
     )
     port = server.sockets[0].getsockname()[1]
-    client = async_client(f"redis+cluster://127.0.0.1:{port}")  # no AUTH: HELLO's reply unread
+    client = async_client(f"redis+cluster://127.0.0.1:{port}")
     # a seed node's own connection: the kind a slot map refresh reuses to ask CLUSTER SLOTS
     node = next(iter(client.nodes_manager.startup_nodes.values()))
     conn = node.acquire_connection()
