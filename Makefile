@@ -60,12 +60,13 @@ BUILD_REQUIRES = $(BIN)/python -c 'import tomllib; \
 	print(*tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"], sep="\n")'
 UPGRADE ?=
 lock: install
-	$(BUILD_REQUIRES) > $(VENV)/build-requires.in
+	@# editables: what hatchling's editable build (`pip install -e .`) imports
+	{ $(BUILD_REQUIRES); echo editables; } > $(VENV)/build-requires.in
 	$(BIN)/uv pip compile pyproject.toml $(VENV)/build-requires.in $(LOCK_DEV) $(UPGRADE) \
 	  --output-file requirements-dev.lock
 	$(BIN)/uv pip compile pyproject.toml $(LOCK_IMAGE) --upgrade --constraint requirements-dev.lock \
 	  --output-file deploy/requirements.lock
-	$(BIN)/uv pip compile $(VENV)/build-requires.in $(LOCK_IMAGE) --upgrade \
+	$(BUILD_REQUIRES) | $(BIN)/uv pip compile - $(LOCK_IMAGE) --upgrade \
 	  --constraint requirements-dev.lock --output-file deploy/build-requirements.lock
 
 upgrade: install
