@@ -367,21 +367,25 @@ class OperationIntervened(RunFailure):
 
 
 class MemoryPressure(StoreError):
-    """Redis memory is past ``LEASEHOLD_MEMORY_HIGH_WATER``: the API takes no new run.
+    """Redis memory is (or a write would take it) past ``LEASEHOLD_MEMORY_HIGH_WATER``.
 
     Refused early on purpose, so the headroom above the mark stays for the runs
     already running to write their outcomes. Nothing was written.
     """
 
-    def __init__(self, *, used_bytes: int, max_bytes: int, high_water: float) -> None:
+    def __init__(
+        self, *, used_bytes: int, max_bytes: int, high_water: float, cost_bytes: int = 0
+    ) -> None:
+        adding = f", and this write would add about {cost_bytes} bytes" if cost_bytes else ""
         super().__init__(
-            f"Redis uses {used_bytes} of {max_bytes} bytes of maxmemory, past the "
+            f"Redis uses {used_bytes} of {max_bytes} bytes of maxmemory{adding}, past the "
             f"high-water mark of {high_water:.0%}: new runs are refused until memory frees "
             "(finished runs expire after their retention)"
         )
         self.used_bytes = used_bytes
         self.max_bytes = max_bytes
         self.high_water = high_water
+        self.cost_bytes = cost_bytes
 
 
 class EscalationRequested(LeaseholdError):

@@ -92,7 +92,8 @@ RECONCILER_SCANS = Counter(
 SCHEDULE_FIRES = Counter(
     "leasehold_schedule_fires_total",
     "Schedule fire times reconcilers acted on: created (a run), skipped (the overlap "
-    "policy), missed (the missed-fire policy), buffered (buffer_one held one).",
+    "policy), missed (the missed-fire policy), buffered (buffer_one held one), refused "
+    "(Redis memory past the high-water mark: not fired, tried again on the next pass).",
     ["queue", "outcome"],
     registry=WORKER_REGISTRY,
 )

@@ -16,6 +16,13 @@ if that is still the schedule's due score (and the version it computed from is s
 current), so when several reconcilers race, one wins and the others write nothing:
 exactly one run per fire time. The same pass starts ``buffer_one`` fires whose
 previous run has ended.
+
+Fires are admitted like creates (:mod:`app.store.admission`), judged on the runs
+they will write, all of a pass's fires of one schedule together: past the
+high-water mark nothing fires, the schedule stays due, and a later pass fires what
+its missed-fire policy still keeps (counted ``refused`` meanwhile, logged once per
+schedule until it fires again). So no schedule can fill Redis, and every stop
+control (pause, delete) still works when it is full.
 """
 
 from __future__ import annotations
@@ -28,8 +35,10 @@ from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
+from app.errors import MemoryPressure
 from app.metrics import SCHEDULE_FIRES
 from app.settings import Settings
+from app.store.admission import MemoryAdmission, create_cost_bytes
 from app.store.runs import RunStore
 from app.store.schedules import Fire, ScheduleRecord, ScheduleStore
 from app.store.transitions import FireReply
@@ -85,6 +94,11 @@ class SchedulePass:
             queues=run_store.queues,
             grace_ms=round(settings.schedule_grace_s * 1000),
             fires_per_tick_max=settings.schedule_fires_per_tick_max,
+            admission=MemoryAdmission(
+                run_store.client,
+                high_water=settings.memory_high_water,
+                interval_s=settings.memory_check_interval_s,
+            ),
         )
 
     def __init__(
@@ -94,11 +108,14 @@ class SchedulePass:
         queues: Callable[[], Awaitable[list[str]]],
         grace_ms: int,
         fires_per_tick_max: int,
+        admission: MemoryAdmission,
     ) -> None:
         self._store = store
         self._queues = queues
         self._grace_ms = grace_ms
         self._limit = fires_per_tick_max
+        self._admission = admission
+        self._refused: set[str] = set()  # schedules whose fires memory refuses (logged once)
 
     async def run_forever(self, interval_s: float) -> None:
         """Pass, sleep a jittered interval, repeat; survives Redis outages."""
@@ -128,9 +145,14 @@ class SchedulePass:
         self, queue: str, schedule_id: str, due_ms: int, now: int
     ) -> FireReply | None:
         record = await self._store.record_in(queue, schedule_id)
-        if record is None or record.next_fire_ms != due_ms:
-            return None  # deleted or changed since the due read: the next pass sees it
+        if record is None:
+            self._refused.discard(schedule_id)
+            return None  # deleted since the due read
+        if record.next_fire_ms != due_ms:
+            return None  # changed since the due read: the next pass sees it
         plan = plan_tick(record, now, grace_ms=self._grace_ms, limit=self._limit)
+        if not await self._admitted(record, len(plan.fires)):
+            return None
         fire = Fire(
             "tick",
             plan.fires,
@@ -144,10 +166,32 @@ class SchedulePass:
     async def _fire_buffered(self, queue: str, schedule_id: str) -> FireReply | None:
         record = await self._store.record_in(queue, schedule_id)
         held = record.fields.get("buffered_fire_ms") if record else None
-        if record is None or not held:
+        if record is None or not held or not await self._admitted(record, 1):
             return None
         reply = await self._store.fire(record, Fire("buffered", [int(held)], record.version))
         return self._counted(record, reply, 0)
+
+    async def _admitted(self, record: ScheduleRecord, fires: int) -> bool:
+        """Whether memory has room for ``fires`` runs of ``record``, all together.
+
+        Refused: nothing is written, the schedule stays due, and the refusal is counted
+        (and logged the first time in a row for this schedule).
+        """
+        if fires == 0:
+            return True  # only missed fires to count: nothing grows
+        cost = create_cost_bytes(len(record.fields.get("input", "").encode())) * fires
+        try:
+            await self._admission.admit(cost)
+        except MemoryPressure as exc:
+            SCHEDULE_FIRES.labels(record.queue, "refused").inc(fires)
+            if record.id not in self._refused:
+                self._refused.add(record.id)
+                log.warning("schedule %s does not fire: %s", record.id, exc)
+            return False
+        if record.id in self._refused:
+            self._refused.discard(record.id)
+            log.info("schedule %s fires again: Redis memory is below the mark", record.id)
+        return True
 
     @staticmethod
     def _counted(record: ScheduleRecord, reply: FireReply, missed: int) -> FireReply | None:

@@ -385,6 +385,14 @@ class Settings(BaseModel):
         allow_inf_nan=False,
         description="How long a bulk retry's record (filter, progress) is kept after its last step",
     )
+    operation_empty_retention_s: float = Field(
+        default=3_600.0,
+        gt=0,
+        le=30 * DAY_S,
+        allow_inf_nan=False,
+        description="How long the record of a bulk retry that re-ran nothing is kept (at most "
+        "LEASEHOLD_OPERATION_RETENTION_S): requests that match nothing cannot pile up for a week",
+    )
     batch_max_items: int = Field(
         default=1000,
         ge=1,

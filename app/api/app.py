@@ -22,7 +22,6 @@ from app.api.cors import install_cors
 from app.api.hosts import TrustedHosts, trusted_hosts
 from app.api.hub import EventHub
 from app.api.limits import BodySizeLimit
-from app.api.memory import MemoryAdmission
 from app.api.openapi import install_openapi
 from app.api.operations import RetryDrivers
 from app.api.origins import CrossSiteWrites
@@ -47,8 +46,10 @@ from app.api.routes import (
 )
 from app.api.state import ApiState
 from app.handlers import HandlerRegistry, load_handler_modules
+from app.metrics import CREATES_REFUSED
 from app.settings import Settings
 from app.store.activity import ActivityStore
+from app.store.admission import MemoryAdmission
 from app.store.connection import async_client
 from app.store.queues import QueueStore
 from app.store.ratelimits import RateLimitStore
@@ -106,6 +107,7 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
             client,
             high_water=settings.memory_high_water,
             interval_s=settings.memory_check_interval_s,
+            on_refused=CREATES_REFUSED.inc,
         )
         app.state.leasehold = ApiState(
             settings,
@@ -123,7 +125,7 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
             ),
         )
         # bulk retries this process drives (POST /runs/retry); stopped before the client
-        app.state.leasehold_retries = RetryDrivers.for_settings(store, settings)
+        app.state.leasehold_retries = RetryDrivers.for_settings(store, settings, admission)
         try:
             yield
         finally:

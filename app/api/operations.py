@@ -15,7 +15,12 @@ process (``POST /operations/{id}/resume``) without re-running anything twice.
 
 One process drives at most ``LEASEHOLD_RETRY_OPERATIONS_MAX`` operations at once
 (more: 503 with Retry-After); each step is bounded by the batch size and the
-listing's own scan budget, and the whole operation by its ``limit``.
+listing's own scan budget, and the whole operation by its ``limit``. Each step's
+re-runs are admitted like creates (:mod:`app.store.admission`), all together: past
+the high-water mark the step waits, its cursor unmoved and ``last_error`` saying
+why (each save renews the driver's lease), and goes on once memory frees. An
+operation that ends having re-run nothing is kept only
+``LEASEHOLD_OPERATION_EMPTY_RETENTION_S``.
 """
 
 from __future__ import annotations
@@ -28,11 +33,13 @@ from dataclasses import dataclass, field
 from fastapi import HTTPException
 from redis.exceptions import RedisError
 
-from app.errors import OperationConflict, StoreError
+from app.errors import MemoryPressure, OperationConflict, StoreError
 from app.metrics import RETRY_OPERATIONS_RUNNING
 from app.models import RETRYABLE_STATUSES, Run, RunStatus
 from app.read_models import RetriedPair
 from app.settings import Settings
+from app.store.admission import WAIT_POLL_S, MemoryAdmission, create_cost_bytes
+from app.store.codec import dumps
 from app.store.operations import OperationStore, Progress
 from app.store.reruns import Rerun, retry_call, settle
 from app.store.runs import RunStore
@@ -40,6 +47,7 @@ from app.store.runs import RunStore
 log = logging.getLogger(__name__)
 
 RECENT_KEPT = 20
+MEMORY_WAIT = "waiting for Redis memory"
 RETRY_AFTER_S = 5
 
 
@@ -49,6 +57,7 @@ class RetryDrivers:
 
     runs: RunStore
     operations: OperationStore
+    admission: MemoryAdmission
     batch_size: int
     max_running: int
     lease_ms: int
@@ -56,7 +65,9 @@ class RetryDrivers:
     running: dict[str, asyncio.Task[None]] = field(default_factory=dict)
 
     @classmethod
-    def for_settings(cls, runs: RunStore, settings: Settings) -> RetryDrivers:
+    def for_settings(
+        cls, runs: RunStore, settings: Settings, admission: MemoryAdmission
+    ) -> RetryDrivers:
         """Drivers on ``runs``' Redis, bounded and paced by ``settings``.
 
         The lease on an operation lasts one run lease TTL: the same "is it alive"
@@ -67,10 +78,12 @@ class RetryDrivers:
             scripts=runs.scripts,
             prefix=runs.prefix,
             retention_ms=max(1, round(settings.operation_retention_s * 1000)),
+            empty_retention_ms=max(1, round(settings.operation_empty_retention_s * 1000)),
         )
         return cls(
             runs,
             operations,
+            admission,
             batch_size=settings.retry_batch_size,
             max_running=settings.retry_operations_max,
             lease_ms=settings.lease_ttl_ms,
@@ -133,12 +146,34 @@ class RetryDrivers:
         room = progress.limit - progress.counts["retried"]
         chosen = [run for run in page.items if wanted.matches(run)][: max(0, room)]
         progress.counts["matched"] += len(chosen)
-        await self._retry(progress, [run for run in chosen if run.status in RETRYABLE_STATUSES])
+        retryable = [run for run in chosen if run.status in RETRYABLE_STATUSES]
+        await self._room_for(progress, retryable)
+        await self._retry(progress, retryable)
         progress.cursor = page.next_cursor
         progress.counts["steps"] += 1
         done = page.next_cursor is None or progress.counts["retried"] >= progress.limit
         await self._save(progress, done=done)
         return done
+
+    async def _room_for(self, progress: Progress, chosen: list[Run]) -> None:
+        """Wait until memory has room for every re-run of the step, saving why meanwhile.
+
+        Each save renews the driver's lease, so a waiting operation is not ``stalled``;
+        a cancel ends the wait at the next save (:class:`OperationConflict`).
+        """
+        cost = sum(create_cost_bytes(len(dumps(run.input).encode())) for run in chosen)
+        waited = False
+        while chosen:
+            try:
+                await self.admission.admit(cost)
+            except MemoryPressure as exc:
+                waited, progress.last_error = True, f"{MEMORY_WAIT}: {exc}"[:500]
+                await self._save(progress)
+                await asyncio.sleep(WAIT_POLL_S)
+                continue
+            if waited:
+                progress.last_error = None  # the step's own save says it goes on
+            return
 
     async def _retry(self, progress: Progress, chosen: list[Run]) -> None:
         """Re-run ``chosen`` in one pipeline; count each outcome."""
@@ -171,5 +206,9 @@ class RetryDrivers:
         if done:
             fields["status"] = "done"
         await self.operations.commit(
-            progress.operation_id, driver=self.driver, lease_ms=self.lease_ms, fields=fields
+            progress.operation_id,
+            driver=self.driver,
+            lease_ms=self.lease_ms,
+            fields=fields,
+            empty=done and progress.counts["retried"] == 0,
         )

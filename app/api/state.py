@@ -10,9 +10,9 @@ from fastapi import Request
 from app.api.activity import ActivityHub
 from app.api.admission import StreamSlots
 from app.api.hub import EventHub
-from app.api.memory import MemoryAdmission
 from app.handlers import HandlerRegistry
 from app.settings import Settings
+from app.store.admission import MemoryAdmission
 from app.store.connection import AsyncRedis
 from app.store.flow import FlowStore
 from app.store.queues import QueueStore

@@ -34,6 +34,12 @@ child failed); ``settled`` returns a :class:`ChildOutcome` per child. Past
 ``timeout_s``: :class:`~app.errors.JoinTimeout`. An id that is not this run's
 child, ``join([])`` or a duplicate: :class:`~app.errors.InvalidWait`.
 
+**Admitted like a create** (:mod:`app.store.admission`): while Redis memory is past
+LEASEHOLD_MEMORY_HIGH_WATER a spawn waits, before its step is numbered, until memory
+frees (a ``wait`` event of kind ``memory`` says so; the lease stays renewed, a
+cancel or a budget still ends it), so a handler spawning in a loop cannot fill
+Redis. A replay of a recorded spawn waits the same way: nothing is numbered twice.
+
 **Refused before anything is written** (:class:`~app.errors.SpawnRefused`, in the
 handler): a handler this worker does not know or whose input model refuses the
 input (as ``POST /runs`` refuses them), an undeclared queue, an input over
@@ -59,6 +65,7 @@ from app.errors import (
     InvalidWait,
     JoinTimeout,
     LeaseLost,
+    MemoryPressure,
     SpawnRefused,
 )
 from app.executor.effects import EffectLedger, send_until_taken
@@ -66,6 +73,7 @@ from app.executor.events import EventSink
 from app.executor.reasons import RunParked, StopReason
 from app.handlers import HandlerRegistry
 from app.models import FLOW_KEY, RUN_ID, OnLeaseExpired
+from app.store.admission import MemoryAdmission, create_cost_bytes
 from app.store.children import (
     ChildStore,
     JoinAnswer,
@@ -140,6 +148,7 @@ class FamilyDeps:
     default_on_lease_expired: OnLeaseExpired
     outbox: Outbox | None = None  # None: ends are left to the reconcilers' sweep
     max_wait_s: float = 30 * 24 * 3600.0
+    admission: MemoryAdmission | None = None  # None: spawns are not held back for memory
 
 
 class Family:
@@ -184,6 +193,7 @@ class Family:
             on_lease_expired=options.get("on_lease_expired"),
             metadata=options.get("metadata"),
         )
+        await self._room_for(child["encoded_input"], handler)
         ordinal = await self._ledger.next_ordinal(SPAWN_COUNTER)
         step = await self._record(ordinal, child_queue, policy)
         new = NewRun(
@@ -208,6 +218,27 @@ class Family:
                 },
             )
         return Child(step.child_id, child_queue, handler, ordinal)
+
+    async def _room_for(self, encoded_input: str, handler: str) -> None:
+        """Wait, visibly, while Redis memory has no room for one more run."""
+        admission = self._deps.admission
+        if admission is None:
+            return
+
+        async def say(refused: MemoryPressure) -> None:
+            await self._sink.add(
+                "wait",
+                {
+                    "kind": "memory",
+                    "what": f"spawn of {handler}",
+                    "reason": str(refused),
+                    "used_bytes": refused.used_bytes,
+                    "max_bytes": refused.max_bytes,
+                    "high_water": refused.high_water,
+                },
+            )
+
+        await admission.wait_for_room(create_cost_bytes(len(encoded_input.encode())), on_wait=say)
 
     async def join(
         self, children: Sequence[Child | str], *, mode: str = "all", timeout_s: float | None = None

@@ -276,6 +276,7 @@ class Worker:
         @functools.cache
         def build() -> FamilyDeps:
             from app.executor.children import FamilyDeps
+            from app.store.admission import MemoryAdmission
             from app.store.children import ChildStore, SpawnLimits
             from app.store.outbox import Outbox
 
@@ -289,6 +290,11 @@ class Worker:
                 default_on_lease_expired=settings.default_on_lease_expired,
                 outbox=Outbox(stores),
                 max_wait_s=settings.max_wait_s,
+                admission=MemoryAdmission(
+                    stores.client,
+                    high_water=settings.memory_high_water,
+                    interval_s=settings.memory_check_interval_s,
+                ),
             )
 
         return build

@@ -57,12 +57,20 @@ class OperationStore:
     """Holds a Redis client; creates, reads and commits bulk operations' records."""
 
     def __init__(
-        self, client: AsyncRedis, *, scripts: Scripts, prefix: str, retention_ms: int
+        self,
+        client: AsyncRedis,
+        *,
+        scripts: Scripts,
+        prefix: str,
+        retention_ms: int,
+        empty_retention_ms: int | None = None,
     ) -> None:
         self.client = client
         self.scripts = scripts
         self.prefix = prefix
         self.retention_ms = retention_ms
+        # an operation that ends having re-run nothing is kept this long (at most as long)
+        self.empty_retention_ms = min(retention_ms, empty_retention_ms or retention_ms)
         self.keys = GlobalKeys(prefix)
 
     async def create(self, wanted: RetryFilter, *, limit: int) -> Progress:
@@ -153,18 +161,20 @@ class OperationStore:
         lease_ms: int,
         fields: dict[str, Any],
         force: bool = False,
+        empty: bool = False,
     ) -> None:
         """Save ``fields`` as ``driver``, extending its lease by ``lease_ms``.
 
-        Raises :class:`OperationNotFound`, or :class:`OperationConflict` when the
-        operation is no longer running or another driver's lease is live (unless
-        ``force``, which a cancel uses).
+        ``empty``: the operation ends having re-run nothing, so its record is kept only
+        ``empty_retention_ms``. Raises :class:`OperationNotFound`, or
+        :class:`OperationConflict` when the operation is no longer running or another
+        driver's lease is live (unless ``force``, which a cancel uses).
         """
         args = CommitOperationArgs(
             operation_id=operation_id,
             driver=driver,
             lease_ms=lease_ms,
-            retention_ms=self.retention_ms,
+            retention_ms=self.empty_retention_ms if empty else self.retention_ms,
             fields=dumps(fields),
             force=1 if force else 0,
         )

@@ -285,12 +285,18 @@ class ScheduleStore:
         return items, page[-1] if more and page else None
 
     async def delete(self, schedule_id: str) -> None:
-        """Delete a schedule: nothing more fires; its runs stay. Raises ScheduleNotFound."""
+        """Delete a schedule: nothing more fires; its runs stay. Raises ScheduleNotFound.
+
+        Works when Redis is full (a stop control must): no MULTI, whose queued commands
+        Redis refuses at maxmemory, but removals in an order that is safe to stop
+        anywhere — out of the due and buffered sets first (it never fires again),
+        then the record, then the directory entry — and that a repeat completes.
+        """
         keys = self.keys(await self.queue_of(schedule_id))
-        pipe = self.client.pipeline(transaction=True)
-        pipe.delete(keys.schedule(schedule_id))
+        pipe = self.client.pipeline(transaction=False)
         pipe.zrem(keys.schedule_due, schedule_id)
         pipe.zrem(keys.schedule_buffered, schedule_id)
+        pipe.delete(keys.schedule(schedule_id))
         await pipe.execute()
         await self.client.hdel(self.global_keys.schedules, schedule_id)
 

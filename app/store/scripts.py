@@ -158,6 +158,11 @@ SCRIPT_FLAGS: dict[str, str] = {
     "delete_run": "allow-oom",  # frees memory: what an operator does when Redis is full
     "expire_queued": "allow-oom",
     "undeclare_queue": "allow-oom",  # frees a declaration: never refused for memory
+    # pause (and resume, PATCH) must stop a schedule when Redis is full: one record, its
+    # fields bounded; what would grow (a create, a new run input) the API admits first
+    "put_schedule": "allow-oom",
+    # a bulk retry's save (and its cancel): one record's bounded fields
+    "commit_operation": "allow-oom",
     # a 429 must slow everyone even when Redis is full: one bounded SET, and it stops work
     "push_bucket": "allow-oom",
     "read_events": "no-writes",

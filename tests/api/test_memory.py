@@ -9,43 +9,16 @@ Redis that refuses a write all the same (at maxmemory, read-only) is a typed
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 
-from app.api.app import create_app
 from app.embedded import free_port
-from app.settings import Settings
-from tests.support.memory import SmallRedis
+from tests.support.memory import HIGH_WATER, SmallRedis, memory_settings, start_api
 
 FILLER = "x" * 20_000  # 20 KB inputs, as in the reproduction
 HEADROOM_BYTES = 4_000_000
-HIGH_WATER = 0.6
-
-
-def memory_settings(
-    small_redis: SmallRedis, prefix: str, tmp_path: Path, *, check_interval_s: float = 0.05
-) -> Settings:
-    return Settings(
-        redis_url=small_redis.url,
-        prefix=prefix,
-        state_dir=tmp_path / "state",
-        queues=["default", "filler"],
-        handlers=["app.demo"],  # no handler is registered by default
-        memory_high_water=HIGH_WATER,
-        memory_check_interval_s=check_interval_s,
-    )
-
-
-@asynccontextmanager
-async def start_api(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(settings)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
-            yield client
 
 
 @pytest.fixture

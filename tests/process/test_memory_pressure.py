@@ -135,3 +135,40 @@ async def test_when_redis_fills_creates_are_refused_first_and_running_runs_keep_
     finally:
         await client.aclose()
         procs.reap()
+
+
+async def test_a_spawn_past_the_mark_waits_visibly_and_creates_its_children_once_memory_frees(
+    small_redis: SmallRedis, prefix: str, tmp_path: Path
+) -> None:
+    procs = Processes(base_env(small_redis.url, prefix, lease_ttl_s=2.0), tmp_path)
+    settings = Settings(redis_url=small_redis.url, prefix=prefix, state_dir=tmp_path / "s")
+    client = async_client(small_redis.url)
+    store = RunStore.for_settings(client, Scripts(), settings)
+    max_bytes = small_redis.allow(6_000_000)
+    try:
+        procs.worker(LEASEHOLD_MEMORY_HIGH_WATER="0.6", LEASEHOLD_MEMORY_CHECK_INTERVAL_S="0.05")
+        # past the mark (not at maxmemory): claims go on, new runs must not
+        with small_redis.client() as sync:
+            sync.set(f"{prefix}:test:ballast", "x" * int(max_bytes * 0.3))
+        parent = (await store.create(NewRun(handler="test.fan_out", input={"children": 3}))).run.id
+        waits = await eventually(
+            lambda: store.read_events(parent),
+            until=lambda events: any(
+                e.type == "wait" and e.data.get("kind") == "memory" for e in events
+            ),
+            what="the spawn's memory wait event",
+        )
+        wait = next(e for e in waits if e.type == "wait" and e.data.get("kind") == "memory")
+        assert wait.data["what"] == "spawn of demo.echo"
+        assert "high-water mark" in wait.data["reason"]
+        assert (await store.get(parent)).status == RunStatus.RUNNING
+        listed = (await store.list_runs(limit=50)).items
+        assert [run.id for run in listed] == [parent], "no child while past the mark"
+        with small_redis.client() as sync:
+            sync.delete(f"{prefix}:test:ballast")
+        done = await wait_status(store, parent, RunStatus.SUCCEEDED, timeout_s=60)
+        assert len(done.output["children"]) == 3
+        assert small_redis.oom_refusals() == 0
+    finally:
+        await client.aclose()
+        procs.reap()

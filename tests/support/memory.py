@@ -8,17 +8,23 @@ sees another's leftovers.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 import redis
 
+from app.api.app import create_app
 from app.embedded import EmbeddedRedis
+from app.settings import Settings
 from app.store.connection import async_client
 from app.store.scripts import Scripts
+
+HIGH_WATER = 0.6
 
 
 @dataclass
@@ -89,3 +95,28 @@ def small_redis(tmp_path: Path) -> Iterator[SmallRedis]:
         yield SmallRedis(server)
     finally:
         server.stop()
+
+
+def memory_settings(
+    small_redis: SmallRedis, prefix: str, tmp_path: Path, *, check_interval_s: float = 0.05
+) -> Settings:
+    """Settings on the small Redis: a 60 % high-water mark, memory read every 50 ms."""
+    return Settings(
+        redis_url=small_redis.url,
+        prefix=prefix,
+        state_dir=tmp_path / "state",
+        queues=["default", "filler"],
+        handlers=["app.demo"],  # no handler is registered by default
+        memory_high_water=HIGH_WATER,
+        memory_check_interval_s=check_interval_s,
+    )
+
+
+@asynccontextmanager
+async def start_api(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """An in-process API on ``settings``, its lifespan run, and a client of it."""
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+            yield client

@@ -22,13 +22,13 @@ from fastapi import APIRouter, Depends, HTTPException, Request, Response
 from fastapi.exceptions import RequestValidationError
 
 from app.api.bodies import body_doc, raw_json_body
-from app.api.memory import create_cost_bytes
 from app.api.routes.batch_items import BatchJudge
 from app.api.routes.runs import problems, with_start_gates
 from app.api.state import ApiState, api_state
 from app.errors import QueueNotDeclared, RateLimitNotDeclared
 from app.metrics import RUNS_CREATED
 from app.models import CreateRunsRequest, CreateRunsResult
+from app.store.admission import create_cost_bytes
 from app.store.runs import AnswerShapes, Created, NewRun
 
 router = APIRouter(tags=["runs"])

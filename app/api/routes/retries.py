@@ -12,13 +12,13 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, HTTPException, Path, Request, Response
 
 from app.api.bodies import body_doc, json_body, optional_json_body
-from app.api.memory import create_cost_bytes
 from app.api.operations import RetryDrivers
 from app.api.routes.runs import RunId, State, problems
 from app.errors import OperationConflict, RunNotFound
 from app.metrics import RUNS_CREATED
 from app.models import IDEMPOTENCY_KEY_PATTERN, OPERATION_ID_PATTERN, RetryRequest, Run
 from app.read_models import RetryFilter, RetryOperation
+from app.store.admission import create_cost_bytes
 from app.store.keys import queue_of
 from app.store.reruns import Rerun, retry_run
 
@@ -113,7 +113,10 @@ async def retry_many(
     already are skipped. It goes on in steps of ``LEASEHOLD_RETRY_BATCH_SIZE`` runs,
     each saved: ``GET /operations/{id}`` shows its progress. At most ``limit`` runs
     (at most ``LEASEHOLD_RETRY_OPERATION_MAX_RUNS``, else 422). While this process
-    drives ``LEASEHOLD_RETRY_OPERATIONS_MAX`` of them → 503 with Retry-After.
+    drives ``LEASEHOLD_RETRY_OPERATIONS_MAX`` of them, or Redis memory is past the
+    high-water mark → 503 with Retry-After, nothing written; a step that meets the
+    mark waits for memory (``last_error`` says so). An operation that re-ran nothing
+    is kept ``LEASEHOLD_OPERATION_EMPTY_RETENTION_S``.
     """
     most = state.settings.retry_operation_max_runs
     if body.limit is not None and body.limit > most:
@@ -123,6 +126,7 @@ async def retry_many(
     if body.queue is not None:
         await state.queues.require(body.queue)
     running.admit()  # before anything is written: a refusal leaves no record
+    await state.memory.admit()  # its record, like a run's; each step is admitted too
     await state.queues.announce_configured()  # a fresh API's own queues are searched too
     progress = await running.operations.create(body, limit=body.limit or most)
     await running.start(progress)

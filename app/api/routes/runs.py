@@ -14,7 +14,6 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Requ
 from redis.exceptions import RedisError
 
 from app.api.bodies import body_doc, json_body
-from app.api.memory import create_cost_bytes
 from app.api.problems import PROBLEM_JSON
 from app.api.state import ApiState, state_dependency
 from app.api.streaming import admit_stream, event_stream_response, live_sink, run_events
@@ -32,6 +31,7 @@ from app.models import (
     StatusChange,
 )
 from app.read_models import PurgeRequest, PurgeResult, ResolveRequest, RunPage
+from app.store.admission import create_cost_bytes
 from app.store.codec import LARGE_FIELDS, dumps_parsed
 from app.store.keys import queue_of
 from app.store.ratelimits import StartGate

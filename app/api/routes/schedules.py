@@ -3,6 +3,12 @@
 The API only writes a schedule's record; reconcilers fire it (app/schedule_pass.py).
 A trigger or a backfill is fired here, by the same ``fire_schedule`` script, so it
 honours the same overlap policy and makes at most one run per fire time.
+
+Admission (:mod:`app.store.admission`): a create, a PATCH with a new run, a trigger
+and a backfill are judged on what they will write (a backfill: all its runs
+together) and refused whole past the high-water mark (503, nothing written). The
+stop controls — pause, PATCH without a new run, delete — are never refused for
+memory, so a schedule can be stopped when Redis is full.
 """
 
 from __future__ import annotations
@@ -12,7 +18,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Response
 
 from app.api.bodies import body_doc, json_body, optional_json_body
-from app.api.memory import create_cost_bytes
 from app.api.routes.runs import State, new_run_of, problems, with_start_gates
 from app.api.state import ApiState
 from app.cron import InvalidSpec, Spec
@@ -31,6 +36,7 @@ from app.models import (
 )
 from app.read_models import Schedule
 from app.settings import MAX_KEEP_S
+from app.store.admission import create_cost_bytes
 from app.store.codec import dumps
 from app.store.ratelimits import start_gates_arg
 from app.store.schedules import Fire, ScheduleRecord, ScheduleStore
@@ -213,6 +219,8 @@ async def _update(
     spec, fields = _spec_fields(body, state, base=record, now_ms=now)
     if body.run is not None:
         run_fields = await _run_fields(body.run, state)
+        # a new run input grows the record: admitted like a create (a pause never is)
+        await state.memory.admit(create_cost_bytes(len(run_fields["input"].encode())))
         if run_fields["queue"] != record.queue:
             raise HTTPException(
                 422, f"a schedule's queue cannot change (it is {record.queue!r}); make a new one"

@@ -13,6 +13,8 @@ Buffering semantics (decided here; the README tells the same):
 * the run finished, or is being cancelled: no wait can ever take it → 409, nothing
   written (a signal is never dropped silently). Unknown run → 404.
 
+While Redis memory is past LEASEHOLD_MEMORY_HIGH_WATER a signal is refused like a
+create (503 ``admission-refused`` with ``Retry-After``, nothing written).
 A payload over LEASEHOLD_MAX_SIGNAL_BYTES is 413; a name that is not
 ``[A-Za-z0-9_.-]{1,128}`` is 422; bodies obey the API's one JSON rule
 (:mod:`app.api.bodies`: finite numbers, bounded depth).
@@ -27,6 +29,7 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Path, Response
 from app.api.bodies import body_doc, optional_json_body
 from app.api.routes.runs import RunId, State, problems
 from app.models import IDEMPOTENCY_KEY_PATTERN, WAIT_NAME_PATTERN, SignalRequest, SignalResult
+from app.store.admission import create_cost_bytes
 from app.store.codec import dumps
 from app.store.waits import WaitStore
 
@@ -39,7 +42,7 @@ SignalName = Annotated[str, Path(pattern=WAIT_NAME_PATTERN, description="the sig
     "/runs/{run_id}/signals/{name}",
     status_code=202,
     response_model=SignalResult,
-    responses=problems(400, 404, 409, 413, 415, 422, 429),
+    responses=problems(400, 404, 409, 413, 415, 422, 429, 503),
     openapi_extra=body_doc(SignalRequest, required=False),
 )
 async def signal_run(
@@ -66,6 +69,8 @@ async def signal_run(
         raise HTTPException(
             413, f"the payload is {size} bytes; the limit is {limit} (LEASEHOLD_MAX_SIGNAL_BYTES)"
         )
+    # a signal kept for a later wait is stored like a small run: admitted like one
+    await state.memory.admit(create_cost_bytes(size))
     settings = state.settings
     store = WaitStore.for_settings(state.client, state.scripts, settings)
     outcome, replayed = await store.signal(

@@ -8,7 +8,6 @@ from fastapi import APIRouter, HTTPException, Path
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
-from app.api.memory import MemoryAdmission
 from app.api.routes.runs import State, problems
 from app.models import (
     WORKER_ID_PATTERN,
@@ -19,6 +18,7 @@ from app.models import (
     WorkerInfo,
 )
 from app.store import workers
+from app.store.admission import MemoryAdmission
 from app.store.health import check_readiness
 from app.store.memory import pressure_problems
 
