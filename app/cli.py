@@ -36,6 +36,7 @@ from app.preflight import (
     settings_or_exit,
     tracing_or_exit,
 )
+from app.render import error_words
 from app.startup import settle
 from app.statuses import PARKED_STATUSES, TERMINAL_EVENT_TYPES, RunStatus
 from app.worker_command import WorkerFlags, run_worker
@@ -405,9 +406,12 @@ def _print_page(page: RunPage, as_json: bool) -> None:
     if not page.items:
         typer.echo("no runs")
     for run in page.items:
+        # an ended run's line ends with why it ended, as `runs get` words it
+        why = run.error if run.status.is_terminal else None
         typer.echo(
             f"{run.id}  {run.status.value:<24} {run.handler:<16} "
             f"attempt {run.attempt}/{run.max_attempts}  {run.created_at:%Y-%m-%d %H:%M:%S}"
+            + (f"  {error_words(why.code, why.message)}" if why else "")
         )
     if page.next_cursor:
         typer.echo(f"next: --cursor {page.next_cursor}")
@@ -1076,7 +1080,7 @@ def _story_ended(story: Callable[[], Run]) -> None:
     except httpx.TransportError as exc:
         raise _fail(f"the demo's API went away: {exc}") from None
     # the status alone when there is no error: "ended succeeded: succeeded" said it twice
-    why = f": {run.error.message}" if run.error else ""
+    why = f": {error_words(run.error.code, run.error.message)}" if run.error else ""
     typer.echo(f"{run.id} ended {run.status.value}{why} (attempt {run.attempt}, fence {run.fence})")
 
 

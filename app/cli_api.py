@@ -25,6 +25,7 @@ from app.environment import client_settings
 from app.errors import ApiError, ConfigurationError
 from app.http_get import Unreachable
 from app.preflight import EXIT_CONFIG, settings_or_exit
+from app.render import error_words
 from app.statuses import RunStatus
 
 if TYPE_CHECKING:
@@ -185,9 +186,13 @@ def print_run(run: Run | RunRecord, as_json: bool) -> None:
     if as_json:
         echo(run.model_dump_json())
         return
+    # an ended run's status says why it ended (``orphaned: executor lease expired``);
+    # a run going on shows the error its last attempt left on its own line
+    why = error_words(run.error.code, run.error.message) if run.error is not None else ""
+    ended_why = f": {why}" if why and run.status.is_terminal else ""
     lines = [
         f"run       {run.id}",
-        f"status    {run.status.value}",
+        f"status    {run.status.value}{ended_why}",
         f"handler   {run.handler} (queue {run.queue})",
         f"attempt   {run.attempt}/{run.max_attempts}   fence {run.fence}",
     ]
@@ -199,10 +204,10 @@ def print_run(run: Run | RunRecord, as_json: bool) -> None:
         lines.append(f"starts    not before {run.run_at.isoformat()}")
     if run.output is not None:
         lines.append(f"output    {json.dumps(run.output)}")
-    if run.error is not None:
-        lines.append(f"error     {run.error.code}: {run.error.message}")
-        if run.error.details:
-            lines.append(f"evidence  {json.dumps(run.error.details)}")
+    if why and not ended_why:
+        lines.append(f"error     {why}")
+    if run.error is not None and run.error.details:
+        lines.append(f"evidence  {json.dumps(run.error.details)}")
     if run.retry_of:
         lines.append(f"retry of  {run.retry_of}")
     if run.retried_by:

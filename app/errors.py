@@ -23,7 +23,8 @@
     │   ├── MemoryPressure            Redis memory is past the high-water mark: creates wait
     │   ├── SignalInboxFull           a run holds LEASEHOLD_MAX_PENDING_SIGNALS unread (429)
     │   └── EffectOutcomeUnknown      an effect started and was never recorded: the run
-    │                                 is parked in reconciliation_required
+    │                                 is parked in reconciliation_required (its code is
+    │                                 ``effect_outcome_unknown``)
     ├── HandlerError                  registry problems
     │   ├── UnknownHandler
     │   ├── InvalidInput              input fails the handler's model
@@ -35,7 +36,7 @@
     ├── ApiError                      the API answered a client with an error status
     ├── RateLimitRelease              a handler gives its run back until a bucket lets it
     │                                 in (ctx.rate_limit / ctx.rate_limited): no attempt spent
-    └── RunFailure                    why a run ended ``failed``; carried in ``run.error``
+    └── RunFailure                    why a run did not succeed; carried in ``run.error``
         ├── HandlerFailed             the handler raised something untyped
         ├── InvalidRateLimitUse       ctx.rate_limit cost outside 1..burst, bad Retry-After
         ├── InvalidCheckpoint         ctx.checkpoint() got state that is not JSON
@@ -56,10 +57,19 @@
         │   ├── IdleTimeout           no progress signal for idle_s after the last one
         │   ├── DurationExceeded      an operation or the run passed max_duration_s
         │   └── BudgetExhausted       the run used max_steps (and its extensions)
-        └── OperationIntervened       the watchdog stopped an operation (INTERVENE)
+        ├── OperationIntervened       the watchdog stopped an operation (INTERVENE)
+        │   (the four below are written by Redis scripts, never raised)
+        ├── LeaseExpired              its executor's lease ran out, no retry: ``orphaned``
+        ├── QueuedTtlExpired          nobody claimed it within its queued time-to-live:
+        │                             ``expired``
+        ├── Superseded                a newer run of its singleton key replaced it before
+        │                             it started: ``cancelled``
+        └── ResolvedAsFailed          a person resolved a parked run as failed
 
 Each :class:`RunFailure` has a stable ``code`` and a ``retryable`` flag; the worker
-records both on the run, and the retry policy reads ``retryable``.
+records both on the run, and the retry policy reads ``retryable``. :data:`RUN_ERRORS`
+maps every code a class here gives a run's ``error`` to that class, the codes the Redis
+scripts write included (a test reads them from ``scripts/lua``).
 """
 
 from __future__ import annotations
@@ -408,8 +418,12 @@ class EffectOutcomeUnknown(StoreError):
     Calling it again could apply it twice (it is not idempotent), so the run was
     parked in ``reconciliation_required`` by the same script that found the record;
     a person resolves it (POST /runs/{id}/resolve). Raised into the handler so it
-    stops at once; handlers should let it propagate.
+    stops at once; handlers should let it propagate. The parked run's ``error``
+    carries its code (written by the script, with the records in ``details``).
     """
+
+    code = "effect_outcome_unknown"
+    retryable = False
 
     def __init__(self, run_id: str, record: dict[str, Any]) -> None:
         super().__init__(
@@ -566,6 +580,50 @@ class JoinTimeout(RunFailure):
     retryable = False
 
 
+class LeaseExpired(RunFailure):
+    """The run's executor stopped renewing its lease and its policy did not retry it.
+
+    Written on the ``orphaned`` run by the reconciler's script (``reconcile_expired``)
+    as ``executor lease expired``, the evidence (owner, fence, last renewal, lease
+    expiry, detection time) in ``details``; never raised.
+    """
+
+    code = "lease_expired"
+    retryable = False
+
+
+class QueuedTtlExpired(RunFailure):
+    """Nobody claimed the run within its queued time-to-live: it ended ``expired``.
+
+    Written by ``expire_queued`` (``details``: ``queued_for_ms``); never raised.
+    """
+
+    code = "queued_ttl_expired"
+    retryable = False
+
+
+class Superseded(RunFailure):
+    """A newer run of its singleton key replaced the run before it started (``cancelled``).
+
+    Written by the create of the newer run (``on_conflict="replace_queued"``;
+    ``details``: ``superseded_by``); never raised.
+    """
+
+    code = "superseded"
+    retryable = False
+
+
+class ResolvedAsFailed(RunFailure):
+    """A person resolved a parked run as failed (``POST /runs/{id}/resolve``).
+
+    Written by ``resolve_run`` (``details``: the decision and the error it replaced);
+    never raised.
+    """
+
+    code = "resolved_as_failed"
+    retryable = False
+
+
 class SignalInboxFull(StoreError):
     """A run holds as many unread signals as LEASEHOLD_MAX_PENDING_SIGNALS allows.
 
@@ -591,3 +649,23 @@ class CapacityExceeded(LeaseholdError):
         super().__init__(f"this API process already serves {limit} {what} ({setting})")
         self.what = what
         self.limit = limit
+
+
+def _run_errors() -> dict[str, type[RunFailure] | type[EffectOutcomeUnknown]]:
+    """Every class of this module that names a code of its own, by that code."""
+    found: dict[str, type[RunFailure] | type[EffectOutcomeUnknown]] = {
+        EffectOutcomeUnknown.code: EffectOutcomeUnknown
+    }
+    pending: list[type[RunFailure]] = [RunFailure]
+    while pending:
+        error = pending.pop()
+        pending.extend(error.__subclasses__())
+        if error.__module__ == __name__ and "code" in vars(error):
+            found[error.code] = error
+    return dict(sorted(found.items()))
+
+
+# the one code-to-error map: each code a run's ``error`` may carry from this module (what
+# handlers raise, what the worker records, what the Redis scripts write) -> its class,
+# with the code's ``retryable``; a new class here joins it by naming its own ``code``
+RUN_ERRORS = _run_errors()

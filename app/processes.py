@@ -32,8 +32,11 @@ HEALTH_POLL_S = 0.05
 STOP_GRACE_S = 10.0
 
 
-class ChildFailed(LeaseholdError):
-    """A child exited before it was ready, or never became ready; the message says which."""
+class ProcessNotReady(LeaseholdError):
+    """A child process exited before it was ready, or never became ready; the message says which.
+
+    Not :class:`app.errors.ChildFailed`, a child *run* that ended without succeeding.
+    """
 
 
 @dataclass
@@ -162,7 +165,7 @@ def wait_healthy(
 ) -> bool:
     """Poll ``<url>/healthz`` until it answers 200; ``True`` then, ``False`` if ``stopped()`` first.
 
-    Raises :class:`ChildFailed` when ``child`` exits first (its log in the
+    Raises :class:`ProcessNotReady` when ``child`` exits first (its log in the
     message) or nothing answers within ``timeout_s``.
     """
     deadline = time.monotonic() + timeout_s
@@ -171,7 +174,7 @@ def wait_healthy(
     with httpx.Client(timeout=1, verify=verifies(url)) as client:
         while not stopped():
             if child is not None and not child.alive():
-                raise ChildFailed(
+                raise ProcessNotReady(
                     f"{child.name} (pid {child.pid}) exited with status {child.returncode} "
                     f"before {url} answered{_tail(child)}"
                 )
@@ -181,7 +184,9 @@ def wait_healthy(
             except httpx.HTTPError:
                 pass  # not listening yet
             if time.monotonic() > deadline:
-                raise ChildFailed(f"{url}/healthz did not answer in {timeout_s:g}s{_tail(child)}")
+                raise ProcessNotReady(
+                    f"{url}/healthz did not answer in {timeout_s:g}s{_tail(child)}"
+                )
             time.sleep(poll_s)
     return False
 

@@ -8,7 +8,8 @@ the Redis clock and acts atomically, so any number of reconcilers may run:
 * a cancel was requested → ``cancelled``;
 * ``on_lease_expired = "retry"`` and attempts remain → ``queued`` again (fence+1,
   events ``lease_expired`` then ``requeued``);
-* otherwise → ``orphaned``, error ``its worker stopped renewing its lease`` with the
+* otherwise → ``orphaned``, error ``executor lease expired`` (code ``lease_expired``;
+  the CLI and the console show ``orphaned: executor lease expired``) with the
   evidence (owner, fence, last renewal, expiry, detection time) in its details.
 
 The same pass ends the runs nobody claimed within their queued time-to-live

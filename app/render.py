@@ -2,7 +2,8 @@
 
 Token events flow inline as text; every other event gets one readable line,
 prefixed with its time and the fence it was written under. The terminal event
-says how the run ended and why.
+says how the run ended and why, in the words :func:`error_words` gives a run's
+error wherever the CLI shows one (imported by ``runs get`` too: no pydantic here).
 """
 
 from __future__ import annotations
@@ -10,9 +11,30 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from app.models import TERMINAL_EVENT_TYPES, RunEvent
+from app.statuses import TERMINAL_EVENT_TYPES
+
+if TYPE_CHECKING:
+    from app.models import RunEvent
+
+
+def error_words(code: str | None, message: str | None) -> str:
+    """A run's error as a person reads it after the run's status: ``code: message``.
+
+    The message alone when it already says what its code says (``lease_expired``,
+    ``executor lease expired``), so an orphaned run reads ``orphaned: executor lease
+    expired`` and never ``orphaned: lease_expired: executor lease expired``; the code
+    alone when there is no message. ``runs get``, ``runs watch``, the listings and the
+    demo's endings all word an error here (the console's ``errorText`` in
+    ``app/console/assets/describe.js`` keeps the same rule).
+    """
+    code = code or "error"
+    if not message:
+        return code
+    if code.replace("_", " ") in message.lower():
+        return message
+    return f"{code}: {message}"
 
 
 def _compact(data: dict[str, Any]) -> str:
@@ -21,7 +43,7 @@ def _compact(data: dict[str, Any]) -> str:
 
 def _error_text(data: dict[str, Any]) -> str:
     error = data.get("error") or {}
-    text = f"{error.get('code', 'error')}: {error.get('message', '')}"
+    text = error_words(error.get("code"), error.get("message"))
     details = error.get("details") or {}
     if details.get("owner_id"):
         text += f" (owner {details['owner_id']}, fence {details.get('fence')})"
@@ -32,7 +54,7 @@ def _describe_requeued(data: dict[str, Any]) -> str:
     reason = data.get("reason", "")
     line = f"requeued for attempt {data.get('attempt')} ({reason})"
     if data.get("error"):
-        line += f" after {data['error'].get('code')}: {data['error'].get('message')}"
+        line += f" after {error_words(data['error'].get('code'), data['error'].get('message'))}"
     return line
 
 
@@ -91,7 +113,7 @@ DESCRIBE: dict[str, Callable[[dict[str, Any]], str]] = {
     "released": lambda d: f"released by {d.get('owner_id')} ({d.get('reason')})",
     "lease_expired": lambda d: (
         f"{d.get('owner_id')} stopped renewing at {_clock(d.get('last_renewed_at_ms'))}; "
-        f"lease expired at {_clock(d.get('lease_expires_at_ms'))}"
+        f"its lease ran out at {_clock(d.get('lease_expires_at_ms'))}"
     ),
     "requeued": _describe_requeued,
     "checkpoint": lambda d: f"checkpoint {d.get('seq')} ({d.get('size_bytes')} bytes)",

@@ -33,7 +33,7 @@ import redis
 
 from app.embedded import EmbeddedRedis
 from app.errors import LeaseholdError
-from app.processes import Child, ChildFailed, child_env, spawn, stop_all, wait_healthy
+from app.processes import Child, ProcessNotReady, child_env, spawn, stop_all, wait_healthy
 from app.settings import Settings
 from app.store.connection import sync_client
 
@@ -208,7 +208,7 @@ class Stack:
                 poll_s=POLL_S,
                 stopped=lambda: self.stopping,
             )
-        except ChildFailed:
+        except ProcessNotReady:
             self._check_api_alive()  # it exited: say so, in our words
             raise StackError(
                 f"the API did not answer {url}/healthz in {API_START_TIMEOUT_S}s"

@@ -3,6 +3,7 @@ in a subprocess, and what it prints and exits with."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -12,6 +13,8 @@ import pytest
 
 from app.embedded import free_port
 from app.models import QueuePage, Run, RunPage, RunStatus
+from app.store.leases import LeaseStore
+from tests.support.polling import eventually
 from tests.support.processes import REPO_ROOT, Processes, python_prints
 
 CLI_TIMEOUT_S = 60
@@ -72,8 +75,9 @@ def test_submit_wait_of_a_failing_run_exits_nonzero_with_its_error(live_api_url:
         "submit", "demo.fail", "--input", '{"message":"it broke"}', "--wait", api_url=live_api_url
     )
     assert done.returncode != 0
-    assert "status    failed" in done.stdout
-    assert "error     demo_failure: it broke" in done.stdout
+    # an ended run's status says why, once: its code and message
+    assert "status    failed: demo_failure: it broke" in done.stdout.splitlines()
+    assert "error     " not in done.stdout
 
 
 def test_runs_get_shows_the_run_to_a_person(live_api_url: str) -> None:
@@ -94,9 +98,47 @@ def test_runs_list_filters_by_status(live_api_url: str) -> None:
     assert done.returncode == 0, done.stderr
     page = RunPage.model_validate_json(done.stdout)
     assert [run.id for run in page.items] == [succeeded.id]
-    human = leasehold("runs", "list", api_url=live_api_url).stdout
-    assert failed.id in human and "failed" in human
-    assert succeeded.id in human
+    human = leasehold("runs", "list", api_url=live_api_url).stdout.splitlines()
+    failed_line = next(line for line in human if line.startswith(failed.id))
+    # its message says its code (demo_failure), so the code is not said again
+    assert " failed " in failed_line and failed_line.endswith("  demo failure")
+    assert any(line.startswith(succeeded.id) for line in human)
+
+
+@pytest.fixture
+async def orphaned_id(api_url: str, lease_store: LeaseStore) -> str:
+    """A run whose owner never renewed its lease, orphaned by a reconciler pass."""
+    created = leasehold("submit", "demo.sleep", "--json", api_url=api_url)
+    run_id = Run.model_validate_json(created.stdout).id
+    claimed = (await lease_store.claim("default", "w-gone", 1)).runs
+    assert [run.id for run in claimed] == [run_id]
+    # nobody renews: once the test's 1 s lease runs out a reconciler pass orphans it
+    await eventually(
+        lambda: lease_store.reconcile("default"), until=bool, timeout_s=10, what="the orphan"
+    )
+    return run_id
+
+
+def test_an_orphaned_run_reads_orphaned_executor_lease_expired_once_everywhere(
+    api_url: str, orphaned_id: str
+) -> None:
+    got = leasehold("runs", "get", orphaned_id, api_url=api_url).stdout
+    shown = got.splitlines()
+    assert "status    orphaned: executor lease expired" in shown
+    assert [line for line in shown if line.startswith("error ")] == []  # said once
+    evidence = json.loads(next(line for line in shown if line.startswith("evidence  "))[10:])
+    assert evidence["owner_id"] == "w-gone" and evidence["fence"] == 1
+    listed = leasehold("runs", "list", "--status", "orphaned", api_url=api_url).stdout
+    assert listed.splitlines()[0].startswith(f"{orphaned_id}  orphaned ")
+    assert listed.splitlines()[0].endswith("  executor lease expired")
+    watched = leasehold("runs", "watch", orphaned_id, api_url=api_url)
+    assert watched.returncode == 1  # the run did not succeed
+    assert watched.stdout.splitlines()[-1].endswith(
+        "== orphaned: executor lease expired (owner w-gone, fence 1)  [fence 2]"
+    )
+    for text in (got, listed, watched.stdout):
+        assert "orphaned: orphaned" not in text
+        assert "lease_expired: executor" not in text
 
 
 def test_runs_cancel_of_a_queued_run_says_cancelled(api_url: str) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from app.embedded import free_port
-from app.processes import Child, ChildFailed, child_env, spawn, stop_all, wait_healthy
+from app.processes import Child, ProcessNotReady, child_env, spawn, stop_all, wait_healthy
 from tests.support.processes import REPO_ROOT
 
 
@@ -27,13 +27,13 @@ def test_a_child_that_exits_early_is_reported_with_its_log(tmp_path: Path) -> No
     child = spawn(
         "bad", ["no-such-command"], env=child_env(), log_path=tmp_path / "bad.log", cwd=REPO_ROOT
     )
-    with pytest.raises(ChildFailed, match=r"(?s)bad \(pid \d+\) exited with status 2.*No such"):
+    with pytest.raises(ProcessNotReady, match=r"(?s)bad \(pid \d+\) exited with status 2.*No such"):
         wait_healthy(nobody_listens(), child, timeout_s=60)
     assert not child.alive()
 
 
 def test_nothing_answering_is_a_timeout_and_a_stop_is_not() -> None:
-    with pytest.raises(ChildFailed, match=r"did not answer in 0\.2s"):
+    with pytest.raises(ProcessNotReady, match=r"did not answer in 0\.2s"):
         wait_healthy(nobody_listens(), timeout_s=0.2, poll_s=0.05)
     assert wait_healthy(nobody_listens(), timeout_s=60, stopped=lambda: True) is False
 

@@ -6,8 +6,7 @@ the people and the failures in the story. Everything it starts is stopped at the
 end, whatever happens.
 
 * ``kill-worker``: ``kill -9`` the worker that owns a long run; the stream ends in
-  ``orphaned`` (its worker stopped
-  renewing its lease). With ``--retry`` the run asks for
+  ``orphaned: executor lease expired``. With ``--retry`` the run asks for
   ``on_lease_expired: "retry"`` and the surviving worker takes it over and finishes it.
 * ``escalate``: a run waits, silent, on an approval; the watchdog's evaluator
   (``app.demo.judge``) answers ESCALATE, the run parks in ``waiting_human``, and a
@@ -40,7 +39,7 @@ from app.errors import LeaseholdError
 from app.httpx_import import httpx
 from app.models import Run, RunStatus
 from app.processes import Child, child_env, spawn, stop_all
-from app.render import EventPrinter
+from app.render import EventPrinter, error_words
 from app.settings import DEMO_HANDLERS
 
 READY_TIMEOUT_S = 30.0
@@ -152,7 +151,7 @@ def _kill_owner(owner: str, workers: dict[int, Child], say: Callable[[str], obje
 
 def _expect(run: Run, status: RunStatus) -> Run:
     if run.status != status:
-        ending = f" ({run.error.code}: {run.error.message})" if run.error else ""
+        ending = f" ({error_words(run.error.code, run.error.message)})" if run.error else ""
         raise WalkthroughFailed(
             f"the run ended {run.status.value}{ending}, expected {status.value}"
         )

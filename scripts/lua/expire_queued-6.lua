@@ -40,7 +40,7 @@ for _, id in ipairs(due) do
   if cur[1] == 'queued' and not cur[2] then
     local queued_for = now - (tonumber(cur[3]) or now)
     plan.fields = {'error', cjson.encode({code = 'queued_ttl_expired',
-      message = 'expired: not claimed within its queued time-to-live', retryable = false,
+      message = 'not claimed within its queued time-to-live', retryable = false,
       details = {queued_for_ms = queued_for}})}
     plan.data = cjson.encode({reason = 'queued_ttl', queued_for_ms = queued_for})
   end

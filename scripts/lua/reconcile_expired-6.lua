@@ -117,7 +117,7 @@ for _, id in ipairs(expired) do
       plan.requeued = cjson.encode({reason = 'lease_expired', attempt = plan.attempt})
     else
       plan.action = 'orphaned'
-      local err = {code = 'lease_expired', message = 'its worker stopped renewing its lease',
+      local err = {code = 'lease_expired', message = 'executor lease expired',
         retryable = false, details = evidence}
       plan.fields = {'error', cjson.encode(err)}
       plan.data = cjson.encode({error = err})

@@ -216,7 +216,7 @@ async def test_killing_the_owner_while_following_ends_the_stream_with_orphaned(
         next(proc for proc in processes.started if proc.pid == pid).signal(signal.SIGKILL)
         events = await asyncio.wait_for(follow, timeout=30)
     assert events[-1].type == "orphaned"
-    assert events[-1].data["error"]["message"] == "its worker stopped renewing its lease"
+    assert events[-1].data["error"]["message"] == "executor lease expired"
 
 
 async def test_trimmed_history_is_announced_with_replay_unavailable(

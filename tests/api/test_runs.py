@@ -7,6 +7,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from app.settings import Settings
+from app.store.leases import LeaseStore
+from tests.support.polling import eventually
 
 ECHO = {"handler": "demo.echo", "input": {"message": "hi"}}
 
@@ -219,3 +221,29 @@ async def test_readyz_reports_redis_scripts_and_eviction_policy(api: httpx.Async
     assert body["status"] == "ready"
     assert body["scripts_loaded"] is True
     assert body["maxmemory_policy"] == "noeviction"
+
+
+async def test_an_orphaned_run_reads_executor_lease_expired_with_its_evidence(
+    api: httpx.AsyncClient, lease_store: LeaseStore
+) -> None:
+    run_id = (await api.post("/runs", json=ECHO)).json()["id"]
+    claimed = (await lease_store.claim("default", "w-gone", 1)).runs
+    assert [run.id for run in claimed] == [run_id]
+    # nobody renews: once the test's 1 s lease runs out a reconciler pass orphans it
+    await eventually(
+        lambda: lease_store.reconcile("default"), until=bool, timeout_s=10, what="the orphan"
+    )
+    run = (await api.get(f"/runs/{run_id}")).json()
+    assert run["status"] == "orphaned"
+    error = run["error"]
+    assert (error["code"], error["message"], error["retryable"]) == (
+        "lease_expired",
+        "executor lease expired",
+        False,
+    )
+    details = error["details"]
+    assert (details["owner_id"], details["fence"]) == ("w-gone", 1)
+    assert details["detected_at_ms"] > details["lease_expires_at_ms"] > 0
+    assert details["last_renewed_at_ms"] > 0
+    listed = (await api.get("/runs", params={"status": "orphaned"})).json()["items"]
+    assert [(item["id"], item["error"]) for item in listed] == [(run_id, error)]

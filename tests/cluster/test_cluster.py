@@ -75,7 +75,7 @@ async def test_kill_9_of_the_owner_orphans_the_run_on_another_node(
     owner.signal(signal.SIGKILL)
     orphaned = await wait_status(on_cluster.store, run_id, RunStatus.ORPHANED)
     assert orphaned.error is not None
-    assert orphaned.error.message == "its worker stopped renewing its lease"
+    assert orphaned.error.message == "executor lease expired"
     assert orphaned.error.details["owner_id"] == running.owner_id
     assert (await kinds(on_cluster.store, run_id))[-1] == "orphaned"
 

@@ -115,16 +115,21 @@ def test_a_killed_worker_shows_orphaned_with_its_story_in_both_views(
     expect(worker).to_have_attribute("data-health", re.compile("stale|expired"))
     story = "stopped renewing at"
     expect(row).to_have_attribute("data-status", "orphaned")
-    expect(row.locator(".reason")).to_contain_text("its worker stopped renewing its lease")
+    expect(row.locator(".reason")).to_contain_text(re.compile(r"^executor lease expired: "))
     expect(row.locator(".reason")).to_contain_text(story)
     expect(run.locator("h1 .badge")).to_have_text("orphaned")
     expect(run.locator(".story")).to_contain_text(story)
     expect(run.locator(".story")).to_contain_text("orphaned by the reconciler")
+    terminal = run.locator('.event[data-type="orphaned"] .text')
+    expect(terminal).to_have_text("orphaned: executor lease expired")
     runs.screenshot(path=artifacts / "runs-view.png", full_page=True)
     # what the page shows is what the API says
     stored = httpx.get(f"{url}/runs/{run_id}", timeout=30).json()
     assert stored["status"] == "orphaned"
-    assert stored["error"]["message"] == "its worker stopped renewing its lease"
+    assert (stored["error"]["code"], stored["error"]["message"]) == (
+        "lease_expired",
+        "executor lease expired",
+    )
 
 
 def test_cancel_and_resume_from_the_ui_with_readable_refusals(

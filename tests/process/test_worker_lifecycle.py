@@ -77,7 +77,7 @@ async def test_kill_9_of_the_owner_orphans_the_run_with_evidence(
         f"(TTL {TTL_S}s + reconcile interval {TTL_S / 3:.2f}s)"
     )
     assert orphaned.error is not None
-    assert orphaned.error.message == "its worker stopped renewing its lease"
+    assert orphaned.error.message == "executor lease expired"
     assert orphaned.error.details["owner_id"] == running.owner_id
     assert orphaned.error.details["fence"] == running.fence
     assert {"last_renewed_at_ms", "lease_expires_at_ms", "detected_at_ms"} <= set(

@@ -160,7 +160,10 @@ async def test_expired_lease_is_orphaned_with_evidence_and_old_owner_is_fenced_o
     orphaned = await run_store.get(run_id)
     assert orphaned.status == RunStatus.ORPHANED
     assert orphaned.error is not None
-    assert orphaned.error.message == "its worker stopped renewing its lease"
+    assert (orphaned.error.code, orphaned.error.message) == (
+        "lease_expired",
+        "executor lease expired",
+    )
     assert orphaned.error.details["owner_id"] == OWNER_A
     assert orphaned.error.details["fence"] == run.fence
     assert orphaned.error.details["detected_at_ms"] > orphaned.error.details["lease_expires_at_ms"]

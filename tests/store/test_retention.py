@@ -161,6 +161,8 @@ async def test_a_run_nobody_claims_ends_expired_with_one_terminal_event(
     assert run.status == RunStatus.EXPIRED
     assert run.status.is_terminal
     assert run.error is not None and run.error.code == "queued_ttl_expired"
+    # the status says "expired" already: the message does not say it again
+    assert run.error.message == "not claimed within its queued time-to-live"
     events = await stores.runs.read_events(short.run.id)
     assert [event.type for event in events] == ["created", "expired"]
     assert events[-1].data["reason"] == "queued_ttl"

@@ -1,6 +1,7 @@
 // Words for what happened to a run: one line per event, and the plain story of a
-// lost lease ("worker w-3 stopped renewing at 12:01:07; lease expired; orphaned by
-// the reconciler"). The same wording as the CLI's app/render.py where they overlap.
+// lost lease ("worker w-3 stopped renewing at 12:01:07; its lease ran out at
+// 12:01:10; orphaned by the reconciler"). The same wording as the CLI's app/render.py
+// where they overlap: an orphaned run reads "orphaned: executor lease expired".
 
 export const TERMINAL = new Set(["succeeded", "failed", "cancelled", "orphaned", "expired"]);
 export const PARKED = new Set(["waiting_human", "reconciliation_required"]);
@@ -35,8 +36,8 @@ export function lostLease(evidence) {
     ? `stopped renewing at ${clock(evidence.last_renewed_at_ms)}`
     : "never renewed";
   const expired = evidence.lease_expires_at_ms
-    ? `lease expired at ${clock(evidence.lease_expires_at_ms)}`
-    : "lease expired";
+    ? `its lease ran out at ${clock(evidence.lease_expires_at_ms)}`
+    : "its lease ran out";
   return `worker ${owner} ${renewed}; ${expired}`;
 }
 
@@ -65,9 +66,17 @@ export function story(type, data) {
   return null;
 }
 
-function errorText(data) {
-  const error = data.error || {};
-  return `${error.code || "error"}: ${error.message || ""}`;
+/**
+ * A run's error after its status: "code: message", or the message alone when it already
+ * says what its code says (lease_expired, "executor lease expired"), so nothing is said
+ * twice; app/render.py's error_words keeps the same rule.
+ */
+export function errorText(error) {
+  const code = (error && error.code) || "error";
+  const message = (error && error.message) || "";
+  if (!message) return code;
+  if (message.toLowerCase().includes(code.replaceAll("_", " "))) return message;
+  return `${code}: ${message}`;
 }
 
 /** A rate-limit wait (ctx.rate_limit, a start gate, a 429): which key, until when. */
@@ -115,22 +124,26 @@ const DESCRIBE = {
     ? `signal ${d.name} delivered: the run wakes`
     : `signal ${d.name} kept for a later wait (${d.pending} unread)`,
   resumed: (d) => `resumed by a person with input ${JSON.stringify(d.input)}`,
-  reconciliation_required: (d) => `needs a person: ${errorText(d)}`,
+  reconciliation_required: (d) => `needs a person: ${errorText(d.error)}`,
   resolved: (d) => `resolved by a person: ${d.action}` +
     (d.effect_outcome ? `, effects ${d.effect_outcome}` : "") + (d.note ? ` (${d.note})` : ""),
   replay_unavailable: (d) =>
     `history before ${d.oldest_available} was trimmed; showing what remains`,
   succeeded: () => "succeeded",
-  failed: (d) => `failed: ${errorText(d)}`,
-  orphaned: (d) => `orphaned: ${errorText(d)}`,
+  failed: (d) => `failed: ${errorText(d.error)}`,
+  orphaned: (d) => `orphaned: ${errorText(d.error)}`,
   cancelled: (d) => `cancelled (${d.reason || "requested"})`,
   expired: (d) => `expired: nobody claimed it within its queued time-to-live` +
     (d.queued_for_ms != null ? ` (queued ${d.queued_for_ms / 1000} s)` : ""),
 };
 
-/** One readable line for an event (token events are rendered as flowing text instead). */
+/**
+ * One readable line for an event (token events are rendered as flowing text instead).
+ * An orphaned run's line is its error's words ("orphaned: executor lease expired"); the
+ * story of its lost lease is the run view's banner and the runs table's reason.
+ */
 export function describe(event) {
-  const told = story(event.type, event.data || {});
+  const told = event.type === "orphaned" ? null : story(event.type, event.data || {});
   if (told) return `${event.type}: ${told}`;
   const render = DESCRIBE[event.type];
   return render ? render(event.data || {}) : `${event.type} ${JSON.stringify(event.data)}`;
@@ -141,7 +154,7 @@ export function reasonOf(run) {
   const error = run.error;
   if (!error) return "";
   if (run.status === "orphaned" && error.details) {
-    return `${error.message}: ${story("orphaned", { error })}`;
+    return `${errorText(error)}: ${story("orphaned", { error })}`;
   }
-  return `${error.code}: ${error.message}`;
+  return errorText(error);
 }
