@@ -1,6 +1,8 @@
 """Loads the Lua transitions in ``scripts/lua`` and calls them by SHA.
 
-Each file is named ``<transition>-<key count>.lua``; a ``--- @include <name>``
+Each file is named ``<transition>-<key count>.lua`` and lives in the folder of its
+capability (``scripts/lua/<room>/``, the same name as the store's room that sends it:
+``leases/claim_runs-6.lua`` beside ``app/store/leases``); a ``--- @include <name>``
 line is replaced by the definitions of ``includes/<name>.lua`` that the script uses
 (:mod:`app.store.lua_include`), so helpers exist once. Every
 script is loaded with a Redis 7 shebang (``#!lua``) declaring how it behaves
@@ -86,6 +88,18 @@ class Script:
         return (self.source, self.sha) if flags else (self.legacy_source, self.legacy_sha)
 
 
+INCLUDES_DIR = "includes"
+
+
+def script_files(directory: Path) -> list[Path]:
+    """Every transition's file: ``<room>/<transition>-<keys>.lua``, rooms in name order."""
+    return sorted(
+        path
+        for path in directory.glob("*/*.lua")
+        if path.parent.name != INCLUDES_DIR and not path.parent.name.startswith("_")
+    )
+
+
 def load_scripts(directory: Path | None = None) -> dict[str, Script]:
     """Read every transition script once; raises FileNotFoundError if none exist.
 
@@ -96,15 +110,17 @@ def load_scripts(directory: Path | None = None) -> dict[str, Script]:
     directory = directory or lua_dir()
     texts: dict[str, str] = {}
     numkeys: dict[str, int] = {}
-    for path in sorted(directory.glob("*.lua")):
+    for path in script_files(directory):
         match = _FILE_NAME.match(path.name)
         if not match:
             raise ValueError(f"script file {path.name} is not named <transition>-<keys>.lua")
+        if match["name"] in texts:
+            raise ValueError(f"two scripts are named {match['name']}")
         texts[match["name"]] = path.read_text()
         numkeys[match["name"]] = int(match["numkeys"])
     if not texts:
         raise FileNotFoundError(f"no Lua scripts found in {directory}")
-    includes = {path.stem: path.read_text() for path in (directory / "includes").glob("*.lua")}
+    includes = {path.stem: path.read_text() for path in (directory / INCLUDES_DIR).glob("*.lua")}
     made_of = spliced_cache.key(texts, includes)
     bodies = spliced_cache.read(directory, made_of, texts.keys())
     if bodies is None:

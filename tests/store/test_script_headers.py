@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from app.store.scripts import ScriptCode, load_scripts, lua_dir
+from app.store.scripts import ScriptCode, load_scripts, lua_dir, script_files
 from app.store.transitions import TRANSITIONS
 
-SCRIPT_FILES = sorted(lua_dir().glob("*.lua"))
+SCRIPT_FILES = script_files(lua_dir())
 NAME = re.compile(r"^(?P<name>[a-z_]+)-(?P<numkeys>\d+)\.lua$")
 
 

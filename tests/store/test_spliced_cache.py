@@ -10,7 +10,7 @@ import pytest
 
 from app.store import lua_include, spliced_cache
 from app.store.lua_include import splice_includes
-from app.store.scripts import Script, load_scripts, lua_dir
+from app.store.scripts import Script, load_scripts, lua_dir, script_files
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def spliced_afresh(directory: Path) -> dict[str, str]:
     includes = {path.stem: path.read_text() for path in (directory / "includes").glob("*.lua")}
     return {
         path.name.rsplit("-", 1)[0]: splice_includes(path.read_text(), includes)
-        for path in directory.glob("*.lua")
+        for path in script_files(directory)
     }
 
 
@@ -56,7 +56,7 @@ def test_a_cache_is_used_only_for_the_files_it_was_made_of(scripts_dir: Path) ->
     cache_file(scripts_dir).write_text(json.dumps(cached))
     assert load_scripts(scripts_dir)["create_run"].legacy_source == "return 'from the cache'"
     # one byte of one script changes the key: that script, and every other, is spliced anew
-    script = scripts_dir / "create_run-6.lua"
+    script = scripts_dir / "runs" / "create_run-6.lua"
     script.write_text(script.read_text() + "-- edited\n")
     reloaded = load_scripts(scripts_dir)
     assert reloaded["create_run"].legacy_source.endswith("-- edited\n")
@@ -117,6 +117,6 @@ def test_a_directory_that_cannot_take_a_cache_still_loads_every_script(scripts_d
 
 
 def test_a_script_naming_a_missing_include_is_refused(scripts_dir: Path) -> None:
-    (scripts_dir / "extra_script-1.lua").write_text("--- @include nowhere\nreturn 1\n")
+    (scripts_dir / "runs" / "extra_script-1.lua").write_text("--- @include nowhere\nreturn 1\n")
     with pytest.raises(FileNotFoundError, match=r"includes/nowhere\.lua"):
         load_scripts(scripts_dir)

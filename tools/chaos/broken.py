@@ -36,7 +36,7 @@ def write_unfenced_scripts(target: Path) -> Path:
     """
     shutil.copytree(scripts.lua_dir(), target)
     _replace(target / "includes" / "lib.lua", FENCED_HOLDS, UNFENCED_HOLDS)
-    _replace(target / "renew_leases-2.lua", FENCED_RENEWAL, UNFENCED_RENEWAL)
+    _replace(target / "leases" / "renew_leases-2.lua", FENCED_RENEWAL, UNFENCED_RENEWAL)
     return target
 
 
