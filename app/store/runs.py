@@ -880,21 +880,30 @@ class RunStore(Store):
         return merged
 
     async def _queue_positions(self, queue: str, after: _Position | None) -> list[_Position]:
+        """Up to ``LIST_SCAN_CHUNK`` positions of ``queue`` older than ``after``, newest first.
+
+        Fewer only when no more exist (:meth:`_next_positions` relies on it). Redis bounds
+        the read by score alone, and the runs one script call creates share one (a
+        schedule's catch-up tick: up to LEASEHOLD_SCHEDULE_FIRES_PER_TICK_MAX, 10,000, in
+        one call): the entries of ``after``'s score at or above it are read and skipped, a
+        window at a time, however many.
+        """
+        window = LIST_SCAN_CHUNK + (LIST_SCAN_CHUNK if after else 0)
         top = str(after.score) if after else "+inf"
-        raw = cast(
-            list[tuple[str, float]],
-            await self.client.zrevrangebyscore(
-                self.keys(queue).runs,
-                top,
-                "-inf",
-                start=0,
-                num=LIST_SCAN_CHUNK + (LIST_SCAN_CHUNK if after else 0),
-                withscores=True,
-            ),
-        )
-        positions = [_Position(int(score), run_id) for run_id, score in raw]
-        if after:
-            positions = [position for position in positions if position < after]
+        positions: list[_Position] = []
+        read = 0
+        while len(positions) < LIST_SCAN_CHUNK:
+            raw = cast(
+                list[tuple[str, float]],
+                await self.client.zrevrangebyscore(
+                    self.keys(queue).runs, top, "-inf", start=read, num=window, withscores=True
+                ),
+            )
+            fetched = (_Position(int(score), run_id) for run_id, score in raw)
+            positions.extend(p for p in fetched if after is None or p < after)
+            if len(raw) < window:
+                break
+            read += len(raw)
         return positions[:LIST_SCAN_CHUNK]
 
     async def sweep_index(self, queue: str, start: int, count: int) -> int:
