@@ -41,7 +41,7 @@ WORKER_ID_PATTERN = r"^[A-Za-z0-9_.\-]{1,128}$"
 WAIT_NAME_PATTERN = r"^[A-Za-z0-9_.\-]{1,128}$"
 WAIT_NAME = re.compile(WAIT_NAME_PATTERN)
 # a concurrency or singleton key (a tenant, a thread): no '|' or newline (lane names
-# and held lists in lib.lua are built with them)
+# and held lists in the Lua includes are built with them)
 FLOW_KEY_PATTERN = r"^[A-Za-z0-9_.:@/\-]{1,128}$"
 PRIORITY_MIN = -100
 PRIORITY_MAX = 100

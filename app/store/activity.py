@@ -1,6 +1,6 @@
 """Reads the per-queue activity streams that live views follow.
 
-Only the Lua transitions write them: ``emit`` in ``scripts/lua/includes/lib.lua``
+Only the Lua transitions write them: ``emit`` in ``scripts/lua/includes/events.lua``
 adds one entry per lifecycle event (created, claimed, requeued, orphaned, ...) in
 the same script as the change, so an entry never describes a change that did not
 happen. Handler events (token, progress, wait, verdict) are not in it: a busy run
@@ -22,7 +22,7 @@ from app.store.connection import AsyncRedis
 from app.store.keys import QueueKeys
 from app.store.queues import declared_queues
 
-# keep in step with ACTIVITY_MAXLEN in scripts/lua/includes/lib.lua
+# keep in step with ACTIVITY_MAXLEN in scripts/lua/includes/events.lua
 ACTIVITY_MAXLEN = 1000
 
 Entries = list[tuple[str, dict[str, str]]]

@@ -1,7 +1,7 @@
 """Flow control of a queue: its concurrency limits, the slots held, the busiest keys.
 
 The slots themselves are taken and given back only by the run scripts (``claim_runs``
-takes them; ``release_held`` in lib.lua, called by every script that ends, parks,
+takes them; ``release_held`` in slots.lua, called by every script that ends, parks,
 releases or requeues a run, gives them back), so no path here can leak one. This module
 declares the limits (``set_limits``), reads what a queue's flow control looks like for
 ``GET /queues/{name}`` and ``/metrics``, changes a queued run's priority, and lets the

@@ -132,7 +132,7 @@ class QueueKeys:
         """Effects-hash prefix handed to batch scripts.
 
         Must equal ``run_prefix`` with its last segment ``run:`` replaced by
-        ``effects:``: ``finalize`` in lib.lua derives a run's effects key that way so
+        ``effects:``: ``finalize`` in finalize.lua derives a run's effects key that way so
         every script that ends a run expires its effects with it.
         """
         return f"{self.tag}:effects:"
@@ -149,7 +149,7 @@ class QueueKeys:
         return f"{self.tag}:handoff:args"
 
     def handoff_inbox(self, owner_id: str) -> str:
-        """List of the claim rows handed to one worker (lib.lua's ``handoff_inbox_of``)."""
+        """List of the claim rows handed to one worker (keys.lua's ``handoff_inbox_of``)."""
         return f"{self.tag}:handoff:inbox:{owner_id}"
 
     def handoff_taken(self, owner_id: str) -> str:
@@ -176,7 +176,7 @@ class QueueKeys:
         """Queued ids of one lane (``<handler>|<key>`` or ``!<singleton key>``), by score.
 
         Scripts derive every flow-control key from the tag (``enqueue`` and the rest in
-        lib.lua): these names must stay ``<tag>:<name>``.
+        lanes.lua): these names must stay ``<tag>:<name>``.
         """
         return f"{self.tag}:lane:{lane}"
 
@@ -248,7 +248,7 @@ class QueueKeys:
         """Zset of never-claimed runs by the time they expire (``queued_ttl_s``).
 
         A run's first claim and every terminal write remove its entry (``claim_runs``
-        and ``finalize`` in lib.lua derive this key from ``run_prefix``: it must stay
+        and ``finalize`` in finalize.lua derive this key from ``run_prefix``: it must stay
         ``<tag>:unclaimed`` beside ``<tag>:run:``); ``expire_queued`` ends the rest.
         """
         return f"{self.tag}:unclaimed"
@@ -257,7 +257,7 @@ class QueueKeys:
     def parked(self) -> str:
         """Zset of the queue's parked runs by parked time, so counting them costs O(1).
 
-        Scripts derive it from the run prefix (``parked_of`` in lib.lua): it must stay
+        Scripts derive it from the run prefix (``parked_of`` in keys.lua): it must stay
         ``<tag>:parked`` beside ``<tag>:run:<id>``.
         """
         return f"{self.tag}:parked"
@@ -266,7 +266,7 @@ class QueueKeys:
     def activity(self) -> str:
         """Capped stream of every run's lifecycle events, for live views of the queue.
 
-        Scripts derive it from an events key (``emit`` in lib.lua): it must stay
+        Scripts derive it from an events key (``emit`` in events.lua): it must stay
         ``<tag>:activity`` beside ``<tag>:events:<id>``.
         """
         return f"{self.tag}:activity"
@@ -275,7 +275,7 @@ class QueueKeys:
     def create_template(self) -> str:
         """A ``create_runs`` call's record template, copied into each new run's record.
 
-        Lives only inside one script call (lib.lua ``place_template``, derived from the
+        Lives only inside one script call (create.lua ``place_template``, derived from the
         ready key by ``create_template_of``): it must stay ``<tag>:create_template``.
         """
         return f"{self.tag}:create_template"
@@ -283,7 +283,7 @@ class QueueKeys:
     def series(self, minute: int) -> str:
         """The queue's outcome counters of one epoch minute (``now_ms // 60000``).
 
-        ``count_outcome`` in lib.lua derives it from ``run_prefix``: it must stay
+        ``count_outcome`` in finalize.lua derives it from ``run_prefix``: it must stay
         ``<tag>:series:<minute>`` beside ``<tag>:run:<id>``.
         """
         return f"{self.tag}:series:{minute}"
@@ -291,7 +291,7 @@ class QueueKeys:
     def start_bucket(self, bucket: str) -> str:
         """A start bucket of the queue: the GCRA TAT gating starts of runs naming ``bucket``.
 
-        ``rate_gate`` in lib.lua derives it from ``run_prefix`` (``start_bucket_of``): it
+        ``rate_gate`` in gcra.lua derives it from ``run_prefix`` (``start_bucket_of``): it
         must stay ``<tag>:rl:<bucket>`` beside ``<tag>:run:<id>``.
         """
         return f"{self.tag}:rl:{bucket}"
@@ -313,7 +313,7 @@ class QueueKeys:
     def children(self, parent_id: str) -> str:
         """A parent's children index (zset child id -> created_at ms), in the parent's slot.
 
-        ``finalize`` in lib.lua derives it from ``run_prefix`` (``children_key_of``): it
+        ``finalize`` in finalize.lua derives it from ``run_prefix`` (``children_key_of``): it
         must stay ``<tag>:children:<id>`` beside ``<tag>:run:<id>``.
         """
         return f"{self.tag}:children:{parent_id}"
@@ -321,7 +321,7 @@ class QueueKeys:
     def family(self, parent_id: str) -> str:
         """A parent's spawn steps, its children's delivered outcomes and detach flags.
 
-        Derived in lib.lua as ``<tag>:family:<id>`` (``family_key_of``), like the index.
+        Derived in keys.lua as ``<tag>:family:<id>`` (``family_key_of``), like the index.
         """
         return f"{self.tag}:family:{parent_id}"
 
@@ -339,7 +339,7 @@ class QueueKeys:
     def outbox(self) -> str:
         """Zset of ends that must reach another slot: ``ended <id>``, ``cascade <id>`` -> ms.
 
-        ``finalize`` in lib.lua adds to it (``outbox_of``): it must stay ``<tag>:outbox``.
+        ``finalize`` in finalize.lua adds to it (``outbox_of``): it must stay ``<tag>:outbox``.
         """
         return f"{self.tag}:outbox"
 
@@ -362,7 +362,7 @@ class QueueKeys:
     def waits(self, run_id: str) -> str:
         """The run's waits: sleeps, signals and questions by step, and its signal inbox.
 
-        ``waits_key_of`` in lib.lua derives it from ``run_prefix``: it must stay
+        ``waits_key_of`` in keys.lua derives it from ``run_prefix``: it must stay
         ``<tag>:waits:<id>`` beside ``<tag>:run:<id>``.
         """
         return f"{self.tag}:waits:{run_id}"

@@ -1,8 +1,16 @@
-"""Splices an include (``includes/lib.lua``) into a script with only the helpers it uses.
+"""Splices the includes a script lists into it, with only the helpers it uses.
+
+A script lists the include files it uses right under its header, one
+``--- @include <name>`` line each (``includes/<name>.lua``: ``args``, ``keys``,
+``events``, ``lanes``, ``finalize``, ... one concept each), a file before those
+that build on it; each include's header says what it builds on. Splicing checks
+the list is complete: a helper the spliced script names that only an unlisted
+include defines is a :class:`MissingInclude` (a script would otherwise fail at run
+time, on that path only, calling a nil global).
 
 Redis runs a script's top level at every EVALSHA: each ``local function`` of the
 library is a new closure at every call, whether the script calls it or not. The
-whole of lib.lua (~70 helpers) costs ~76k redis-server instructions per call
+whole of the old lib.lua (~70 helpers) cost ~76k redis-server instructions per call
 (callgrind: ``return 1`` with and without it), more than a claimed run's own Lua.
 So a script gets the library's definitions its own code names, and those they
 name, transitively, in the library's order: what it runs is unchanged.
@@ -31,19 +39,53 @@ _COMMENT_LINE = re.compile(r"^\s*--")
 _INCLUDE = re.compile(r"^--- @include (?P<name>[a-z_]+)$", re.MULTILINE)
 
 
+class MissingInclude(ValueError):
+    """A script names a helper of an include it does not list (or lists after its user)."""
+
+
 def splice_includes(text: str, includes: dict[str, str]) -> str:
     """``text`` with each ``--- @include <name>`` replaced by the part of the include it uses.
 
-    The last include is spliced first, so an earlier one (``lib``) also provides what a
-    later one (``claim``, which calls lib's helpers) uses. ``includes``: each include's
+    The last include is spliced first, so an earlier one (``args``) also provides what a
+    later one (``finalize``, which calls its helpers) uses. ``includes``: each include's
     text by name (``includes/<name>.lua``); one that is not there is a FileNotFoundError.
+    Raises :class:`MissingInclude` when the list is not complete.
     """
+    listed = [match["name"] for match in _INCLUDE.finditer(text)]
     for match in reversed(list(_INCLUDE.finditer(text))):
         name = match["name"]
         if name not in includes:
             raise FileNotFoundError(f"includes/{name}.lua, which the script includes, is missing")
         text = text[: match.start()] + splice(includes[name], text) + text[match.end() :]
+    _check_complete(text, listed, includes)
     return text
+
+
+def _check_complete(spliced: str, listed: list[str], includes: dict[str, str]) -> None:
+    """Raise MissingInclude for a helper ``spliced`` names that only an unlisted include has."""
+    defined_here = {name for match in _LOCAL.finditer(spliced) for name in _names(match)}
+    wanted = names_used(spliced) - defined_here
+    for name, include in includes.items():
+        library = _library(include)
+        if library is None or name in listed:
+            continue
+        missing = wanted & library.defined.keys()
+        if missing:
+            raise MissingInclude(
+                f"the script uses {sorted(missing)} of includes/{name}.lua: list it "
+                f"(--- @include {name}) before the includes that use it"
+            )
+
+
+_LOCAL = re.compile(
+    r"^\s*local\s+(?:function\s+(?P<function>[A-Za-z_]\w*)"
+    r"|(?P<names>[A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*=)",
+    re.MULTILINE,
+)
+
+
+def _names(match: re.Match[str]) -> list[str]:
+    return [name.strip() for name in (match["function"] or match["names"]).split(",")]
 
 
 def names_used(code: str) -> set[str]:
@@ -63,7 +105,7 @@ class _Library:
     defined: dict[str, int]  # name -> the chunk defining it
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=64)
 def _library(lib: str) -> _Library | None:
     """``lib`` cut at each top-level definition, once per text (every script splices it).
 

@@ -2,7 +2,7 @@
 
 In Redis Cluster a parent and its children may live on different nodes, so the
 script that ends a run cannot touch its parent's keys or its children's. Instead
-``finalize`` (lib.lua ``note_family_end``) adds, in the same step as the terminal
+``finalize`` (finalize.lua ``note_family_end``) adds, in the same step as the terminal
 state, an entry to the outbox of the run's own slot:
 
 * ``ended <child> <parent>``: the child's outcome must reach its parent:

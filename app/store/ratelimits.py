@@ -6,7 +6,7 @@ the declarations live in one hash (``GlobalKeys.rate_limits``), at most
 ``LEASEHOLD_MAX_RATE_LIMITS`` of them. A concrete key resolves to its exact
 declaration first, else to the first template (by name) that matches it.
 
-Each concrete key has buckets, one GCRA TAT string each (``lib.lua`` explains the
+Each concrete key has buckets, one GCRA TAT string each (``the Lua includes`` explains the
 algorithm; the Redis clock is the only clock):
 
 * the *handler bucket* ``<prefix>:rl:{<key>}`` (``take_tokens``, ``push_bucket``),

@@ -1,6 +1,6 @@
 """How long a finished run's keys live: one value per terminal status, handed to Lua.
 
-Every script that ends a run calls ``finalize`` (``scripts/lua/includes/lib.lua``),
+Every script that ends a run calls ``finalize`` (``scripts/lua/includes/finalize.lua``),
 which sets the same expiry on the run's record, events, effects and idempotency
 key: the run's own ``retention_ms`` when its create request set one, else the
 value for the status it ended in. The values travel as one ARGV,

@@ -422,7 +422,7 @@ class RunStore(Store):
         alone in Redis, and one past ``maxmemory`` is refused whole before it
         writes, so both bound what a call holds Redis for and writes past the
         mark); a queue's chunks share one pipeline. Each run is created exactly
-        as :meth:`create` creates it (lib.lua ``create_one``), one after the
+        as :meth:`create` creates it (create.lua ``create_one``), one after the
         other: a run refused (:class:`IdempotencyConflict` in its place) leaves
         the others standing, and runs of one batch naming the same idempotency
         key meet like two requests in that order (replay or conflict). An error

@@ -33,7 +33,7 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from app.store import spliced_cache
 from app.store.connection import AsyncRedis, SyncRedis
-from app.store.lua_include import splice_includes
+from app.store.lua_include import MissingInclude, splice_includes
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -124,13 +124,20 @@ def load_scripts(directory: Path | None = None) -> dict[str, Script]:
     made_of = spliced_cache.key(texts, includes)
     bodies = spliced_cache.read(directory, made_of, texts.keys())
     if bodies is None:
-        bodies = {name: splice_includes(text, includes) for name, text in texts.items()}
+        bodies = {name: _spliced(name, text, includes) for name, text in texts.items()}
         spliced_cache.write(directory, made_of, bodies)
     scripts: dict[str, Script] = {}
     for name, body in bodies.items():
         source = shebang(name) + body
         scripts[name] = Script(name, numkeys[name], source, _sha1(source), body, _sha1(body))
     return scripts
+
+
+def _spliced(name: str, text: str, includes: dict[str, str]) -> str:
+    try:
+        return splice_includes(text, includes)
+    except MissingInclude as exc:
+        raise MissingInclude(f"{name}: {exc}") from None
 
 
 def _sha1(text: str) -> str:

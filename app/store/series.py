@@ -1,6 +1,6 @@
 """Per-queue outcome counters by minute: what the console's queue charts draw.
 
-``finalize`` in lib.lua counts every terminal write by status, and
+``finalize`` in finalize.lua counts every terminal write by status, and
 ``reconcile_expired`` every expired lease it acts on (but a hand-off it gives back
 unread: no worker held that lease), in the queue's hash of the
 current epoch minute (``QueueKeys.series``). A bucket expires 61 minutes after its
@@ -17,7 +17,7 @@ from app.read_models import QueueSeries, SeriesBucket
 from app.store.connection import AsyncRedis
 from app.store.keys import QueueKeys
 
-# the window the buckets cover (lib.lua's SERIES_KEEP_MS keeps one minute more)
+# the window the buckets cover (finalize.lua's SERIES_KEEP_MS keeps one minute more)
 SERIES_MINUTES = 60
 BUCKET_S = 60
 KINDS = ("succeeded", "failed", "cancelled", "orphaned", "expired", "lease_expired")

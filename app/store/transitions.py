@@ -129,7 +129,7 @@ def _answers(reply: Sequence[str]) -> list[LeaseAnswer]:
 
 
 class CreateShape(NamedTuple):
-    """What a segment of ``create_run`` / ``create_runs`` ARGV shares (lib.lua ``create_shape``).
+    """What a segment of ``create_run`` / ``create_runs`` ARGV shares (shapes.lua ``create_shape``).
 
     Everything of a run but its id, input, idempotency key and fingerprint: the runs
     of a batch mostly share all of it, so a shape is sent and checked once for the

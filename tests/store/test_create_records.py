@@ -1,7 +1,7 @@
 """The record a create writes, and records written by earlier versions (real Redis).
 
 A create leaves out of the run's record every field whose value is empty or its
-default (lib.lua ``place_shape``); every reader takes an absent one as that value.
+default (create.lua ``place_shape``); every reader takes an absent one as that value.
 Records written before (``e6a88d8`` and earlier wrote every field, '' or not) stay in
 Redis across a worker upgrade with runs in flight: they must be claimed, prioritised,
 cancelled, finished and read exactly as a new one is.

@@ -1,11 +1,14 @@
-"""A script gets the library helpers it uses, transitively, and never fewer."""
+"""A script gets the include helpers it uses, transitively, never fewer, and lists them all."""
 
 from __future__ import annotations
 
 import re
 
-from app.store.lua_include import names_used, splice
-from app.store.scripts import load_scripts, lua_dir
+import pytest
+
+from app.store.lua_include import MissingInclude, _library, names_used, splice, splice_includes
+from app.store.scripts import load_scripts, lua_dir, script_files
+from tests.support.lua import includes
 
 LIB = """-- lib: header
 local function a()
@@ -46,13 +49,52 @@ def test_a_library_of_another_shape_is_spliced_whole() -> None:
         assert splice(odd, "return 0") == odd
 
 
-def test_every_script_defines_every_library_name_it_uses() -> None:
-    """What each script names of lib.lua is defined in it: nothing it calls was left out."""
-    lib = (lua_dir() / "includes" / "lib.lua").read_text()
-    defined = set(re.findall(r"^local (?:function )?([A-Za-z_]\w*)", lib, re.M))
+def test_every_script_defines_every_include_name_it_uses() -> None:
+    """What each script names of the includes is defined in it: nothing it calls was left out."""
+    defined = {
+        name
+        for text in includes().values()
+        for name in re.findall(r"^local (?:function )?([A-Za-z_]\w*)", text, re.M)
+    }
     for name, script in load_scripts().items():
         own = set(re.findall(r"^local (?:function )?([A-Za-z_]\w*)", script.source, re.M))
         assert names_used(script.source) & defined <= own, name
+
+
+def test_a_script_that_does_not_list_an_include_it_uses_is_refused() -> None:
+    script = (lua_dir() / "leases" / "append_events-2.lua").read_text()
+    assert "--- @include fence\n" in script
+    with pytest.raises(MissingInclude, match=r"includes/fence\.lua"):
+        splice_includes(script.replace("--- @include fence\n", ""), includes())
+
+
+def test_an_include_listed_after_the_one_that_uses_it_is_refused() -> None:
+    body = "--- @include finalize\n--- @include args\nreturn finalize"
+    with pytest.raises(MissingInclude):
+        splice_includes(body, includes())
+
+
+def test_every_script_lists_its_includes_under_its_header_and_each_once() -> None:
+    for path in script_files(lua_dir()):
+        lines = path.read_text().splitlines()
+        listed = [line for line in lines if line.startswith("--- @include ")]
+        assert len(listed) == len(set(listed)), path.name
+        if listed:
+            first = lines.index(listed[0])
+            assert lines[first : first + len(listed)] == listed, f"{path.name}: one block"
+            assert all(line.startswith("--") for line in lines[:first]), f"{path.name}: header"
+
+
+def test_each_include_says_what_it_builds_on_and_is_one_concept_of_bounded_size() -> None:
+    texts = includes()
+    defined = {name: set(_library(text).defined) for name, text in texts.items()}  # type: ignore[union-attr]
+    for name, text in texts.items():
+        said = re.search(r"^-- Builds on: (?P<names>[^.]+)\.$", text, re.M)
+        assert said, f"includes/{name}.lua says nothing of what it builds on"
+        built_on = [] if said["names"] == "nothing" else said["names"].split(", ")
+        used = names_used(text) - defined[name]
+        assert sorted(built_on) == sorted(o for o in texts if o != name and used & defined[o]), name
+        assert len(text.splitlines()) < 400, f"includes/{name}.lua is no longer one concept"
 
 
 def test_the_claim_carries_none_of_the_create_helpers() -> None:

@@ -1,4 +1,4 @@
-"""The key names lib.lua derives by string-matching are the ones store/keys.py builds.
+"""The key names the Lua includes derive by string-matching are the ones store/keys.py builds.
 
 Scripts derive a queue's sibling keys (activity stream, parked and unclaimed
 indexes, effects and waits hashes, per-minute series) from a run prefix or an events key
@@ -11,7 +11,7 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 
 from app.store.keys import QueueKeys
-from app.store.scripts import lua_dir
+from tests.support.lua import snippet
 
 RUN_ID = "some.queue.01JABCDEFGHJKMNPQRSTVWXYZ0"
 MINUTE = 29_123_456
@@ -32,12 +32,12 @@ return {
 """
 
 
-async def test_lib_lua_derives_the_keys_keys_py_builds(redis_client: aioredis.Redis) -> None:
-    lib = (lua_dir() / "includes" / "lib.lua").read_text()
+async def test_the_includes_derive_the_keys_keys_py_builds(redis_client: aioredis.Redis) -> None:
+    derived_keys = snippet(DERIVED, "args", "keys", "events")
     for queue in ("default", "some.queue", "a-b_c"):
         keys = QueueKeys("lh:test", queue)
         derived = await redis_client.eval(
-            lib + DERIVED, 0, keys.run_prefix, keys.events(RUN_ID), RUN_ID, MINUTE, keys.ready
+            derived_keys, 0, keys.run_prefix, keys.events(RUN_ID), RUN_ID, MINUTE, keys.ready
         )
         assert derived == [
             keys.activity,
@@ -57,11 +57,15 @@ async def test_count_outcome_writes_the_series_key_keys_py_reads(
     redis_client: aioredis.Redis, prefix: str
 ) -> None:
     """count_outcome's own minute bucket (by the Redis clock) is a ``QueueKeys.series`` name."""
-    lib = (lua_dir() / "includes" / "lib.lua").read_text()
     keys = QueueKeys(prefix, "default")
     minute = await redis_client.eval(
-        lib + "\nlocal now = now_ms()\ncount_outcome(ARGV[1], 'succeeded', now)\n"
-        "return math.floor(now / 60000)",
+        snippet(
+            "local now = now_ms()\ncount_outcome(ARGV[1], 'succeeded', now)\n"
+            "return math.floor(now / 60000)",
+            "args",
+            "keys",
+            "finalize",
+        ),
         0,
         keys.run_prefix,
     )

@@ -21,7 +21,8 @@ from app.store.keys import QueueKeys
 from app.store.leases import Lease, LeaseStore, Outcome
 from app.store.progress import EffectCall, EffectOutcome, ProgressStore
 from app.store.runs import NewRun, RunStore
-from app.store.scripts import Scripts, lua_dir
+from app.store.scripts import Scripts
+from tests.support.lua import include, snippet
 from tests.support.polling import eventually
 
 OWNER = "w-retention"
@@ -199,9 +200,8 @@ async def test_a_run_cancelled_while_queued_leaves_the_unclaimed_index(
 async def test_lua_derives_the_unclaimed_key_as_store_keys_builds_it(
     stores: Stores, redis_client: aioredis.Redis
 ) -> None:
-    lib = (lua_dir() / "includes" / "lib.lua").read_text()
     derived = await redis_client.eval(
-        lib + "\nreturn unclaimed_key_of(ARGV[1])", 0, stores.keys.run_prefix
+        snippet("return unclaimed_key_of(ARGV[1])", "keys"), 0, stores.keys.run_prefix
     )
     assert derived == stores.keys.unclaimed
 
@@ -240,9 +240,8 @@ async def test_the_reconciler_expires_runs_in_batches_until_none_is_due(
 
 
 def test_the_lua_terminal_set_is_the_models_one() -> None:
-    """delete_run and cancel_run judge "finished" by lib.lua's TERMINAL: it must not drift."""
-    lib = (lua_dir() / "includes" / "lib.lua").read_text()
-    match = re.search(r"^local TERMINAL = \{(?P<body>[^}]*)\}", lib, re.M)
+    """delete_run and cancel_run judge "finished" by finalize.lua's TERMINAL: no drift."""
+    match = re.search(r"^local TERMINAL = \{(?P<body>[^}]*)\}", include("finalize"), re.M)
     assert match
     names = set(re.findall(r"(\w+) = true", match["body"]))
     assert names == {status.value for status in TERMINAL_STATUSES}

@@ -9,6 +9,7 @@ import pytest
 
 from app.store.scripts import ScriptCode, load_scripts, lua_dir, script_files
 from app.store.transitions import TRANSITIONS
+from tests.support.lua import include, includes
 
 SCRIPT_FILES = script_files(lua_dir())
 NAME = re.compile(r"^(?P<name>[a-z_]+)-(?P<numkeys>\d+)\.lua$")
@@ -71,8 +72,8 @@ def test_header_states_how_it_validates_before_it_writes(path: Path) -> None:
 
 
 # a write: any Redis command not known to be a read (so a write command nobody listed
-# still counts: HSETNX once slipped past a list of writes), or a call of a lib.lua
-# helper that writes (found in lib.lua itself: count_outcome was missing from a list)
+# still counts: HSETNX once slipped past a list of writes), or a call of an include's
+# helper that writes (found in the old lib.lua itself: count_outcome was missing from a list)
 _READS = (
     "GET|HGET|HMGET|HGETALL|HEXISTS|HLEN|EXISTS|PTTL|TTL|TYPE|TIME|SCARD|SISMEMBER|SMEMBERS"
     "|ZCARD|ZCOUNT|ZRANGE|ZRANGEBYSCORE|ZREVRANGE|ZSCORE|LLEN|LRANGE|LINDEX|LPOS|XLEN|XRANGE"
@@ -82,8 +83,8 @@ _COMMAND_WRITE = rf"redis\.p?call\('(?!(?:{_READS})')[A-Z]+'"
 
 
 def _lib_writers() -> list[str]:
-    """The lib.lua functions that write, directly or through another such function."""
-    lib = (lua_dir() / "includes" / "lib.lua").read_text()
+    """The include functions that write, directly or through another such function."""
+    lib = "".join(includes().values())
     bodies = dict(re.findall(r"(?ms)^(?:local )?function ([a-z_]+)\((.*?)^end\b", lib))
     writers: set[str] = set()
     while True:
@@ -145,8 +146,7 @@ def test_no_script_takes_a_time_from_its_caller() -> None:
         for line in argv:
             name = line.split()[2]
             assert not name.endswith("_at") and "now" not in name, f"{path.name}: {line}"
-    lib = (lua_dir() / "includes" / "lib.lua").read_text()
-    assert "redis.call('TIME')" in lib
+    assert "redis.call('TIME')" in include("args")
 
 
 def test_every_script_loads_with_its_includes_spliced_in() -> None:

@@ -13,8 +13,8 @@ from app.store.keys import QueueKeys
 from app.store.leases import LeaseStore
 from app.store.ratelimits import StartGate
 from app.store.runs import NewRun, RunStore
-from app.store.scripts import lua_dir
 from tests.store.test_ratelimits import worst_window
+from tests.support.lua import snippet
 
 QUEUE = "default"
 SPEC = RateLimitSpec(limit=5, period_s=1.0, burst=2)
@@ -89,9 +89,8 @@ async def test_lua_derives_the_start_bucket_key_as_store_keys_builds_it(
     redis_client: aioredis.Redis, prefix: str
 ) -> None:
     keys = QueueKeys(prefix, QUEUE)
-    lib = (lua_dir() / "includes" / "lib.lua").read_text()
     derived = await redis_client.eval(
-        lib + "\nreturn start_bucket_of(ARGV[1], ARGV[2])", 0, keys.run_prefix, "crm:acme"
+        snippet("return start_bucket_of(ARGV[1], ARGV[2])", "keys"), 0, keys.run_prefix, "crm:acme"
     )
     assert derived == keys.start_bucket("crm:acme")
 

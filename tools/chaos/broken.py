@@ -19,7 +19,7 @@ from app.store import scripts
 
 LUA_DIR_ENV = "CHAOS_LUA_DIR"
 
-# lib.lua's holds() is the fence check of every worker write; renew_leases has its own
+# fence.lua's holds() is the fence check of every worker write; renew_leases has its own
 FENCED_HOLDS = """  return (cur[1] == 'running' or cur[1] == 'cancelling')
     and cur[2] == owner and cur[3] == fence"""
 UNFENCED_HOLDS = "  return cur[1] ~= false"
@@ -35,7 +35,7 @@ def write_unfenced_scripts(target: Path) -> Path:
     changed): a self-test that silently broke nothing would prove nothing.
     """
     shutil.copytree(scripts.lua_dir(), target)
-    _replace(target / "includes" / "lib.lua", FENCED_HOLDS, UNFENCED_HOLDS)
+    _replace(target / "includes" / "fence.lua", FENCED_HOLDS, UNFENCED_HOLDS)
     _replace(target / "leases" / "renew_leases-2.lua", FENCED_RENEWAL, UNFENCED_RENEWAL)
     return target
 

@@ -4,7 +4,7 @@ The purge/delete workload removes finished runs from Redis, record and stream
 alike, so the checker cannot read their histories at the end. The Lua
 transitions also add one entry per lifecycle event (created, claimed, ...,
 the terminal one) to the queue's capped activity stream, in the same script as
-the change (``emit`` in ``scripts/lua/includes/lib.lua``); deleting a run adds
+the change (``emit`` in ``scripts/lua/includes/events.lua``); deleting a run adds
 none. The harness reads that stream straight from Redis as it grows and keeps
 every entry, so for each deleted run it knows whether, and when, it had ended
 before the delete answered, and whether anything was written for it after.

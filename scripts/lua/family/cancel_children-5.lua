@@ -26,7 +26,13 @@
 --          yet is tombstoned so a stale parent worker cannot bring it to life (create_run).
 -- validate-then-write: every argument and id is checked and every child's record read
 --          before the first write; afterwards only strings and numbers are encoded.
---- @include lib
+--- @include args
+--- @include keys
+--- @include events
+--- @include slots
+--- @include lanes
+--- @include family
+--- @include finalize
 
 check_argc(6)
 local parent_id = run_id_arg(ARGV[1])

@@ -32,7 +32,10 @@
 -- validate-then-write: the ids, status, reason and numbers are checked, the records, the index and
 --          the parked join read and decoded (written by join_children), and the event
 --          encoded, before the first write.
---- @include lib
+--- @include args
+--- @include events
+--- @include park
+--- @include finalize
 
 check_argc(7)
 local parent_id = run_id_arg(ARGV[1], KEYS[1], KEYS[2])

@@ -41,7 +41,11 @@
 --          entry ever) still reaches its parent, as child_record_gone.
 -- validate-then-write: every argument and id is checked, the record, the index and the
 --          outcomes read and every record and event encoded before the first write.
---- @include lib
+--- @include args
+--- @include keys
+--- @include events
+--- @include slots
+--- @include park
 
 check_argc(10)
 local owner, fence = ARGV[1], ARGV[2]

@@ -34,7 +34,7 @@
 --          misses one (cancel_children leaves a tombstone for a child not yet created).
 -- validate-then-write: every argument is checked and the record, the step and the counts
 --          read before the first write.
---- @include lib
+--- @include args
 
 check_argc(8)
 local owner, fence = ARGV[1], ARGV[2]

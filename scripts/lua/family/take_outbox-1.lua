@@ -15,7 +15,7 @@
 --          ZREM), so an end reaches its other slot at least once; every delivery script is
 --          idempotent, so at least once is exactly once in effect.
 -- validate-then-write: the numbers are checked and the entries read before the first ZADD.
---- @include lib
+--- @include args
 
 check_argc(3)
 local max_entries = int_arg(ARGV[1], 'max_entries', 1)

@@ -18,7 +18,8 @@
 --          room (a wake lost to a lane emptied meanwhile) is woken. Idempotent.
 -- validate-then-write: the numbers are checked and every lease and counter read
 --          before the first write.
---- @include lib
+--- @include args
+--- @include slots
 
 check_argc(2)
 local wake_max = int_arg(ARGV[1], 'wake_max', 0)

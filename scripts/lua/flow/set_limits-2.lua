@@ -20,7 +20,9 @@
 --          it, and the counter equals the live leases at once (O(leases), once per
 --          declaration; release_held gives each back as for any slot).
 -- validate-then-write: every field and limit is checked before the DEL.
---- @include lib
+--- @include args
+--- @include keys
+--- @include slots
 
 check_argc(2)
 local wake_max = int_arg(ARGV[1], 'wake_max', 0)

@@ -15,7 +15,9 @@
 --          head-of-line placement (a released or resumed run's qbase is 0). A run
 --          waiting in the delayed set takes the new boost when it joins its lane.
 -- validate-then-write: the numbers are checked and the record read before the first HSET.
---- @include lib
+--- @include args
+--- @include events
+--- @include lanes
 
 check_argc(4)
 local run_id = run_id_arg(ARGV[1], KEYS[1], KEYS[2])

@@ -11,7 +11,9 @@
 -- invariant: only the current holder (owner and fence) can add to a run's stream.
 -- validate-then-write: the stream cap and the type/data pairs are checked, and the
 --          holder looked up, before the first XADD.
---- @include lib
+--- @include args
+--- @include events
+--- @include fence
 
 check_argc(3)
 int_arg(ARGV[3], 'maxlen', 0)

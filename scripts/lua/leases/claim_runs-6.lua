@@ -66,8 +66,14 @@
 --          first write (claim_core, includes/claim.lua); each popped run is read and
 --          its event encoded before its own writes (reads and encodes of strings and
 --          integers, which cannot fail).
---- @include lib
+--- @include args
+--- @include keys
+--- @include events
+--- @include lanes
+--- @include finalize
+--- @include gcra
 --- @include claim
+--- @include handoff
 
 check_argc(7)
 local owner = ARGV[1]

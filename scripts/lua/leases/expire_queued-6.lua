@@ -21,7 +21,13 @@
 --          second pass finds nothing left to do.
 -- validate-then-write: the numbers are checked, then every due run is read and its
 --          event encoded, all before the first write.
---- @include lib
+--- @include args
+--- @include keys
+--- @include events
+--- @include slots
+--- @include lanes
+--- @include family
+--- @include finalize
 
 check_argc(3)
 local k = {leases = KEYS[3], run_prefix = KEYS[4], events_prefix = KEYS[5],

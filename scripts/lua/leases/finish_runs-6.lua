@@ -34,7 +34,15 @@
 --          before the first write; each run is then read and its event encoded
 --          before its own writes (a later group's run is read after an earlier
 --          group's writes, so the same run twice in one batch is answered as a resend).
---- @include lib
+--- @include args
+--- @include keys
+--- @include events
+--- @include fence
+--- @include slots
+--- @include lanes
+--- @include park
+--- @include family
+--- @include finalize
 
 check_argc(4)
 -- the lease ZREMs and outcome counts of the whole batch are written once, at its end

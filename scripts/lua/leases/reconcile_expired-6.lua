@@ -35,7 +35,16 @@
 -- validate-then-write: the numbers are checked, then every expired run is read (and
 --          its owner's inbox), its effects decoded and its events encoded, all before
 --          the first write.
---- @include lib
+--- @include args
+--- @include keys
+--- @include events
+--- @include fence
+--- @include slots
+--- @include lanes
+--- @include park
+--- @include family
+--- @include finalize
+--- @include effects
 
 check_argc(4)
 local k = {leases = KEYS[1], ready = KEYS[2], run_prefix = KEYS[3], events_prefix = KEYS[4],

@@ -23,7 +23,14 @@
 --          release is not a failure.
 -- validate-then-write: the numbers and pairs are checked before the first write;
 --          each run is read and its event encoded before its own writes.
---- @include lib
+--- @include args
+--- @include keys
+--- @include events
+--- @include fence
+--- @include slots
+--- @include lanes
+--- @include family
+--- @include finalize
 
 check_argc(6)
 local k = {leases = KEYS[1], ready = KEYS[2], run_prefix = KEYS[3], events_prefix = KEYS[4],

@@ -13,7 +13,8 @@
 --          forward in time (the new expiry is never earlier than the stored one).
 -- validate-then-write: the TTL and the pairs are checked before the first write;
 --          each run is read before its own writes.
---- @include lib
+--- @include args
+--- @include finalize
 
 check_argc(2)
 local owner = ARGV[1]

@@ -19,7 +19,7 @@
 -- validate-then-write: the arguments are checked, the fields decoded and each value's
 --          type and finiteness checked, and the record's status and driver read before
 --          the first HSET.
---- @include lib
+--- @include args
 
 -- fields one save may set: an operation's record has a couple of dozen
 local MAX_FIELDS = 64

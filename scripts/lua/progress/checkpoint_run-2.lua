@@ -15,7 +15,9 @@
 --          it numbers its next effects exactly as the attempt that wrote it did.
 -- validate-then-write: the effect ordinals are decoded, the stream cap checked, the
 --          holder and checkpoint count read and the event encoded before the first HSET.
---- @include lib
+--- @include args
+--- @include events
+--- @include fence
 
 check_argc(5)
 int_arg(ARGV[5], 'maxlen', 0)

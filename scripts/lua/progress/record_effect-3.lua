@@ -20,7 +20,10 @@
 -- validate-then-write: the arguments are checked, the holder and the record read and
 --          decoded, and the record, the open list and the event encoded before the
 --          first write.
---- @include lib
+--- @include args
+--- @include events
+--- @include fence
+--- @include effects
 
 check_argc(6)
 local owner, fence, field = ARGV[1], ARGV[2], ARGV[3]

@@ -26,7 +26,13 @@
 -- validate-then-write: the arguments are checked, the holder, the record and the open
 --          list read and decoded, and every record and event encoded before the first
 --          write.
---- @include lib
+--- @include args
+--- @include keys
+--- @include events
+--- @include fence
+--- @include slots
+--- @include park
+--- @include effects
 
 check_argc(9)
 local owner, fence, run_id, field = ARGV[1], ARGV[2], ARGV[3], ARGV[4]

@@ -12,7 +12,7 @@
 --          callers race; declaring a declared queue changes nothing.
 -- validate-then-write: the name and the bound are checked and the set read before
 --          its one write, the last command.
---- @include lib
+--- @include args
 
 check_argc(2)
 if ARGV[1] == '' then

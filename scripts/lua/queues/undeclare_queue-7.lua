@@ -20,7 +20,7 @@
 --          a cluster the store does these steps without this script.
 -- validate-then-write: the name is checked, membership and every index read
 --          before the one write, the last command.
---- @include lib
+--- @include args
 
 check_argc(1)
 if ARGV[1] == '' then

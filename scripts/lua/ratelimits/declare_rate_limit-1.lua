@@ -13,7 +13,7 @@
 --          race; changing a declared key's spec never counts against the bound.
 -- validate-then-write: the name, spec and bound are checked and the hash read before
 --          its one write, the last command.
---- @include lib
+--- @include args
 
 check_argc(3)
 if ARGV[1] == '' then

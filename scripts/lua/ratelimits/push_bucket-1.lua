@@ -13,7 +13,8 @@
 --          one token per period/limit (no burst right after a 429). A push never
 --          moves a bucket back in time.
 -- validate-then-write: every number is checked before the one write, the last command.
---- @include lib
+--- @include args
+--- @include gcra
 
 check_argc(4)
 local limit = int_arg(ARGV[1], 'limit', 1)

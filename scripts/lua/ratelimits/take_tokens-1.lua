@@ -20,7 +20,8 @@
 --          take is one atomic read-check-commit of the TAT by the Redis clock.
 -- validate-then-write: every number is checked before the one write (the SET of the
 --          new TAT), the last command.
---- @include lib
+--- @include args
+--- @include gcra
 
 check_argc(5)
 local limit = int_arg(ARGV[1], 'limit', 1)

@@ -19,7 +19,13 @@
 --          terminal state. Repeating the request changes nothing.
 -- validate-then-write: retention and stream cap are checked, the record read and
 --          the event encoded before the first HSET.
---- @include lib
+--- @include args
+--- @include keys
+--- @include events
+--- @include slots
+--- @include lanes
+--- @include family
+--- @include finalize
 
 check_argc(4)
 local run_id = run_id_arg(ARGV[1], KEYS[1], KEYS[2])

@@ -66,8 +66,20 @@
 --          budget are stored as the API encoded them (it refuses non-finite numbers).
 --          The checks and the create are lib.lua's create_segments and create_one, which
 --          create_runs calls for each run of a chunk: a run is the same either way.
---- @include lib
+--- @include args
+--- @include keys
+--- @include events
+--- @include fence
+--- @include slots
+--- @include lanes
+--- @include family
+--- @include finalize
+--- @include idempotency
+--- @include gcra
+--- @include shapes
+--- @include create
 --- @include claim
+--- @include handoff
 
 local segments = create_segments()
 local s = segments[1]

@@ -50,8 +50,20 @@
 --          are then read before its own writes (after the earlier runs' writes); in a
 --          plain segment the key's SETNX and the record's COPY are those reads (lib.lua
 --          create_plain: a key or record that was there is left as it was).
---- @include lib
+--- @include args
+--- @include keys
+--- @include events
+--- @include fence
+--- @include slots
+--- @include lanes
+--- @include family
+--- @include finalize
+--- @include idempotency
+--- @include gcra
+--- @include shapes
+--- @include create
 --- @include claim
+--- @include handoff
 
 local segments = create_segments()
 local shared = create_shared()

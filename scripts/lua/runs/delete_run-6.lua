@@ -24,7 +24,10 @@
 --          ever (the soak found it: a purge inside a taken entry's hold).
 -- validate-then-write: the run id is checked against its keys, and the record and
 --          its idempotency key read, before the first DEL.
---- @include lib
+--- @include args
+--- @include keys
+--- @include family
+--- @include finalize
 
 check_argc(1)
 local run_id = run_id_arg(ARGV[1], KEYS[1], KEYS[2])

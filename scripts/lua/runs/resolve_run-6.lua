@@ -27,7 +27,14 @@
 -- validate-then-write: the arguments are checked, the record, the previous error and
 --          the unknown effects read and decoded, and every record and event encoded
 --          before the first write.
---- @include lib
+--- @include args
+--- @include keys
+--- @include events
+--- @include slots
+--- @include lanes
+--- @include family
+--- @include finalize
+--- @include effects
 
 check_argc(9)
 local run_id, action, outcome = ARGV[1], ARGV[2], ARGV[4]

@@ -18,7 +18,11 @@
 --          encode NaN, Infinity or nesting past 1000 levels), the stream cap checked,
 --          the record and the question's wait read and its answer encoded before the
 --          fence moves.
---- @include lib
+--- @include args
+--- @include keys
+--- @include events
+--- @include slots
+--- @include lanes
 
 check_argc(4)
 run_id_arg(ARGV[1], KEYS[1], KEYS[2])

@@ -37,7 +37,13 @@
 -- validate-then-write: the arguments are checked, both records, the idempotency key,
 --          the old effects and the link read, and the event encoded before the first
 --          SET; records are copied as stored (nothing is decoded).
---- @include lib
+--- @include args
+--- @include keys
+--- @include events
+--- @include slots
+--- @include lanes
+--- @include effects
+--- @include idempotency
 
 -- field/value items copied per HSET (an even number: whole pairs)
 local EFFECT_COPY_SLICE = 200

@@ -44,7 +44,16 @@
 -- validate-then-write: every argument and group is checked, the schedule and the
 --          previous run read, before the first write; the writes after it encode only
 --          strings and numbers, which cannot fail.
---- @include lib
+--- @include args
+--- @include keys
+--- @include events
+--- @include fence
+--- @include slots
+--- @include lanes
+--- @include family
+--- @include finalize
+--- @include schedule
+--- @include create
 
 check_argc(12)
 check_groups(13, 2)

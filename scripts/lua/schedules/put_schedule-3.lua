@@ -20,7 +20,8 @@
 -- validate-then-write: the fields are decoded, each name checked against the ones a
 --          schedule has and each value a string or a number, and the record read,
 --          before the first HSET.
---- @include lib
+--- @include args
+--- @include schedule
 
 check_argc(5)
 local id = ARGV[1]

@@ -41,7 +41,11 @@
 --          the inbox and the status read, and every record, event and field encoded,
 --          before the first write (records and inboxes were encoded by these scripts
 --          and decode).
---- @include lib
+--- @include args
+--- @include keys
+--- @include events
+--- @include slots
+--- @include park
 
 check_argc(12)
 local owner, fence = ARGV[1], ARGV[2]

@@ -31,7 +31,10 @@
 -- validate-then-write: the run id, name, payload, key and numbers are checked, the record,
 --          its wait and the inbox read and decoded (written by these scripts), and every
 --          record and event encoded, before the first write.
---- @include lib
+--- @include args
+--- @include events
+--- @include park
+--- @include finalize
 
 check_argc(8)
 local run_id = run_id_arg(ARGV[1], KEYS[1], KEYS[2])
