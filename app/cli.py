@@ -18,20 +18,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from app.cli_api import (
-    EXIT_FAILED,
-    guarded,
-    show_run,
-)
+from app.cli_api import EXIT_FAILED, show_run
 from app.cli_api import api_client as _api
 from app.cli_api import fail as _fail
 from app.cli_api import print_run as _print_run
 from app.cli_api import unpark_lines as _unpark_lines
-from app.cli_help import APP_HELP, GROUP_HELP
-from app.errors import LeaseholdError
+from app.errors import ConfigurationError, LeaseholdError
 from app.logs import configure_logging
 from app.preflight import (
     handlers_or_exit,
+    refuse,
     runnable_handlers_or_exit,
     settings_or_exit,
     tracing_or_exit,
@@ -39,7 +35,6 @@ from app.preflight import (
 from app.render import error_words
 from app.startup import settle
 from app.statuses import PARKED_STATUSES, TERMINAL_EVENT_TYPES, RunStatus
-from app.worker_command import WorkerFlags, run_worker
 
 # start-up is what `runs get` in a shell loop pays each time (BENCHMARKS.md): what only some
 # commands need (asyncio, redis through the probes and handlers, pydantic-settings, httpx,
@@ -54,23 +49,37 @@ if TYPE_CHECKING:
 # plain click help (rich_markup_mode=None) on every group: typer's rich tables show each
 # flag as `--retry <bool>`, and drawing them imports rich, a good part of start-up
 app = typer.Typer(
-    help=APP_HELP,
+    help="Leasehold: durable runs on Redis with fenced leases.",
     rich_markup_mode=None,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-runs_app = typer.Typer(rich_markup_mode=None, help=GROUP_HELP["runs"], no_args_is_help=True)
+runs_app = typer.Typer(
+    rich_markup_mode=None,
+    help="Inspect, cancel, resolve, retry, delete and purge runs.",
+    no_args_is_help=True,
+)
 app.add_typer(runs_app, name="runs")
-probe_app = typer.Typer(rich_markup_mode=None, help=GROUP_HELP["probe"], no_args_is_help=True)
+probe_app = typer.Typer(
+    rich_markup_mode=None,
+    help="Health probes for containers: exit 0 when healthy, 1 when not.",
+    no_args_is_help=True,
+)
 app.add_typer(probe_app, name="probe")
-queues_app = typer.Typer(rich_markup_mode=None, help=GROUP_HELP["queues"], no_args_is_help=True)
+queues_app = typer.Typer(
+    rich_markup_mode=None, help="List and declare queues.", no_args_is_help=True
+)
 app.add_typer(queues_app, name="queues")
 schedules_app = typer.Typer(
-    rich_markup_mode=None, help=GROUP_HELP["schedules"], no_args_is_help=True
+    rich_markup_mode=None,
+    help="Cron and interval schedules: list, create, pause, trigger, backfill.",
+    no_args_is_help=True,
 )
 app.add_typer(schedules_app, name="schedules")
-demo_app = typer.Typer(rich_markup_mode=None, help=GROUP_HELP["demo"], no_args_is_help=True)
+demo_app = typer.Typer(
+    rich_markup_mode=None, help="Scripted demonstrations on a private stack.", no_args_is_help=True
+)
 app.add_typer(demo_app, name="demo")
 
 WAIT_POLL_S = 0.2
@@ -177,15 +186,23 @@ def worker(
     ] = False,
 ) -> None:
     """Run an executor: claim runs, hold their leases, drain on SIGTERM."""
-    # the console script starts most workers without typer (app.worker_command): one path
-    run_worker(
-        WorkerFlags(
-            queues=queues,
-            concurrency=concurrency,
-            lease_ttl_s=lease_ttl_s,
-            no_reconciler=no_reconciler,
-        )
+    from app.imports import import_redis
+
+    import_redis()  # first: before the worker's modules (or a handler's) import redis
+    from app import event_loop
+    from app.executor.worker import Worker
+
+    settings = settings_or_exit(
+        queues=queues,
+        concurrency=concurrency,
+        lease_ttl_s=lease_ttl_s,
+        reconciler_enabled=False if no_reconciler else None,
     )
+    registry = runnable_handlers_or_exit(settings)
+    configure_logging(settings.log_level, settings.log_format)
+    tracing_or_exit(settings, "leasehold-worker")
+    # the worker settles the collector (app.startup) once it is connected
+    event_loop.run(Worker(settings, registry).run(), settings.worker_event_loop)
 
 
 @app.command()
@@ -1085,8 +1102,11 @@ def _story_ended(story: Callable[[], Run]) -> None:
 
 
 def main() -> None:
-    """Console-script entry point."""
-    guarded(app)
+    """Run the CLI; a setting found invalid late (inside a command) is one line and status 2."""
+    try:
+        app()
+    except ConfigurationError as exc:
+        refuse(str(exc))
 
 
 if __name__ == "__main__":

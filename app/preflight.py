@@ -1,9 +1,8 @@
 """Before a command serves: settings, handlers and tracing, each refused as one line, exit 2.
 
-Shared by the typer CLI (:mod:`app.cli`) and the worker's own light entry
-(:mod:`app.worker_command`), so it imports no CLI framework: a refusal is a line on
-stderr (``leasehold: ...``) and ``SystemExit(2)``, which typer passes through
-unchanged and which ends a process started without typer the same way.
+Shared by the CLI's commands (:mod:`app.cli`, :mod:`app.cli_api`): a refusal is a line
+on stderr (``leasehold: ...``) and ``SystemExit(2)``, which typer passes through
+unchanged.
 """
 
 from __future__ import annotations

@@ -25,8 +25,7 @@ from pathlib import Path
 from app.errors import LeaseholdError
 from app.httpx_import import httpx, verifies
 
-# what the `leasehold` console script runs: a worker then starts without typer
-# (app.worker_command), every child behind a quiet collector (app.startup)
+# what the `leasehold` console script runs: every child behind a quiet collector (app.startup)
 CLI_MODULE = "app.launch"
 HEALTH_POLL_S = 0.05
 STOP_GRACE_S = 10.0

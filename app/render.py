@@ -3,7 +3,7 @@
 Token events flow inline as text; every other event gets one readable line,
 prefixed with its time and the fence it was written under. The terminal event
 says how the run ended and why, in the words :func:`error_words` gives a run's
-error wherever the CLI shows one (imported by ``runs get`` too: no pydantic here).
+error wherever the CLI shows one.
 """
 
 from __future__ import annotations

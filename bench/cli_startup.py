@@ -108,14 +108,10 @@ def answering_api() -> Iterator[str]:
 
 
 class StubApi:
-    """A one-thread loopback HTTP server: keeps each request's head, sends ``reply``.
-
-    ``reply`` may be changed between requests (``tests/test_http_get.py`` does).
-    """
+    """A one-thread loopback HTTP server: reads each request's head, sends ``reply``."""
 
     def __init__(self, reply: bytes) -> None:
         self.reply = reply
-        self.requests: list[bytes] = []
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
@@ -134,7 +130,6 @@ class StubApi:
                     if not chunk:
                         break
                     data += chunk
-                self.requests.append(data)
                 conn.sendall(self.reply)
 
     def close(self) -> None:

@@ -20,10 +20,12 @@ from tests.support.processes import REPO_ROOT, Processes, python_prints
 CLI_TIMEOUT_S = 60
 
 
-def leasehold(*args: str, api_url: str | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``leasehold <args>`` with no LEASEHOLD_* variable from the caller's shell."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("LEASEHOLD_")}
-    env["PYTHONPATH"] = str(REPO_ROOT)
+def leasehold(
+    *args: str, api_url: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``leasehold <args>`` with only ``env`` of LEASEHOLD_* (none from the caller's shell)."""
+    clean = {key: value for key, value in os.environ.items() if not key.startswith("LEASEHOLD_")}
+    env = {**clean, **(env or {}), "PYTHONPATH": str(REPO_ROOT)}
     where = ["--api-url", api_url] if api_url else []
     return subprocess.run(
         [sys.executable, "-m", "app.cli", *args, *where],
@@ -282,6 +284,54 @@ def test_a_run_parked_for_an_unknown_effect_names_the_resolve_command() -> None:
     assert lines[0].startswith("waiting   for a person: an effect's outcome is unknown")
     assert "leasehold runs resolve default.X --action retry --effect-outcome" in lines[1]
     assert _unpark_lines(run.model_copy(update={"status": RunStatus.SUCCEEDED})) == []
+
+
+def test_help_lists_every_command_with_its_first_sentence() -> None:
+    done = leasehold("--help")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Usage: python -m app.cli [OPTIONS] COMMAND [ARGS]...\n")
+    commands = done.stdout.split("Commands:\n", 1)[1].splitlines()
+    names = ["up", "api", "worker", "reconciler", "submit", "runs", "probe", "queues"]
+    assert [line.split()[0] for line in commands] == [*names, "schedules", "demo"]
+    assert "  api         Serve the HTTP API (uvicorn).\n" in done.stdout
+
+
+def test_worker_help_lists_every_flag() -> None:
+    done = leasehold("worker", "--help")
+    assert done.returncode == 0, done.stderr
+    for flag in ("--queues", "--concurrency", "--lease-ttl-s", "--no-reconciler", "--help"):
+        assert flag in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "says"),
+    [
+        ((), {"LEASEHOLD_CONCURRENCY": "0"}, "invalid setting LEASEHOLD_CONCURRENCY"),
+        (("--concurrency", "9" * 400), {}, "invalid setting LEASEHOLD_CONCURRENCY"),
+        (("--lease-ttl-s", "0"), {}, "invalid setting LEASEHOLD_LEASE_TTL_S"),
+        (("--queues", "no spaces"), {}, "invalid setting LEASEHOLD_QUEUES"),
+        ((), {}, "no handlers: set LEASEHOLD_HANDLERS"),
+        ((), {"LEASEHOLD_HANDLERS": "nobody.wrote.this"}, "invalid setting LEASEHOLD_HANDLERS"),
+    ],
+)
+def test_a_refused_worker_says_why_in_one_line_and_exits_2(
+    args: tuple[str, ...], env: dict[str, str], says: str
+) -> None:
+    done = leasehold("worker", *args, env=env)
+    assert done.returncode == 2
+    assert one_error_line(done).startswith(f"leasehold: {says}")
+
+
+def test_a_worker_flag_typer_cannot_read_is_a_usage_error() -> None:
+    done = leasehold("worker", "--concurrency", "x")
+    assert done.returncode == 2
+    assert "Invalid value for '--concurrency'" in done.stderr
+
+
+def test_runs_get_with_an_invalid_setting_is_one_line_and_status_2() -> None:
+    done = leasehold("runs", "get", "q.X", env={"LEASEHOLD_LOG_LEVEL": "bogus"})
+    assert done.returncode == 2
+    assert one_error_line(done).startswith("leasehold: invalid setting LEASEHOLD_LOG_LEVEL")
 
 
 def test_help_lists_flags_without_a_type_and_values_with_theirs() -> None:

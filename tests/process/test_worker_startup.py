@@ -84,8 +84,6 @@ NOT_BEFORE_THE_FIRST_CLAIM = [
     "app.metrics_server",
     "app.api_models",
     "app.read_models",
-    "app.cli",
-    "typer",
     "httpx",
     "fastapi",
 ]
