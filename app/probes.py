@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from redis.exceptions import RedisError
 
 from app.settings import Settings
-from app.store import workers
-from app.store.connection import async_client
 from app.store.health import check_readiness
-from app.store.memory import read_memory
-from app.store.scripts import Scripts
+from app.store.leases import workers
+from app.store.lua.scripts import Scripts
+from app.store.redis.connection import async_client
+from app.store.redis.memory import read_memory
 
 PROBE_TIMEOUT_S = 3.0
 

@@ -30,7 +30,7 @@ Detection time is at most TTL + one reconcile interval (+ jitter).
 Beside it, on its own shorter interval (``LEASEHOLD_SCHEDULE_TICK_S``), every
 reconciler runs the schedule pass (:mod:`app.schedule_pass`): due fires become
 runs, exactly one per fire time however many reconcilers run. And on
-``LEASEHOLD_OUTBOX_SWEEP_S`` it sweeps each queue's outbox (:mod:`app.store.outbox`):
+``LEASEHOLD_OUTBOX_SWEEP_S`` it sweeps each queue's outbox (:mod:`app.store.outbox.store`):
 a child's end reaches its parent, a parent's end its children, even when whoever
 ended the run died before delivering it; and a parked join's children are looked
 for, so one deleted before it ended still reaches its parent (``child_record_gone``).
@@ -50,12 +50,12 @@ from app.metrics import RECONCILER_ACTIONS, RECONCILER_SCANS, SLOT_RECOUNTS
 from app.retry import REDIS_BACKOFF
 from app.schedule_pass import SchedulePass
 from app.settings import Settings
-from app.store.connection import async_client
-from app.store.flow import FlowStore
-from app.store.leases import RECONCILE_BATCH, LeaseStore, ReconcileAction
-from app.store.outbox import Outbox
-from app.store.runs import RunStore
-from app.store.scripts import Scripts
+from app.store.flow.store import FlowStore
+from app.store.leases.store import RECONCILE_BATCH, LeaseStore, ReconcileAction
+from app.store.lua.scripts import Scripts
+from app.store.outbox.store import Outbox
+from app.store.redis.connection import async_client
+from app.store.runs.store import RunStore
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
 """What a ``LEASEHOLD_REDIS_URL`` asks for, read without connecting anywhere.
 
 The settings validate the URL at start (a bad one is one clear line, exit 2) and
-:mod:`app.store.connection` builds clients from the parsed :class:`RedisTarget`;
+:mod:`app.store.redis.connection` builds clients from the parsed :class:`RedisTarget`;
 parsing lives here, below both, so that the settings need not import the store.
-The accepted forms and options are listed in :mod:`app.store.connection`.
+The accepted forms and options are listed in :mod:`app.store.redis.connection`.
 Messages never repeat the URL: it may hold a password.
 """
 

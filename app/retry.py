@@ -9,7 +9,7 @@ Spread over the whole window, they arrive as a trickle. The mean wait is half
 the ceiling, so a cap of 2 s waits about as long on average as a fixed 1 s.
 
 What counts as *transient* is not decided here but by one predicate per kind of
-peer, passed in: :func:`app.store.refusals.is_transient` for Redis (a dropped
+peer, passed in: :func:`app.store.redis.refusals.is_transient` for Redis (a dropped
 connection, a timeout, a failover's ``READONLY``/``MASTERDOWN``/``CLUSTERDOWN``,
 out of memory), the client's for HTTP (a dropped connection, 502/503/504). So
 this module imports nothing of the product, and the HTTP client uses it

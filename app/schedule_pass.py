@@ -39,9 +39,9 @@ from app.errors import MemoryPressure
 from app.metrics import SCHEDULE_FIRES
 from app.settings import Settings
 from app.store.admission import MemoryAdmission, create_cost_bytes
-from app.store.runs import RunStore
-from app.store.schedules import Fire, ScheduleRecord, ScheduleStore
-from app.store.transitions import FireReply
+from app.store.runs.store import RunStore
+from app.store.schedules.bindings import FireReply
+from app.store.schedules.store import Fire, ScheduleRecord, ScheduleStore
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from app.embedded import EmbeddedRedis
 from app.errors import LeaseholdError
 from app.processes import Child, ProcessNotReady, child_env, spawn, stop_all, wait_healthy
 from app.settings import Settings
-from app.store.connection import sync_client
+from app.store.redis.connection import sync_client
 
 log = logging.getLogger(__name__)
 PRIVATE_FILE_MODE = 0o600

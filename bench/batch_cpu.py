@@ -38,8 +38,8 @@ from app.api.routes import batch
 from app.api.routes.batch_items import BatchJudge
 from app.settings import Settings
 from app.startup import settle
-from app.store import runs
-from app.store.runs import RunStore
+from app.store.runs import store as runs
+from app.store.runs.store import RunStore
 from bench.harness import load_average, private_redis
 
 PHASES: list[tuple[Any, str]] = [

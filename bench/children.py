@@ -26,10 +26,10 @@ from typing import Any
 
 from app.models import RunStatus
 from app.settings import Settings
-from app.store.queues import QueueStore
-from app.store.runs import NewRun, RunStore
-from app.store.scripts import Scripts
-from app.store.tree import TreeStore
+from app.store.family.tree import TreeStore
+from app.store.lua.scripts import Scripts
+from app.store.queues.store import QueueStore
+from app.store.runs.store import NewRun, RunStore
 from bench import harness
 from bench.handlers import FAN_KEY
 from bench.harness import Bench, log

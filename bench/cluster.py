@@ -42,10 +42,10 @@ import redis.asyncio as aioredis
 
 from app.embedded import EmbeddedRedis
 from app.settings import Settings
-from app.store.connection import AsyncRedis, async_client
 from app.store.keys import QueueKeys
-from app.store.runs import NewRun, RunStore
-from app.store.scripts import ReplicaAcks, Scripts
+from app.store.lua.scripts import ReplicaAcks, Scripts
+from app.store.redis.connection import AsyncRedis, async_client
+from app.store.runs.store import NewRun, RunStore
 from bench import harness
 from bench.harness import BENCH_HANDLERS, log
 from bench.report import _table

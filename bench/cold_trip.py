@@ -18,8 +18,8 @@ import time
 from collections.abc import Awaitable, Callable
 
 from app.settings import Settings
-from app.store.runs import NewRun, RunStore
-from app.store.scripts import Scripts
+from app.store.lua.scripts import Scripts
+from app.store.runs.store import NewRun, RunStore
 from bench import harness
 
 WARMUP_CALLS = 20

@@ -20,10 +20,10 @@ import statistics
 import time
 
 from app.settings import Settings
-from app.store.leases import LeaseStore
-from app.store.runs import NewRun, RunStore
-from app.store.scripts import Scripts
-from app.store.transitions import CREATE_RUN
+from app.store.leases.store import LeaseStore
+from app.store.lua.scripts import Scripts
+from app.store.runs.bindings import CREATE_RUN
+from app.store.runs.store import NewRun, RunStore
 from bench import harness, slow_log
 
 OWNER = "bench-create-cold"

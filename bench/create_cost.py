@@ -25,9 +25,9 @@ import time
 from typing import Any
 
 from app.settings import Settings
-from app.store.connection import async_client
-from app.store.runs import NewRun, RunStore
-from app.store.scripts import Scripts
+from app.store.lua.scripts import Scripts
+from app.store.redis.connection import async_client
+from app.store.runs.store import NewRun, RunStore
 from bench.redis_cost import callgrind_total, command_delta, profiled_server, snapshot
 
 

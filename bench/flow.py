@@ -19,9 +19,9 @@ from typing import Any
 
 from app.read_models import QueueLimits
 from app.settings import Settings
-from app.store.flow import FlowStore
-from app.store.runs import NewRun, RunStore
-from app.store.scripts import Scripts
+from app.store.flow.store import FlowStore
+from app.store.lua.scripts import Scripts
+from app.store.runs.store import NewRun, RunStore
 from bench import harness
 from bench.harness import Bench, log
 from bench.throughput import Producer, summarize, throughput_rep

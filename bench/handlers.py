@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field
 
 from app.executor import RunContext, RunFailure, handler
 from app.settings import load_settings
-from app.store.connection import async_client
+from app.store.redis.connection import async_client
 
 LATENCY_KEY = "bench:lat"  # outside every queue's namespace, like the peers' bench:lat
 GO_KEY = "bench:sse:go:{run_id}"  # set by bench.sse once the run's followers are attached

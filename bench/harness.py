@@ -30,9 +30,9 @@ import redis.asyncio as aioredis
 from app import processes
 from app.embedded import EmbeddedRedis
 from app.processes import Child, child_env
-from app.store.connection import async_client
 from app.store.keys import QueueKeys
-from app.store.runs import RunStore
+from app.store.redis.connection import async_client
+from app.store.runs.store import RunStore
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 OUT_DIR = REPO_ROOT / "bench" / "out"

@@ -7,7 +7,7 @@ few heartbeat periods, and each EVALSHA is named by its script's SHA. The
 renewal's own cost is reported twice: the server's execution time (slowlog
 duration) and a client round trip of the same ``renew_leases`` call with the
 worker's owner id and fences, made from this process with the heartbeat's
-:class:`~app.store.leases.LeaseRenewer`.
+:class:`~app.store.leases.store.LeaseRenewer`.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import time
 from collections import Counter
 from typing import Any, cast
 
-from app.store.connection import sync_client
-from app.store.leases import Lease, LeaseRenewer
-from app.store.runs import NewRun
-from app.store.scripts import Scripts
+from app.store.leases.store import Lease, LeaseRenewer
+from app.store.lua.scripts import Scripts
+from app.store.redis.connection import sync_client
+from app.store.runs.store import NewRun
 from bench import harness, slow_log
 from bench.harness import Bench, log
 

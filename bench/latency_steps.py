@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from app.settings import Settings
-from app.store.runs import CREATE_RUN, NewRun, RunStore
-from app.store.scripts import Scripts
+from app.store.lua.scripts import Scripts
+from app.store.runs.store import CREATE_RUN, NewRun, RunStore
 from bench import harness
 from bench.handlers import LATENCY_KEY
 from bench.wake_probe import OUT_ENV

@@ -38,8 +38,8 @@ import time
 from pathlib import Path
 
 from app.settings import Settings
-from app.store.runs import NewRun, RunStore
-from app.store.scripts import Scripts
+from app.store.lua.scripts import Scripts
+from app.store.runs.store import NewRun, RunStore
 from bench import harness
 from bench.harness import Bench, log
 

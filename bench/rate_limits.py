@@ -24,13 +24,13 @@ import time
 from typing import Any
 
 from app.read_models import RateLimitSpec
-from app.store.connection import async_client
 from app.store.context import StoreContext
-from app.store.leases import LeaseStore
-from app.store.ratelimits import Declared, RateLimitStore, StartGate
+from app.store.leases.store import LeaseStore
+from app.store.lua.scripts import Scripts
+from app.store.ratelimits.store import Declared, RateLimitStore, StartGate
+from app.store.redis.connection import async_client
 from app.store.retention import Retention
-from app.store.runs import NewRun, RunStore
-from app.store.scripts import Scripts
+from app.store.runs.store import NewRun, RunStore
 from bench import harness
 from bench.harness import log, percentile
 

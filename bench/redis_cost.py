@@ -39,10 +39,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from app.settings import Settings
-from app.store.connection import async_client
-from app.store.leases import LeaseStore, Outcome
-from app.store.runs import NewRun, RunStore
-from app.store.scripts import Scripts
+from app.store.leases.store import LeaseStore, Outcome
+from app.store.lua.scripts import Scripts
+from app.store.redis.connection import async_client
+from app.store.runs.store import NewRun, RunStore
 
 BATCH = 50  # the worker's --concurrency in bench.throughput
 
@@ -154,8 +154,8 @@ async def renew_cost(
     that adds ``last_renewed_at`` to the record), the second a later one; both are
     instrumented, so a per-renewal figure is their mean.
     """
-    from app.store.connection import sync_client
-    from app.store.leases import LeaseRenewer
+    from app.store.leases.store import LeaseRenewer
+    from app.store.redis.connection import sync_client
 
     client, scripts, leases = await with_queued_runs(url, n)
     held = []

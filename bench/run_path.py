@@ -78,8 +78,8 @@ class Bench:
         from app.executor.worker import Worker
         from app.handlers import load_handler_modules
         from app.settings import Settings
-        from app.store.leases import LeaseStore
-        from app.store.transitions import FINISH_RUNS, FinishArgs
+        from app.store.leases.bindings import FINISH_RUNS, FinishArgs
+        from app.store.leases.store import LeaseStore
         from app.supervision.config import Supervision
 
         settings = Settings()

@@ -14,7 +14,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from app.store.scripts import load_scripts
+from app.store.lua.scripts import load_scripts
 
 SLOWLOG_DEFAULT_US = 10_000
 SLOWLOG_DEFAULT_LEN = 128

@@ -76,8 +76,8 @@ from app import processes
 from app.embedded import free_port
 from app.processes import Child, child_env, wait_healthy
 from app.settings import Settings
-from app.store.runs import RunStore
-from app.store.scripts import Scripts
+from app.store.lua.scripts import Scripts
+from app.store.runs.store import RunStore
 from bench import harness
 from bench.handlers import GO_KEY
 from bench.harness import Bench, log, percentile

@@ -23,9 +23,9 @@ import time
 
 from app.models import RunStatus
 from app.settings import Settings
-from app.store.leases import LeaseStore, Outcome
-from app.store.runs import NewRun, RunStore
-from app.store.scripts import Scripts
+from app.store.leases.store import LeaseStore, Outcome
+from app.store.lua.scripts import Scripts
+from app.store.runs.store import NewRun, RunStore
 from bench import harness
 
 CREATE_CHUNK = 500

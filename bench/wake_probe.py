@@ -22,7 +22,9 @@ from typing import Any
 
 from app import reconciler
 from app.executor import courier, execution, inbox, listener, worker
-from app.store import leases, outbox, scripts
+from app.store.family import outbox
+from app.store.leases import store as leases
+from app.store.lua import scripts
 
 OUT_ENV = "LEASEHOLD_BENCH_PROBE_OUT"
 EVENTS: list[tuple[str, float, str]] = []

@@ -129,9 +129,9 @@ def one_start(target: Target, url: str, bench: harness.Bench) -> None:
 SEED = """
 import asyncio, sys
 from app.settings import Settings
-from app.store.connection import async_client
-from app.store.runs import NewRun, RunStore
-from app.store.scripts import Scripts
+from app.store.redis.connection import async_client
+from app.store.runs.store import NewRun, RunStore
+from app.store.lua.scripts import Scripts
 
 async def seed(url, n):
     settings = Settings(redis_url=url)
@@ -170,7 +170,7 @@ from app.startup import quiet_collector
 quiet_collector()
 from app.imports import import_redis
 import_redis()
-from app.store.leases import LeaseStore
+from app.store.leases.store import LeaseStore
 
 async def first_claim(self, *args, **kwargs):
     sys.stdout.write(f"claim: {len(sys.modules)} modules\\n")
@@ -187,8 +187,8 @@ main()
 async def instructions(targets: list[Target]) -> dict[str, Any]:
     """Each target's instructions from exec to its first claim, under callgrind."""
     from app.settings import Settings
-    from app.store.runs import RunStore
-    from app.store.scripts import Scripts
+    from app.store.lua.scripts import Scripts
+    from app.store.runs.store import RunStore
 
     async with harness.private_redis("startup") as server:
         settings = Settings(redis_url=server.url)
@@ -244,8 +244,8 @@ def summary(values: list[float]) -> str:
 async def measure(targets: list[Target], reps: int) -> dict[str, Any]:
     """Every target ``reps`` times, interleaved; one warm-up start each first."""
     from app.settings import Settings
-    from app.store.runs import RunStore
-    from app.store.scripts import Scripts
+    from app.store.lua.scripts import Scripts
+    from app.store.runs.store import RunStore
 
     async with harness.private_redis("startup") as server:
         settings = Settings(redis_url=server.url)

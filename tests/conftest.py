@@ -18,11 +18,11 @@ import redis.asyncio as aioredis
 
 from app.embedded import EmbeddedRedis, find_redis_server
 from app.settings import Settings
-from app.store.connection import async_client
-from app.store.leases import LeaseStore
-from app.store.progress import ProgressStore
-from app.store.runs import RunStore
-from app.store.scripts import Scripts
+from app.store.leases.store import LeaseStore
+from app.store.lua.scripts import Scripts
+from app.store.progress.store import ProgressStore
+from app.store.redis.connection import async_client
+from app.store.runs.store import RunStore
 
 TEST_TTL_S = 1.0
 

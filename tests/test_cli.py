@@ -13,7 +13,7 @@ import pytest
 
 from app.embedded import free_port
 from app.models import QueuePage, Run, RunPage, RunStatus
-from app.store.leases import LeaseStore
+from app.store.leases.store import LeaseStore
 from tests.support.polling import eventually
 from tests.support.processes import REPO_ROOT, Processes, python_prints
 

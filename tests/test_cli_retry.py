@@ -7,8 +7,8 @@ import json
 import pytest
 
 from app.models import RunStatus
-from app.store.leases import LeaseStore, Outcome
-from app.store.runs import NewRun, RunStore
+from app.store.leases.store import LeaseStore, Outcome
+from app.store.runs.store import NewRun, RunStore
 from tests.support.processes import Processes
 from tests.test_cli import leasehold, one_error_line
 

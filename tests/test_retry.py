@@ -23,7 +23,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from app.retry import REDIS_BACKOFF, Backoff, retrying
-from app.store.refusals import describe, is_transient, refusal_of
+from app.store.redis.refusals import describe, is_transient, refusal_of
 
 SAMPLES = 2_000
 

@@ -2,7 +2,7 @@
 
 This is how the console's runs view stays current without polling. Each queue
 has a capped activity stream that the Lua transitions write (see
-``app.store.activity``); this module follows several of them in one response.
+``app.store.queues.activity``); this module follows several of them in one response.
 
 * **Fan-out.** :class:`ActivityHub` reads each followed queue once per process,
   however many consoles watch it, and copies entries into each follower's
@@ -17,12 +17,12 @@ has a capped activity stream that the Lua transitions write (see
   ``replay_unavailable`` event naming the queue: reload the list, then go on.
 * **New queues.** Following every queue (no ``queue=``), the set of queues is
   re-read every :data:`QUEUE_RESCAN_S` and new ones are followed from their start.
-* **Bounds.** Only declared queues (:mod:`app.store.queues`) are followed: a
+* **Bounds.** Only declared queues (:mod:`app.store.queues.store`) are followed: a
   made-up name is refused before the stream starts. One request follows at most
   ``LEASEHOLD_ACTIVITY_MAX_QUEUES`` queues (without ``queue=``, the first that
   many: ``ready`` then carries ``limit``), one process at most
   ``LEASEHOLD_ACTIVITY_MAX_FOLLOWED_QUEUES`` distinct ones, and all of them are
-  served by one blocking read (:mod:`app.store.feeds`).
+  served by one blocking read (:mod:`app.store.redis.feeds`).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from sse_starlette import ServerSentEvent
 from app.api.hub import Feed, FeedRegistry, Subscription, fan_out
 from app.models import event_id_order, is_resume_point
 from app.read_models import ActivityEntry
-from app.store.activity import ActivityStore
-from app.store.feeds import read_group, wait_for_news
+from app.store.queues.activity import ActivityStore
+from app.store.redis.feeds import read_group, wait_for_news
 
 log = logging.getLogger(__name__)
 

@@ -48,13 +48,13 @@ from app.api.state import ApiState
 from app.handlers import HandlerRegistry, load_handler_modules
 from app.metrics import CREATES_REFUSED
 from app.settings import Settings
-from app.store.activity import ActivityStore
 from app.store.admission import MemoryAdmission
-from app.store.connection import async_client
-from app.store.queues import QueueStore
-from app.store.ratelimits import RateLimitStore
-from app.store.runs import RunStore
-from app.store.scripts import Scripts
+from app.store.lua.scripts import Scripts
+from app.store.queues.activity import ActivityStore
+from app.store.queues.store import QueueStore
+from app.store.ratelimits.store import RateLimitStore
+from app.store.redis.connection import async_client
+from app.store.runs.store import RunStore
 
 BODY_OVERHEAD_BYTES = 16_384
 # the feeds' pool: two blocking readers (run events, activity) and the feeds' short reads

@@ -3,7 +3,7 @@
 A :class:`RunFeed` reads one run's stream (the ``read_events`` script) and copies
 each event into every subscriber's bounded queue. Feeds never block on their
 own: once every feed is caught up, one blocking ``XREAD`` over all their streams
-waits for news (:mod:`app.store.feeds`; per queue in a cluster), so the number
+waits for news (:mod:`app.store.redis.feeds`; per queue in a cluster), so the number
 of Redis connections does not grow with the number of runs followed. A
 subscriber that falls more than ``queue_max`` events behind is dropped (its
 queue is cleared and closed): it must never slow down the reader, the other
@@ -43,9 +43,9 @@ from redis.exceptions import RedisError
 from app.api.frames import Burst, Frame, frame, gap
 from app.metrics import SSE_EVENTS_SENT
 from app.retry import REDIS_BACKOFF
-from app.store.feeds import read_group, wait_for_news
-from app.store.refusals import describe
-from app.store.runs import RunStore
+from app.store.redis.feeds import read_group, wait_for_news
+from app.store.redis.refusals import describe
+from app.store.runs.store import RunStore
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +209,7 @@ class Feed(Generic[T]):
     """One followed stream (a run's events, a queue's activity), shared by every subscriber.
 
     ``stream_key`` is the Redis key read; feeds of one ``group`` wait together in
-    one blocking read (:mod:`app.store.feeds`).
+    one blocking read (:mod:`app.store.redis.feeds`).
     """
 
     def __init__(self, key: str, *, stream_key: str, group: str) -> None:

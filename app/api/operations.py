@@ -40,9 +40,9 @@ from app.read_models import RetriedPair
 from app.settings import Settings
 from app.store.admission import WAIT_POLL_S, MemoryAdmission, create_cost_bytes
 from app.store.codec import dumps
-from app.store.operations import OperationStore, Progress
-from app.store.reruns import Rerun, retry_call, settle
-from app.store.runs import RunStore
+from app.store.operations.store import OperationStore, Progress
+from app.store.runs.reruns import Rerun, retry_call, settle
+from app.store.runs.store import RunStore
 
 log = logging.getLogger(__name__)
 

@@ -44,9 +44,9 @@ from app.errors import (
     SingletonConflict,
     UnknownHandler,
 )
-from app.store.connection import PoolExhausted, TlsHandshakeFailed
-from app.store.positions import InvalidCursor
-from app.store.refusals import Refusal, refusal_of
+from app.store.redis.connection import PoolExhausted, TlsHandshakeFailed
+from app.store.redis.refusals import Refusal, refusal_of
+from app.store.runs.positions import InvalidCursor
 
 # a full signal inbox empties as the run's waits take its signals
 SIGNAL_RETRY_AFTER_S = 5

@@ -13,13 +13,13 @@ from app.api.hub import EventHub
 from app.handlers import HandlerRegistry
 from app.settings import Settings
 from app.store.admission import MemoryAdmission
-from app.store.connection import AsyncRedis
-from app.store.flow import FlowStore
-from app.store.queues import QueueStore
-from app.store.ratelimits import RateLimitStore
-from app.store.runs import RunStore
-from app.store.scripts import Scripts
-from app.store.tree import TreeStore
+from app.store.family.tree import TreeStore
+from app.store.flow.store import FlowStore
+from app.store.lua.scripts import Scripts
+from app.store.queues.store import QueueStore
+from app.store.ratelimits.store import RateLimitStore
+from app.store.redis.connection import AsyncRedis
+from app.store.runs.store import RunStore
 
 
 @dataclass

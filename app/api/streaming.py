@@ -32,7 +32,7 @@ from app.api.hub import EventHub, Subscription
 from app.api.state import ApiState
 from app.metrics import SSE_EVENTS_SENT, SSE_SUBSCRIBERS
 from app.models import TERMINAL_EVENT_TYPES, Run, RunEvent, event_id_order, is_resume_point
-from app.store.runs import RunStore
+from app.store.runs.store import RunStore
 
 REPLAY_CHUNK = 500
 # live frames one write may carry: a follower behind by a burst catches up in few sends

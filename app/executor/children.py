@@ -25,7 +25,7 @@ wait (numbered ``join:<n>``): one fenced script (``join_children``) checks the
 outcomes delivered so far and, when its condition does not hold, parks the run in
 the same step (no lease, no slot, a ``wait`` event of kind ``join``); the handler
 is unwound and runs again from the top when the condition holds (the children's
-ends reach the parent's slot through the outbox, :mod:`app.store.outbox`) or its
+ends reach the parent's slot through the outbox, :mod:`app.store.outbox.store`) or its
 timeout comes, its earlier spawns replaying the same children. ``all`` returns the
 outputs in order and raises :class:`~app.errors.ChildFailed` for the first child
 (in the order given) that failed, was cancelled, orphaned or expired, as soon as
@@ -74,7 +74,7 @@ from app.executor.reasons import RunParked, StopReason
 from app.handlers import HandlerRegistry
 from app.models import FLOW_KEY, RUN_ID, OnLeaseExpired
 from app.store.admission import MemoryAdmission, create_cost_bytes
-from app.store.children import (
+from app.store.family.children import (
     ChildStore,
     JoinAnswer,
     JoinMode,
@@ -84,10 +84,10 @@ from app.store.children import (
     SpawnLimits,
     SpawnStep,
 )
-from app.store.leases import Lease
-from app.store.outbox import Outbox
-from app.store.queues import QueueStore
-from app.store.runs import NewRun
+from app.store.leases.store import Lease
+from app.store.outbox.store import Outbox
+from app.store.queues.store import QueueStore
+from app.store.runs.store import NewRun
 
 log = logging.getLogger(__name__)
 

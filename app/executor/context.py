@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from app.executor.helper_stores import HelperStores
     from app.executor.rates import Grant, RateLimiter
     from app.executor.waits import Waits
-    from app.store.leases import ClaimedRun, LeaseStore
+    from app.store.leases.store import ClaimedRun, LeaseStore
     from app.supervision.config import Supervision
     from app.supervision.operation import Operation
     from app.supervision.steps import StepBudget

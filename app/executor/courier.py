@@ -16,7 +16,7 @@ the runs the first call took, and no run is left leased to a worker that does
 not know it holds it.
 
 When Redis is full it takes terminal writes but refuses claims (see
-``SCRIPT_FLAGS`` in :mod:`app.store.scripts`): the outcomes sent with a refused
+``SCRIPT_FLAGS`` in :mod:`app.store.lua.scripts`): the outcomes sent with a refused
 claim are settled, and claims pause with backoff while outcomes keep flowing.
 A refused terminal write (out of memory, read-only after a failover, no
 answer) keeps its outcome here and is sent again until Redis takes it or
@@ -69,9 +69,9 @@ from redis.exceptions import RedisError
 from app.executor.slots import Slots
 from app.metrics import CLAIMS_THROTTLED, HANDOFFS, WORKER_WRITES_REFUSED
 from app.retry import REDIS_BACKOFF, Streak
-from app.store.leases import Claim, ClaimedRun, LeaseStore, Outcome, new_claim_token
-from app.store.refusals import describe, refusal_of
-from app.store.transitions import LeaseAnswer
+from app.store.leases.store import Claim, ClaimedRun, LeaseStore, Outcome, new_claim_token
+from app.store.lua.transition import LeaseAnswer
+from app.store.redis.refusals import describe, refusal_of
 
 log = logging.getLogger(__name__)
 

@@ -70,15 +70,15 @@ from app.errors import (
 from app.executor.events import EventSink
 from app.retry import REDIS_BACKOFF, retrying
 from app.store.codec import dumps
-from app.store.leases import Lease
-from app.store.progress import (
+from app.store.leases.store import Lease
+from app.store.progress.store import (
     EffectAnswer,
     EffectCall,
     EffectOutcome,
     EffectStart,
     ProgressStore,
 )
-from app.store.refusals import describe, is_transient
+from app.store.redis.refusals import describe, is_transient
 from app.tracing import Attributes, Span, tracer
 
 log = logging.getLogger(__name__)
@@ -289,7 +289,7 @@ def _consume_error(task: asyncio.Future[Any]) -> None:
 async def send_until_taken(write: Callable[[], Awaitable[T]]) -> T:
     """Send a write until Redis takes it; each script takes a repeat of it as done.
 
-    Retried while the refusal is transient (:func:`~app.store.refusals.is_transient`:
+    Retried while the refusal is transient (:func:`~app.store.redis.refusals.is_transient`:
     no answer, read-only during a failover, out of memory: a new effect waits for
     memory to free while the lease stays renewed); any other error is raised.
     """

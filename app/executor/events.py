@@ -9,7 +9,7 @@ terminal write, so the terminal event is always last. When Redis rejects a
 batch as LOST, the run is stopped.
 
 When Redis is out of memory it refuses appends (they are not ``allow-oom``: see
-:mod:`app.store.scripts`), and the batch is dropped and counted instead of
+:mod:`app.store.lua.scripts`), and the batch is dropped and counted instead of
 retried: a handler that keeps emitting must neither wait for memory nor hold
 its own terminal write back, and the terminal event is written with the
 outcome in any case. Other transient refusals (no answer, read-only during a
@@ -37,8 +37,8 @@ from app.errors import EventTooLarge, InvalidEvent, LeaseLost
 from app.metrics import EVENTS_DROPPED, WORKER_WRITES_REFUSED
 from app.retry import REDIS_BACKOFF
 from app.store.codec import dumps
-from app.store.leases import Lease, LeaseStore
-from app.store.refusals import describe, refusal_of
+from app.store.leases.store import Lease, LeaseStore
+from app.store.redis.refusals import describe, refusal_of
 
 log = logging.getLogger(__name__)
 

@@ -48,8 +48,8 @@ from app.metrics import ATTEMPT_SECONDS, BUDGET_FAILURES, RUNS_FINISHED, child
 from app.models import RunStatus
 from app.retry import Backoff
 from app.store.codec import dumps
-from app.store.leases import ClaimedRun, Outcome
-from app.store.transitions import LeaseAnswer
+from app.store.leases.store import ClaimedRun, Outcome
+from app.store.lua.transition import LeaseAnswer
 from app.tracing import NO_SPAN, tracer
 
 log = logging.getLogger(__name__)

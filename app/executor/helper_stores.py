@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from app.store.context import StoreContext
-    from app.store.progress import ProgressStore
-    from app.store.ratelimits import RateLimitStore
-    from app.store.waits import WaitStore
+    from app.store.progress.store import ProgressStore
+    from app.store.ratelimits.store import RateLimitStore
+    from app.store.waits.store import WaitStore
 
 
 class HelperStores:
@@ -31,21 +31,21 @@ class HelperStores:
     @functools.cached_property
     def progress(self) -> ProgressStore:
         """Checkpoints and effect records (``ctx.checkpoint``, ``ctx.effect``)."""
-        from app.store.progress import ProgressStore
+        from app.store.progress.store import ProgressStore
 
         return ProgressStore(self._stores)
 
     @functools.cached_property
     def waits(self) -> WaitStore:
         """Durable sleeps, signals and questions, at most ``max_waits`` per run."""
-        from app.store.waits import WaitStore
+        from app.store.waits.store import WaitStore
 
         return WaitStore(self._stores, max_waits=self._max_waits)
 
     @functools.cached_property
     def rate_limits(self) -> RateLimitStore:
         """The shared token buckets (``ctx.rate_limit``), at most ``max_rate_limits`` keys."""
-        from app.store.ratelimits import RateLimitStore
+        from app.store.ratelimits.store import RateLimitStore
 
         stores = self._stores
         return RateLimitStore(

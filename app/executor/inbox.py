@@ -38,9 +38,9 @@ from typing import cast
 from redis.exceptions import RedisError
 
 from app.retry import REDIS_BACKOFF
-from app.store.connection import AsyncRedis
 from app.store.keys import QueueKeys
-from app.store.refusals import describe
+from app.store.redis.connection import AsyncRedis
+from app.store.redis.refusals import describe
 
 log = logging.getLogger(__name__)
 

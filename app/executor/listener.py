@@ -23,9 +23,9 @@ from collections.abc import Callable
 from redis.exceptions import RedisError
 
 from app.retry import REDIS_BACKOFF
-from app.store.connection import AsyncRedis
 from app.store.keys import QueueKeys
-from app.store.refusals import describe
+from app.store.redis.connection import AsyncRedis
+from app.store.redis.refusals import describe
 
 log = logging.getLogger(__name__)
 

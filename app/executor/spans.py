@@ -13,7 +13,7 @@ parent, so the trace shows what the lost attempt did and where it stopped.
 
 from __future__ import annotations
 
-from app.store.leases import ClaimedRun
+from app.store.leases.store import ClaimedRun
 from app.tracing import Span, attempt_traceparent, tracer
 
 

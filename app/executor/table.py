@@ -13,7 +13,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 
-from app.store.leases import Lease
+from app.store.leases.store import Lease
 
 
 @dataclass

@@ -41,8 +41,8 @@ from app.executor.effects import EffectLedger, send_until_taken
 from app.executor.events import EventSink
 from app.executor.reasons import RunParked, StopReason
 from app.models import WAIT_NAME
-from app.store.leases import Lease
-from app.store.waits import WaitAnswer, WaitCall, WaitKind, WaitOutcome, WaitStore
+from app.store.leases.store import Lease
+from app.store.waits.store import WaitAnswer, WaitCall, WaitKind, WaitOutcome, WaitStore
 
 log = logging.getLogger(__name__)
 

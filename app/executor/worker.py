@@ -52,15 +52,15 @@ from app.models import WorkerInfo
 from app.retry import REDIS_BACKOFF, retrying
 from app.settings import Settings
 from app.startup import settle
-from app.store import workers
-from app.store.connection import AsyncRedis, SyncRedis, async_client, sync_client
 from app.store.context import StoreContext
 from app.store.keys import QueueKeys
-from app.store.leases import ClaimedRun, LeaseRenewer, LeaseStore
-from app.store.queues import QueueStore
-from app.store.refusals import describe, is_transient
-from app.store.scripts import Scripts
-from app.store.transitions import LeaseAnswer
+from app.store.leases import workers
+from app.store.leases.store import ClaimedRun, LeaseRenewer, LeaseStore
+from app.store.lua.scripts import Scripts
+from app.store.lua.transition import LeaseAnswer
+from app.store.queues.store import QueueStore
+from app.store.redis.connection import AsyncRedis, SyncRedis, async_client, sync_client
+from app.store.redis.refusals import describe, is_transient
 from app.supervision.config import Supervision
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ if TYPE_CHECKING:
     # (family, child store, outbox) on a run's first spawn (Worker._family_deps)
     from app.executor.children import FamilyDeps
     from app.reconciler import Reconciler
-    from app.store.runs import RunStore
+    from app.store.runs.store import RunStore
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +216,7 @@ class Worker:
                 await self._first_answer_used.wait()
         reconciler = None
         if self.settings.reconciler_enabled:
-            from app.store.runs import RunStore
+            from app.store.runs.store import RunStore
 
             reconciler = self._reconciler(lease_store, RunStore(stores))
         # start-up objects (modules, handler models, settings) live as long as the
@@ -277,8 +277,8 @@ class Worker:
         def build() -> FamilyDeps:
             from app.executor.children import FamilyDeps
             from app.store.admission import MemoryAdmission
-            from app.store.children import ChildStore, SpawnLimits
-            from app.store.outbox import Outbox
+            from app.store.family.children import ChildStore, SpawnLimits
+            from app.store.outbox.store import Outbox
 
             return FamilyDeps(
                 store=ChildStore(stores, max_waits=settings.max_waits_per_run),

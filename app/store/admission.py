@@ -31,8 +31,8 @@ from redis.exceptions import ResponseError
 
 from app.errors import MemoryPressure
 from app.metrics import REDIS_MEMORY_MAX, REDIS_MEMORY_USED
-from app.store.connection import AsyncRedis
-from app.store.memory import MemoryReading, read_memory
+from app.store.redis.connection import AsyncRedis
+from app.store.redis.memory import MemoryReading, read_memory
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from app.store.connection import AsyncRedis
 from app.store.keys import QueueKeys
+from app.store.lua.scripts import Scripts
+from app.store.redis.connection import AsyncRedis
 from app.store.retention import Retention
-from app.store.scripts import Scripts
 
 if TYPE_CHECKING:
     from app.settings import Settings

@@ -20,9 +20,9 @@ from redis.exceptions import RedisError
 
 from app.read_models import RedisTopology
 from app.redis_url import Mode
-from app.store.connection import AsyncRedis, mode_of
-from app.store.scripts import Scripts
-from app.store.topology import describe
+from app.store.lua.scripts import Scripts
+from app.store.redis.connection import AsyncRedis, mode_of
+from app.store.redis.topology import describe
 
 EXPECTED_EVICTION_POLICY = "noeviction"
 

@@ -380,7 +380,7 @@ class GlobalKeys:
 
     @property
     def queues(self) -> str:
-        """Set of every declared queue name (see app/store/queues.py)."""
+        """Set of every declared queue name (see app/store/queues/store.py)."""
         return f"{self.prefix}:queues"
 
     @property
@@ -390,7 +390,7 @@ class GlobalKeys:
 
     @property
     def schedules(self) -> str:
-        """Hash of every schedule id -> its queue (see app/store/schedules.py)."""
+        """Hash of every schedule id -> its queue (see app/store/schedules/store.py)."""
         return f"{self.prefix}:schedules"
 
     def worker(self, worker_id: str) -> str:

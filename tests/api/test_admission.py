@@ -21,9 +21,9 @@ from app.metrics import WORKER_REGISTRY
 from app.read_models import RetryFilter
 from app.schedule_pass import SchedulePass
 from app.store.admission import MemoryAdmission
-from app.store.connection import async_client
-from app.store.runs import RunStore
-from app.store.scripts import Scripts
+from app.store.lua.scripts import Scripts
+from app.store.redis.connection import async_client
+from app.store.runs.store import RunStore
 from tests.support.memory import HIGH_WATER, SmallRedis, memory_settings, start_api
 from tests.support.polling import eventually
 

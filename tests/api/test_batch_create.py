@@ -424,9 +424,9 @@ def test_an_answer_shape_is_the_runs_whole_encoding_and_a_stand_in_in_the_data_f
     metadata holding the encoder's own stand-in cannot cut the answer in the wrong place."""
     from pydantic_core import to_json
 
-    from app.store import runs
     from app.store.codec import dumps
-    from app.store.transitions import CreateReply
+    from app.store.runs import store as runs
+    from app.store.runs.bindings import CreateReply
 
     def fresh(i: int, metadata: dict[str, Any]) -> tuple[runs.NewRun, CreateReply]:
         new = runs.NewRun(
@@ -481,8 +481,8 @@ def test_runs_that_differ_in_what_their_answer_shows_never_share_a_shape() -> No
     they differ in: else one would be answered with the other's queue, priority, ..."""
     import dataclasses
 
-    from app.store import runs
-    from app.store.transitions import CreateReply
+    from app.store.runs import store as runs
+    from app.store.runs.bindings import CreateReply
 
     assert {f.name for f in dataclasses.fields(runs.NewRun)} == set(_OTHER_VALUES)
     reply = CreateReply("OK", "default.01JDZ000000000000000000009", 1_700_000_000_000)

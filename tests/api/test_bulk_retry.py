@@ -15,10 +15,10 @@ import redis.asyncio as aioredis
 
 from app.models import RetryFilter, RunStatus
 from app.settings import Settings
-from app.store.leases import LeaseStore, Outcome
-from app.store.operations import OperationStore
-from app.store.runs import NewRun, RunStore
-from app.store.scripts import Scripts
+from app.store.leases.store import LeaseStore, Outcome
+from app.store.lua.scripts import Scripts
+from app.store.operations.store import OperationStore
+from app.store.runs.store import NewRun, RunStore
 from tests.support.polling import eventually
 from tests.support.snapshots import changes, snapshot
 

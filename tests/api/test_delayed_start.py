@@ -10,8 +10,8 @@ import redis.asyncio as aioredis
 
 from app.models import RunStatus
 from app.settings import Settings
-from app.store.leases import LeaseStore
-from app.store.runs import RunStore
+from app.store.leases.store import LeaseStore
+from app.store.runs.store import RunStore
 from tests.support.polling import eventually, wait_status
 
 ECHO = {"handler": "demo.echo", "input": {"message": "later"}}

@@ -13,8 +13,8 @@ from app.metrics import API_REGISTRY
 from app.models import RunStatus
 from app.settings import Settings
 from app.store.keys import QueueKeys
-from app.store.leases import LeaseStore, Outcome
-from app.store.runs import RunStore
+from app.store.leases.store import LeaseStore, Outcome
+from app.store.runs.store import RunStore
 from tests.support.polling import eventually, wait_status
 from tests.support.processes import Processes
 

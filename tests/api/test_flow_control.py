@@ -7,8 +7,8 @@ import redis.asyncio as aioredis
 
 from app.settings import Settings
 from app.store.keys import QueueKeys
-from app.store.leases import LeaseStore
-from app.store.runs import RunStore
+from app.store.leases.store import LeaseStore
+from app.store.runs.store import RunStore
 
 ECHO = {"handler": "demo.echo", "input": {"message": "hi"}}
 

@@ -7,7 +7,7 @@ import redis.asyncio as aioredis
 
 from app.models import RunStatus
 from app.settings import Settings
-from app.store.runs import RunStore
+from app.store.runs.store import RunStore
 from tests.support.polling import wait_status
 from tests.support.processes import Processes
 

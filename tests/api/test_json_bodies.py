@@ -16,9 +16,9 @@ import redis.asyncio as aioredis
 from app.api.app import create_app
 from app.models import RunStatus
 from app.settings import Settings
-from app.store.leases import LeaseStore, Outcome
-from app.store.progress import ProgressStore
-from app.store.runs import RunStore
+from app.store.leases.store import LeaseStore, Outcome
+from app.store.progress.store import ProgressStore
+from app.store.runs.store import RunStore
 from tests.support.reconciliation import park_on_unknown_effect
 from tests.support.snapshots import changes, snapshot
 

@@ -10,8 +10,8 @@ import redis.asyncio as aioredis
 
 from app.models import RunStatus
 from app.store.keys import QueueKeys
-from app.store.leases import LeaseStore, Outcome
-from app.store.series import SERIES_MINUTES
+from app.store.leases.store import LeaseStore, Outcome
+from app.store.queues.series import SERIES_MINUTES
 from tests.support.polling import eventually
 
 ECHO = {"handler": "demo.echo", "input": {"message": "hi"}}

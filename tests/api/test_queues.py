@@ -13,8 +13,8 @@ from app.api.app import create_app
 from app.models import RunStatus
 from app.settings import Settings
 from app.store.keys import GlobalKeys
-from app.store.leases import LeaseStore, Outcome
-from app.store.runs import NewRun, RunStore
+from app.store.leases.store import LeaseStore, Outcome
+from app.store.runs.store import NewRun, RunStore
 
 ECHO = {"handler": "demo.echo", "input": {"message": "hi"}}
 

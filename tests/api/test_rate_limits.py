@@ -12,7 +12,7 @@ import redis.asyncio as aioredis
 from app.api.app import create_app
 from app.settings import Settings
 from app.store.keys import GlobalKeys
-from app.store.leases import LeaseStore
+from app.store.leases.store import LeaseStore
 from tests.support.snapshots import changes, snapshot
 
 ECHO = {"handler": "demo.echo", "input": {"message": "hi"}}

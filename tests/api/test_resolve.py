@@ -5,9 +5,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from app.store.leases import LeaseStore
-from app.store.progress import ProgressStore
-from app.store.runs import NewRun, RunStore
+from app.store.leases.store import LeaseStore
+from app.store.progress.store import ProgressStore
+from app.store.runs.store import NewRun, RunStore
 from tests.support.reconciliation import park_on_unknown_effect
 
 

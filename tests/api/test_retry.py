@@ -8,7 +8,7 @@ import redis.asyncio as aioredis
 
 from app.models import TERMINAL_EVENT_TYPES, RunStatus
 from app.settings import Settings
-from app.store.runs import RunStore
+from app.store.runs.store import RunStore
 from tests.support.effect_handlers import fail_flag_key, tag_calls_key
 from tests.support.polling import wait_status
 from tests.support.processes import Processes

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 
 from app.models import RunStatus
-from app.store.leases import LeaseStore, Outcome
+from app.store.leases.store import LeaseStore, Outcome
 from tests.support.polling import eventually
 
 

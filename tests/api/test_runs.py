@@ -7,7 +7,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from app.settings import Settings
-from app.store.leases import LeaseStore
+from app.store.leases.store import LeaseStore
 from tests.support.polling import eventually
 
 ECHO = {"handler": "demo.echo", "input": {"message": "hi"}}

@@ -14,10 +14,10 @@ import redis.asyncio as aioredis
 from app.models import Run, RunStatus
 from app.schedule_pass import SchedulePass
 from app.settings import Settings
-from app.store.leases import LeaseStore
-from app.store.runs import RunStore
-from app.store.schedules import Fire, ScheduleStore
-from app.store.scripts import Scripts
+from app.store.leases.store import LeaseStore
+from app.store.lua.scripts import Scripts
+from app.store.runs.store import RunStore
+from app.store.schedules.store import Fire, ScheduleStore
 from tests.support.polling import eventually
 
 ECHO = {"handler": "demo.echo", "input": {"message": "tick"}}

@@ -9,10 +9,10 @@ import redis.asyncio as aioredis
 from app.models import RunStatus
 from app.settings import Settings
 from app.store.keys import QueueKeys
-from app.store.leases import LeaseStore
-from app.store.runs import NewRun, RunStore
-from app.store.scripts import Scripts
-from app.store.waits import WaitCall, WaitKind, WaitOutcome, WaitStore
+from app.store.leases.store import LeaseStore
+from app.store.lua.scripts import Scripts
+from app.store.runs.store import NewRun, RunStore
+from app.store.waits.store import WaitCall, WaitKind, WaitOutcome, WaitStore
 from tests.support.snapshots import changes, snapshot
 
 OWNER = "w-test"

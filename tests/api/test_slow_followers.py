@@ -18,7 +18,7 @@ import pytest
 
 from app.client import AsyncClient
 from app.models import RunEvent
-from app.store.runs import NewRun, RunStore
+from app.store.runs.store import NewRun, RunStore
 from tests.support.polling import eventually
 from tests.support.processes import Processes
 

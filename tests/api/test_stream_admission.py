@@ -16,7 +16,7 @@ from fastapi import FastAPI
 from app.api.app import create_app
 from app.api.state import ApiState
 from app.settings import Settings
-from app.store.connection import PoolExhausted, async_client
+from app.store.redis.connection import PoolExhausted, async_client
 
 LAST_ID = "18446744073709551615-18446744073709551615"
 

@@ -18,8 +18,8 @@ import pytest
 
 from app.api.tree import TreeFollower, TreeKey
 from app.models import RunEvent, event_id_order
-from app.store.positions import Position
-from app.store.tree import IndexRead, Round, StreamChunk, StreamRead
+from app.store.family.tree import IndexRead, Round, StreamChunk, StreamRead
+from app.store.runs.positions import Position
 
 ULIDS = "0123456789ABCDEFGHJKMNPQRSTV"
 

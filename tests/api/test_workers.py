@@ -10,8 +10,8 @@ import redis.asyncio as aioredis
 
 from app.models import WorkerInfo
 from app.settings import Settings
-from app.store import workers
 from app.store.keys import GlobalKeys
+from app.store.leases import workers
 
 
 async def advertise(client: aioredis.Redis, prefix: str, worker_id: str, age_s: float) -> None:

@@ -6,7 +6,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from app.store.keys import QueueKeys
-from app.store.schedules import fire_run_id
+from app.store.schedules.store import fire_run_id
 from tools.chaos.checker import Snapshot, StoredRun
 from tools.chaos.schedules import SCHEDULE_ID, check
 

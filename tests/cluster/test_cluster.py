@@ -20,11 +20,11 @@ import pytest
 
 from app.client import AsyncClient
 from app.models import RunStatus
-from app.store import connection
-from app.store.connection import async_client, sync_client
 from app.store.health import check_readiness
-from app.store.runs import NewRun
-from app.store.scripts import ReplicaAcks, ScriptCall, Scripts
+from app.store.lua.scripts import ReplicaAcks, ScriptCall, Scripts
+from app.store.redis import connection
+from app.store.redis.connection import async_client, sync_client
+from app.store.runs.store import NewRun
 from tests.support.failover import Deployment, deployment, kinds, submit
 from tests.support.polling import eventually, owner_pid, wait_status
 from tools.clusters import LocalCluster

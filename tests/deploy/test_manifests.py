@@ -311,7 +311,7 @@ def test_the_image_carries_its_scripts_spliced_once_at_build() -> None:
     build = " ".join(dockerfile_stages()[0])
     warm = re.search(r'/opt/leasehold/bin/python -P -c "([^"]+)"', build)
     assert warm is not None, "the build stage splices the scripts of the installed package"
-    assert warm[1] == "from app.store.scripts import load_scripts; load_scripts()"
+    assert warm[1] == "from app.store.lua.scripts import load_scripts; load_scripts()"
     assert build.index("pip install --no-deps /wheels/") < build.index(warm[0])
 
 

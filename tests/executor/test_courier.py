@@ -22,11 +22,11 @@ from app.executor.slots import Slots
 from app.models import RunStatus
 from app.settings import Settings
 from app.store.codec import dumps
-from app.store.connection import async_client
-from app.store.leases import Claim, ClaimedRun, LeaseStore, Outcome
-from app.store.runs import NewRun, RunStore
-from app.store.scripts import Scripts
-from app.store.transitions import LeaseAnswer
+from app.store.leases.store import Claim, ClaimedRun, LeaseStore, Outcome
+from app.store.lua.scripts import Scripts
+from app.store.lua.transition import LeaseAnswer
+from app.store.redis.connection import async_client
+from app.store.runs.store import NewRun, RunStore
 from tests.support.memory import SmallRedis
 from tests.support.polling import eventually
 

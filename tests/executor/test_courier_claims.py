@@ -15,9 +15,9 @@ from typing import Any
 from app.executor.courier import Courier
 from app.executor.slots import Slots
 from app.models import RunStatus
-from app.store.leases import Claim, ClaimedRun, LeaseStore, Outcome
-from app.store.runs import NewRun, RunStore
-from app.store.transitions import LeaseAnswer
+from app.store.leases.store import Claim, ClaimedRun, LeaseStore, Outcome
+from app.store.lua.transition import LeaseAnswer
+from app.store.runs.store import NewRun, RunStore
 from tests.support.polling import eventually, wait_status
 
 OWNER = "w-courier-claims"

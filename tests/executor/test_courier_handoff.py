@@ -19,9 +19,9 @@ import redis.asyncio as aioredis
 from app.executor.courier import REREGISTER_S, Courier
 from app.executor.slots import Slots
 from app.models import RunStatus
-from app.store.leases import ClaimedRun, LeaseStore, Outcome
-from app.store.runs import NewRun, RunStore
-from app.store.transitions import LeaseAnswer
+from app.store.leases.store import ClaimedRun, LeaseStore, Outcome
+from app.store.lua.transition import LeaseAnswer
+from app.store.runs.store import NewRun, RunStore
 from tests.executor.test_courier_claims import CountingClaims, counting
 from tests.support.polling import eventually, wait_status
 

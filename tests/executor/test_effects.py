@@ -21,9 +21,9 @@ from app.errors import (
 from app.executor.effects import EffectLedger
 from app.executor.events import EventSink
 from app.models import RunStatus
-from app.store.leases import ClaimedRun, LeaseStore
-from app.store.progress import ProgressStore
-from app.store.runs import NewRun, RunStore
+from app.store.leases.store import ClaimedRun, LeaseStore
+from app.store.progress.store import ProgressStore
+from app.store.runs.store import NewRun, RunStore
 from tests.support.polling import eventually
 
 MAX_BYTES = 256

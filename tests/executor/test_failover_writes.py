@@ -4,7 +4,7 @@ After a failover the node a worker still talks to can be a replica for a
 moment: every write is answered ``READONLY``. That used to escape the event
 flusher (it retried only dropped connections) while the courier retried it:
 one idea of "transient" per loop. Now every loop asks the one definition
-(``app/store/refusals.py``) and waits by the one policy (``app/retry.py``), and
+(``app/store/redis/refusals.py``) and waits by the one policy (``app/retry.py``), and
 each write below lands once the node takes writes again.
 
 The Redis is the test's own (``small_redis``, its maxmemory left unset; never
@@ -30,12 +30,12 @@ from app.executor.slots import Slots
 from app.models import RunStatus
 from app.settings import Settings
 from app.store.codec import dumps
-from app.store.connection import async_client
-from app.store.leases import ClaimedRun, Lease, LeaseStore, Outcome
-from app.store.progress import ProgressStore
-from app.store.runs import NewRun, RunStore
-from app.store.scripts import Scripts
-from app.store.transitions import LeaseAnswer
+from app.store.leases.store import ClaimedRun, Lease, LeaseStore, Outcome
+from app.store.lua.scripts import Scripts
+from app.store.lua.transition import LeaseAnswer
+from app.store.progress.store import ProgressStore
+from app.store.redis.connection import async_client
+from app.store.runs.store import NewRun, RunStore
 from tests.support.memory import SmallRedis
 from tests.support.polling import eventually
 

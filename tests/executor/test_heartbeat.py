@@ -12,8 +12,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.executor.heartbeat import Heartbeat, HeartbeatCallbacks
 from app.executor.table import LeaseTable
-from app.store.leases import Lease
-from app.store.transitions import LeaseAnswer
+from app.store.leases.store import Lease
+from app.store.lua.transition import LeaseAnswer
 
 
 class ScriptedRenewer:

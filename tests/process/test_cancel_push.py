@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from app.models import RunStatus
-from app.store.runs import NewRun, RunStore
+from app.store.runs.store import NewRun, RunStore
 from tests.support.polling import eventually, wait_status
 from tests.support.processes import Processes
 from tests.support.proxies import HoldingProxy

@@ -15,12 +15,12 @@ import redis.asyncio as aioredis
 from app.models import QueueLimits, RunStatus
 from app.processes import Child
 from app.settings import Settings
-from app.store.flow import FlowStore
+from app.store.flow.store import FlowStore
 from app.store.keys import QueueKeys
-from app.store.runs import NewRun, RunStore
-from app.store.scripts import Scripts
-from app.store.waits import WaitStore
-from app.store.workers import list_workers
+from app.store.leases.workers import list_workers
+from app.store.lua.scripts import Scripts
+from app.store.runs.store import NewRun, RunStore
+from app.store.waits.store import WaitStore
 from tests.support.family_handlers import trail_key
 from tests.support.polling import eventually, wait_status
 from tests.support.processes import Processes

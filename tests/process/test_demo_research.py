@@ -4,8 +4,8 @@ its first-progress budget ends that child alone, the parent fans in (settled) an
 from __future__ import annotations
 
 from app.models import RunStatus
-from app.store.runs import NewRun, RunStore
-from app.store.tree import TreeStore
+from app.store.family.tree import TreeStore
+from app.store.runs.store import NewRun, RunStore
 from tests.support.polling import wait_status
 from tests.support.processes import Processes
 

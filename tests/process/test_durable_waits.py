@@ -14,9 +14,9 @@ import redis.asyncio as aioredis
 from app.models import RunEvent, RunStatus
 from app.settings import Settings
 from app.store.keys import QueueKeys
-from app.store.runs import NewRun, RunStore
-from app.store.scripts import Scripts
-from app.store.waits import SignalDelivery, WaitStore
+from app.store.lua.scripts import Scripts
+from app.store.runs.store import NewRun, RunStore
+from app.store.waits.store import SignalDelivery, WaitStore
 from tests.support.polling import eventually, wait_status
 from tests.support.processes import Processes
 from tests.support.wait_handlers import trail_key

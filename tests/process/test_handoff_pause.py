@@ -11,7 +11,7 @@ import redis.asyncio as aioredis
 from app.models import RunStatus
 from app.processes import Child
 from app.store.keys import QueueKeys
-from app.store.runs import RunStore
+from app.store.runs.store import RunStore
 from tests.process.test_handoff import create, idle_handoff_worker
 from tests.support.handlers import executions_key
 from tests.support.polling import eventually, wait_status

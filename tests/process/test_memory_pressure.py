@@ -17,9 +17,9 @@ import httpx
 
 from app.models import RunStatus
 from app.settings import Settings
-from app.store.connection import async_client
-from app.store.runs import NewRun, RunStore
-from app.store.scripts import Scripts
+from app.store.lua.scripts import Scripts
+from app.store.redis.connection import async_client
+from app.store.runs.store import NewRun, RunStore
 from tests.support.handlers import HoldInput, hold_key, hold_output
 from tests.support.memory import SmallRedis
 from tests.support.polling import eventually, wait_status

@@ -8,9 +8,9 @@ import redis.asyncio as aioredis
 
 from app.models import RateLimitSpec, RunStatus
 from app.settings import Settings
-from app.store.ratelimits import RateLimitStore
-from app.store.runs import NewRun, RunStore
-from app.store.scripts import Scripts
+from app.store.lua.scripts import Scripts
+from app.store.ratelimits.store import RateLimitStore
+from app.store.runs.store import NewRun, RunStore
 from tests.store.test_ratelimits import worst_window
 from tests.support.polling import eventually, wait_status
 from tests.support.processes import Processes

@@ -7,7 +7,7 @@ import signal
 import httpx
 
 from app.models import RunStatus
-from app.store.runs import NewRun, RunStore
+from app.store.runs.store import NewRun, RunStore
 from tests.support.polling import eventually, wait_status
 from tests.support.processes import Processes
 

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 
 from app.models import Run, RunStatus
-from app.store.runs import RunStore
+from app.store.runs.store import RunStore
 from tests.support.polling import eventually
 from tests.support.processes import Processes
 

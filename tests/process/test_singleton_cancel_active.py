@@ -11,7 +11,7 @@ import asyncio
 import signal
 
 from app.models import RunStatus
-from app.store.runs import NewRun, RunStore
+from app.store.runs.store import NewRun, RunStore
 from tests.support.polling import eventually, owner_pid, wait_status
 from tests.support.processes import Processes
 

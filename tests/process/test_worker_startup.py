@@ -18,7 +18,7 @@ import json
 
 from app.models import RunStatus
 from app.processes import Child
-from app.store.runs import NewRun, RunStore
+from app.store.runs.store import NewRun, RunStore
 from tests.support import claim_probe
 from tests.support.memory import SmallRedis
 from tests.support.polling import eventually, wait_status
@@ -67,18 +67,18 @@ async def test_a_worker_refused_the_right_to_load_its_scripts_exits_saying_why(
 # its first use)
 NOT_BEFORE_THE_FIRST_CLAIM = [
     "app.reconciler",
-    "app.store.runs",
+    "app.store.runs.store",
     "app.executor.children",
-    "app.store.children",
-    "app.store.outbox",
+    "app.store.family.children",
+    "app.store.outbox.store",
     "app.executor.waits",
     "app.executor.effects",
-    "app.store.progress",
-    "app.store.waits",
-    "app.store.ratelimits",
+    "app.store.progress.store",
+    "app.store.waits.store",
+    "app.store.ratelimits.store",
     "app.schedule_pass",
-    "app.store.schedules",
-    "app.store.flow",
+    "app.store.schedules.store",
+    "app.store.flow.store",
     "app.cron",
     "cronsim",
     "app.metrics_server",

@@ -7,9 +7,9 @@ import json
 import redis.asyncio as aioredis
 
 from app.models import RunStatus
-from app.store.activity import ACTIVITY_MAXLEN, ActivityStore
-from app.store.leases import LeaseStore, Outcome
-from app.store.runs import NewRun, RunStore
+from app.store.leases.store import LeaseStore, Outcome
+from app.store.queues.activity import ACTIVITY_MAXLEN, ActivityStore
+from app.store.runs.store import NewRun, RunStore
 
 OWNER = "w-test-1"
 

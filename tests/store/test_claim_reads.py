@@ -15,8 +15,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from app.models import RunStatus
-from app.store.leases import LeaseStore, Outcome
-from app.store.runs import NewRun, RunStore
+from app.store.leases.store import LeaseStore, Outcome
+from app.store.runs.store import NewRun, RunStore
 
 OWNER = "w-1"
 

@@ -15,8 +15,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from app.errors import ConfigurationError
 from app.redis_url import InvalidRedisUrl, parse_redis_url
 from app.settings import load_settings
-from app.store import connection
-from app.store.connection import async_client, mode_of, sync_client
+from app.store.redis import connection
+from app.store.redis.connection import async_client, mode_of, sync_client
 
 
 def test_single_node_urls_are_handed_to_redis_py_unchanged() -> None:

@@ -19,12 +19,12 @@ import redis.asyncio as aioredis
 from app.errors import IdempotencyConflict
 from app.models import RunStatus
 from app.settings import Settings
-from app.store.flow import FlowStore
+from app.store.flow.store import FlowStore
 from app.store.keys import QueueKeys
-from app.store.leases import ClaimedRun, LeaseStore, Outcome
-from app.store.runs import Created, NewRun, RunStore
-from app.store.scripts import Scripts
-from app.store.transitions import LeaseAnswer
+from app.store.leases.store import ClaimedRun, LeaseStore, Outcome
+from app.store.lua.scripts import Scripts
+from app.store.lua.transition import LeaseAnswer
+from app.store.runs.store import Created, NewRun, RunStore
 
 Q = "default"
 

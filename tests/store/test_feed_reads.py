@@ -6,9 +6,9 @@ import asyncio
 
 import redis.asyncio as aioredis
 
-from app.store.connection import async_client
-from app.store.feeds import read_group, wait_for_news
-from app.store.runs import RunStore
+from app.store.redis.connection import async_client
+from app.store.redis.feeds import read_group, wait_for_news
+from app.store.runs.store import RunStore
 from tests.support.streams import append, new_run
 
 

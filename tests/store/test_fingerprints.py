@@ -17,7 +17,8 @@ import pytest
 from app.settings import Settings
 from app.store.context import StoreContext
 from app.store.retention import Retention
-from app.store.runs import (
+from app.store.runs.bindings import CreateRun, CreateShape
+from app.store.runs.store import (
     _FRAME_FIELDS,
     CREATE_CHUNK_BYTES,
     CREATE_CHUNK_RUNS,
@@ -26,7 +27,6 @@ from app.store.runs import (
     _chunks,
     _segments,
 )
-from app.store.transitions import CreateRun, CreateShape
 
 STORED = [
     (

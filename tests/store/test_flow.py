@@ -14,10 +14,10 @@ import redis.asyncio as aioredis
 from app.errors import SingletonConflict
 from app.models import QueueLimits, RunStatus
 from app.settings import Settings
-from app.store.flow import FlowStore
-from app.store.leases import ClaimedRun, LeaseStore, Outcome
-from app.store.runs import NewRun, RunStore
-from app.store.scripts import Scripts
+from app.store.flow.store import FlowStore
+from app.store.leases.store import ClaimedRun, LeaseStore, Outcome
+from app.store.lua.scripts import Scripts
+from app.store.runs.store import NewRun, RunStore
 from tests.support.polling import eventually
 
 Q = "default"
@@ -298,7 +298,7 @@ async def test_a_durable_sleep_gives_its_slot_back_and_retakes_it_when_it_wakes(
     scripts: Scripts,
     settings: Settings,
 ) -> None:
-    from app.store.waits import WaitCall, WaitKind, WaitStore
+    from app.store.waits.store import WaitCall, WaitKind, WaitStore
 
     await flow.set_limits(Q, QueueLimits(default_key=1))
     sleeper = await create(run_store, concurrency_key="k")

@@ -17,13 +17,13 @@ import redis.asyncio as aioredis
 
 from app.models import QueueLimits, RunStatus
 from app.settings import Settings
-from app.store.flow import FlowStore
-from app.store.leases import ClaimedRun, LeaseStore, Outcome
-from app.store.progress import ProgressStore
-from app.store.queues import QueueStore
-from app.store.reruns import Rerun, retry_run
-from app.store.runs import NewRun, RunStore
-from app.store.scripts import Scripts
+from app.store.flow.store import FlowStore
+from app.store.leases.store import ClaimedRun, LeaseStore, Outcome
+from app.store.lua.scripts import Scripts
+from app.store.progress.store import ProgressStore
+from app.store.queues.store import QueueStore
+from app.store.runs.reruns import Rerun, retry_run
+from app.store.runs.store import NewRun, RunStore
 
 Q = "default"
 OWNER = "w-1"

@@ -10,12 +10,12 @@ import redis.asyncio as aioredis
 
 from app.models import QueueLimits, RateLimitSpec, RunStatus
 from app.settings import Settings
-from app.store.flow import FlowStore
-from app.store.leases import LeaseStore, Outcome
-from app.store.ratelimits import StartGate
-from app.store.runs import NewRun, RunStore
-from app.store.scripts import Scripts
-from app.store.transitions import LeaseAnswer
+from app.store.flow.store import FlowStore
+from app.store.leases.store import LeaseStore, Outcome
+from app.store.lua.scripts import Scripts
+from app.store.lua.transition import LeaseAnswer
+from app.store.ratelimits.store import StartGate
+from app.store.runs.store import NewRun, RunStore
 
 Q = "default"
 OWNER = "w-idle"

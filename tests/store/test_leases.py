@@ -10,13 +10,13 @@ import redis.asyncio as aioredis
 
 from app.errors import LeaseLost
 from app.models import RunStatus
-from app.store.connection import sync_client
 from app.store.context import StoreContext
-from app.store.leases import Lease, LeaseRenewer, LeaseStore, Outcome
+from app.store.leases.store import Lease, LeaseRenewer, LeaseStore, Outcome
+from app.store.lua.scripts import Scripts
+from app.store.lua.transition import LeaseAnswer
+from app.store.redis.connection import sync_client
 from app.store.retention import Retention
-from app.store.runs import NewRun, RunStore
-from app.store.scripts import Scripts
-from app.store.transitions import LeaseAnswer
+from app.store.runs.store import NewRun, RunStore
 from tests.support.polling import eventually
 
 OWNER_A = "w-a"

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from app.store.lua_include import MissingInclude, _library, names_used, splice, splice_includes
-from app.store.scripts import load_scripts, lua_dir, script_files
+from app.store.lua.scripts import load_scripts, lua_dir, script_files
+from app.store.lua.splicing import MissingInclude, _library, names_used, splice, splice_includes
 from tests.support.lua import includes
 
 LIB = """-- lib: header

@@ -17,19 +17,13 @@ import redis.asyncio as aioredis
 from app.errors import InvalidTransition, LeaseLost
 from app.models import PurgeRequest, RunStatus
 from app.settings import Settings
-from app.store.children import (
-    ChildStore,
-    JoinMode,
-    JoinOutcome,
-    OnParentEnd,
-    SpawnLimits,
-)
 from app.store.context import StoreContext
+from app.store.family.children import ChildStore, JoinMode, JoinOutcome, OnParentEnd, SpawnLimits
 from app.store.keys import QueueKeys
-from app.store.leases import ClaimedRun, Lease, LeaseStore, Outcome
-from app.store.outbox import Outbox
-from app.store.runs import NewRun, RunStore
-from app.store.scripts import Scripts
+from app.store.leases.store import ClaimedRun, Lease, LeaseStore, Outcome
+from app.store.lua.scripts import Scripts
+from app.store.outbox.store import Outbox
+from app.store.runs.store import NewRun, RunStore
 from tests.support.polling import eventually
 from tests.support.snapshots import changes, snapshot
 

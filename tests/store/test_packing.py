@@ -13,8 +13,8 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import DataError
 
-from app.store.connection import async_client
-from app.store.packing import hiredis_packing
+from app.store.redis.connection import async_client
+from app.store.redis.packing import hiredis_packing
 
 ARGUMENTS: list[object] = [
     "plain",

@@ -10,10 +10,16 @@ import redis.asyncio as aioredis
 
 from app.errors import InvalidTransition, LeaseLost, RunNotFound
 from app.models import ResolveRequest, RunStatus
-from app.store.leases import ClaimedRun, Lease, LeaseStore, Outcome
-from app.store.progress import EffectAnswer, EffectCall, EffectOutcome, EffectStart, ProgressStore
-from app.store.runs import NewRun, RunStore
-from app.store.transitions import LeaseAnswer
+from app.store.leases.store import ClaimedRun, Lease, LeaseStore, Outcome
+from app.store.lua.transition import LeaseAnswer
+from app.store.progress.store import (
+    EffectAnswer,
+    EffectCall,
+    EffectOutcome,
+    EffectStart,
+    ProgressStore,
+)
+from app.store.runs.store import NewRun, RunStore
 from tests.support.reconciliation import park_on_unknown_effect
 
 OWNER_A = "w-a"

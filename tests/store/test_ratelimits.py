@@ -13,9 +13,9 @@ from redis.exceptions import ResponseError
 from app.errors import RateLimitNotDeclared, RateLimitsFull
 from app.models import RateLimitSpec
 from app.settings import Settings
-from app.store.connection import async_client
-from app.store.ratelimits import Declared, RateLimitStore, matches, valid_name
-from app.store.scripts import Scripts
+from app.store.lua.scripts import Scripts
+from app.store.ratelimits.store import Declared, RateLimitStore, matches, valid_name
+from app.store.redis.connection import async_client
 
 
 def store(client: aioredis.Redis, settings: Settings, max_keys: int = 10) -> RateLimitStore:

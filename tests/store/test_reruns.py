@@ -8,10 +8,10 @@ import redis.asyncio as aioredis
 from app.errors import AlreadyRetried, IdempotencyConflict, InvalidTransition, RunNotFound
 from app.models import TERMINAL_EVENT_TYPES, RunStatus
 from app.store.keys import QueueKeys
-from app.store.leases import Lease, LeaseStore, Outcome
-from app.store.progress import EffectAnswer, EffectCall, EffectOutcome, ProgressStore
-from app.store.reruns import Rerun, retry_run
-from app.store.runs import NewRun, RunStore
+from app.store.leases.store import Lease, LeaseStore, Outcome
+from app.store.progress.store import EffectAnswer, EffectCall, EffectOutcome, ProgressStore
+from app.store.runs.reruns import Rerun, retry_run
+from app.store.runs.store import NewRun, RunStore
 
 OWNER = "w-1"
 

@@ -18,10 +18,10 @@ from app.models import TERMINAL_STATUSES, RunStatus
 from app.reconciler import Reconciler
 from app.settings import Settings
 from app.store.keys import QueueKeys
-from app.store.leases import Lease, LeaseStore, Outcome
-from app.store.progress import EffectCall, EffectOutcome, ProgressStore
-from app.store.runs import NewRun, RunStore
-from app.store.scripts import Scripts
+from app.store.leases.store import Lease, LeaseStore, Outcome
+from app.store.lua.scripts import Scripts
+from app.store.progress.store import EffectCall, EffectOutcome, ProgressStore
+from app.store.runs.store import NewRun, RunStore
 from tests.support.lua import include, snippet
 from tests.support.polling import eventually
 

@@ -12,10 +12,11 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from app.models import RunStatus
-from app.store.leases import LeaseStore, Outcome
-from app.store.runs import NewRun, RunStore
-from app.store.scripts import Scripts
-from app.store.transitions import CLAIM_RUNS, ClaimArgs, LeaseAnswer
+from app.store.leases.bindings import CLAIM_RUNS, ClaimArgs
+from app.store.leases.store import LeaseStore, Outcome
+from app.store.lua.scripts import Scripts
+from app.store.lua.transition import LeaseAnswer
+from app.store.runs.store import NewRun, RunStore
 
 OWNER = "w-trip"
 

@@ -22,13 +22,13 @@ import pytest
 from fakeredis import aioredis as fake_aioredis
 
 from app.read_models import RunPage
-from app.store import runs as runs_module
 from app.store.codec import new_ulid
 from app.store.context import StoreContext
 from app.store.keys import GlobalKeys, QueueKeys
+from app.store.lua.scripts import Scripts
 from app.store.retention import Retention
-from app.store.runs import RunStore
-from app.store.scripts import Scripts
+from app.store.runs import store as runs_module
+from app.store.runs.store import RunStore
 
 pytestmark = pytest.mark.fakeredis
 

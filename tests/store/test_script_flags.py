@@ -15,11 +15,11 @@ import pytest
 from app.embedded import EmbeddedRedis
 from app.models import RunStatus
 from app.settings import Settings
-from app.store.connection import async_client, sync_client
-from app.store.leases import LeaseRenewer, LeaseStore, Outcome
-from app.store.runs import NewRun, RunStore
-from app.store.scripts import SCRIPT_FLAGS, Scripts, load_scripts
-from app.store.transitions import LeaseAnswer
+from app.store.leases.store import LeaseRenewer, LeaseStore, Outcome
+from app.store.lua.scripts import SCRIPT_FLAGS, Scripts, load_scripts
+from app.store.lua.transition import LeaseAnswer
+from app.store.redis.connection import async_client, sync_client
+from app.store.runs.store import NewRun, RunStore
 from tests.support.memory import SmallRedis
 
 

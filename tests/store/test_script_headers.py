@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from app.store.scripts import ScriptCode, load_scripts, lua_dir, script_files
-from app.store.transitions import TRANSITIONS
+from app.store.lua.registry import every_transition
+from app.store.lua.scripts import ScriptCode, load_scripts, lua_dir, script_files
 from tests.support.lua import include, includes
 
 SCRIPT_FILES = script_files(lua_dir())
@@ -185,7 +185,7 @@ def test_the_binding_names_the_header_argv_in_order(path: Path) -> None:
     """The ARGV record's fields are the header's names, in order: the record IS the order."""
     match = NAME.match(path.name)
     assert match
-    binding = TRANSITIONS[match["name"]]
+    binding = every_transition()[match["name"]]
     fixed, group, subgroup = _argv_header(path)
     fields = list(getattr(binding.argv, "_fields"))  # noqa: B009  # a NamedTuple's
     if binding.subgroup is not None:
@@ -210,5 +210,14 @@ def test_the_binding_names_the_header_argv_in_order(path: Path) -> None:
 
 
 def test_every_script_has_one_binding_and_every_binding_a_script() -> None:
-    assert set(TRANSITIONS) == set(load_scripts())
-    assert all(name == binding.name for name, binding in TRANSITIONS.items())
+    bindings = every_transition()
+    assert set(bindings) == set(load_scripts())
+    assert all(name == binding.name for name, binding in bindings.items())
+
+
+def test_each_binding_lives_in_the_room_of_its_scripts_folder() -> None:
+    """Python and Lua side by side in name: scripts/lua/<room>/ and app/store/<room>/."""
+    bindings = every_transition()
+    for path in SCRIPT_FILES:
+        binding = bindings[path.name.split("-")[0]]
+        assert binding.argv.__module__ == f"app.store.{path.parent.name}.bindings", path.name

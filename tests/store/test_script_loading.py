@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from app.store.scripts import Scripts
+from app.store.lua.scripts import Scripts
 
 
 async def script_loads(client: aioredis.Redis) -> int:

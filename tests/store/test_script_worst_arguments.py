@@ -22,19 +22,19 @@ from redis.exceptions import ResponseError
 
 from app.models import QueueLimits, RateLimitSpec, RunStatus
 from app.settings import Settings
-from app.store.children import ChildStore, JoinMode, OnParentEnd, SpawnLimits
-from app.store.connection import async_client
-from app.store.flow import FlowStore
+from app.store.family.children import ChildStore, JoinMode, OnParentEnd, SpawnLimits
+from app.store.flow.store import FlowStore
 from app.store.keys import GlobalKeys, QueueKeys
-from app.store.leases import Lease, LeaseRenewer, LeaseStore, Outcome
-from app.store.outbox import Outbox
-from app.store.progress import EffectCall, EffectOutcome, ProgressStore
-from app.store.queues import QueueStore
-from app.store.ratelimits import Declared, RateLimitStore
-from app.store.runs import NewRun, RunStore
-from app.store.schedules import Fire, ScheduleStore
-from app.store.scripts import ScriptArg, ScriptCall, Scripts
-from app.store.waits import WaitCall, WaitKind, WaitStore
+from app.store.leases.store import Lease, LeaseRenewer, LeaseStore, Outcome
+from app.store.lua.scripts import ScriptArg, ScriptCall, Scripts
+from app.store.outbox.store import Outbox
+from app.store.progress.store import EffectCall, EffectOutcome, ProgressStore
+from app.store.queues.store import QueueStore
+from app.store.ratelimits.store import Declared, RateLimitStore
+from app.store.redis.connection import async_client
+from app.store.runs.store import NewRun, RunStore
+from app.store.schedules.store import Fire, ScheduleStore
+from app.store.waits.store import WaitCall, WaitKind, WaitStore
 from tests.support.reconciliation import park_on_unknown_effect
 from tests.support.snapshots import changes, snapshot
 
@@ -359,7 +359,7 @@ async def _read_events(w: World) -> ScriptCall:
 
 
 async def _retry_run(w: World) -> ScriptCall:
-    from app.store.reruns import Rerun, retry_call
+    from app.store.runs.reruns import Rerun, retry_call
 
     (lease,) = await w.held()
     run_id = lease.run_id
@@ -397,7 +397,7 @@ async def _declare_rate_limit(w: World) -> ScriptCall:
 
 async def _commit_operation(w: World) -> ScriptCall:
     from app.models import RetryFilter
-    from app.store.operations import OperationStore
+    from app.store.operations.store import OperationStore
 
     fake = OperationStore(
         w.client, scripts=w.c_runs.scripts, prefix=w.settings.prefix, retention_ms=600_000

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from app.store import lua_include, spliced_cache
-from app.store.lua_include import splice_includes
-from app.store.scripts import Script, load_scripts, lua_dir, script_files
+from app.store.lua import spliced_cache
+from app.store.lua import splicing as lua_include
+from app.store.lua.scripts import Script, load_scripts, lua_dir, script_files
+from app.store.lua.splicing import splice_includes
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ import redis.asyncio as aioredis
 
 from app.models import RateLimitSpec
 from app.store.keys import QueueKeys
-from app.store.leases import LeaseStore
-from app.store.ratelimits import StartGate
-from app.store.runs import NewRun, RunStore
+from app.store.leases.store import LeaseStore
+from app.store.ratelimits.store import StartGate
+from app.store.runs.store import NewRun, RunStore
 from tests.store.test_ratelimits import worst_window
 from tests.support.lua import snippet
 

@@ -16,10 +16,10 @@ from app.models import RunStatus
 from app.settings import Settings
 from app.store.context import StoreContext
 from app.store.keys import QueueKeys
-from app.store.leases import ClaimedRun, LeaseStore
-from app.store.runs import NewRun, RunStore
-from app.store.scripts import Scripts
-from app.store.waits import SignalDelivery, WaitCall, WaitKind, WaitOutcome, WaitStore
+from app.store.leases.store import ClaimedRun, LeaseStore
+from app.store.lua.scripts import Scripts
+from app.store.runs.store import NewRun, RunStore
+from app.store.waits.store import SignalDelivery, WaitCall, WaitKind, WaitOutcome, WaitStore
 from tests.support.polling import eventually
 from tests.support.snapshots import changes, snapshot
 

@@ -21,7 +21,7 @@ PREFIX = "first claim: "
 
 def watch_first_claim() -> None:
     """Wrap ``LeaseStore.finish_and_claim`` to report ``sys.modules`` at its first call."""
-    from app.store.leases import LeaseStore
+    from app.store.leases.store import LeaseStore
 
     real = LeaseStore.finish_and_claim
     reported = False

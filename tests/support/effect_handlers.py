@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from app.executor import RunContext, RunFailure, handler
-from app.store.connection import async_client, sync_client
+from app.store.redis.connection import async_client, sync_client
 
 HANG_S = 3600.0
 

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from app.executor import RunContext, SpawnRefused, handler
-from app.store.connection import async_client
+from app.store.redis.connection import async_client
 
 
 def trail_key(prefix: str, run_id: str) -> str:

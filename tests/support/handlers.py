@@ -12,7 +12,7 @@ import os
 from pydantic import BaseModel, Field
 
 from app.executor import EventTooLarge, RunContext, RunFailure, handler
-from app.store.connection import async_client
+from app.store.redis.connection import async_client
 
 
 class RecordInput(BaseModel):

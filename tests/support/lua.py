@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.store.lua_include import splice_includes
-from app.store.scripts import INCLUDES_DIR, lua_dir
+from app.store.lua.scripts import INCLUDES_DIR, lua_dir
+from app.store.lua.splicing import splice_includes
 
 
 def includes() -> dict[str, str]:

@@ -21,8 +21,8 @@ import redis
 from app.api.app import create_app
 from app.embedded import EmbeddedRedis
 from app.settings import Settings
-from app.store.connection import async_client
-from app.store.scripts import Scripts
+from app.store.lua.scripts import Scripts
+from app.store.redis.connection import async_client
 
 HIGH_WATER = 0.6
 

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from app.models import Run, RunStatus
-from app.store.runs import RunStore
+from app.store.runs.store import RunStore
 
 T = TypeVar("T")
 

@@ -13,7 +13,7 @@ import os
 from pydantic import BaseModel, Field
 
 from app.executor import RunContext, handler
-from app.store.connection import AsyncRedis, async_client
+from app.store.redis.connection import AsyncRedis, async_client
 
 
 def calls_key(prefix: str, key: str) -> str:

@@ -7,9 +7,9 @@ unknown, so the start_effect script parks the run.
 
 from __future__ import annotations
 
-from app.store.leases import ClaimedRun, Lease, LeaseStore
-from app.store.progress import EffectAnswer, EffectCall, ProgressStore
-from app.store.runs import NewRun, RunStore
+from app.store.leases.store import ClaimedRun, Lease, LeaseStore
+from app.store.progress.store import EffectAnswer, EffectCall, ProgressStore
+from app.store.runs.store import NewRun, RunStore
 
 OWNER_A = "w-a"
 OWNER_B = "w-b"

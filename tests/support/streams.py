@@ -6,7 +6,7 @@ import json
 
 import redis.asyncio as aioredis
 
-from app.store.runs import NewRun, RunStore
+from app.store.runs.store import NewRun, RunStore
 
 
 async def new_run(run_store: RunStore) -> tuple[str, str]:

@@ -15,7 +15,7 @@ import os
 import shutil
 from pathlib import Path
 
-from app.store import scripts
+from app.store.lua import scripts
 
 LUA_DIR_ENV = "CHAOS_LUA_DIR"
 

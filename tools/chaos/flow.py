@@ -28,7 +28,7 @@ from tools.chaos.checker import Event, Snapshot, StoredRun, Violation
 
 # what the workload's keyed runs may run at once, per key (set with PUT /queues/{q}/limits)
 KEY_LIMIT = 2
-# what the reconciler logs when it had to set a counter right (app/store/flow.py)
+# what the reconciler logs when it had to set a counter right (app/store/flow/store.py)
 RECOUNT_LINE = "its leases hold"
 ENDS = TERMINAL_EVENT_TYPES | {
     "released",

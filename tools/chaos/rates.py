@@ -19,9 +19,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from app.read_models import RateLimitSpec
-from app.store.connection import AsyncRedis
-from app.store.ratelimits import RateLimitStore
-from app.store.scripts import Scripts
+from app.store.lua.scripts import Scripts
+from app.store.ratelimits.store import RateLimitStore
+from app.store.redis.connection import AsyncRedis
 
 QUOTA_KEY = "chaos.upstream"
 QUOTA_SPEC = RateLimitSpec(limit=5, period_s=1.0, burst=2)

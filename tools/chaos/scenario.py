@@ -30,8 +30,8 @@ from pathlib import Path
 import redis.asyncio as aioredis
 
 from app.read_models import QueueLimits
-from app.store.connection import async_client
 from app.store.keys import QueueKeys
+from app.store.redis.connection import async_client
 from tools.chaos import checker, family, figures, flow, handoffs, promises, rates, schedules
 from tools.chaos.checker import Snapshot, Violation
 from tools.chaos.cluster import Cluster, ClusterConfig

@@ -26,7 +26,7 @@ from redis.exceptions import RedisError
 
 from app.client import ApiError
 from app.store.keys import QueueKeys
-from app.store.schedules import fire_run_id
+from app.store.schedules.store import fire_run_id
 from tools.chaos.checker import Snapshot, Violation
 from tools.chaos.workload import Api
 

@@ -21,7 +21,7 @@ from app.api.routes.runs import State, problems
 from app.api.state import ApiState
 from app.api.streaming import stream_response
 from app.errors import QueueNotDeclared
-from app.store.activity import ActivityStore
+from app.store.queues.activity import ActivityStore
 
 router = APIRouter(tags=["activity"])
 

@@ -20,7 +20,7 @@ from app.metrics import (
     SLOTS_USED,
 )
 from app.read_models import QueueFlow
-from app.store.workers import list_workers
+from app.store.leases.workers import list_workers
 
 router = APIRouter(tags=["health"])
 

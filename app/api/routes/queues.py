@@ -10,7 +10,7 @@ from app.api.routes.runs import State, problems
 from app.errors import QueueNotDeclared
 from app.models import QUEUE_NAME_PATTERN, QueuePage
 from app.read_models import QueueInfo, QueueSeries
-from app.store.series import SERIES_MINUTES, read_series
+from app.store.queues.series import SERIES_MINUTES, read_series
 
 router = APIRouter(tags=["queues"])
 

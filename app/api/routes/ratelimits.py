@@ -17,7 +17,7 @@ from app.api.routes.runs import State, problems
 from app.errors import RateLimitNotDeclared
 from app.models import QUEUE_NAME_PATTERN, RateLimitPage
 from app.read_models import RateLimitInfo, RateLimitSpec
-from app.store.ratelimits import valid_name
+from app.store.ratelimits.store import valid_name
 
 router = APIRouter(tags=["rate limits"])
 

@@ -1,6 +1,6 @@
 """Re-run what ended badly: ``POST /runs/{id}/retry`` (one run) and bulk retries by filter.
 
-The model is a new linked run (:mod:`app.store.reruns`): the ended run keeps its
+The model is a new linked run (:mod:`app.store.runs.reruns`): the ended run keeps its
 stream and its one terminal event; the new run inherits its effect records (and,
 unless asked otherwise, its checkpoint) and both name each other.
 """
@@ -20,7 +20,7 @@ from app.models import IDEMPOTENCY_KEY_PATTERN, OPERATION_ID_PATTERN, RetryReque
 from app.read_models import RetryFilter, RetryOperation
 from app.store.admission import create_cost_bytes
 from app.store.keys import queue_of
-from app.store.reruns import Rerun, retry_run
+from app.store.runs.reruns import Rerun, retry_run
 
 router = APIRouter(tags=["runs"])
 

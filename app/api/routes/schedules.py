@@ -38,9 +38,9 @@ from app.read_models import Schedule
 from app.settings import MAX_KEEP_S
 from app.store.admission import create_cost_bytes
 from app.store.codec import dumps
-from app.store.ratelimits import start_gates_arg
-from app.store.schedules import Fire, ScheduleRecord, ScheduleStore
-from app.store.transitions import FireReply
+from app.store.ratelimits.store import start_gates_arg
+from app.store.schedules.bindings import FireReply
+from app.store.schedules.store import Fire, ScheduleRecord, ScheduleStore
 
 router = APIRouter(tags=["schedules"])
 

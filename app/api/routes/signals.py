@@ -31,7 +31,7 @@ from app.api.routes.runs import RunId, State, problems
 from app.models import IDEMPOTENCY_KEY_PATTERN, WAIT_NAME_PATTERN, SignalRequest, SignalResult
 from app.store.admission import create_cost_bytes
 from app.store.codec import dumps
-from app.store.waits import WaitStore
+from app.store.waits.store import WaitStore
 
 router = APIRouter(tags=["runs"])
 

@@ -17,10 +17,10 @@ from app.models import (
     WorkerDrain,
     WorkerInfo,
 )
-from app.store import workers
 from app.store.admission import MemoryAdmission
 from app.store.health import check_readiness
-from app.store.memory import pressure_problems
+from app.store.leases import workers
+from app.store.redis.memory import pressure_problems
 
 router = APIRouter()
 

@@ -1,0 +1,1 @@
+"""Runs that start runs: spawns, joins, the outbox that carries ends across slots, trees."""

@@ -1,0 +1,1 @@
+"""Flow control: concurrency limits, slots and priorities."""

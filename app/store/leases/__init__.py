@@ -1,0 +1,1 @@
+"""Leases: claims, renewals, finishes, releases, the reconciler's sweeps; who holds them."""

@@ -1,0 +1,1 @@
+"""The Lua machinery: loading and calling scripts by SHA, splicing includes, typed bindings."""

@@ -1,0 +1,1 @@
+"""A running run's progress: checkpoints and side effects, fenced."""

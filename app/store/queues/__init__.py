@@ -1,0 +1,1 @@
+"""Declared queues, their per-minute counters and their activity streams."""

@@ -1,0 +1,1 @@
+"""Rate-limit declarations and their GCRA buckets."""

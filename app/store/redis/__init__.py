@@ -1,0 +1,1 @@
+"""Redis plumbing: connections in every mode, topology, health, memory, what a refusal means."""

@@ -1,0 +1,1 @@
+"""Cron and interval schedules and their fires."""

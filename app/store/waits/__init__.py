@@ -1,0 +1,1 @@
+"""Durable waits: a parked run (sleep, signal, person) and the signals sent to it."""
