@@ -78,7 +78,9 @@ class SettingsGroup(BaseSettings):
     @classmethod
     def _check_env_file(cls, value: str) -> str:
         # a missing .env is the common case; a file named on purpose and absent is a mistake
-        if value not in ("", DEFAULT_ENV_FILE) and not Path(value).expanduser().is_file():
+        # (a pipe is a file here, as pydantic-settings reads one: LEASEHOLD_ENV_FILE=<(...))
+        path = Path(value).expanduser()
+        if value not in ("", DEFAULT_ENV_FILE) and not (path.is_file() or path.is_fifo()):
             raise ValueError("no such file")
         return value
 
