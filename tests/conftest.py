@@ -3,7 +3,7 @@
 The server is started on a free loopback port (``--save "" --appendonly no``)
 unless ``LEASEHOLD_TEST_REDIS_URL`` names one; a Redis this session did not start
 is never flushed. Every test gets its own key prefix, so no test sees another's
-runs, queues or workers.
+runs, queues or workers. No ``.env`` file is read, by the session or any child it starts.
 """
 
 from __future__ import annotations
@@ -33,6 +33,17 @@ pytest_plugins = [
     "tests.support.tracing",
     "tests.support.otlp",
 ]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """``LEASEHOLD_ENV_FILE=""`` for the session: a developer's ``.env`` changes no test.
+
+    Set in this process's environment, so every child a test starts inherits it.
+    """
+    # imported here: a plugin module imported before pytest registers it is not rewritten
+    from tests.support.processes import NO_ENV_FILE
+
+    os.environ.update(NO_ENV_FILE)
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,6 @@ in a subprocess, and what it prints and exits with."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -15,7 +14,7 @@ from app.embedded import free_port
 from app.models import QueuePage, Run, RunPage, RunStatus
 from app.store.leases.store import LeaseStore
 from tests.support.polling import eventually
-from tests.support.processes import REPO_ROOT, Processes, python_prints
+from tests.support.processes import REPO_ROOT, Processes, env_without_settings, python_prints
 
 CLI_TIMEOUT_S = 60
 
@@ -24,8 +23,7 @@ def leasehold(
     *args: str, api_url: str | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run ``leasehold <args>`` with only ``env`` of LEASEHOLD_* (none from the caller's shell)."""
-    clean = {key: value for key, value in os.environ.items() if not key.startswith("LEASEHOLD_")}
-    env = {**clean, **(env or {}), "PYTHONPATH": str(REPO_ROOT)}
+    env = env_without_settings(**(env or {}))
     where = ["--api-url", api_url] if api_url else []
     return subprocess.run(
         [sys.executable, "-m", "app.cli", *args, *where],
@@ -238,11 +236,10 @@ def test_runs_get_and_watch_of_a_parked_run_say_why_and_how_to_unpark_it(
     assert shown.returncode == 0, shown.stderr
     assert "waiting   for a person: an approval needs a person" in shown.stdout.splitlines()
     assert f"unpark    leasehold runs resume {parked.id} --input JSON" in shown.stdout
-    env = {key: value for key, value in os.environ.items() if not key.startswith("LEASEHOLD_")}
     command = [sys.executable, "-m", "app.cli", "runs", "watch", parked.id, "--api-url", url]
     with subprocess.Popen(
         command,
-        env={**env, "PYTHONPATH": str(REPO_ROOT)},
+        env=env_without_settings(),
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         text=True,

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 
-from tests.support.processes import REPO_ROOT, Processes
+from tests.support.processes import REPO_ROOT, Processes, env_without_settings
 
 README_URL = "http://127.0.0.1:8000"
 
@@ -27,11 +26,10 @@ def test_the_readme_client_example_creates_follows_with_resume_and_cancels(
     processes.worker()
     code = client_example()
     assert README_URL in code
-    env = {key: value for key, value in os.environ.items() if not key.startswith("LEASEHOLD_")}
     done = subprocess.run(
         [sys.executable, "-c", code.replace(README_URL, url)],
         cwd=REPO_ROOT,
-        env={**env, "PYTHONPATH": str(REPO_ROOT)},
+        env=env_without_settings(),
         capture_output=True,
         text=True,
         timeout=120,

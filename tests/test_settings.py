@@ -1,22 +1,25 @@
-"""Settings: what a user writes in the environment, and what they are told when it is wrong.
+"""Settings: what a user writes in the environment or .env, and what they are told when wrong.
 
 ``.env.example`` is checked against the Settings model here, so a setting added
-to ``app/settings.py`` without a documented default fails the suite.
+to ``app/settings/`` without a documented default fails the suite.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from app.embedded import free_port
 from app.errors import ConfigurationError
 from app.settings import ENV_PREFIX, Settings, load_settings
-from tests.support.processes import REPO_ROOT
+from app.settings.leases import LeaseSettings
+from tests.support.processes import NO_ENV_FILE, PROBE_TIMEOUT_S, REPO_ROOT, env_without_settings
 
 ENV_EXAMPLE = REPO_ROOT / ".env.example"
 # `LEASEHOLD_NAME=value` is set by default; `# LEASEHOLD_NAME=example` is unset by default
@@ -41,10 +44,21 @@ def field_default(env_name: str) -> object:
 
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    """No LEASEHOLD_* setting from the caller's shell leaks into a test."""
+    """No LEASEHOLD_* setting from the caller's shell leaks into a test, nor a .env file."""
     for name in FIELD_ENV_NAMES:
         monkeypatch.delenv(name, raising=False)
+    for name, value in NO_ENV_FILE.items():
+        monkeypatch.setenv(name, value)
     return monkeypatch
+
+
+@pytest.fixture
+def dotenv_dir(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """An empty working directory, whose ``.env`` is read (as outside the test session)."""
+    clean_env.chdir(tmp_path)
+    for name in NO_ENV_FILE:
+        clean_env.delenv(name)
+    return tmp_path
 
 
 def test_env_example_lists_exactly_the_settings_fields() -> None:
@@ -57,13 +71,10 @@ def test_env_example_lists_exactly_the_settings_fields() -> None:
     assert not unknown, f".env.example lists variables Settings does not have: {sorted(unknown)}"
 
 
-def test_env_example_values_set_by_default_are_the_real_defaults(
-    clean_env: pytest.MonkeyPatch,
-) -> None:
+def test_env_example_copied_to_dotenv_gives_the_real_defaults(dotenv_dir: Path) -> None:
+    # `cp .env.example .env` is where a user starts: it must change nothing
+    shutil.copy(ENV_EXAMPLE, dotenv_dir / ".env")
     entries = env_example_entries()
-    for _, name, value, is_set in entries:
-        if is_set:
-            clean_env.setenv(name, value)
     loaded = load_settings()
     for number, name, _value, is_set in entries:
         field = name.removeprefix(ENV_PREFIX).lower()
@@ -211,66 +222,21 @@ def test_a_command_with_an_invalid_setting_exits_2_with_one_line(
     assert list(tmp_path.iterdir()) == []  # `up` started nothing: no .leasehold/
 
 
+def test_a_group_is_read_on_its_own_with_its_rules(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("LEASEHOLD_LEASE_TTL_S", "2")
+    assert LeaseSettings().renew_interval_s == pytest.approx(2 / 3)
+    assert (
+        "lease_ttl_s" in Settings.model_fields and "concurrency" not in LeaseSettings.model_fields
+    )
+    clean_env.setenv("LEASEHOLD_LEASE_SAFETY_MARGIN_S", "2")
+    with pytest.raises(ValueError, match="LEASE_SAFETY_MARGIN_S must be shorter"):
+        LeaseSettings()
+
+
 def test_an_invalid_secret_is_named_but_never_echoed(clean_env: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigurationError, match="LEASEHOLD_API_KEY:") as raised:
         load_settings(api_key=1234567890)
     assert "1234567890" not in str(raised.value)
-
-
-# What pydantic-settings' EnvSettingsSource read for this class (prefix, any case, JSON for
-# the dict settings, `__KEY` variables, comma lists as written); app.settings now reads the
-# environment itself, and must read every one of these exactly as it did.
-ENVIRONMENTS = [
-    {},
-    {"LEASEHOLD_QUEUES": "a, b,,c", "LEASEHOLD_LEASE_TTL_S": "0.5", "LEASEHOLD_UNKNOWN": "1"},
-    {"leasehold_concurrency": "7", "LeaseHold_Handlers": "app.demo"},
-    {"LEASEHOLD_CONCURRENCY": "", "LEASEHOLD_REDIS_URL": "redis://h:1/0"},
-    {"LEASEHOLD_OP_LEASE_S": '{"model_call": 30}', "LEASEHOLD_OP_LEASE_S__TOOL_CALL": "5"},
-    {"LEASEHOLD_OP_LEASE_S": '{"a": {"x": 1}}', "LEASEHOLD_OP_LEASE_S__A__Y": "2"},
-    {"LEASEHOLD_OP_IDLE_S__Model_Call": "abc", "LEASEHOLD_OP_IDLE_S__B": ""},
-    {"LEASEHOLD_OP_IDLE_S__A__B": "1", "LEASEHOLD_OP_IDLE_S__C": "[1]"},
-    {"LEASEHOLD_OP_IDLE_S": "null", "LEASEHOLD_OP_MAX_DURATION_S": "[1, 2]"},
-    {"LEASEHOLD_QUEUES__X": "1", "LEASEHOLD_API_KEYS": '["k"]'},
-    {"LEASEHOLD_OP_IDLE_S": "not json"},
-    {"LEASEHOLD_OP_FIRST_PROGRESS_S": ""},
-]
-
-
-def _read_both(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> list[object]:
-    """What app.settings reads, beside what pydantic-settings' env source read (or raised)."""
-    import pydantic_settings.sources.base as base
-    from pydantic_settings import EnvSettingsSource
-
-    import app.settings as settings
-
-    # pydantic-settings knows its own NoDecode marker; app.settings has its own
-    monkeypatch.setattr(base, "NoDecode", settings.NoDecode)
-    for name in list(os.environ):
-        if name.upper().startswith(ENV_PREFIX):
-            monkeypatch.delenv(name)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    reference = EnvSettingsSource(
-        Settings,  # type: ignore[arg-type]
-        case_sensitive=False,
-        env_prefix=ENV_PREFIX,
-        env_nested_delimiter="__",
-    )
-    answers: list[object] = []
-    for read in (lambda: settings._from_environment(Settings.model_fields), reference):
-        try:
-            answers.append(read())
-        except ValueError as exc:
-            answers.append(("raised", str(exc)))
-    return answers
-
-
-@pytest.mark.parametrize("env", ENVIRONMENTS)
-def test_the_environment_is_read_as_pydantic_settings_read_it(
-    monkeypatch: pytest.MonkeyPatch, env: dict[str, str]
-) -> None:
-    ours, theirs = _read_both(monkeypatch, env)
-    assert ours == theirs
 
 
 def test_a_dict_setting_given_and_in_the_environment_is_merged(
@@ -283,7 +249,82 @@ def test_a_dict_setting_given_and_in_the_environment_is_merged(
     assert settings.concurrency == 9
 
 
-def test_a_dict_setting_that_is_not_json_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LEASEHOLD_OP_IDLE_S", "{model_call: 1}")
-    with pytest.raises(ValueError, match='error parsing value for field "op_idle_s"'):
-        Settings()
+def test_a_dict_setting_that_is_not_json_is_one_line_naming_the_variable(
+    clean_env: pytest.MonkeyPatch,
+) -> None:
+    clean_env.setenv("LEASEHOLD_OP_IDLE_S", "{model_call: 1}")
+    with pytest.raises(ConfigurationError) as raised:
+        load_settings()
+    assert str(raised.value).startswith("invalid setting LEASEHOLD_OP_IDLE_S: not JSON (")
+    assert "\n" not in str(raised.value)
+
+
+def test_a_dotenv_file_in_the_working_directory_is_read_under_the_environment(
+    dotenv_dir: Path, clean_env: pytest.MonkeyPatch
+) -> None:
+    (dotenv_dir / ".env").write_text(
+        "# a comment\n"
+        "LEASEHOLD_CONCURRENCY=3\n"
+        "export LEASEHOLD_QUEUES='mail, jobs'\n"
+        "LEASEHOLD_OP_LEASE_S__MODEL_CALL=30\n"
+        "LEASEHOLD_ENV_FILE=elsewhere.env\n"  # only the environment names the file
+        "LEASEHOLD_LEASE_TTL_S=5\n"
+    )
+    clean_env.setenv("LEASEHOLD_LEASE_TTL_S", "2")
+    settings = load_settings(concurrency=9)
+    assert settings.queues == ["mail", "jobs"]
+    assert settings.op_lease_s == {"model_call": 30.0}
+    assert settings.env_file == ".env"
+    assert settings.lease_ttl_s == 2.0  # the environment wins over the file
+    assert settings.concurrency == 9  # and a flag over both
+
+
+def test_env_file_names_the_file_read_and_empty_reads_none(
+    dotenv_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (dotenv_dir / ".env").write_text("LEASEHOLD_CONCURRENCY=3\n")
+    (dotenv_dir / "staging.env").write_text("LEASEHOLD_CONCURRENCY=5\n")
+    monkeypatch.setenv("LEASEHOLD_ENV_FILE", "staging.env")
+    assert load_settings().concurrency == 5
+    monkeypatch.setenv("LEASEHOLD_ENV_FILE", "")
+    assert load_settings().concurrency == 16
+    assert load_settings(env_file=".env").concurrency == 3
+
+
+def test_a_named_env_file_that_does_not_exist_is_refused(
+    dotenv_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    load_settings()  # no .env: the default file is optional
+    monkeypatch.setenv("LEASEHOLD_ENV_FILE", "staging.env")
+    with pytest.raises(ConfigurationError, match="LEASEHOLD_ENV_FILE: no such file"):
+        load_settings()
+
+
+def test_an_invalid_value_in_the_dotenv_file_names_its_variable(dotenv_dir: Path) -> None:
+    (dotenv_dir / ".env").write_text("LEASEHOLD_LEASE_TTL_S=-1\n")
+    with pytest.raises(ConfigurationError, match=r"LEASEHOLD_LEASE_TTL_S: .*got '-1'"):
+        load_settings()
+
+
+def test_leasehold_reads_the_dotenv_file_of_its_working_directory_under_the_environment(
+    tmp_path: Path,
+) -> None:
+    in_file, in_env = (f"http://127.0.0.1:{free_port()}" for _ in range(2))
+    (tmp_path / ".env").write_text(f"LEASEHOLD_API_URL={in_file}\n")
+    env = env_without_settings()
+    del env["LEASEHOLD_ENV_FILE"]  # as a user runs it: the default .env
+
+    def unreachable_api(**extra: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "app.launch", "runs", "get", "default.X"],
+            env={**env, **extra},
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+        )
+        assert done.returncode == 1, done.stderr
+        return done.stderr
+
+    assert f"cannot reach the API at {in_file} " in unreachable_api()
+    assert f"cannot reach the API at {in_env} " in unreachable_api(LEASEHOLD_API_URL=in_env)

@@ -27,8 +27,6 @@ def test_a_worker_imports_no_http_server_or_client() -> None:
         "app.client",
         "app.metrics_server",
         "app.api_models",  # the API's request/response models: created only where used
-        "pydantic_settings",  # app.settings reads the environment itself (app/settings.py)
-        "dotenv",
     ]
     code = (
         "import sys\n"

@@ -27,16 +27,10 @@ import redis
 
 from app.embedded import free_port
 from tests.support.polling import eventually
-from tests.support.processes import REPO_ROOT
+from tests.support.processes import env_without_settings
 
 DRAIN_S = 2.0
 STOP_SLACK_S = 15.0  # the drain, then the API's shutdown and Redis flushing its AOF
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """The caller's environment without any LEASEHOLD_* setting: Redis must be embedded."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("LEASEHOLD_")}
-    return {**env, "PYTHONPATH": str(REPO_ROOT), **extra}
 
 
 def children_of(pid: int) -> set[int]:
@@ -137,7 +131,7 @@ class Ups:
             popen = subprocess.Popen(
                 [sys.executable, "-m", "app.cli", "up", "--port", str(port), *args],
                 cwd=self.cwd,
-                env=clean_env(LEASEHOLD_DRAIN_TIMEOUT_S=str(DRAIN_S), **extra_env),
+                env=env_without_settings(LEASEHOLD_DRAIN_TIMEOUT_S=str(DRAIN_S), **extra_env),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -152,7 +146,7 @@ class Ups:
             popen = subprocess.Popen(
                 [sys.executable, "-m", "app.cli", "worker"],
                 cwd=self.cwd,
-                env=clean_env(LEASEHOLD_HANDLERS="app.demo"),
+                env=env_without_settings(LEASEHOLD_HANDLERS="app.demo"),
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
@@ -306,7 +300,7 @@ def test_up_refuses_a_port_that_is_taken_before_starting_anything(ups: Ups) -> N
         done = subprocess.run(
             [sys.executable, "-m", "app.cli", "up", "--port", str(port)],
             cwd=ups.cwd,
-            env=clean_env(),
+            env=env_without_settings(),
             capture_output=True,
             text=True,
             timeout=60,

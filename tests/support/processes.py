@@ -9,6 +9,7 @@ with ``leasehold up``, the demo, the benchmarks and the soak.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -31,6 +32,18 @@ PROBE_TIMEOUT_S = 60.0
 # ~10 (beside chromium), with nothing in the API's log yet: a niced child gets a sliver
 # of a core while un-niced work holds both
 HEALTHY_TIMEOUT_S = 120.0
+# no .env file is read by this session or its children: a developer's own (in the checkout,
+# where most children start) must not change what the tests start (tests/conftest.py)
+NO_ENV_FILE = {"LEASEHOLD_ENV_FILE": ""}
+
+
+def env_without_settings(**extra: str) -> dict[str, str]:
+    """This process's environment without its LEASEHOLD_* settings, for a child of the checkout.
+
+    No .env file is read either; ``extra`` goes on top.
+    """
+    env = {key: value for key, value in os.environ.items() if not key.startswith("LEASEHOLD_")}
+    return {**env, **NO_ENV_FILE, "PYTHONPATH": str(REPO_ROOT), **extra}
 
 
 def python_prints(code: str) -> str:

@@ -1,0 +1,110 @@
+"""Redis: where it is, how keys are named, how writes are acknowledged, how the API pools it.
+
+Also the Redis ``leasehold up`` embeds (its state directory and port), and how a
+process finds it when ``LEASEHOLD_REDIS_URL`` is unset.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, field_validator
+
+from app.redis_url import parse_redis_url
+from app.settings.group import POOL_WAIT_MAX_S, SettingsGroup
+
+
+class RedisSettings(SettingsGroup):
+    """Redis: where it is, how keys are named, how writes are acknowledged."""
+
+    redis_url: str | None = Field(
+        default=None,
+        description="Redis to use; unset means the one `leasehold up` embedded, else localhost. "
+        "redis:// or rediss:// for one node, redis+cluster://host:port,host:port for Redis "
+        "Cluster, redis+sentinel://host:port,host:port/service_name for Sentinel",
+    )
+    prefix: str = Field(
+        default="lh",
+        pattern=r"^[A-Za-z0-9_-]{1,32}$",
+        description="First part of every Redis key, so several deployments can share one Redis",
+    )
+    replica_acks: int = Field(
+        default=0,
+        ge=0,
+        le=16,
+        description="Replicas that must acknowledge (Redis WAIT) each create, claim, terminal "
+        "write, checkpoint and effect record before a worker or client acts on it; 0 means "
+        "asynchronous replication only",
+    )
+    replica_ack_timeout_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description="Longest wait for REPLICA_ACKS; past it the write stands and is logged "
+        "as under-replicated",
+    )
+    redis_max_connections: int = Field(
+        default=64,
+        ge=1,
+        description="Redis connections the API's request pool opens at most (per node in a "
+        "cluster, where the floor is 512)",
+    )
+    redis_pool_timeout_s: float = Field(
+        default=2.0,
+        gt=0,
+        le=POOL_WAIT_MAX_S,
+        allow_inf_nan=False,
+        description="Longest an API request waits for a free Redis connection; past it 503 "
+        "with Retry-After",
+    )
+    redis_request_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=POOL_WAIT_MAX_S,
+        allow_inf_nan=False,
+        description="Longest an API request waits for Redis to answer one command; past it "
+        "503 store-unavailable with Retry-After (a create answered so may have been written: "
+        "retry it with the same Idempotency-Key)",
+    )
+    state_dir: Path = Field(
+        default=Path(".leasehold"),
+        description="Where `leasehold up` keeps the embedded Redis (AOF, log, redis.url with "
+        "its password, redis.port)",
+    )
+    embedded_redis_port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="Port of the embedded Redis; 0: the port STATE_DIR used last if free, "
+        "else a free one",
+    )
+
+    @field_validator("redis_url")
+    @classmethod
+    def _check_redis_url(cls, value: str | None) -> str | None:
+        if value:
+            parse_redis_url(value)  # InvalidRedisUrl is a ValueError: one clear line, exit 2
+        return value
+
+    @property
+    def replica_ack_timeout_ms(self) -> int:
+        """The WAIT timeout in the unit Redis takes."""
+        return max(1, round(self.replica_ack_timeout_s * 1000))
+
+    @property
+    def embedded_redis_url_file(self) -> Path:
+        """Where `leasehold up` writes the URL of the Redis it started, for other commands."""
+        return self.state_dir / "redis.url"
+
+    def resolved_redis_url(self) -> str:
+        """The Redis URL to connect to: configured, else the embedded one, else localhost.
+
+        Other terminals' ``leasehold worker`` find the Redis started by ``leasehold up``
+        through the URL file it writes under ``state_dir``.
+        """
+        if self.redis_url:
+            return self.redis_url
+        url_file = self.embedded_redis_url_file
+        if url_file.is_file():
+            return url_file.read_text().strip()
+        return "redis://127.0.0.1:6379/0"
