@@ -38,7 +38,7 @@ from app.api.routes import batch
 from app.api.routes.batch_items import BatchJudge
 from app.settings import Settings
 from app.startup import settle
-from app.store.runs import store as runs
+from app.store.runs import creating as runs
 from app.store.runs.store import RunStore
 from bench.harness import load_average, private_redis
 

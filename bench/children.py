@@ -29,7 +29,8 @@ from app.settings import Settings
 from app.store.family.tree import TreeStore
 from app.store.lua.scripts import Scripts
 from app.store.queues.store import QueueStore
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from bench import harness
 from bench.handlers import FAN_KEY
 from bench.harness import Bench, log

@@ -45,7 +45,8 @@ from app.settings import Settings
 from app.store.keys import QueueKeys
 from app.store.lua.scripts import ReplicaAcks, Scripts
 from app.store.redis.connection import AsyncRedis, async_client
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from bench import harness
 from bench.harness import BENCH_HANDLERS, log
 from bench.report import _table

@@ -19,7 +19,8 @@ from collections.abc import Awaitable, Callable
 
 from app.settings import Settings
 from app.store.lua.scripts import Scripts
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from bench import harness
 
 WARMUP_CALLS = 20

@@ -23,7 +23,8 @@ from app.settings import Settings
 from app.store.leases.store import LeaseStore
 from app.store.lua.scripts import Scripts
 from app.store.runs.bindings import CREATE_RUN
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from bench import harness, slow_log
 
 OWNER = "bench-create-cold"

@@ -27,7 +27,8 @@ from typing import Any
 from app.settings import Settings
 from app.store.lua.scripts import Scripts
 from app.store.redis.connection import async_client
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from bench.redis_cost import callgrind_total, command_delta, profiled_server, snapshot
 
 

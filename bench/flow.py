@@ -21,7 +21,8 @@ from app.read_models import QueueLimits
 from app.settings import Settings
 from app.store.flow.store import FlowStore
 from app.store.lua.scripts import Scripts
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from bench import harness
 from bench.harness import Bench, log
 from bench.throughput import Producer, summarize, throughput_rep

@@ -20,7 +20,7 @@ from typing import Any, cast
 from app.store.leases.store import Lease, LeaseRenewer
 from app.store.lua.scripts import Scripts
 from app.store.redis.connection import sync_client
-from app.store.runs.store import NewRun
+from app.store.runs.new import NewRun
 from bench import harness, slow_log
 from bench.harness import Bench, log
 

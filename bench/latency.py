@@ -12,7 +12,7 @@ import asyncio
 import time
 from typing import Any
 
-from app.store.runs.store import NewRun
+from app.store.runs.new import NewRun
 from bench import harness
 from bench.handlers import LATENCY_KEY
 from bench.harness import COUNTER_READS, Bench, RedisCounters, log

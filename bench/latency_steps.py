@@ -30,7 +30,8 @@ from typing import Any
 
 from app.settings import Settings
 from app.store.lua.scripts import Scripts
-from app.store.runs.store import CREATE_RUN, NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import CREATE_RUN, RunStore
 from bench import harness
 from bench.handlers import LATENCY_KEY
 from bench.wake_probe import OUT_ENV

@@ -39,7 +39,8 @@ from pathlib import Path
 
 from app.settings import Settings
 from app.store.lua.scripts import Scripts
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from bench import harness
 from bench.harness import Bench, log
 

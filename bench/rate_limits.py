@@ -30,7 +30,8 @@ from app.store.lua.scripts import Scripts
 from app.store.ratelimits.store import Declared, RateLimitStore, StartGate
 from app.store.redis.connection import async_client
 from app.store.retention import Retention
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from bench import harness
 from bench.harness import log, percentile
 

@@ -42,7 +42,8 @@ from app.settings import Settings
 from app.store.leases.store import LeaseStore, Outcome
 from app.store.lua.scripts import Scripts
 from app.store.redis.connection import async_client
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 
 BATCH = 50  # the worker's --concurrency in bench.throughput
 

@@ -39,7 +39,8 @@ from app.embedded import free_port
 from app.processes import Child, wait_healthy
 from app.settings import Settings
 from app.store.lua.scripts import Scripts
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from bench import harness
 from bench.harness import COUNTER_READS, Bench, RedisCounters, log
 from bench.heartbeat import heartbeat_cost

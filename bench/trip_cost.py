@@ -25,7 +25,8 @@ from app.models import RunStatus
 from app.settings import Settings
 from app.store.leases.store import LeaseStore, Outcome
 from app.store.lua.scripts import Scripts
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from bench import harness
 
 CREATE_CHUNK = 500

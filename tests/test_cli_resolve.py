@@ -8,7 +8,8 @@ from app.client import ApiError, AsyncClient, Client
 from app.models import Run, RunStatus
 from app.store.leases.store import LeaseStore
 from app.store.progress.store import ProgressStore
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.support.processes import Processes
 from tests.support.reconciliation import park_on_unknown_effect
 from tests.test_cli import leasehold, one_error_line

@@ -8,7 +8,8 @@ import pytest
 
 from app.models import RunStatus
 from app.store.leases.store import LeaseStore, Outcome
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.support.processes import Processes
 from tests.test_cli import leasehold, one_error_line
 

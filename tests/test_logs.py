@@ -16,7 +16,8 @@ import httpx
 import pytest
 
 from app.logs import JsonFormatter, configure_logging, make_formatter
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.support.polling import eventually
 from tests.support.processes import Processes
 

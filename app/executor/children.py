@@ -87,7 +87,7 @@ from app.store.family.children import (
 from app.store.leases.store import Lease
 from app.store.outbox.store import Outbox
 from app.store.queues.store import QueueStore
-from app.store.runs.store import NewRun
+from app.store.runs.new import NewRun
 
 log = logging.getLogger(__name__)
 

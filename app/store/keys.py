@@ -95,6 +95,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.errors import RunNotFound
 from app.models import RUN_ID
 
 
@@ -103,6 +104,14 @@ def queue_of(run_id: str) -> str | None:
     if not RUN_ID.fullmatch(run_id):
         return None
     return run_id.rsplit(".", 1)[0]
+
+
+def queue_of_run(run_id: str) -> str:
+    """The queue a run id belongs to; raises :class:`RunNotFound` for a malformed id."""
+    queue = queue_of(run_id)
+    if queue is None:
+        raise RunNotFound(run_id)
+    return queue
 
 
 @dataclass(frozen=True)

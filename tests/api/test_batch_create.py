@@ -425,11 +425,12 @@ def test_an_answer_shape_is_the_runs_whole_encoding_and_a_stand_in_in_the_data_f
     from pydantic_core import to_json
 
     from app.store.codec import dumps
-    from app.store.runs import store as runs
+    from app.store.runs import answers as runs
     from app.store.runs.bindings import CreateReply
+    from app.store.runs.new import NewRun
 
-    def fresh(i: int, metadata: dict[str, Any]) -> tuple[runs.NewRun, CreateReply]:
-        new = runs.NewRun(
+    def fresh(i: int, metadata: dict[str, Any]) -> tuple[NewRun, CreateReply]:
+        new = NewRun(
             handler="demo.echo",
             input={"message": f"run {i}"},
             idempotency_key=None if i % 2 else f"k-{i}",
@@ -442,7 +443,7 @@ def test_an_answer_shape_is_the_runs_whole_encoding_and_a_stand_in_in_the_data_f
     for i in range(4):
         for metadata in ({}, {"n": i % 2}, {"x": f"{runs._MARK}:root_id:"}):
             new, reply = fresh(i, metadata)
-            whole = to_json(runs._answer_of(runs._queued_fields(new, reply))).decode()
+            whole = to_json(runs._answer_of(runs.queued_fields(new, reply))).decode()
             assert shapes.encode(new, reply) == whole
 
 
@@ -481,16 +482,17 @@ def test_runs_that_differ_in_what_their_answer_shows_never_share_a_shape() -> No
     they differ in: else one would be answered with the other's queue, priority, ..."""
     import dataclasses
 
-    from app.store.runs import store as runs
+    from app.store.runs import answers as runs
     from app.store.runs.bindings import CreateReply
+    from app.store.runs.new import NewRun
 
-    assert {f.name for f in dataclasses.fields(runs.NewRun)} == set(_OTHER_VALUES)
+    assert {f.name for f in dataclasses.fields(NewRun)} == set(_OTHER_VALUES)
     reply = CreateReply("OK", "default.01JDZ000000000000000000009", 1_700_000_000_000)
-    base = runs.NewRun(handler="demo.echo", input={})
+    base = NewRun(handler="demo.echo", input={})
     holes = set(runs._PER_RUN)
     for name, value in _OTHER_VALUES.items():
         other = dataclasses.replace(base, **{name: value})
-        answers = [runs._queued_fields(new, reply) for new in (base, other)]
+        answers = [runs.queued_fields(new, reply) for new in (base, other)]
         shown = [{k: v for k, v in answer.items() if k not in holes} for answer in answers]
         if shown[0] != shown[1]:
             assert runs._shape_key(base, reply) != runs._shape_key(other, reply), name

@@ -18,7 +18,8 @@ from app.settings import Settings
 from app.store.leases.store import LeaseStore, Outcome
 from app.store.lua.scripts import Scripts
 from app.store.operations.store import OperationStore
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.support.polling import eventually
 from tests.support.snapshots import changes, snapshot
 

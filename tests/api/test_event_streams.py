@@ -21,7 +21,8 @@ from app.client import AsyncClient, Client
 from app.models import RunEvent, RunStatus
 from app.processes import wait_healthy
 from app.store.keys import QueueKeys
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.support.polling import eventually
 from tests.support.processes import HEALTHY_TIMEOUT_S, Processes
 

@@ -14,7 +14,8 @@ from app.models import RunStatus
 from app.settings import Settings
 from app.store.keys import GlobalKeys
 from app.store.leases.store import LeaseStore, Outcome
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 
 ECHO = {"handler": "demo.echo", "input": {"message": "hi"}}
 

@@ -7,7 +7,8 @@ import pytest
 
 from app.store.leases.store import LeaseStore
 from app.store.progress.store import ProgressStore
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.support.reconciliation import park_on_unknown_effect
 
 

@@ -11,7 +11,8 @@ from app.settings import Settings
 from app.store.keys import QueueKeys
 from app.store.leases.store import LeaseStore
 from app.store.lua.scripts import Scripts
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from app.store.waits.store import WaitCall, WaitKind, WaitOutcome, WaitStore
 from tests.support.snapshots import changes, snapshot
 

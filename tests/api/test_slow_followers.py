@@ -18,7 +18,8 @@ import pytest
 
 from app.client import AsyncClient
 from app.models import RunEvent
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.support.polling import eventually
 from tests.support.processes import Processes
 

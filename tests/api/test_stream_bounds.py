@@ -20,7 +20,8 @@ from app.api.app import STREAM_POOL_CONNECTIONS
 from app.client import AsyncClient
 from app.models import RunEvent
 from app.store.keys import GlobalKeys
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.api.test_activity_stream import parse
 from tests.support.polling import eventually
 from tests.support.processes import Processes

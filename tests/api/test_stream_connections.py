@@ -19,7 +19,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.support.polling import eventually
 from tests.support.processes import Processes
 

@@ -24,7 +24,7 @@ from app.store.health import check_readiness
 from app.store.lua.scripts import ReplicaAcks, ScriptCall, Scripts
 from app.store.redis import connection
 from app.store.redis.connection import async_client, sync_client
-from app.store.runs.store import NewRun
+from app.store.runs.new import NewRun
 from tests.support.failover import Deployment, deployment, kinds, submit
 from tests.support.polling import eventually, owner_pid, wait_status
 from tools.clusters import LocalCluster

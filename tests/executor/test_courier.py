@@ -26,7 +26,8 @@ from app.store.leases.store import Claim, ClaimedRun, LeaseStore, Outcome
 from app.store.lua.scripts import Scripts
 from app.store.lua.transition import LeaseAnswer
 from app.store.redis.connection import async_client
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.support.memory import SmallRedis
 from tests.support.polling import eventually
 

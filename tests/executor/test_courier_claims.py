@@ -17,7 +17,8 @@ from app.executor.slots import Slots
 from app.models import RunStatus
 from app.store.leases.store import Claim, ClaimedRun, LeaseStore, Outcome
 from app.store.lua.transition import LeaseAnswer
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.support.polling import eventually, wait_status
 
 OWNER = "w-courier-claims"

@@ -23,7 +23,8 @@ from app.executor.events import EventSink
 from app.models import RunStatus
 from app.store.leases.store import ClaimedRun, LeaseStore
 from app.store.progress.store import ProgressStore
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.support.polling import eventually
 
 MAX_BYTES = 256

@@ -35,7 +35,8 @@ from app.store.lua.scripts import Scripts
 from app.store.lua.transition import LeaseAnswer
 from app.store.progress.store import ProgressStore
 from app.store.redis.connection import async_client
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.support.memory import SmallRedis
 from tests.support.polling import eventually
 

@@ -19,7 +19,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from app.models import RunStatus
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.support.polling import eventually, wait_status
 from tests.support.processes import Processes
 from tests.support.proxies import HoldingProxy

@@ -19,7 +19,8 @@ from app.store.flow.store import FlowStore
 from app.store.keys import QueueKeys
 from app.store.leases.workers import list_workers
 from app.store.lua.scripts import Scripts
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from app.store.waits.store import WaitStore
 from tests.support.family_handlers import trail_key
 from tests.support.polling import eventually, wait_status

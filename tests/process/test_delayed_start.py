@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from app.models import RunStatus
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.support.polling import wait_status
 from tests.support.processes import Processes
 

@@ -15,7 +15,8 @@ from app.models import RunEvent, RunStatus
 from app.settings import Settings
 from app.store.keys import QueueKeys
 from app.store.lua.scripts import Scripts
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from app.store.waits.store import SignalDelivery, WaitStore
 from tests.support.polling import eventually, wait_status
 from tests.support.processes import Processes

@@ -9,7 +9,8 @@ import redis.asyncio as aioredis
 from app.models import RunStatus
 from app.processes import Child
 from app.store.keys import QueueKeys
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.support.polling import eventually, wait_status
 from tests.support.processes import Processes
 

@@ -19,7 +19,8 @@ from app.models import RunStatus
 from app.settings import Settings
 from app.store.lua.scripts import Scripts
 from app.store.redis.connection import async_client
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.support.handlers import HoldInput, hold_key, hold_output
 from tests.support.memory import SmallRedis
 from tests.support.polling import eventually, wait_status

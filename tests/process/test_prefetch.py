@@ -10,7 +10,8 @@ import signal
 import redis.asyncio as aioredis
 
 from app.models import RunStatus
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.support.handlers import executions_key
 from tests.support.polling import eventually, wait_status
 from tests.support.processes import Processes

@@ -10,7 +10,8 @@ from app.models import RateLimitSpec, RunStatus
 from app.settings import Settings
 from app.store.lua.scripts import Scripts
 from app.store.ratelimits.store import RateLimitStore
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.store.test_ratelimits import worst_window
 from tests.support.polling import eventually, wait_status
 from tests.support.processes import Processes

@@ -18,7 +18,8 @@ from app.models import RunEvent, RunStatus
 from app.processes import Child
 from app.store.lua.scripts import Scripts
 from app.store.progress.store import ProgressStore
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.support.effect_handlers import calls_key, steps_key
 from tests.support.polling import eventually, wait_status
 from tests.support.processes import Processes

@@ -11,7 +11,8 @@ import asyncio
 import signal
 
 from app.models import RunStatus
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.support.polling import eventually, owner_pid, wait_status
 from tests.support.processes import Processes
 

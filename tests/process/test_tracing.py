@@ -14,7 +14,8 @@ import httpx
 
 from app.embedded import free_port
 from app.models import RunStatus
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.support.otlp import ReceivedSpan, Receiver
 from tests.support.polling import eventually, owner_pid, wait_status
 from tests.support.processes import TEST_HANDLERS, Processes

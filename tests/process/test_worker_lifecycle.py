@@ -16,7 +16,8 @@ from app.processes import Child
 from app.settings import Settings
 from app.store.lua.scripts import Scripts
 from app.store.redis.connection import async_client
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.support.handlers import executions_key
 from tests.support.polling import eventually, owner_pid, wait_status
 from tests.support.processes import Processes, base_env

@@ -18,7 +18,8 @@ import json
 
 from app.models import RunStatus
 from app.processes import Child
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.support import claim_probe
 from tests.support.memory import SmallRedis
 from tests.support.polling import eventually, wait_status

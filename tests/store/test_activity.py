@@ -9,7 +9,8 @@ import redis.asyncio as aioredis
 from app.models import RunStatus
 from app.store.leases.store import LeaseStore, Outcome
 from app.store.queues.activity import ACTIVITY_MAXLEN, ActivityStore
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 
 OWNER = "w-test-1"
 

@@ -24,7 +24,8 @@ from app.store.family.children import ChildStore, OnParentEnd, SpawnAnswer, Spaw
 from app.store.keys import QueueKeys
 from app.store.leases.store import ClaimedRun, Lease, LeaseStore, Outcome
 from app.store.lua.scripts import Scripts
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.support.snapshots import changes, snapshot
 
 QUEUE = "default"

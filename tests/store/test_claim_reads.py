@@ -16,7 +16,8 @@ import redis.asyncio as aioredis
 
 from app.models import RunStatus
 from app.store.leases.store import LeaseStore, Outcome
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 
 OWNER = "w-1"
 

@@ -24,7 +24,9 @@ from app.store.keys import QueueKeys
 from app.store.leases.store import ClaimedRun, LeaseStore, Outcome
 from app.store.lua.scripts import Scripts
 from app.store.lua.transition import LeaseAnswer
-from app.store.runs.store import Created, NewRun, RunStore
+from app.store.runs.answers import Created
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 
 Q = "default"
 

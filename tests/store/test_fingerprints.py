@@ -18,15 +18,9 @@ from app.settings import Settings
 from app.store.context import StoreContext
 from app.store.retention import Retention
 from app.store.runs.bindings import CreateRun, CreateShape
-from app.store.runs.store import (
-    _FRAME_FIELDS,
-    CREATE_CHUNK_BYTES,
-    CREATE_CHUNK_RUNS,
-    NewRun,
-    RunStore,
-    _chunks,
-    _segments,
-)
+from app.store.runs.creating import CREATE_CHUNK_BYTES, CREATE_CHUNK_RUNS, _chunks, _segments
+from app.store.runs.new import _FRAME_FIELDS, NewRun
+from app.store.runs.store import RunStore
 
 STORED = [
     (

@@ -17,7 +17,8 @@ from app.settings import Settings
 from app.store.flow.store import FlowStore
 from app.store.leases.store import ClaimedRun, LeaseStore, Outcome
 from app.store.lua.scripts import Scripts
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.support.polling import eventually
 
 Q = "default"

@@ -22,8 +22,9 @@ from app.store.leases.store import ClaimedRun, LeaseStore, Outcome
 from app.store.lua.scripts import Scripts
 from app.store.progress.store import ProgressStore
 from app.store.queues.store import QueueStore
+from app.store.runs.new import NewRun
 from app.store.runs.reruns import Rerun, retry_run
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.store import RunStore
 
 Q = "default"
 OWNER = "w-1"

@@ -15,7 +15,8 @@ from app.store.leases.store import LeaseStore, Outcome
 from app.store.lua.scripts import Scripts
 from app.store.lua.transition import LeaseAnswer
 from app.store.ratelimits.store import StartGate
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 
 Q = "default"
 OWNER = "w-idle"

@@ -16,7 +16,8 @@ from app.store.lua.scripts import Scripts
 from app.store.lua.transition import LeaseAnswer
 from app.store.redis.connection import sync_client
 from app.store.retention import Retention
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.support.polling import eventually
 
 OWNER_A = "w-a"

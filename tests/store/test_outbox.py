@@ -23,7 +23,8 @@ from app.store.keys import QueueKeys
 from app.store.leases.store import ClaimedRun, Lease, LeaseStore, Outcome
 from app.store.lua.scripts import Scripts
 from app.store.outbox.store import Outbox
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.support.polling import eventually
 from tests.support.snapshots import changes, snapshot
 

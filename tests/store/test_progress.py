@@ -19,7 +19,8 @@ from app.store.progress.store import (
     EffectStart,
     ProgressStore,
 )
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.support.reconciliation import park_on_unknown_effect
 
 OWNER_A = "w-a"

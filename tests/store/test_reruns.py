@@ -10,8 +10,9 @@ from app.models import TERMINAL_EVENT_TYPES, RunStatus
 from app.store.keys import QueueKeys
 from app.store.leases.store import Lease, LeaseStore, Outcome
 from app.store.progress.store import EffectAnswer, EffectCall, EffectOutcome, ProgressStore
+from app.store.runs.new import NewRun
 from app.store.runs.reruns import Rerun, retry_run
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.store import RunStore
 
 OWNER = "w-1"
 

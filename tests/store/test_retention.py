@@ -21,7 +21,8 @@ from app.store.keys import QueueKeys
 from app.store.leases.store import Lease, LeaseStore, Outcome
 from app.store.lua.scripts import Scripts
 from app.store.progress.store import EffectCall, EffectOutcome, ProgressStore
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.support.lua import include, snippet
 from tests.support.polling import eventually
 

@@ -16,7 +16,8 @@ from app.store.leases.bindings import CLAIM_RUNS, ClaimArgs
 from app.store.leases.store import LeaseStore, Outcome
 from app.store.lua.scripts import Scripts
 from app.store.lua.transition import LeaseAnswer
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 
 OWNER = "w-trip"
 

@@ -27,7 +27,7 @@ from app.store.context import StoreContext
 from app.store.keys import GlobalKeys, QueueKeys
 from app.store.lua.scripts import Scripts
 from app.store.retention import Retention
-from app.store.runs import store as runs_module
+from app.store.runs import listing as runs_module
 from app.store.runs.store import RunStore
 
 pytestmark = pytest.mark.fakeredis

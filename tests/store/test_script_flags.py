@@ -19,7 +19,8 @@ from app.store.leases.store import LeaseRenewer, LeaseStore, Outcome
 from app.store.lua.scripts import SCRIPT_FLAGS, Scripts, load_scripts
 from app.store.lua.transition import LeaseAnswer
 from app.store.redis.connection import async_client, sync_client
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.support.memory import SmallRedis
 
 

@@ -32,7 +32,8 @@ from app.store.progress.store import EffectCall, EffectOutcome, ProgressStore
 from app.store.queues.store import QueueStore
 from app.store.ratelimits.store import Declared, RateLimitStore
 from app.store.redis.connection import async_client
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from app.store.schedules.store import Fire, ScheduleStore
 from app.store.waits.store import WaitCall, WaitKind, WaitStore
 from tests.support.reconciliation import park_on_unknown_effect

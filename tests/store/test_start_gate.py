@@ -12,7 +12,8 @@ from app.models import RateLimitSpec
 from app.store.keys import QueueKeys
 from app.store.leases.store import LeaseStore
 from app.store.ratelimits.store import StartGate
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.store.test_ratelimits import worst_window
 from tests.support.lua import snippet
 

@@ -18,7 +18,8 @@ from app.store.context import StoreContext
 from app.store.keys import QueueKeys
 from app.store.leases.store import ClaimedRun, LeaseStore
 from app.store.lua.scripts import Scripts
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from app.store.waits.store import SignalDelivery, WaitCall, WaitKind, WaitOutcome, WaitStore
 from tests.support.polling import eventually
 from tests.support.snapshots import changes, snapshot

@@ -22,7 +22,8 @@ from app.models import PARKED_STATUSES, TERMINAL_EVENT_TYPES, Run, RunStatus
 from app.settings import Settings
 from app.store.lua.scripts import Scripts
 from app.store.redis.connection import AsyncRedis, async_client
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.support.polling import eventually
 from tests.support.processes import Processes, base_env
 

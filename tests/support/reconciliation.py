@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from app.store.leases.store import ClaimedRun, Lease, LeaseStore
 from app.store.progress.store import EffectAnswer, EffectCall, ProgressStore
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 
 OWNER_A = "w-a"
 OWNER_B = "w-b"

@@ -6,7 +6,8 @@ import json
 
 import redis.asyncio as aioredis
 
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 
 
 async def new_run(run_store: RunStore) -> tuple[str, str]:

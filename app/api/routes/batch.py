@@ -29,7 +29,8 @@ from app.errors import QueueNotDeclared, RateLimitNotDeclared
 from app.metrics import RUNS_CREATED
 from app.models import CreateRunsRequest, CreateRunsResult
 from app.store.admission import create_cost_bytes
-from app.store.runs.store import AnswerShapes, Created, NewRun
+from app.store.runs.answers import AnswerShapes, Created
+from app.store.runs.new import NewRun
 
 router = APIRouter(tags=["runs"])
 

@@ -43,7 +43,7 @@ from app.models import (
     QUEUE_NAME_PATTERN,
     CreateRunRequest,
 )
-from app.store.runs.store import NewRun
+from app.store.runs.new import NewRun
 
 # fields an item gives for itself, never read by run_options (rate_limits: resolved after
 # judging, by with_start_gates); every other field of the request is an option

@@ -35,7 +35,7 @@ from app.store.admission import create_cost_bytes
 from app.store.codec import LARGE_FIELDS, dumps_parsed
 from app.store.keys import queue_of
 from app.store.ratelimits.store import StartGate
-from app.store.runs.store import NewRun
+from app.store.runs.new import NewRun
 from app.tracing import Span, parse_traceparent, tracer
 
 if TYPE_CHECKING:

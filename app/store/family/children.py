@@ -41,7 +41,8 @@ from app.store.leases.store import Lease
 from app.store.lua.scripts import ScriptCode
 from app.store.outbox.bindings import ChildIdGroup
 from app.store.runs.bindings import CREATE_RUN
-from app.store.runs.store import NewRun, RunStore
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 
 
 class OnParentEnd(StrEnum):
