@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
+from app.store.lua.registry import argument_records
 from app.store.lua.scripts import load_scripts, lua_dir, script_files
-from app.store.lua.splicing import MissingInclude, _library, names_used, splice, splice_includes
+from app.store.lua.splicing import (
+    ArgumentRecords,
+    MissingInclude,
+    UnknownArgument,
+    _library,
+    name_arguments,
+    names_used,
+    splice,
+    splice_includes,
+)
 from tests.support.lua import includes
 
 LIB = """-- lib: header
@@ -101,3 +112,42 @@ def test_the_claim_carries_none_of_the_create_helpers() -> None:
     claim = load_scripts()["claim_runs"].source
     assert "local function emit(" in claim
     assert "local function create_checked(" not in claim
+
+
+RECORDS = ArgumentRecords(
+    fixed=("owner_id", "lease_ttl_ms", "groups"),
+    records={"RenewArgs": ("owner_id", "lease_ttl_ms", "groups"), "LeaseGroup": ("id", "fence")},
+)
+
+
+def test_arguments_named_in_a_script_become_their_positions() -> None:
+    text = (
+        "check_argc(@groups - 1)\nlocal owner = ARGV[@owner_id]\n"
+        "for i = @groups, #ARGV, @LeaseGroup do\n  f(ARGV[i + @LeaseGroup.id], "
+        "ARGV[i + @LeaseGroup.fence])\nend\n-- @owner_id stays in a comment\n"
+    )
+    assert name_arguments(text, RECORDS) == (
+        "check_argc(3 - 1)\nlocal owner = ARGV[1]\n"
+        "for i = 3, #ARGV, 2 do\n  f(ARGV[i], ARGV[i + 1])\nend\n"
+        "-- @owner_id stays in a comment\n"
+    )
+
+
+@pytest.mark.parametrize("name", ["@owner", "@LeaseGroup.owner_id", "@Nope.id", "@Lease"])
+def test_a_name_the_binding_does_not_have_is_refused(name: str) -> None:
+    with pytest.raises(UnknownArgument):
+        name_arguments(f"return ARGV[{name}]", RECORDS)
+
+
+def test_a_field_renamed_in_a_binding_fails_the_load_of_its_script(tmp_path: Path) -> None:
+    arguments = argument_records()
+    renew = arguments["renew_leases"]
+    renamed = ArgumentRecords(
+        fixed=tuple("owner" if f == "owner_id" else f for f in renew.fixed),
+        records={
+            n: tuple("owner" if f == "owner_id" else f for f in fs)
+            for n, fs in renew.records.items()
+        },
+    )
+    with pytest.raises(UnknownArgument, match=r"renew_leases: @owner_id"):
+        load_scripts(arguments={**arguments, "renew_leases": renamed})

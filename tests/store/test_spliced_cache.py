@@ -10,8 +10,9 @@ import pytest
 
 from app.store.lua import spliced_cache
 from app.store.lua import splicing as lua_include
+from app.store.lua.registry import argument_records
 from app.store.lua.scripts import Script, load_scripts, lua_dir, script_files
-from app.store.lua.splicing import splice_includes
+from app.store.lua.splicing import name_arguments, splice_includes
 
 
 @pytest.fixture
@@ -27,12 +28,15 @@ def cache_file(directory: Path) -> Path:
 
 
 def spliced_afresh(directory: Path) -> dict[str, str]:
-    """Every script's body, spliced here and now, without the cache."""
+    """Every script's body, spliced and its argument names made numbers, without the cache."""
     includes = {path.stem: path.read_text() for path in (directory / "includes").glob("*.lua")}
-    return {
-        path.name.rsplit("-", 1)[0]: splice_includes(path.read_text(), includes)
-        for path in script_files(directory)
-    }
+    arguments = argument_records()
+    bodies = {}
+    for path in script_files(directory):
+        name = path.name.rsplit("-", 1)[0]
+        body = splice_includes(path.read_text(), includes)
+        bodies[name] = name_arguments(body, arguments[name]) if name in arguments else body
+    return bodies
 
 
 def bodies(scripts: dict[str, Script]) -> dict[str, str]:

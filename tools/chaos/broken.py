@@ -24,7 +24,7 @@ FENCED_HOLDS = """  return (cur[1] == 'running' or cur[1] == 'cancelling')
     and cur[2] == owner and cur[3] == fence"""
 UNFENCED_HOLDS = "  return cur[1] ~= false"
 FENCED_RENEWAL = """  if (cur[1] == 'running' or cur[1] == 'cancelling') and cur[2] == owner
-      and cur[3] == ARGV[i + 1] then"""
+      and cur[3] == ARGV[i + @LeaseGroup.fence] then"""
 UNFENCED_RENEWAL = "  if cur[1] then"
 
 

@@ -11,6 +11,7 @@ import pkgutil
 from typing import Any
 
 import app.store
+from app.store.lua.splicing import ArgumentRecords
 from app.store.lua.transition import BINDINGS, Transition
 
 
@@ -20,3 +21,21 @@ def every_transition() -> dict[str, Transition[Any, Any]]:
         if module.name.endswith(".bindings"):
             importlib.import_module(module.name)
     return dict(BINDINGS)
+
+
+def argument_records() -> dict[str, ArgumentRecords]:
+    """Each script's ARGV record and group records, by script name, from its binding."""
+    return {name: _records_of(binding) for name, binding in every_transition().items()}
+
+
+def _records_of(binding: Transition[Any, Any]) -> ArgumentRecords:
+    records = [record for record in (binding.argv, binding.group, binding.subgroup) if record]
+    return ArgumentRecords(
+        fixed=_fields(binding.argv),
+        records={record.__name__: _fields(record) for record in records},
+    )
+
+
+def _fields(record: type[tuple[Any, ...]]) -> tuple[str, ...]:
+    """A NamedTuple's field names (typing knows its class only as a tuple type)."""
+    return tuple(getattr(record, "_fields"))  # noqa: B009

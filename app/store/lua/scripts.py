@@ -22,7 +22,7 @@ import asyncio
 import hashlib
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -32,7 +32,13 @@ import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, ResponseError
 
 from app.store.lua import spliced_cache
-from app.store.lua.splicing import MissingInclude, splice_includes
+from app.store.lua.splicing import (
+    ArgumentRecords,
+    MissingInclude,
+    UnknownArgument,
+    name_arguments,
+    splice_includes,
+)
 from app.store.redis.connection import AsyncRedis, SyncRedis
 
 if TYPE_CHECKING:
@@ -101,13 +107,22 @@ def script_files(directory: Path) -> list[Path]:
     )
 
 
-def load_scripts(directory: Path | None = None) -> dict[str, Script]:
+def load_scripts(
+    directory: Path | None = None, arguments: Mapping[str, ArgumentRecords] | None = None
+) -> dict[str, Script]:
     """Read every transition script once; raises FileNotFoundError if none exist.
 
-    Each is spliced (:func:`~app.store.lua.splicing.splice_includes`) at most once per
-    version of its files: a start whose files were spliced before reads the splice
-    from :mod:`app.store.lua.spliced_cache` (~3 ms instead of ~10).
+    Each is spliced (:func:`~app.store.lua.splicing.splice_includes`) and its argument
+    names made numbers (:func:`~app.store.lua.splicing.name_arguments`, from
+    ``arguments``: by default every binding's records) at most once per version of its
+    files and records: a start whose files were spliced before reads the result from
+    :mod:`app.store.lua.spliced_cache` (~3 ms instead of ~10).
     """
+    if arguments is None:
+        # the rooms' bindings, imported here: the machinery's module imports no room
+        from app.store.lua.registry import argument_records
+
+        arguments = argument_records()
     directory = directory or lua_dir()
     texts: dict[str, str] = {}
     numkeys: dict[str, int] = {}
@@ -122,10 +137,13 @@ def load_scripts(directory: Path | None = None) -> dict[str, Script]:
     if not texts:
         raise FileNotFoundError(f"no Lua scripts found in {directory}")
     includes = {path.stem: path.read_text() for path in (directory / INCLUDES_DIR).glob("*.lua")}
-    made_of = spliced_cache.key(texts, includes)
+    made_of = spliced_cache.key(texts, includes, arguments)
     bodies = spliced_cache.read(directory, made_of, texts.keys())
     if bodies is None:
-        bodies = {name: _spliced(name, text, includes) for name, text in texts.items()}
+        bodies = {
+            name: _spliced(name, text, includes, arguments.get(name))
+            for name, text in texts.items()
+        }
         spliced_cache.write(directory, made_of, bodies)
     scripts: dict[str, Script] = {}
     for name, body in bodies.items():
@@ -134,11 +152,15 @@ def load_scripts(directory: Path | None = None) -> dict[str, Script]:
     return scripts
 
 
-def _spliced(name: str, text: str, includes: dict[str, str]) -> str:
+def _spliced(
+    name: str, text: str, includes: dict[str, str], arguments: ArgumentRecords | None
+) -> str:
+    """The script with its includes spliced in and its argument names made numbers."""
     try:
-        return splice_includes(text, includes)
-    except MissingInclude as exc:
-        raise MissingInclude(f"{name}: {exc}") from None
+        body = splice_includes(text, includes)
+        return body if arguments is None else name_arguments(body, arguments)
+    except (MissingInclude, UnknownArgument) as exc:
+        raise type(exc)(f"{name}: {exc}") from None
 
 
 def _sha1(text: str) -> str:

@@ -5,7 +5,8 @@ start: the worker's before its first claim (issue 19 aim 2), the API's, a CLI
 command's that loads scripts. Its result depends only on the Lua files' bytes and on
 the splicing code, so it is written once to ``<lua dir>/__pycache__/spliced.json`` and
 used again only when its key matches: a SHA-256 over every script's and include's name
-and bytes and the splicing module's own source. Like a ``.pyc``, but by content, not
+and bytes, the splicing module's own source and the bindings' argument records (a
+field added to a record renumbers the arguments after it). Like a ``.pyc``, but by content, not
 by modification time: an edited, checked-out or copied file, or a changed splicing
 rule, never gets an old splice. Reading the files and the cache costs ~3 ms.
 
@@ -34,10 +35,16 @@ CACHE_DIR = "__pycache__"
 CACHE_FILE = "spliced.json"
 
 
-def key(scripts: Mapping[str, str], includes: Mapping[str, str]) -> str:
-    """What a splice is made of: the files' names and texts, and the splicing code."""
+def key(
+    scripts: Mapping[str, str],
+    includes: Mapping[str, str],
+    arguments: Mapping[str, lua_include.ArgumentRecords] | None = None,
+) -> str:
+    """What a splice is made of: the files' names and texts, the splicing code, and the
+    bindings' argument records the scripts' ``@names`` are made numbers from."""
     digest = hashlib.sha256(Path(lua_include.__file__).read_bytes())
-    for kind, files in (("script", scripts), ("include", includes)):
+    records = {name: repr(record) for name, record in (arguments or {}).items()}
+    for kind, files in (("script", scripts), ("include", includes), ("arguments", records)):
         for name in sorted(files):
             for part in (kind, name, files[name]):
                 data = part.encode()

@@ -43,6 +43,72 @@ class MissingInclude(ValueError):
     """A script names a helper of an include it does not list (or lists after its user)."""
 
 
+@dataclass(frozen=True)
+class ArgumentRecords:
+    """A script's ARGV record and the records of its groups, as its binding declares them.
+
+    ``fixed``: the ARGV record's fields in ARGV order (a grouped record's last,
+    ``groups``, is where its groups start); ``records``: each record's fields by class
+    name (the ARGV record, its group and subgroup).
+    """
+
+    fixed: tuple[str, ...]
+    records: dict[str, tuple[str, ...]]
+
+    def constant(self, name: str, field: str | None) -> int:
+        """The number ``@name`` or ``@Record.field`` stands for; KeyError names what is wrong.
+
+        ``@field``: a fixed field's ARGV index (1-based, ``@groups``: where groups
+        start); ``@Record``: how many fields the record has (a group's stride);
+        ``@Record.field``: the field's offset in its record (0-based, added to the index
+        of the record's first field).
+        """
+        if field is not None:
+            fields = self.records.get(name)
+            if fields is None or field not in fields:
+                raise KeyError(f"@{name}.{field}: no such record field")
+            return fields.index(field)
+        if name in self.fixed:
+            return self.fixed.index(name) + 1
+        if name in self.records:
+            return len(self.records[name])
+        raise KeyError(f"@{name}: neither an ARGV field nor a record of this script")
+
+
+_ZERO_OFFSET = re.compile(r"\s*\+\s*0\]")
+_ARGUMENT = re.compile(r"@(?P<name>[A-Za-z_]\w*)(?:\.(?P<field>[A-Za-z_]\w*))?")
+
+
+def name_arguments(text: str, arguments: ArgumentRecords) -> str:
+    """``text`` with every ``@field``, ``@Record`` and ``@Record.field`` made its number.
+
+    Scripts read ARGV by field name (``ARGV[@owner_id]``, ``ARGV[i + @LeaseGroup.fence]``);
+    the names are the binding's record's, so the record is the one field list, and
+    what Redis runs is the same positional code as before: a name costs nothing.
+    Raises :class:`UnknownArgument` for a name the records do not have.
+    """
+
+    def number(match: re.Match[str]) -> str:
+        try:
+            return str(arguments.constant(match["name"], match["field"]))
+        except KeyError as exc:
+            raise UnknownArgument(exc.args[0]) from None
+
+    # whole-line comments keep their names: they document, Redis never runs them; a
+    # record's first field is offset 0, and `ARGV[i + 0]` is left as `ARGV[i]`
+    lines = text.splitlines(keepends=True)
+    return "".join(
+        line
+        if _COMMENT_LINE.match(line) or "@" not in line
+        else _ZERO_OFFSET.sub("]", _ARGUMENT.sub(number, line))
+        for line in lines
+    )
+
+
+class UnknownArgument(ValueError):
+    """A script names an argument its binding's records do not have."""
+
+
 def splice_includes(text: str, includes: dict[str, str]) -> str:
     """``text`` with each ``--- @include <name>`` replaced by the part of the include it uses.
 

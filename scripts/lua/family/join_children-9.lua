@@ -47,21 +47,21 @@
 --- @include slots
 --- @include park
 
-check_argc(10)
-local owner, fence = ARGV[1], ARGV[2]
-local run_id = run_id_arg(ARGV[3], KEYS[1], KEYS[2])
-local ordinal = int_arg(ARGV[4], 'ordinal', 1)
-local mode = enum_arg(ARGV[5], 'mode', {'all', 'any', 'settled'})
+check_argc(@groups)
+local owner, fence = ARGV[@owner_id], ARGV[@fence]
+local run_id = run_id_arg(ARGV[@run_id], KEYS[1], KEYS[2])
+local ordinal = int_arg(ARGV[@ordinal], 'ordinal', 1)
+local mode = enum_arg(ARGV[@mode], 'mode', {'all', 'any', 'settled'})
 local timeout_ms
-if ARGV[6] ~= '' then
-  timeout_ms = int_arg(ARGV[6], 'timeout_ms', 0)
+if ARGV[@timeout_ms] ~= '' then
+  timeout_ms = int_arg(ARGV[@timeout_ms], 'timeout_ms', 0)
 end
-local maxlen = int_arg(ARGV[7], 'maxlen', 0)
-local max_waits = int_arg(ARGV[9], 'max_waits', 1)
+local maxlen = int_arg(ARGV[@maxlen], 'maxlen', 0)
+local max_waits = int_arg(ARGV[@max_waits], 'max_waits', 1)
 local ids, fields = {}, {}
-for i = 10, #ARGV do
-  ids[#ids + 1] = run_id_arg(ARGV[i])
-  fields[#fields + 1] = 'out:' .. ARGV[i]
+for i = @groups, #ARGV, @ChildIdGroup do
+  ids[#ids + 1] = run_id_arg(ARGV[i + @ChildIdGroup.child_id])
+  fields[#fields + 1] = 'out:' .. ARGV[i + @ChildIdGroup.child_id]
 end
 local step = 'join:' .. ordinal
 
@@ -161,6 +161,6 @@ end
 -- a joining parent holds no lease, no slot and no singleton (park_waiting)
 local k = {leases = KEYS[4], run_prefix = string.sub(KEYS[1], 1, #KEYS[1] - #run_id),
   delayed = KEYS[5]}
-park_waiting(k, KEYS[1], KEYS[2], run_id, now, data, waiting_for, until_ms, ARGV[8], maxlen)
+park_waiting(k, KEYS[1], KEYS[2], run_id, now, data, waiting_for, until_ms, ARGV[@wake_channel], maxlen)
 redis.call('ZADD', KEYS[9], now, run_id)
 return {'OK', until_ms and tostring(until_ms) or ''}

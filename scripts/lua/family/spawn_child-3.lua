@@ -36,17 +36,17 @@
 --          read before the first write.
 --- @include args
 
-check_argc(8)
-local owner, fence = ARGV[1], ARGV[2]
-local run_id = run_id_arg(ARGV[3], KEYS[1])
-local ordinal = int_arg(ARGV[4], 'ordinal', 1)
-local child_id = run_id_arg(ARGV[5])
+check_argc(@SpawnArgs)
+local owner, fence = ARGV[@owner_id], ARGV[@fence]
+local run_id = run_id_arg(ARGV[@run_id], KEYS[1])
+local ordinal = int_arg(ARGV[@ordinal], 'ordinal', 1)
+local child_id = run_id_arg(ARGV[@child_id])
 if not string.match(child_id, '^[A-Za-z0-9_%-]+%.[0-9A-Z]+$') or child_id == run_id then
   bad_argument('child_id', child_id)
 end
-local policy = enum_arg(ARGV[6], 'on_parent_end', {'cancel', 'detach'})
-local max_children = int_arg(ARGV[7], 'max_children', 0)
-local max_depth = int_arg(ARGV[8], 'max_depth', 0)
+local policy = enum_arg(ARGV[@on_parent_end], 'on_parent_end', {'cancel', 'detach'})
+local max_children = int_arg(ARGV[@max_children], 'max_children', 0)
+local max_depth = int_arg(ARGV[@max_depth], 'max_depth', 0)
 local step = 'spawn:' .. ordinal
 
 local cur = redis.call('HMGET', KEYS[1], 'status', 'owner_id', 'fence', 'root_id', 'depth',

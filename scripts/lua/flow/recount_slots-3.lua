@@ -1,7 +1,7 @@
 -- recount_slots: the reconciler repairs a queue's slot counters from its live leases.
 --
 -- KEYS[1]  leases       zset    id -> lease expiry ms: the runs that hold slots
--- KEYS[2]  ready        list    the ring of lanes (lib.lua, flow control)
+-- KEYS[2]  ready        list    the ring of lanes (lanes.lua, flow control)
 -- KEYS[3]  run_prefix   prefix  run keys are this prefix .. id (same hash tag)
 -- ARGV[1]  wake_max     integer how many blocked lanes to move back to the ring at most
 -- ARGV[2]  wake_channel string  pub/sub channel idle workers of the queue listen on
@@ -21,8 +21,8 @@
 --- @include args
 --- @include slots
 
-check_argc(2)
-local wake_max = int_arg(ARGV[1], 'wake_max', 0)
+check_argc(@RecountArgs)
+local wake_max = int_arg(ARGV[@wake_max], 'wake_max', 0)
 local tag = string.sub(KEYS[3], 1, -5)
 
 -- what the leases hold
@@ -90,6 +90,6 @@ for _, entry in ipairs(rooms) do
   end
 end
 if woken > 0 then
-  redis.call('PUBLISH', ARGV[2], 'ready')
+  redis.call('PUBLISH', ARGV[@wake_channel], 'ready')
 end
 return {'OK', fixes, woken}

@@ -1,7 +1,7 @@
 -- set_limits: an operator replaces a queue's concurrency limits.
 --
 -- KEYS[1]  limits       hash    q / h:<handler> / k:* / k:<key> -> limit
--- KEYS[2]  ready        list    the ring of lanes (lib.lua, flow control)
+-- KEYS[2]  ready        list    the ring of lanes (lanes.lua, flow control)
 -- ARGV[1]  wake_max     integer how many blocked lanes to move back to the ring at most
 -- ARGV[2]  wake_channel string  pub/sub channel idle workers of the queue listen on
 -- ARGV[3..] field, limit  pairs: q | h:<handler> | k:* | k:<key>, and an integer >= 1
@@ -24,24 +24,25 @@
 --- @include keys
 --- @include slots
 
-check_argc(2)
-local wake_max = int_arg(ARGV[1], 'wake_max', 0)
-check_groups(3, 2)
-for i = 3, #ARGV, 2 do
-  local field = ARGV[i]
+check_argc(@groups - 1)
+local wake_max = int_arg(ARGV[@wake_max], 'wake_max', 0)
+check_groups(@groups, @LimitPair)
+for i = @groups, #ARGV, @LimitPair do
+  local field = ARGV[i + @LimitPair.field]
   if not (field == 'q' or string.match(field, '^[hk]:[^|\n]+$')) then
     bad_argument('limit field', field)
   end
-  int_arg(ARGV[i + 1], 'limit', 1)
+  int_arg(ARGV[i + @LimitPair.limit], 'limit', 1)
 end
 local tag = tag_of_ready(KEYS[2])
 local resources = redis.call('SMEMBERS', tag .. 'blocked')
 
 -- handlers whose limit is new: their running runs took no slot
 local adopting = {}
-for i = 3, #ARGV, 2 do
-  if string.sub(ARGV[i], 1, 2) == 'h:' and redis.call('HEXISTS', KEYS[1], ARGV[i]) == 0 then
-    adopting[ARGV[i]] = 0
+for i = @groups, #ARGV, @LimitPair do
+  local field = ARGV[i + @LimitPair.field]
+  if string.sub(field, 1, 2) == 'h:' and redis.call('HEXISTS', KEYS[1], field) == 0 then
+    adopting[field] = 0
   end
 end
 local adoptions = {}
@@ -60,7 +61,7 @@ if next(adopting) then
 end
 
 redis.call('DEL', KEYS[1])
-if #ARGV > 2 then
+if #ARGV >= @groups then
   redis.call('HSET', KEYS[1], unpack(ARGV, 3))
 end
 for _, adoption in ipairs(adoptions) do
@@ -78,6 +79,6 @@ for _, res in ipairs(resources) do
   end
 end
 if woken > 0 then
-  redis.call('PUBLISH', ARGV[2], 'ready')
+  redis.call('PUBLISH', ARGV[@wake_channel], 'ready')
 end
 return {'OK', woken}

@@ -19,11 +19,11 @@
 --- @include events
 --- @include lanes
 
-check_argc(4)
-local run_id = run_id_arg(ARGV[1], KEYS[1], KEYS[2])
-local priority = int_arg(ARGV[2], 'priority', -1000000)
-local boost_ms = int_arg(ARGV[3], 'boost_ms', -1000000000000)
-int_arg(ARGV[4], 'maxlen', 0)
+check_argc(@SetPriorityArgs)
+local run_id = run_id_arg(ARGV[@run_id], KEYS[1], KEYS[2])
+local priority = int_arg(ARGV[@priority], 'priority', -1000000)
+local boost_ms = int_arg(ARGV[@boost_ms], 'boost_ms', -1000000000000)
+int_arg(ARGV[@maxlen], 'maxlen', 0)
 local cur = redis.call('HMGET', KEYS[1], 'status', 'priority', 'lane', 'qbase', 'fence',
   'handler', 'ckey', 'skey')
 if not cur[1] then
@@ -42,5 +42,5 @@ if cur[4] then
   local lane = cur[3] or lane_of(cur[6], cur[7], cur[8])
   redis.call('ZADD', tag .. 'lane:' .. lane, 'XX', tonumber(cur[4]) - boost_ms, run_id)
 end
-xadd_event(KEYS[2], 'priority_changed', tonumber(cur[5]) or 0, now, data, ARGV[4])
+xadd_event(KEYS[2], 'priority_changed', tonumber(cur[5]) or 0, now, data, ARGV[@maxlen])
 return {'OK', 'queued'}

@@ -1,6 +1,6 @@
 -- create: making runs, one or a batch, each placed in its lane (create_run, create_runs,
 -- retry_run, fire_schedule, spawns).
--- Builds on: args, keys, events, lanes, finalize, idempotency, shapes.
+-- Builds on: args, keys, events, lanes, finalize, idempotency.
 
 local function enter_queue(run_key, events_key, run_id, q, created_data, now, start_ms,
     queued_ttl_ms)
@@ -184,7 +184,8 @@ end
 -- its own writes. Returns code, run id, created ms (0 when nothing was written): OK,
 -- REPLAYED, CONFLICT, SINGLETON or CANCEL as create_run's header says.
 local function create_one(s, j, run_key, events_key, idem_key, q, shared, now)
-  local run_id, idem, fingerprint = ARGV[j], ARGV[j + 2], ARGV[j + 3]
+  local run_id, idem = ARGV[j + @CreateRun.run_id], ARGV[j + @CreateRun.idempotency_key]
+  local fingerprint = ARGV[j + @CreateRun.fingerprint]
   local skey, tag = s.skey, q.tag
   local prior_code, prior_id = create_prior(run_key, idem_key, run_id, idem, fingerprint)
   if prior_code then
@@ -226,7 +227,7 @@ local function create_one(s, j, run_key, events_key, idem_key, q, shared, now)
   end
   local record = s.q.record
   local n = #record
-  record[RECORD_ID], record[s.input_at], record[n] = run_id, ARGV[j + 1], idem
+  record[RECORD_ID], record[s.input_at], record[n] = run_id, ARGV[j + @CreateRun.input], idem
   record.n = idem ~= '' and n or n - 2
   if s.own_root then
     record[s.root_at] = run_id
@@ -271,16 +272,17 @@ local function create_plain(s, q, now, reply, n)
   local score, last, root_at = num_arg(now - s.boost_ms), #record, s.root_at
   local runs, unclaimed, members, created = index.runs, index.unclaimed, nil, 0
   local template = q.template
-  for j = s.first, s.last, CREATE_RUN_SIZE do
-    local run_id, idem = ARGV[j], ARGV[j + 2]
+  for j = s.first, s.last, @CreateRun do
+    local run_id, idem = ARGV[j + @CreateRun.run_id], ARGV[j + @CreateRun.idempotency_key]
     local run_key, idem_key = run_prefix .. run_id, idem ~= '' and idem_prefix .. idem
     local code, id
-    if idem_key and redis.call('SETNX', idem_key, run_id .. ' ' .. ARGV[j + 3]) == 0 then
+    if idem_key and redis.call('SETNX', idem_key,
+        run_id .. ' ' .. ARGV[j + @CreateRun.fingerprint]) == 0 then
       -- the key was there, SETNX wrote nothing: create_prior's answer, the record first
       if redis.call('EXISTS', run_key) == 1 then
         code, id = 'REPLAYED', run_id
       else
-        code, id = idempotent_prior(idem_key, idem, ARGV[j + 3])
+        code, id = idempotent_prior(idem_key, idem, ARGV[j + @CreateRun.fingerprint])
       end
     else
       if q.template_of ~= s then
@@ -302,7 +304,7 @@ local function create_plain(s, q, now, reply, n)
       local event_id = redis.call('XADD', events_prefix .. run_id, 'MAXLEN', '~', maxlen, '*',
         'type', 'created', 'ts', now_s, 'fence', '0', 'data', data)
       record[RECORD_ID], record[s.input_at], record[last - 2], record[last] =
-        run_id, ARGV[j + 1], event_id, idem
+        run_id, ARGV[j + @CreateRun.input], event_id, idem
       if root_at then
         record[root_at] = run_id
       end

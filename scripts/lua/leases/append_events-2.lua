@@ -15,16 +15,17 @@
 --- @include events
 --- @include fence
 
-check_argc(3)
-int_arg(ARGV[3], 'maxlen', 0)
-check_groups(4, 2)
-if not holds(KEYS[1], ARGV[1], ARGV[2]) then
+check_argc(@groups - 1)
+int_arg(ARGV[@maxlen], 'maxlen', 0)
+check_groups(@groups, @EventPair)
+if not holds(KEYS[1], ARGV[@owner_id], ARGV[@fence]) then
   return {'LOST', ''}
 end
 local now = now_ms()
 local last = ''
-for i = 4, #ARGV, 2 do
-  last = xadd_event(KEYS[2], ARGV[i], ARGV[2], now, ARGV[i + 1], ARGV[3])
+for i = @groups, #ARGV, @EventPair do
+  last = xadd_event(KEYS[2], ARGV[i + @EventPair.type], ARGV[@fence], now,
+    ARGV[i + @EventPair.data], ARGV[@maxlen])
 end
 redis.call('HSET', KEYS[1], 'last_event_id', last)
 return {'OK', last}

@@ -1,7 +1,7 @@
 -- claim_runs: move up to N queued runs to `running` under one owner's lease, within the
 -- queue's concurrency limits, serving its lanes round-robin.
 --
--- KEYS[1]  ready        list    the ring: lanes with queued runs, not blocked (lib.lua)
+-- KEYS[1]  ready        list    the ring: lanes with queued runs, not blocked (lanes.lua)
 -- KEYS[2]  delayed      zset    id -> epoch ms it may run (retry backoff)
 -- KEYS[3]  leases       zset    id -> lease expiry ms
 -- KEYS[4]  run_prefix   prefix  run keys are this prefix .. id (same hash tag)
@@ -19,7 +19,7 @@
 --          for that long, and remove up to 8 other registrations whose time is over
 --          (includes/claim.lua: hand_off, reregister, prune_registrations)
 -- derived  lane:<lane>, placed, slots, limits, wait:<res>, blocked, queued, kqueued,
---          one:<key> (lib.lua, flow control), handoff:idle, handoff:args (the owner's
+--          one:<key> (lanes.lua, flow control), handoff:idle, handoff:args (the owner's
 --          hand-off registration, includes/claim.lua), from the queue's tag (KEYS[4]
 --          less 'run:')
 -- returns  {code, runs, next_due_ms, throttled, unregistered, registered}  codes: OK;
@@ -37,7 +37,7 @@
 -- events   claimed; wait on a blocked lane's head run, once per resource it waits for
 --          ({kind = concurrency_limit | singleton, resource, subject, limit, holder});
 --          wait ({kind = rate_limited, key, until_ms}) on a run its start buckets hold
---          back (rate_hold in lib.lua): it leaves its lane for `delayed` at that time
+--          back (rate_hold in gcra.lua): it leaves its lane for `delayed` at that time
 -- invariant: a claimed run leaves its lane and gains its lease and its slots in the
 --          same atomic step: there is no moment when it is neither queued nor leased,
 --          and no claim takes a slot past a limit (queue: ZCARD leases; handler, key:
@@ -75,17 +75,17 @@
 --- @include claim
 --- @include handoff
 
-check_argc(7)
-local owner = ARGV[1]
-local want = int_arg(ARGV[2], 'count', 0)
-local ttl = int_arg(ARGV[3], 'lease_ttl_ms', 1)
-int_arg(ARGV[4], 'maxlen', 0)
-local promote_max = int_arg(ARGV[5], 'promote_max', 0)
-local token = ARGV[6]
-local handoff_ms = int_arg(ARGV[7], 'handoff_ms', 0)
+check_argc(@ClaimArgs)
+local owner = ARGV[@owner_id]
+local want = int_arg(ARGV[@max_runs], 'count', 0)
+local ttl = int_arg(ARGV[@lease_ttl_ms], 'lease_ttl_ms', 1)
+int_arg(ARGV[@maxlen], 'maxlen', 0)
+local promote_max = int_arg(ARGV[@promote_max], 'promote_max', 0)
+local token = ARGV[@token]
+local handoff_ms = int_arg(ARGV[@handoff_ms], 'handoff_ms', 0)
 local now = now_ms()
 local receipt = KEYS[6] .. owner .. ':' .. token
--- the call's activity entries: their stream trimmed once, before the reply (lib.lua)
+-- the call's activity entries: their stream trimmed once, before the reply (events.lua)
 defer_activity_trim()
 
 local function next_due_ms()
@@ -117,7 +117,7 @@ if token ~= '' then
 end
 
 local claimed, throttled = claim_core({ready = KEYS[1], delayed = KEYS[2], leases = KEYS[3],
-  run_prefix = KEYS[4], events_prefix = KEYS[5], owner = owner, ttl = ttl, maxlen = ARGV[4],
+  run_prefix = KEYS[4], events_prefix = KEYS[5], owner = owner, ttl = ttl, maxlen = ARGV[@maxlen],
   now = now}, want, promote_max)
 
 if token ~= '' and #claimed > 0 then
@@ -130,7 +130,7 @@ end
 local unregistered, registered = 0, 0
 if handoff_ms > 0 then
   unregistered, registered = reregister(tag_of_prefix(KEYS[4]), owner, now, handoff_ms, want,
-    #claimed, ttl .. ' ' .. ARGV[4] .. ' ' .. promote_max)
+    #claimed, ttl .. ' ' .. ARGV[@maxlen] .. ' ' .. promote_max)
 end
 trim_activity()
 return {'OK', claimed, next_due_ms(), throttled, unregistered, registered}

@@ -1,7 +1,7 @@
 -- expire_queued: end the runs nobody claimed within their queued time-to-live.
 --
 -- KEYS[1]  unclaimed    zset    id -> epoch ms when the run expires if still unclaimed
--- KEYS[2]  ready        list    the ring of lanes (lib.lua; finalize takes the run out of its lane)
+-- KEYS[2]  ready        list    the ring of lanes (lanes.lua; finalize takes the run out of its lane)
 -- KEYS[3]  leases       zset    id -> lease expiry ms (finalize drops the id from it)
 -- KEYS[4]  run_prefix   prefix  run keys are this prefix .. id (same hash tag)
 --          (a run's effects hash is derived from it too, and expires with the run)
@@ -29,12 +29,12 @@
 --- @include family
 --- @include finalize
 
-check_argc(3)
+check_argc(@ExpireArgs)
 local k = {leases = KEYS[3], run_prefix = KEYS[4], events_prefix = KEYS[5],
   idem_prefix = KEYS[6]}
-local limit = int_arg(ARGV[1], 'limit', 0)
-local retention = retention_arg(ARGV[2])
-int_arg(ARGV[3], 'maxlen', 0)
+local limit = int_arg(ARGV[@limit], 'limit', 0)
+local retention = retention_arg(ARGV[@retention])
+int_arg(ARGV[@maxlen], 'maxlen', 0)
 local now = now_ms()
 
 -- read every due entry first: the plans hold what gets written
@@ -57,8 +57,8 @@ local actions = {}
 for _, plan in ipairs(plans) do
   redis.call('ZREM', KEYS[1], plan.id)
   if plan.data then
-    -- finalize takes it out of its lane (lib.lua: unqueue)
-    finalize(k, plan.id, 'expired', 0, now, plan.fields, plan.data, retention, ARGV[3])
+    -- finalize takes it out of its lane (lanes.lua: unqueue)
+    finalize(k, plan.id, 'expired', 0, now, plan.fields, plan.data, retention, ARGV[@maxlen])
     actions[#actions + 1] = {plan.id, 'expired', 0}
   end
 end

@@ -44,23 +44,25 @@
 --- @include family
 --- @include finalize
 
-check_argc(4)
+check_argc(@groups - 1)
 -- the lease ZREMs and outcome counts of the whole batch are written once, at its end
 local k = {leases = KEYS[1], run_prefix = KEYS[4], events_prefix = KEYS[5],
   idem_prefix = KEYS[6], defer = new_defer()}
-local owner = ARGV[1]
-local retention = retention_arg(ARGV[2])
-local maxlen = ARGV[3]
+local owner = ARGV[@owner_id]
+local retention = retention_arg(ARGV[@retention])
+local maxlen = ARGV[@maxlen]
 int_arg(maxlen, 'maxlen', 0)
-check_groups(5, 6)
+check_groups(@groups, @FinishGroup)
 local OUTCOMES = {'succeeded', 'failed', 'cancelled', 'waiting_human'}
 
 -- every group's arguments, checked and decoded: nothing below can raise on them
 local groups = {}
-for i = 5, #ARGV, 6 do
-  local group = {id = run_id_arg(ARGV[i]), fence = ARGV[i + 1],
-    outcome = enum_arg(ARGV[i + 2], 'outcome', OUTCOMES), output = ARGV[i + 3],
-    err = ARGV[i + 4], delay = int_arg(ARGV[i + 5], 'retry_delay_ms', -1)}
+for i = @groups, #ARGV, @FinishGroup do
+  local group = {id = run_id_arg(ARGV[i + @FinishGroup.id]),
+    fence = ARGV[i + @FinishGroup.fence],
+    outcome = enum_arg(ARGV[i + @FinishGroup.outcome], 'outcome', OUTCOMES),
+    output = ARGV[i + @FinishGroup.output], err = ARGV[i + @FinishGroup.error],
+    delay = int_arg(ARGV[i + @FinishGroup.retry_delay_ms], 'retry_delay_ms', -1)}
   if group.outcome == 'waiting_human' then
     group.escalation = json_arg(group.output, 'escalation')
   end
@@ -72,7 +74,7 @@ end
 
 local now = now_ms()
 local answers = {}
--- the batch's activity entries: their stream trimmed once, at the end (lib.lua)
+-- the batch's activity entries: their stream trimmed once, at the end (events.lua)
 defer_activity_trim()
 
 local function retry(group, attempt)
@@ -90,7 +92,7 @@ local function retry(group, attempt)
     give_back(KEYS[4], id)
     redis.call('ZADD', KEYS[3], run_at, id)
   else
-    make_ready(KEYS[2], ARGV[4], id, false)
+    make_ready(KEYS[2], ARGV[@wake_channel], id, false)
   end
 end
 

@@ -46,12 +46,12 @@
 --- @include finalize
 --- @include effects
 
-check_argc(4)
+check_argc(@ReconcileArgs)
 local k = {leases = KEYS[1], ready = KEYS[2], run_prefix = KEYS[3], events_prefix = KEYS[4],
   idem_prefix = KEYS[5]}
-local limit = int_arg(ARGV[1], 'limit', 0)
-local retention = retention_arg(ARGV[2])
-local maxlen = ARGV[3]
+local limit = int_arg(ARGV[@limit], 'limit', 0)
+local retention = retention_arg(ARGV[@retention])
+local maxlen = ARGV[@maxlen]
 int_arg(maxlen, 'maxlen', 0)
 local now = now_ms()
 
@@ -146,7 +146,7 @@ for _, plan in ipairs(plans) do
     local fence
     if plan.release then
       redis.call('LREM', plan.inbox, 1, plan.row)
-      fence = release_run(k, id, plan.release, ARGV[4], retention, maxlen, now)
+      fence = release_run(k, id, plan.release, ARGV[@wake_channel], retention, maxlen, now)
     elseif plan.action == 'reconciliation_required' then
       fence = require_reconciliation(k, id, now, plan.fields, plan.data, maxlen)
     elseif plan.action == 'requeued' then
@@ -157,7 +157,7 @@ for _, plan in ipairs(plans) do
       redis.call('ZREM', KEYS[1], id)
       emit(run_key, events_key, 'lease_expired', fence, now, plan.data, maxlen)
       emit(run_key, events_key, 'requeued', fence, now, plan.requeued, maxlen)
-      make_ready(KEYS[2], ARGV[4], id, false)
+      make_ready(KEYS[2], ARGV[@wake_channel], id, false)
     else
       -- cancelled or orphaned: a terminal state with the fence moved on
       fence = redis.call('HINCRBY', run_key, 'fence', 1)

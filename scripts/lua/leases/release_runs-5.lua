@@ -32,27 +32,27 @@
 --- @include family
 --- @include finalize
 
-check_argc(6)
+check_argc(@groups - 1)
 local k = {leases = KEYS[1], ready = KEYS[2], run_prefix = KEYS[3], events_prefix = KEYS[4],
   idem_prefix = KEYS[5]}
-local owner = ARGV[1]
-local retention = retention_arg(ARGV[2])
-int_arg(ARGV[3], 'maxlen', 0)
-local delay_ms = int_arg(ARGV[6], 'delay_ms', 0)
-check_groups(7, 2)
-for i = 7, #ARGV, 2 do
-  run_id_arg(ARGV[i])
+local owner = ARGV[@owner_id]
+local retention = retention_arg(ARGV[@retention])
+int_arg(ARGV[@maxlen], 'maxlen', 0)
+local delay_ms = int_arg(ARGV[@delay_ms], 'delay_ms', 0)
+check_groups(@groups, @LeaseGroup)
+for i = @groups, #ARGV, @LeaseGroup do
+  run_id_arg(ARGV[i + @LeaseGroup.id])
 end
 local now = now_ms()
 local answers = {}
-for i = 7, #ARGV, 2 do
-  local id, fence = ARGV[i], ARGV[i + 1]
+for i = @groups, #ARGV, @LeaseGroup do
+  local id, fence = ARGV[i + @LeaseGroup.id], ARGV[i + @LeaseGroup.fence]
   local cur = redis.call('HMGET', KEYS[3] .. id, 'status', 'owner_id', 'fence')
   if not holding(cur, owner, fence) then
     answers[#answers + 1] = 'LOST'
   else
-    local plan = release_plan(cur[1], owner, ARGV[4], delay_ms, now)
-    release_run(k, id, plan, ARGV[5], retention, ARGV[3], now)
+    local plan = release_plan(cur[1], owner, ARGV[@reason], delay_ms, now)
+    release_run(k, id, plan, ARGV[@wake_channel], retention, ARGV[@maxlen], now)
     answers[#answers + 1] = 'OK'
   end
 end

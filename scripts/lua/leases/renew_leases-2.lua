@@ -16,20 +16,20 @@
 --- @include args
 --- @include finalize
 
-check_argc(2)
-local owner = ARGV[1]
-local ttl = int_arg(ARGV[2], 'lease_ttl_ms', 1)
-check_groups(3, 2)
+check_argc(@groups - 1)
+local owner = ARGV[@owner_id]
+local ttl = int_arg(ARGV[@lease_ttl_ms], 'lease_ttl_ms', 1)
+check_groups(@groups, @LeaseGroup)
 local now = now_ms()
 local answers = {}
 -- the renewed leases (expiry, id pairs): one ZADD per thousand, not one per run
 local renewed = {}
-for i = 3, #ARGV, 2 do
-  local id = ARGV[i]
+for i = @groups, #ARGV, @LeaseGroup do
+  local id = ARGV[i + @LeaseGroup.id]
   local run_key = KEYS[2] .. id
   local cur = redis.call('HMGET', run_key, 'status', 'owner_id', 'fence', 'lease_expires_at')
   if (cur[1] == 'running' or cur[1] == 'cancelling') and cur[2] == owner
-      and cur[3] == ARGV[i + 1] then
+      and cur[3] == ARGV[i + @LeaseGroup.fence] then
     local expires = num_arg(math.max(now + ttl, tonumber(cur[4]) or 0))
     redis.call('HSET', run_key, 'lease_expires_at', expires, 'last_renewed_at', num_arg(now))
     renewed[#renewed + 1] = expires

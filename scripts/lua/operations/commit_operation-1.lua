@@ -24,8 +24,8 @@
 -- fields one save may set: an operation's record has a couple of dozen
 local MAX_FIELDS = 64
 
-check_argc(6)
-local op_id, driver = ARGV[1], ARGV[2]
+check_argc(@CommitOperationArgs)
+local op_id, driver = ARGV[@operation_id], ARGV[@driver]
 if type(op_id) ~= 'string' or not string.match(op_id, '^[0-9A-Z]+$')
     or string.sub(KEYS[1], -(#op_id + 1)) ~= ':' .. op_id then
   bad_argument('operation_id', op_id)
@@ -33,12 +33,12 @@ end
 if driver == '' then
   bad_argument('driver', driver)
 end
-local lease_ms = int_arg(ARGV[3], 'lease_ms', 1)
-local retention_ms = int_arg(ARGV[4], 'retention_ms', 1)
-local fields = json_arg(ARGV[5], 'fields')
-enum_arg(ARGV[6], 'force', {'0', '1'})
+local lease_ms = int_arg(ARGV[@lease_ms], 'lease_ms', 1)
+local retention_ms = int_arg(ARGV[@retention_ms], 'retention_ms', 1)
+local fields = json_arg(ARGV[@fields], 'fields')
+enum_arg(ARGV[@force], 'force', {'0', '1'})
 if type(fields) ~= 'table' then
-  bad_argument('fields (not an object)', ARGV[5])
+  bad_argument('fields (not an object)', ARGV[@fields])
 end
 local flat = {}
 for name, value in pairs(fields) do
@@ -67,7 +67,7 @@ if cur[1] ~= 'running' then
   return {'INVALID', cur[1]}
 end
 local now = now_ms()
-if ARGV[6] == '0' and cur[2] and cur[2] ~= '' and cur[2] ~= driver
+if ARGV[@force] == '0' and cur[2] and cur[2] ~= '' and cur[2] ~= driver
     and (tonumber(cur[3]) or 0) > now then
   return {'CONFLICT', cur[2]}
 end

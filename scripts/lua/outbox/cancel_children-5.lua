@@ -34,15 +34,15 @@
 --- @include family
 --- @include finalize
 
-check_argc(6)
-local parent_id = run_id_arg(ARGV[1])
-local reason = enum_arg(ARGV[2], 'reason', {'parent_cancelled', 'parent_ended'})
-local retention = retention_arg(ARGV[3])
-int_arg(ARGV[4], 'maxlen', 0)
-local unborn_ms = int_arg(ARGV[5], 'unborn_ms', 1)
+check_argc(@groups)
+local parent_id = run_id_arg(ARGV[@parent_id])
+local reason = enum_arg(ARGV[@reason], 'reason', {'parent_cancelled', 'parent_ended'})
+local retention = retention_arg(ARGV[@retention])
+int_arg(ARGV[@maxlen], 'maxlen', 0)
+local unborn_ms = int_arg(ARGV[@unborn_ms], 'unborn_ms', 1)
 local ids, cur = {}, {}
-for i = 6, #ARGV do
-  local id = run_id_arg(ARGV[i])
+for i = @groups, #ARGV, @ChildIdGroup do
+  local id = run_id_arg(ARGV[i + @ChildIdGroup.child_id])
   ids[#ids + 1] = id
   cur[#cur + 1] = redis.call('HMGET', KEYS[1] .. id, 'status', 'fence', 'parent_id')
   local parent = cur[#cur][3]
@@ -62,14 +62,14 @@ for i, id in ipairs(ids) do
     redis.call('SET', tag .. 'unborn:' .. id, parent_id, 'PX', unborn_ms)
     status = 'unborn'
   elseif status == 'running' then
-    request_cancel(tag, id, now, {reason = reason, parent_id = parent_id}, ARGV[4])
+    request_cancel(tag, id, now, {reason = reason, parent_id = parent_id}, ARGV[@maxlen])
     status = 'cancelling'
   elseif status ~= 'cancelling' and not TERMINAL[status] then
     local data = cjson.encode({reason = reason, parent_id = parent_id,
       previous_status = status})
     redis.call('HSET', KEYS[1] .. id, 'cancel_requested_at', now)
     redis.call('ZREM', KEYS[4], id)
-    finalize(k, id, 'cancelled', cur[i][2], now, {}, data, retention, ARGV[4])
+    finalize(k, id, 'cancelled', cur[i][2], now, {}, data, retention, ARGV[@maxlen])
     status = 'cancelled'
   end
   reply[#reply + 1] = status

@@ -37,15 +37,15 @@
 --- @include park
 --- @include finalize
 
-check_argc(7)
-local parent_id = run_id_arg(ARGV[1], KEYS[1], KEYS[2])
-local child_id = run_id_arg(ARGV[2])
-local status = ARGV[3]
-if not TERMINAL[status] or string.sub(ARGV[4], 1, 12 + #status) ~= '{"status":"' .. status .. '"' then
+check_argc(@ChildEndedArgs)
+local parent_id = run_id_arg(ARGV[@parent_id], KEYS[1], KEYS[2])
+local child_id = run_id_arg(ARGV[@child_id])
+local status = ARGV[@status]
+if not TERMINAL[status] or string.sub(ARGV[@outcome], 1, 12 + #status) ~= '{"status":"' .. status .. '"' then
   bad_argument('status / outcome', status)
 end
-local maxlen = int_arg(ARGV[5], 'maxlen', 0)
-local reason = enum_arg(ARGV[7], 'reason', {'', 'child_record_gone'})
+local maxlen = int_arg(ARGV[@maxlen], 'maxlen', 0)
+local reason = enum_arg(ARGV[@reason], 'reason', {'', 'child_record_gone'})
 
 local cur = redis.call('HMGET', KEYS[1], 'status', 'fence', 'waiting_for')
 if not cur[1] then
@@ -72,14 +72,14 @@ local now = now_ms()
 local data = cjson.encode({child_id = child_id, status = status, woke = woke,
   reason = reason ~= '' and reason or nil})
 
-redis.call('HSET', KEYS[3], 'out:' .. child_id, ARGV[4])
+redis.call('HSET', KEYS[3], 'out:' .. child_id, ARGV[@outcome])
 if joined then
   redis.call('SREM', KEYS[5], child_id)
 end
 if not woke then
   xadd_event(KEYS[2], 'child_ended', cur[2], now, data, maxlen)
 else
-  requeue_waiting(KEYS[1], KEYS[6], parent_id, wait, now, ARGV[6])
+  requeue_waiting(KEYS[1], KEYS[6], parent_id, wait, now, ARGV[@wake_channel])
   -- the status change and its event together (emit: the queue's activity sees it too)
   emit(KEYS[1], KEYS[2], 'child_ended', cur[2], now, data, maxlen)
 end

@@ -17,13 +17,13 @@
 -- validate-then-write: the numbers are checked and the entries read before the first ZADD.
 --- @include args
 
-check_argc(3)
-local max_entries = int_arg(ARGV[1], 'max_entries', 1)
-local hold_ms = int_arg(ARGV[2], 'hold_ms', 1)
+check_argc(@TakeOutboxArgs)
+local max_entries = int_arg(ARGV[@max_entries], 'max_entries', 1)
+local hold_ms = int_arg(ARGV[@hold_ms], 'hold_ms', 1)
 local now = now_ms()
 local taken
-if ARGV[3] ~= '' then
-  taken = redis.call('ZSCORE', KEYS[1], ARGV[3]) and {ARGV[3]} or {}
+if ARGV[@entry] ~= '' then
+  taken = redis.call('ZSCORE', KEYS[1], ARGV[@entry]) and {ARGV[@entry]} or {}
 else
   taken = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, max_entries)
 end

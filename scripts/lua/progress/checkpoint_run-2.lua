@@ -19,20 +19,20 @@
 --- @include events
 --- @include fence
 
-check_argc(5)
-int_arg(ARGV[5], 'maxlen', 0)
-if ARGV[4] ~= '' then
-  json_arg(ARGV[4], 'effect_seq')
+check_argc(@CheckpointArgs)
+int_arg(ARGV[@maxlen], 'maxlen', 0)
+if ARGV[@effect_seq] ~= '' then
+  json_arg(ARGV[@effect_seq], 'effect_seq')
 end
-if not holds(KEYS[1], ARGV[1], ARGV[2]) then
+if not holds(KEYS[1], ARGV[@owner_id], ARGV[@fence]) then
   return {'LOST', 0}
 end
 local now = now_ms()
 local seq = (tonumber(redis.call('HGET', KEYS[1], 'checkpoints')) or 0) + 1
-local data = cjson.encode({seq = seq, size_bytes = #ARGV[3]})
-redis.call('HSET', KEYS[1], 'checkpoints', seq, 'state', ARGV[3], 'checkpointed_at', now)
-if ARGV[4] ~= '' then
-  redis.call('HSET', KEYS[1], 'effect_seq', ARGV[4])
+local data = cjson.encode({seq = seq, size_bytes = #ARGV[@state]})
+redis.call('HSET', KEYS[1], 'checkpoints', seq, 'state', ARGV[@state], 'checkpointed_at', now)
+if ARGV[@effect_seq] ~= '' then
+  redis.call('HSET', KEYS[1], 'effect_seq', ARGV[@effect_seq])
 end
-emit(KEYS[1], KEYS[2], 'checkpoint', ARGV[2], now, data, ARGV[5])
+emit(KEYS[1], KEYS[2], 'checkpoint', ARGV[@fence], now, data, ARGV[@maxlen])
 return {'OK', seq}

@@ -25,17 +25,17 @@
 --- @include fence
 --- @include effects
 
-check_argc(6)
-local owner, fence, field = ARGV[1], ARGV[2], ARGV[3]
-enum_arg(ARGV[4], 'outcome', {'applied', 'not_applied'})
-int_arg(ARGV[6], 'maxlen', 0)
+check_argc(@RecordEffectArgs)
+local owner, fence, field = ARGV[@owner_id], ARGV[@fence], ARGV[@field]
+enum_arg(ARGV[@outcome], 'outcome', {'applied', 'not_applied'})
+int_arg(ARGV[@maxlen], 'maxlen', 0)
 if not holds(KEYS[1], owner, fence) then
   return {'LOST', ''}
 end
 local raw = redis.call('HGET', KEYS[3], field)
 if not raw then
   -- dropped already (a not_applied sent again after a lost reply), or never started
-  return {ARGV[4] == 'not_applied' and 'OK' or 'INVALID', ''}
+  return {ARGV[@outcome] == 'not_applied' and 'OK' or 'INVALID', ''}
 end
 local record = cjson.decode(raw)
 if record.status ~= 'started' then
@@ -45,11 +45,11 @@ end
 local now = now_ms()
 local phase = 'recorded'
 local encoded
-if ARGV[4] == 'not_applied' then
+if ARGV[@outcome] == 'not_applied' then
   phase = 'not_applied'
 else
   record.status = 'done'
-  record.result = ARGV[5]
+  record.result = ARGV[@result]
   record.owner_id = owner
   record.fence = tonumber(fence)
   record.finished_at_ms = now
@@ -64,5 +64,5 @@ if encoded then
 else
   redis.call('HDEL', KEYS[3], field)
 end
-emit(KEYS[1], KEYS[2], 'effect', fence, now, data, ARGV[6])
+emit(KEYS[1], KEYS[2], 'effect', fence, now, data, ARGV[@maxlen])
 return {'OK', ''}

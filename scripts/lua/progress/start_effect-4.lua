@@ -34,17 +34,17 @@
 --- @include park
 --- @include effects
 
-check_argc(9)
-local owner, fence, run_id, field = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+check_argc(@StartEffectArgs)
+local owner, fence, run_id, field = ARGV[@owner_id], ARGV[@fence], ARGV[@run_id], ARGV[@field]
 run_id_arg(run_id, KEYS[1], KEYS[2])
-local ordinal = int_arg(ARGV[7], 'ordinal', 0)
-enum_arg(ARGV[8], 'idempotent', {'0', '1'})
-int_arg(ARGV[9], 'maxlen', 0)
+local ordinal = int_arg(ARGV[@ordinal], 'ordinal', 0)
+enum_arg(ARGV[@idempotent], 'idempotent', {'0', '1'})
+int_arg(ARGV[@maxlen], 'maxlen', 0)
 if not holds(KEYS[1], owner, fence) then
   return {'LOST', ''}
 end
 local now = now_ms()
-local idempotent = ARGV[8] == '1'
+local idempotent = ARGV[@idempotent] == '1'
 local raw = redis.call('HGET', KEYS[3], field)
 -- a new record joins the run's open list: read it now, before any branch writes
 local open = not raw and open_effects(KEYS[1]) or nil
@@ -54,7 +54,7 @@ if raw then
   if record.status == 'done' then
     local data = cjson.encode({phase = 'replayed', name = record.name, key = record.key,
       ordinal = record.ordinal})
-    emit(KEYS[1], KEYS[2], 'effect', fence, now, data, ARGV[9])
+    emit(KEYS[1], KEYS[2], 'effect', fence, now, data, ARGV[@maxlen])
     return {'REPLAYED', record.result}
   end
   if record.owner_id == owner and record.fence == tonumber(fence) then
@@ -67,13 +67,13 @@ if raw then
       events_prefix = string.sub(KEYS[2], 1, #KEYS[2] - #run_id)}
     local fields, data = reconciliation_fields({record},
       {detected_by = 'executor', owner_id = owner, fence = tonumber(fence), detected_at_ms = now})
-    require_reconciliation(k, run_id, now, fields, data, ARGV[9])
+    require_reconciliation(k, run_id, now, fields, data, ARGV[@maxlen])
     return {'UNKNOWN', raw}
   end
   record.starts = (tonumber(record.starts) or 0) + 1
 end
 if open then
-  record = {key = ARGV[5], name = ARGV[6], ordinal = ordinal, status = 'started',
+  record = {key = ARGV[@key], name = ARGV[@name], ordinal = ordinal, status = 'started',
     starts = 1, first_started_at_ms = now}
   open[#open + 1] = field
 end
@@ -88,5 +88,5 @@ if open then
   set_open_effects(KEYS[1], open)
 end
 redis.call('HSET', KEYS[3], field, encoded)
-emit(KEYS[1], KEYS[2], 'effect', fence, now, data, ARGV[9])
+emit(KEYS[1], KEYS[2], 'effect', fence, now, data, ARGV[@maxlen])
 return {'OK', tostring(record.starts)}

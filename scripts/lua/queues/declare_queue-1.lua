@@ -14,17 +14,17 @@
 --          its one write, the last command.
 --- @include args
 
-check_argc(2)
-if ARGV[1] == '' then
-  bad_argument('name', ARGV[1])
+check_argc(@DeclareArgs)
+if ARGV[@name] == '' then
+  bad_argument('name', ARGV[@name])
 end
-local max_queues = int_arg(ARGV[2], 'max_queues', 0)
-if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then
+local max_queues = int_arg(ARGV[@max_queues], 'max_queues', 0)
+if redis.call('SISMEMBER', KEYS[1], ARGV[@name]) == 1 then
   return {'REPLAYED', redis.call('SCARD', KEYS[1])}
 end
 local count = redis.call('SCARD', KEYS[1])
 if count >= max_queues then
   return {'CONFLICT', count}
 end
-redis.call('SADD', KEYS[1], ARGV[1])
+redis.call('SADD', KEYS[1], ARGV[@name])
 return {'OK', count + 1}

@@ -22,9 +22,9 @@
 --          before the one write, the last command.
 --- @include args
 
-check_argc(1)
-if ARGV[1] == '' then
-  bad_argument('name', ARGV[1])
+check_argc(@UndeclareArgs)
+if ARGV[@name] == '' then
+  bad_argument('name', ARGV[@name])
 end
 local counts = {
   redis.call('LLEN', KEYS[2]),
@@ -35,7 +35,7 @@ local counts = {
   redis.call('ZCARD', KEYS[7]),
 }
 local code = 'OK'
-if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 0 then
+if redis.call('SISMEMBER', KEYS[1], ARGV[@name]) == 0 then
   code = 'NOT_FOUND'
 else
   for _, count in ipairs(counts) do
@@ -45,6 +45,6 @@ else
   end
 end
 if code == 'OK' then
-  redis.call('SREM', KEYS[1], ARGV[1])
+  redis.call('SREM', KEYS[1], ARGV[@name])
 end
 return {code, counts[1], counts[2], counts[3], counts[4], counts[5], counts[6]}

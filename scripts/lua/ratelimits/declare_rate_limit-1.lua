@@ -15,21 +15,21 @@
 --          its one write, the last command.
 --- @include args
 
-check_argc(3)
-if ARGV[1] == '' then
-  bad_argument('name', ARGV[1])
+check_argc(@DeclareRateLimitArgs)
+if ARGV[@name] == '' then
+  bad_argument('name', ARGV[@name])
 end
-local spec = json_arg(ARGV[2], 'spec')
+local spec = json_arg(ARGV[@spec], 'spec')
 if type(spec) ~= 'table' then
-  bad_argument('spec', ARGV[2])
+  bad_argument('spec', ARGV[@spec])
 end
-local max_keys = int_arg(ARGV[3], 'max_keys', 0)
-local exists = redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1
+local max_keys = int_arg(ARGV[@max_keys], 'max_keys', 0)
+local exists = redis.call('HEXISTS', KEYS[1], ARGV[@name]) == 1
 local count = redis.call('HLEN', KEYS[1])
 if not exists and count >= max_keys then
   return {'CONFLICT', count}
 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('HSET', KEYS[1], ARGV[@name], ARGV[@spec])
 if exists then
   return {'REPLAYED', count}
 end

@@ -1,6 +1,6 @@
 -- push_bucket: an upstream answered 429; push a shared bucket forward for everyone.
 --
--- KEYS[1]  bucket       string  the bucket's TAT, epoch ms (GCRA, see lib.lua)
+-- KEYS[1]  bucket       string  the bucket's TAT, epoch ms (GCRA, see gcra.lua)
 -- ARGV[1]  limit        integer tokens per period (>= 1)
 -- ARGV[2]  period_ms    integer the period, ms (>= 1)
 -- ARGV[3]  burst        integer tokens an idle bucket lets pass at once (>= 1)
@@ -16,11 +16,11 @@
 --- @include args
 --- @include gcra
 
-check_argc(4)
-local limit = int_arg(ARGV[1], 'limit', 1)
-local period_ms = int_arg(ARGV[2], 'period_ms', 1)
-local burst = int_arg(ARGV[3], 'burst', 1)
-local retry_after_ms = int_arg(ARGV[4], 'retry_after_ms', 0)
+check_argc(@PushArgs)
+local limit = int_arg(ARGV[@limit], 'limit', 1)
+local period_ms = int_arg(ARGV[@period_ms], 'period_ms', 1)
+local burst = int_arg(ARGV[@burst], 'burst', 1)
+local retry_after_ms = int_arg(ARGV[@retry_after_ms], 'retry_after_ms', 0)
 local now = now_ms()
 local t = period_ms / limit
 local tat = gcra_push(KEYS[1], now, limit, period_ms, burst, retry_after_ms)

@@ -1,6 +1,6 @@
 -- take_tokens: a handler takes (or reserves) tokens from a shared rate-limit bucket.
 --
--- KEYS[1]  bucket       string  the bucket's TAT, epoch ms (GCRA, see lib.lua); its own
+-- KEYS[1]  bucket       string  the bucket's TAT, epoch ms (GCRA, see gcra.lua); its own
 --          hash tag, so one bucket is shared by every queue and worker
 -- ARGV[1]  limit        integer tokens per period (>= 1)
 -- ARGV[2]  period_ms    integer the period, ms (>= 1)
@@ -23,15 +23,15 @@
 --- @include args
 --- @include gcra
 
-check_argc(5)
-local limit = int_arg(ARGV[1], 'limit', 1)
-local period_ms = int_arg(ARGV[2], 'period_ms', 1)
-local burst = int_arg(ARGV[3], 'burst', 1)
-local cost = int_arg(ARGV[4], 'cost', 0)
+check_argc(@TakeArgs)
+local limit = int_arg(ARGV[@limit], 'limit', 1)
+local period_ms = int_arg(ARGV[@period_ms], 'period_ms', 1)
+local burst = int_arg(ARGV[@burst], 'burst', 1)
+local cost = int_arg(ARGV[@cost], 'cost', 0)
 if cost > burst then
   bad_argument('cost (more than the burst: it could never pass)', cost)
 end
-local max_wait_ms = int_arg(ARGV[5], 'max_wait_ms', 0)
+local max_wait_ms = int_arg(ARGV[@max_wait_ms], 'max_wait_ms', 0)
 local now = now_ms()
 local t = period_ms / limit
 local allow_at, new_tat = gcra_check(KEYS[1], now, limit, period_ms, burst, math.max(cost, 1))

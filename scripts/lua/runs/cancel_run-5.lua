@@ -27,10 +27,10 @@
 --- @include family
 --- @include finalize
 
-check_argc(4)
-local run_id = run_id_arg(ARGV[1], KEYS[1], KEYS[2])
-local retention = retention_arg(ARGV[2])
-int_arg(ARGV[3], 'maxlen', 0)
+check_argc(@CancelArgs)
+local run_id = run_id_arg(ARGV[@run_id], KEYS[1], KEYS[2])
+local retention = retention_arg(ARGV[@retention])
+int_arg(ARGV[@maxlen], 'maxlen', 0)
 local cur = redis.call('HMGET', KEYS[1], 'status', 'fence', 'owner_id')
 local status = cur[1]
 if not status then
@@ -45,7 +45,7 @@ end
 
 local now = now_ms()
 if status == 'running' then
-  request_cancel(string.sub(KEYS[1], 1, -(#run_id + 5)), run_id, now, {}, ARGV[3])
+  request_cancel(string.sub(KEYS[1], 1, -(#run_id + 5)), run_id, now, {}, ARGV[@maxlen])
   return {'OK', 'cancelling'}
 end
 
@@ -57,5 +57,5 @@ local k = {leases = KEYS[3], run_prefix = run_prefix, events_prefix = events_pre
 local data = cjson.encode({reason = 'requested', previous_status = status})
 redis.call('HSET', KEYS[1], 'cancel_requested_at', now)
 redis.call('ZREM', KEYS[4], run_id)
-finalize(k, run_id, 'cancelled', cur[2], now, {}, data, retention, ARGV[3])
+finalize(k, run_id, 'cancelled', cur[2], now, {}, data, retention, ARGV[@maxlen])
 return {'OK', 'cancelled'}

@@ -11,13 +11,11 @@
 -- ARGV[3]  wake_channel string  pub/sub channel idle workers of the queue listen on
 -- ARGV[4]  retention    string  per-status retention spec (store/retention.py), for a run
 --          replace_queued supersedes
--- ARGV[5..] handler, max_attempts, on_lease_expired, metadata, budget, retention_ms, queued_ttl_ms, traceparent, start_at_ms, delay_ms, rate_limits, concurrency_key, singleton_key, on_conflict, priority, boost_ms, parent_id, root_id, depth, runs
---          one segment (create_runs takes many of the same): the run's shape, then
---          `runs`: the count 1 and the run's own fields
--- runs     run_id, input, idempotency_key, fingerprint
---          input, metadata: json; idempotency_key '' for none; fingerprint: hash of the
---          request body, for replay detection ('' with no idempotency key: unread);
---          budget: json run-level budgets
+-- ARGV[5..] CreateShape segments  one segment (create_runs takes many of the same): the
+--          run's CreateShape record (app/store/runs/bindings.py: every field, its meaning
+--          and unit), then the count 1 and the run's CreateRun record (its id, input json,
+--          idempotency key, '' for none, and the request's fingerprint, for replay
+--          detection: '' with no idempotency key, unread), each field read by its name
 --          (max_steps, max_duration_s), '' for none; retention_ms: the run's own retention
 --          once it ends, '' for the per-status one; queued_ttl_ms: how long it may wait
 --          unclaimed before it ends `expired`; traceparent: W3C trace context the worker
@@ -27,7 +25,7 @@
 --          queue's delayed zset, derived from the ready key's prefix as claim_runs'
 --          retries do, and its queued TTL counts from then); rate_limits: json list of
 --          the start buckets [bucket, limit, period_ms, burst, cost] it waits on
---          (rate_gate in lib.lua), at most 8, '' for none; concurrency_key: the key whose
+--          (rate_gate in gcra.lua), at most 8, '' for none; concurrency_key: the key whose
 --          limit it counts against, '' for none; singleton_key: at most one run of this
 --          key runs at a time, '' for none; on_conflict: reject | enqueue | cancel_active
 --          | replace_queued (with a singleton key: what to do when a run of the key is
@@ -36,7 +34,7 @@
 --          boost_ms; parent_id: the run that spawns this one (ctx.spawn), '' for a
 --          top-level run; root_id: the top-level run of its tree ('' : this run's own
 --          id); depth: parents above it (0 for a top-level run)
--- derived  the flow-control keys of lib.lua, the idempotency prefix and the cancel
+-- derived  the flow-control keys (lanes.lua), the idempotency prefix and the cancel
 --          channel, from the queue's tag (KEYS[3] less ':ready'); a child's tombstone
 --          `<tag>:unborn:<id>` (cancel_children: its parent ended before it was created);
 --          the hand-off's handoff:idle, handoff:args, handoff:inbox:<owner>, and
@@ -64,8 +62,9 @@
 -- validate-then-write: every argument is checked, the record and the idempotency key
 --          looked up and the event encoded before the first SET; input, metadata and
 --          budget are stored as the API encoded them (it refuses non-finite numbers).
---          The checks and the create are lib.lua's create_segments and create_one, which
---          create_runs calls for each run of a chunk: a run is the same either way.
+--          The checks and the create are shapes.lua's create_segments and create.lua's
+--          create_one, which create_runs calls for each run of a chunk: a run is the same
+--          either way.
 --- @include args
 --- @include keys
 --- @include events
@@ -83,10 +82,10 @@
 
 local segments = create_segments()
 local s = segments[1]
-if not s or #segments ~= 1 or s.first ~= s.last or s.last + CREATE_RUN_SIZE - 1 ~= #ARGV then
+if not s or #segments ~= 1 or s.first ~= s.last or s.last + @CreateRun - 1 ~= #ARGV then
   bad_argument('count of runs (one)', #ARGV)
 end
-run_id_arg(ARGV[s.first], KEYS[1], KEYS[2])
+run_id_arg(ARGV[s.first + @CreateRun.run_id], KEYS[1], KEYS[2])
 local shared = create_shared()
 local q = {tag = tag_of_ready(KEYS[3]), ready = KEYS[3], runs = KEYS[4], unclaimed = KEYS[6]}
 local now = now_ms()

@@ -12,12 +12,9 @@
 -- ARGV[3]  wake_channel string  pub/sub channel idle workers of the queue listen on
 -- ARGV[4]  retention    string  per-status retention spec (store/retention.py), for a run
 --          replace_queued supersedes
--- ARGV[5..] handler, max_attempts, on_lease_expired, metadata, budget, retention_ms, queued_ttl_ms, traceparent, start_at_ms, delay_ms, rate_limits, concurrency_key, singleton_key, on_conflict, priority, boost_ms, parent_id, root_id, depth, runs
---          segments, in create order: a shape (the fields above, meaning what
---          create_run's header says, shared by the segment's runs), then `runs`: a
---          count n >= 1 and n groups of
--- runs     run_id, input, idempotency_key, fingerprint
---          one per run, meaning what create_run's header says
+-- ARGV[5..] CreateShape segments  in create order: a CreateShape record (shared by the
+--          segment's runs), then a count n >= 1 and n CreateRun records, one per run (both
+--          records: app/store/runs/bindings.py, as create_run's header says)
 -- derived  as create_run's: the flow-control keys, the delayed zset, a child's
 --          tombstone, the hand-off's keys and the leases, from the queue's tag (KEYS[1]
 --          less ':ready'); and <tag>:create_template (hash), a shape's record less the
@@ -38,18 +35,19 @@
 --          conflict if its body differs). One TIME for the chunk (its runs share
 --          created_at) and at most one PUBLISH of the wake channel; the
 --          record of each run the fields, values and order create_run writes (a
---          segment of plain runs, lib.lua create_plain: the same writes in a leaner
+--          segment of plain runs, create.lua create_plain: the same writes in a leaner
 --          loop); the
 --          index writes (runs, unclaimed, the plain runs' lanes, `queued`) once per chunk
---          after its runs (lib.lua index_created). Then up to one hand-off per run
+--          after its runs (create.lua index_created). Then up to one hand-off per run
 --          created, each to another live registration (create_run's rule), and the
 --          wake published unless a hand-off left the ring empty and no run of the
 --          chunk starts later.
 -- validate-then-write: every segment is checked (create_segments: each shape's fields,
---          its count, its runs' ids) before the first write; each run's record, idempotency key, tombstone and singleton key
---          are then read before its own writes (after the earlier runs' writes); in a
---          plain segment the key's SETNX and the record's COPY are those reads (lib.lua
---          create_plain: a key or record that was there is left as it was).
+--          its count, its runs' ids) before the first write; each run's record,
+--          idempotency key, tombstone and singleton key are then read before its own
+--          writes (after the earlier runs' writes); in a plain segment the key's SETNX and
+--          the record's COPY are those reads (create.lua create_plain: a key or record
+--          that was there is left as it was).
 --- @include args
 --- @include keys
 --- @include events
@@ -75,13 +73,13 @@ local now = now_ms()
 local reply, n, created, delayed = {}, 0, 0, false
 for _, s in ipairs(segments) do
   place_shape(s, q, shared, now)
-  if s.plain then  -- the usual segment: lib.lua create_plain's lean loop, the same writes
+  if s.plain then  -- the usual segment: create.lua create_plain's lean loop, the same writes
     local made
     n, made = create_plain(s, q, now, reply, n)
     created = created + made
   else
-    for j = s.first, s.last, CREATE_RUN_SIZE do
-      local run_id, idem = ARGV[j], ARGV[j + 2]
+    for j = s.first, s.last, @CreateRun do
+      local run_id, idem = ARGV[j + @CreateRun.run_id], ARGV[j + @CreateRun.idempotency_key]
       local code, id, created_ms = create_one(s, j, run_prefix .. run_id,
         events_prefix .. run_id, idem ~= '' and idem_prefix .. idem, q, shared, now)
       reply[n + 1], reply[n + 2], reply[n + 3] = code, id, created_ms

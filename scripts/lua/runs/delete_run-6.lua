@@ -29,8 +29,8 @@
 --- @include family
 --- @include finalize
 
-check_argc(1)
-local run_id = run_id_arg(ARGV[1], KEYS[1], KEYS[2])
+check_argc(@DeleteArgs)
+local run_id = run_id_arg(ARGV[@run_id], KEYS[1], KEYS[2])
 local cur = redis.call('HMGET', KEYS[1], 'status', 'idempotency_key', 'parent_id')
 local status = cur[1]
 if not status then

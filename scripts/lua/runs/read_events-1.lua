@@ -16,7 +16,7 @@
 --          after it, and whatever else was written after it is gone.
 -- validate-then-write: it writes nothing, so an error can leave nothing half-made.
 
-local entries = redis.call('XRANGE', KEYS[1], '(' .. ARGV[1], '+', 'COUNT', ARGV[3])
+local entries = redis.call('XRANGE', KEYS[1], '(' .. ARGV[@after], '+', 'COUNT', ARGV[@max_entries])
 if #entries == 0 then
   return {'OK', 0, entries}
 end
@@ -36,8 +36,8 @@ local missing = 0
 if first_id == entries[1][1] then
   if added_now == nil then
     missing = -1
-  elseif added_now - tonumber(ARGV[2]) > length then
-    missing = added_now - tonumber(ARGV[2]) - length
+  elseif added_now - tonumber(ARGV[@added]) > length then
+    missing = added_now - tonumber(ARGV[@added]) - length
   end
 end
 return {'OK', missing, entries}

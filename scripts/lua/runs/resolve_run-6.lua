@@ -36,19 +36,19 @@
 --- @include finalize
 --- @include effects
 
-check_argc(9)
-local run_id, action, outcome = ARGV[1], ARGV[2], ARGV[4]
+check_argc(@ResolveArgs)
+local run_id, action, outcome = ARGV[@run_id], ARGV[@action], ARGV[@effect_outcome]
 run_id_arg(run_id, KEYS[1], KEYS[2])
 enum_arg(action, 'action', {'retry', 'fail', 'succeed'})
 enum_arg(outcome, 'effect_outcome', {'applied', 'not_applied', ''})
-local retention = retention_arg(ARGV[7])
-local maxlen = ARGV[8]
+local retention = retention_arg(ARGV[@retention])
+local maxlen = ARGV[@maxlen]
 int_arg(maxlen, 'maxlen', 0)
-if ARGV[3] ~= '' then
-  json_arg(ARGV[3], 'output')
+if ARGV[@output] ~= '' then
+  json_arg(ARGV[@output], 'output')
 end
-if ARGV[5] ~= '' then
-  json_arg(ARGV[5], 'effect_result')
+if ARGV[@effect_result] ~= '' then
+  json_arg(ARGV[@effect_result], 'effect_result')
 end
 local cur = redis.call('HMGET', KEYS[1], 'status', 'fence', 'error')
 local status = cur[1]
@@ -72,7 +72,7 @@ if outcome ~= '' then
       settled[#settled + 1] = record.key
       if outcome == 'applied' then
         record.status = 'done'
-        record.result = ARGV[5] ~= '' and ARGV[5] or 'null'
+        record.result = ARGV[@effect_result] ~= '' and ARGV[@effect_result] or 'null'
         record.resolved_at_ms = now
         rewrites[#rewrites + 1] = {field, cjson.encode(record)}
       else
@@ -83,8 +83,8 @@ if outcome ~= '' then
 end
 
 local decision = {action = action}
-if ARGV[6] ~= '' then
-  decision.note = ARGV[6]
+if ARGV[@note] ~= '' then
+  decision.note = ARGV[@note]
 end
 if outcome ~= '' then
   decision.effect_outcome = outcome
@@ -120,14 +120,14 @@ if action == 'retry' then
   redis.call('HDEL', KEYS[1], 'error', 'parked_at')
   redis.call('ZREM', parked_of(k.run_prefix), run_id)
   emit(KEYS[1], KEYS[2], 'resolved', fence, now, resolved, maxlen)
-  make_ready(KEYS[5], ARGV[9], run_id, true)
+  make_ready(KEYS[5], ARGV[@wake_channel], run_id, true)
   return {'OK', 'queued'}
 end
 
 local fence = cur[2]
 emit(KEYS[1], KEYS[2], 'resolved', fence, now, resolved, maxlen)
 if action == 'succeed' then
-  local output = ARGV[3] ~= '' and ARGV[3] or 'null'
+  local output = ARGV[@output] ~= '' and ARGV[@output] or 'null'
   finalize(k, run_id, 'succeeded', fence, now, {'output', output}, '{}', retention, maxlen)
   return {'OK', 'succeeded'}
 end

@@ -24,10 +24,10 @@
 --- @include slots
 --- @include lanes
 
-check_argc(4)
-run_id_arg(ARGV[1], KEYS[1], KEYS[2])
-int_arg(ARGV[3], 'maxlen', 0)
-local data = cjson.encode({input = json_arg(ARGV[2], 'resume_input')})
+check_argc(@ResumeArgs)
+run_id_arg(ARGV[@run_id], KEYS[1], KEYS[2])
+int_arg(ARGV[@maxlen], 'maxlen', 0)
+local data = cjson.encode({input = json_arg(ARGV[@resume_input], 'resume_input')})
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then
   return {'NOT_FOUND', ''}
@@ -42,23 +42,23 @@ local waits_key, asked_json
 local asked = redis.call('HGET', KEYS[1], 'waiting_for')
 if asked then
   local wait = cjson.decode(asked)
-  waits_key = waits_key_of(string.sub(KEYS[1], 1, #KEYS[1] - #ARGV[1]), ARGV[1])
+  waits_key = waits_key_of(string.sub(KEYS[1], 1, #KEYS[1] - #ARGV[@run_id]), ARGV[@run_id])
   local raw = wait.kind == 'human' and redis.call('HGET', waits_key, wait.step)
   local record = raw and cjson.decode(raw)
   if record and record.status == 'waiting' then
-    record.status, record.payload, record.ended_ms = 'done', ARGV[2], now
+    record.status, record.payload, record.ended_ms = 'done', ARGV[@resume_input], now
     asked_json = {wait.step, cjson.encode(record)}
   end
 end
 local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
-redis.call('HSET', KEYS[1], 'status', 'queued', 'resume_input', ARGV[2], 'resumed_at', now)
+redis.call('HSET', KEYS[1], 'status', 'queued', 'resume_input', ARGV[@resume_input], 'resumed_at', now)
 if asked then
   redis.call('HDEL', KEYS[1], 'waiting_for')
 end
 if asked_json then
   redis.call('HSET', waits_key, asked_json[1], asked_json[2])
 end
-redis.call('ZREM', parked_of(string.sub(KEYS[1], 1, #KEYS[1] - #ARGV[1])), ARGV[1])
-emit(KEYS[1], KEYS[2], 'resumed', fence, now, data, ARGV[3])
-make_ready(KEYS[3], ARGV[4], ARGV[1], true)
+redis.call('ZREM', parked_of(string.sub(KEYS[1], 1, #KEYS[1] - #ARGV[@run_id])), ARGV[@run_id])
+emit(KEYS[1], KEYS[2], 'resumed', fence, now, data, ARGV[@maxlen])
+make_ready(KEYS[3], ARGV[@wake_channel], ARGV[@run_id], true)
 return {'OK', 'queued'}

@@ -48,21 +48,21 @@
 -- field/value items copied per HSET (an even number: whole pairs)
 local EFFECT_COPY_SLICE = 200
 
-check_argc(9)
-local old_id, run_id = ARGV[1], ARGV[2]
+check_argc(@RetryArgs)
+local old_id, run_id = ARGV[@old_id], ARGV[@run_id]
 run_id_arg(old_id, KEYS[1])
 run_id_arg(run_id, KEYS[3], KEYS[4])
-local checkpoint = enum_arg(ARGV[3], 'checkpoint', {'keep', 'drop'})
-if ARGV[6] ~= '' then
-  int_arg(ARGV[6], 'max_attempts', 1)
+local checkpoint = enum_arg(ARGV[@checkpoint], 'checkpoint', {'keep', 'drop'})
+if ARGV[@max_attempts] ~= '' then
+  int_arg(ARGV[@max_attempts], 'max_attempts', 1)
 end
-int_arg(ARGV[7], 'maxlen', 0)
-local queued_ttl_ms = int_arg(ARGV[9], 'queued_ttl_ms', 1)
+int_arg(ARGV[@maxlen], 'maxlen', 0)
+local queued_ttl_ms = int_arg(ARGV[@queued_ttl_ms], 'queued_ttl_ms', 1)
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return {'REPLAYED', run_id, ''}
 end
-local idem_key = ARGV[4]
-local prior_code, prior_id = idempotent_prior(KEYS[8], idem_key, ARGV[5])
+local idem_key = ARGV[@idempotency_key]
+local prior_code, prior_id = idempotent_prior(KEYS[8], idem_key, ARGV[@fingerprint])
 if prior_code then
   return {prior_code, prior_id, prior_code == 'CONFLICT' and 'key' or ''}
 end
@@ -82,7 +82,7 @@ local run_prefix = string.sub(KEYS[1], 1, #KEYS[1] - #old_id)
 if old[11] and old[11] ~= '' and redis.call('EXISTS', run_prefix .. old[11]) == 1 then
   return {'CONFLICT', old[11], 'retried'}
 end
-local max_attempts = ARGV[6] ~= '' and ARGV[6] or old[5]
+local max_attempts = ARGV[@max_attempts] ~= '' and ARGV[@max_attempts] or old[5]
 local root = (old[12] and old[12] ~= '') and old[12] or old_id
 local effects = redis.call('HGETALL', KEYS[2])
 local now = now_ms()
@@ -90,7 +90,7 @@ local data = cjson.encode({handler = old[3], queue = old[2],
   max_attempts = tonumber(max_attempts), retry_of = old_id, checkpoint = checkpoint})
 
 if idem_key ~= '' then
-  redis.call('SET', KEYS[8], run_id .. ' ' .. ARGV[5])
+  redis.call('SET', KEYS[8], run_id .. ' ' .. ARGV[@fingerprint])
 end
 redis.call('HSET', KEYS[3],
   'id', run_id, 'queue', old[2], 'handler', old[3], 'status', 'queued',
@@ -120,8 +120,8 @@ for first = 1, #effects, EFFECT_COPY_SLICE do
     #effects)))
 end
 redis.call('HSET', KEYS[1], 'retried_by', run_id)
-emit(KEYS[3], KEYS[4], 'created', 0, now, data, ARGV[7])
+emit(KEYS[3], KEYS[4], 'created', 0, now, data, ARGV[@maxlen])
 redis.call('ZADD', KEYS[7], now, run_id)
 redis.call('ZADD', unclaimed_key_of(run_prefix), now + queued_ttl_ms, run_id)
-make_ready(KEYS[6], ARGV[8], run_id, false)
+make_ready(KEYS[6], ARGV[@wake_channel], run_id, false)
 return {'OK', run_id, tostring(now)}

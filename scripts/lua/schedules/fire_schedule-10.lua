@@ -25,7 +25,7 @@
 -- ARGV[9]  maxlen       integer approximate cap of each event stream
 -- ARGV[10] wake_channel string  pub/sub channel idle workers of the queue listen on
 -- ARGV[11] cancel_channel string  pub/sub channel that pushes a cancel to a run's owner (the
---          queue's; request_cancel in lib.lua derives the same name from its tag)
+--          queue's; request_cancel in events.lua derives the same name from its tag)
 -- ARGV[12] retention    string  per-status retention spec (a cancelled previous run)
 -- ARGV[13..] fire_ms, run_id  each fire time (oldest first) and the run id made from it
 -- returns  {code, created, skipped, buffered, cancelled}  codes: OK, NOT_FOUND,
@@ -55,27 +55,27 @@
 --- @include schedule
 --- @include create
 
-check_argc(12)
-check_groups(13, 2)
-local id = ARGV[1]
-local mode = enum_arg(ARGV[2], 'mode', {'tick', 'buffered', 'trigger', 'backfill'})
+check_argc(@groups - 1)
+check_groups(@groups, @FireGroup)
+local id = ARGV[@schedule_id]
+local mode = enum_arg(ARGV[@mode], 'mode', {'tick', 'buffered', 'trigger', 'backfill'})
 local expected
 if mode == 'tick' then
-  expected = int_arg(ARGV[3], 'expected_ms', 0)
+  expected = int_arg(ARGV[@expected_ms], 'expected_ms', 0)
 end
-local version = int_arg(ARGV[4], 'version', 1)
+local version = int_arg(ARGV[@version], 'version', 1)
 local next_ms
-if ARGV[5] ~= '' then
-  next_ms = int_arg(ARGV[5], 'next_ms', 0)
+if ARGV[@next_ms] ~= '' then
+  next_ms = int_arg(ARGV[@next_ms], 'next_ms', 0)
 end
-local missed = int_arg(ARGV[6], 'missed', 0)
+local missed = int_arg(ARGV[@missed], 'missed', 0)
 local OVERLAP = {'skip', 'allow', 'cancel_previous', 'buffer_one'}
-if ARGV[7] ~= '' then
-  enum_arg(ARGV[7], 'overlap', OVERLAP)
+if ARGV[@overlap] ~= '' then
+  enum_arg(ARGV[@overlap], 'overlap', OVERLAP)
 end
-local default_ttl = int_arg(ARGV[8], 'queued_ttl_ms', 1)
-int_arg(ARGV[9], 'maxlen', 0)
-local retention = retention_arg(ARGV[12])
+local default_ttl = int_arg(ARGV[@queued_ttl_ms], 'queued_ttl_ms', 1)
+int_arg(ARGV[@maxlen], 'maxlen', 0)
+local retention = retention_arg(ARGV[@retention])
 
 local s = redis.call('HMGET', KEYS[1], 'version', 'queue', 'handler', 'input',
   'max_attempts', 'on_lease_expired', 'metadata', 'budget', 'retention_ms', 'queued_ttl_ms',
@@ -86,20 +86,20 @@ end
 local queue = s[2]
 local fires = {}
 local last_fire
-for i = 13, #ARGV, 2 do
-  local fire_ms = int_arg(ARGV[i], 'fire_ms', 0)
-  local run_id = run_id_arg(ARGV[i + 1])
+for i = @groups, #ARGV, @FireGroup do
+  local fire_ms = int_arg(ARGV[i + @FireGroup.fire_ms], 'fire_ms', 0)
+  local run_id = run_id_arg(ARGV[i + @FireGroup.run_id])
   if string.sub(run_id, 1, #queue + 1) ~= queue .. '.' then
     bad_argument('run_id (not of the schedule\'s queue)', run_id)
   end
   if last_fire and fire_ms <= last_fire then
-    bad_argument('fire_ms (not increasing)', ARGV[i])
+    bad_argument('fire_ms (not increasing)', ARGV[i + @FireGroup.fire_ms])
   end
   last_fire = fire_ms
   fires[#fires + 1] = {fire_ms, run_id}
 end
 if next_ms and last_fire and next_ms <= last_fire then
-  bad_argument('next_ms (not after the fires)', ARGV[5])
+  bad_argument('next_ms (not after the fires)', ARGV[@next_ms])
 end
 
 local now = now_ms()
@@ -117,11 +117,11 @@ if mode == 'buffered' and (#fires ~= 1 or tostring(fires[1][1]) ~= s[14]
   return {'CONFLICT', {}, 0, 0, {}}
 end
 
-local overlap = ARGV[7] ~= '' and ARGV[7] or s[11]
+local overlap = ARGV[@overlap] ~= '' and ARGV[@overlap] or s[11]
 local k = {leases = KEYS[7], run_prefix = KEYS[8], events_prefix = KEYS[9],
   idem_prefix = KEYS[10]}
-local q = {ready = KEYS[4], runs = KEYS[5], unclaimed = KEYS[6], wake = ARGV[10],
-  maxlen = ARGV[9]}
+local q = {ready = KEYS[4], runs = KEYS[5], unclaimed = KEYS[6], wake = ARGV[@wake_channel],
+  maxlen = ARGV[@maxlen]}
 local queued_ttl = tonumber(s[10]) or default_ttl
 local previous = s[13]
 local buffered = tonumber(s[14] or '') ~= nil and s[15] ~= nil
@@ -182,7 +182,7 @@ for _, fire in ipairs(fires) do
   elseif not prev or overlap == 'allow' then
     materialize(fire_ms, run_id)
   elseif overlap == 'cancel_previous' then
-    cancel_unended(k, previous, prev, now, 'schedule_overlap', retention, ARGV[9])
+    cancel_unended(k, previous, prev, now, 'schedule_overlap', retention, ARGV[@maxlen])
     cancelled[#cancelled + 1] = previous
     materialize(fire_ms, run_id)
   elseif overlap == 'buffer_one' and not buffered then

@@ -23,20 +23,20 @@
 --- @include args
 --- @include schedule
 
-check_argc(5)
-local id = ARGV[1]
+check_argc(@PutScheduleArgs)
+local id = ARGV[@schedule_id]
 if type(id) ~= 'string' or not string.match(id, '^[A-Za-z0-9_.%-]+$') or #id > 128 then
   bad_argument('schedule_id', id)
 end
-local mode = enum_arg(ARGV[2], 'mode', {'create', 'update'})
+local mode = enum_arg(ARGV[@mode], 'mode', {'create', 'update'})
 local expected
-if ARGV[3] ~= '' then
-  expected = int_arg(ARGV[3], 'expected_version', 0)
+if ARGV[@expected_version] ~= '' then
+  expected = int_arg(ARGV[@expected_version], 'expected_version', 0)
 end
-local fields = json_arg(ARGV[4], 'fields')
+local fields = json_arg(ARGV[@fields], 'fields')
 local next_fire
-if ARGV[5] ~= '' then
-  next_fire = int_arg(ARGV[5], 'next_fire_ms', 0)
+if ARGV[@next_fire_ms] ~= '' then
+  next_fire = int_arg(ARGV[@next_fire_ms], 'next_fire_ms', 0)
 end
 local ALLOWED = {queue = true, handler = true, input = true, max_attempts = true,
   on_lease_expired = true, metadata = true, budget = true, retention_ms = true,
@@ -44,12 +44,12 @@ local ALLOWED = {queue = true, handler = true, input = true, max_attempts = true
   overlap = true, missed = true, catchup_window_ms = true, paused = true, run = true,
   rate_limits = true}
 if type(fields) ~= 'table' then
-  bad_argument('fields', ARGV[4])
+  bad_argument('fields', ARGV[@fields])
 end
 local pairs_out = {}
 for name, value in pairs(fields) do
   if not ALLOWED[name] or (type(value) ~= 'string' and type(value) ~= 'number') then
-    bad_argument('fields (' .. tostring(name) .. ')', ARGV[4])
+    bad_argument('fields (' .. tostring(name) .. ')', ARGV[@fields])
   end
   pairs_out[#pairs_out + 1] = name
   pairs_out[#pairs_out + 1] = tostring(value)

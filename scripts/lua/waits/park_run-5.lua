@@ -47,29 +47,29 @@
 --- @include slots
 --- @include park
 
-check_argc(12)
-local owner, fence = ARGV[1], ARGV[2]
-local run_id = run_id_arg(ARGV[3], KEYS[1], KEYS[2])
-local kind = enum_arg(ARGV[4], 'kind', {'sleep', 'signal', 'human'})
-local ordinal = int_arg(ARGV[5], 'ordinal', 1)
-local name = wait_name_arg(ARGV[6])
+check_argc(@ParkArgs)
+local owner, fence = ARGV[@owner_id], ARGV[@fence]
+local run_id = run_id_arg(ARGV[@run_id], KEYS[1], KEYS[2])
+local kind = enum_arg(ARGV[@kind], 'kind', {'sleep', 'signal', 'human'})
+local ordinal = int_arg(ARGV[@ordinal], 'ordinal', 1)
+local name = wait_name_arg(ARGV[@name])
 local duration_ms, at_ms
-if ARGV[7] ~= '' then
-  duration_ms = int_arg(ARGV[7], 'duration_ms', 0)
+if ARGV[@duration_ms] ~= '' then
+  duration_ms = int_arg(ARGV[@duration_ms], 'duration_ms', 0)
 end
-if ARGV[8] ~= '' then
-  at_ms = int_arg(ARGV[8], 'at_ms', 0)
+if ARGV[@at_ms] ~= '' then
+  at_ms = int_arg(ARGV[@at_ms], 'at_ms', 0)
 end
 if (duration_ms and at_ms) or (kind == 'sleep' and not (duration_ms or at_ms))
     or (kind == 'human' and (duration_ms or at_ms)) then
-  bad_argument('duration_ms / at_ms for a ' .. kind, ARGV[7] .. '/' .. ARGV[8])
+  bad_argument('duration_ms / at_ms for a ' .. kind, ARGV[@duration_ms] .. '/' .. ARGV[@at_ms])
 end
 local question
 if kind == 'human' then
-  question = json_arg(ARGV[9], 'question')
+  question = json_arg(ARGV[@question], 'question')
 end
-local maxlen = int_arg(ARGV[10], 'maxlen', 0)
-local max_waits = int_arg(ARGV[12], 'max_waits', 1)
+local maxlen = int_arg(ARGV[@maxlen], 'maxlen', 0)
+local max_waits = int_arg(ARGV[@max_waits], 'max_waits', 1)
 local step = kind .. ':' .. name .. ':' .. ordinal
 
 local cur = redis.call('HMGET', KEYS[1], 'status', 'owner_id', 'fence')
@@ -163,5 +163,5 @@ local data = cjson.encode({kind = kind, subject = name, step = step, until_ms = 
 local waiting_for = cjson.encode({kind = kind, subject = name, step = step,
   until_ms = until_ms, since_ms = now})
 redis.call('HSET', KEYS[3], step, record_json)
-park_waiting(k, KEYS[1], KEYS[2], run_id, now, data, waiting_for, until_ms, ARGV[11], maxlen)
+park_waiting(k, KEYS[1], KEYS[2], run_id, now, data, waiting_for, until_ms, ARGV[@wake_channel], maxlen)
 return {'OK', until_ms and tostring(until_ms) or ''}

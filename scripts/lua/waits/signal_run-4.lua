@@ -36,18 +36,18 @@
 --- @include park
 --- @include finalize
 
-check_argc(8)
-local run_id = run_id_arg(ARGV[1], KEYS[1], KEYS[2])
-local name = wait_name_arg(ARGV[2])
-json_arg(ARGV[3], 'payload')
-local max_pending = int_arg(ARGV[4], 'max_pending', 0)
-local maxlen = int_arg(ARGV[5], 'maxlen', 0)
-local signal_id = ARGV[7]
+check_argc(@SignalArgs)
+local run_id = run_id_arg(ARGV[@run_id], KEYS[1], KEYS[2])
+local name = wait_name_arg(ARGV[@name])
+json_arg(ARGV[@payload], 'payload')
+local max_pending = int_arg(ARGV[@max_pending], 'max_pending', 0)
+local maxlen = int_arg(ARGV[@maxlen], 'maxlen', 0)
+local signal_id = ARGV[@signal_id]
 if #signal_id > 128 or (signal_id ~= '' and not string.match(signal_id, '^[A-Za-z0-9_.:%-]+$')) then
   bad_argument('signal_id', signal_id)
 end
-local max_waits = int_arg(ARGV[8], 'max_waits', 1)
-local fingerprint = name .. ' ' .. redis.sha1hex(ARGV[3])
+local max_waits = int_arg(ARGV[@max_waits], 'max_waits', 1)
+local fingerprint = name .. ' ' .. redis.sha1hex(ARGV[@payload])
 
 local cur = redis.call('HMGET', KEYS[1], 'status', 'waiting_for', 'fence')
 local status = cur[1]
@@ -78,7 +78,7 @@ local inbox = pending and cjson.decode(pending) or {}
 if waited then
   record = record or {kind = 'signal', name = name, step = wait.step}
   record.status = 'done'
-  record.payload = ARGV[3]
+  record.payload = ARGV[@payload]
   record.ended_ms = now
   local record_json = cjson.encode(record)
   local data = cjson.encode({name = name, delivered = true, step = wait.step})
@@ -86,7 +86,7 @@ if waited then
   if seen_field then
     redis.call('HSET', KEYS[3], seen_field, fingerprint .. ' delivered')
   end
-  requeue_waiting(KEYS[1], KEYS[4], run_id, wait, now, ARGV[6])
+  requeue_waiting(KEYS[1], KEYS[4], run_id, wait, now, ARGV[@wake_channel])
   emit(KEYS[1], KEYS[2], 'signal', cur[3], now, data, maxlen)
   return {'OK', 'delivered'}
 end
@@ -95,7 +95,7 @@ local count = tonumber(redis.call('HGET', KEYS[3], 'inbox_count')) or 0
 if count >= max_pending then
   return {'FULL', tostring(count)}
 end
-inbox[#inbox + 1] = ARGV[3]
+inbox[#inbox + 1] = ARGV[@payload]
 local inbox_json = cjson.encode(inbox)
 local data = cjson.encode({name = name, delivered = false, pending = count + 1})
 redis.call('HSET', KEYS[3], 'inbox:' .. name, inbox_json, 'inbox_count', count + 1)
