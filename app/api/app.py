@@ -8,8 +8,8 @@ writes runs to Redis and reads them back.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from fastapi import FastAPI
 from redis.exceptions import RedisError
@@ -53,7 +53,7 @@ from app.store.lua.scripts import Scripts
 from app.store.queues.activity import ActivityStore
 from app.store.queues.store import QueueStore
 from app.store.ratelimits.store import RateLimitStore
-from app.store.redis.connection import async_client
+from app.store.redis.connection import AsyncRedis, async_client
 from app.store.runs.store import RunStore
 
 BODY_OVERHEAD_BYTES = 16_384
@@ -70,81 +70,128 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
     """
     hosts = trusted_hosts(settings)  # ConfigurationError before anything is built
     handlers = registry or load_handler_modules(settings.handlers)
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        client = async_client(
-            settings.resolved_redis_url(),
-            max_connections=settings.redis_max_connections,
-            pool_timeout_s=settings.redis_pool_timeout_s,
-            # requests never block in Redis: a silent Redis is a 503, not a hung request
-            socket_timeout_s=settings.redis_request_timeout_s,
-        )
-        scripts = Scripts.for_settings(settings)
-        # if Redis is not up yet, /readyz says so and calls load scripts on demand
-        with contextlib.suppress(RedisError, OSError):
-            await scripts.load_all(client)
-        store = RunStore.for_settings(client, scripts, settings)
-        # the feeds' reads get their own pool: one blocking XREAD per hub (per queue in a
-        # cluster) and a few non-blocking reads, whatever the number of streams followed
-        stream_client = async_client(
-            settings.resolved_redis_url(),
-            max_connections=STREAM_POOL_CONNECTIONS,
-            pool_timeout_s=settings.redis_pool_timeout_s,
-        )
-        stream_store = RunStore.for_settings(stream_client, scripts, settings)
-        hub = EventHub(
-            stream_store, block_ms=settings.sse_block_ms, queue_max=settings.sse_queue_max
-        )
-        activity_hub = ActivityHub(
-            ActivityStore(stream_client, prefix=settings.prefix),
-            block_ms=settings.sse_block_ms,
-            queue_max=settings.sse_queue_max,
-            max_queues=settings.activity_max_followed_queues,
-        )
-        queues = QueueStore.for_settings(client, scripts, settings)
-        admission = MemoryAdmission(
-            client,
-            high_water=settings.memory_high_water,
-            interval_s=settings.memory_check_interval_s,
-            on_refused=CREATES_REFUSED.inc,
-        )
-        app.state.leasehold = ApiState(
-            settings,
-            client,
-            scripts,
-            store,
-            handlers,
-            hub,
-            activity=activity_hub,
-            queues=queues,
-            slots=StreamSlots(settings.sse_max_followers),
-            memory=admission,
-            rate_limits=RateLimitStore(
-                client, scripts=scripts, prefix=settings.prefix, max_keys=settings.max_rate_limits
-            ),
-        )
-        # bulk retries this process drives (POST /runs/retry); stopped before the client
-        app.state.leasehold_retries = RetryDrivers.for_settings(store, settings, admission)
-        try:
-            yield
-        finally:
-            await app.state.leasehold_retries.close()
-            await activity_hub.close()
-            await hub.close()
-            await stream_client.aclose()
-            await client.aclose()
-
     app = FastAPI(
         title="Leasehold",
         version=__version__,
-        lifespan=lifespan,
+        lifespan=_lifespan(settings, handlers),
         description="Durable runs on Redis with fenced leases.",
         # /docs is ours (app.api.routes.docs: no CDN, a key); ReDoc would load from a CDN
         docs_url=None,
         redoc_url=None,
     )
     install_problem_handlers(app)
+    _include_routes(app)
+    _add_middleware(app, settings, hosts)
+    install_openapi(app, auth_enabled=bool(settings.api_keys), open_paths=OPEN_PATHS)
+    return app
+
+
+def _lifespan(
+    settings: Settings, handlers: HandlerRegistry
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The process's life: its Redis clients, stores and feeds, built at start-up and
+    closed at shutdown in the reverse order (the retries first: they use the client)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        client = _request_client(settings)
+        scripts = Scripts.for_settings(settings)
+        # if Redis is not up yet, /readyz says so and calls load scripts on demand
+        with contextlib.suppress(RedisError, OSError):
+            await scripts.load_all(client)
+        store = RunStore.for_settings(client, scripts, settings)
+        stream_client = _stream_client(settings)
+        state = _api_state(
+            settings,
+            handlers,
+            client=client,
+            stream_client=stream_client,
+            scripts=scripts,
+            store=store,
+        )
+        app.state.leasehold = state
+        # bulk retries this process drives (POST /runs/retry); stopped before the client
+        app.state.leasehold_retries = RetryDrivers.for_settings(store, settings, state.memory)
+        try:
+            yield
+        finally:
+            await app.state.leasehold_retries.close()
+            await state.activity.close()
+            await state.hub.close()
+            await stream_client.aclose()
+            await client.aclose()
+
+    return lifespan
+
+
+def _request_client(settings: Settings) -> AsyncRedis:
+    """The requests' pool. Requests never block in Redis: a silent Redis is a 503, not a
+    hung request (every call is bounded by LEASEHOLD_REDIS_REQUEST_TIMEOUT_S)."""
+    return async_client(
+        settings.resolved_redis_url(),
+        max_connections=settings.redis_max_connections,
+        pool_timeout_s=settings.redis_pool_timeout_s,
+        socket_timeout_s=settings.redis_request_timeout_s,
+    )
+
+
+def _stream_client(settings: Settings) -> AsyncRedis:
+    """The feeds' own pool: one blocking XREAD per hub (per queue in a cluster) and a few
+    non-blocking reads, whatever the number of streams followed."""
+    return async_client(
+        settings.resolved_redis_url(),
+        max_connections=STREAM_POOL_CONNECTIONS,
+        pool_timeout_s=settings.redis_pool_timeout_s,
+    )
+
+
+def _api_state(
+    settings: Settings,
+    handlers: HandlerRegistry,
+    *,
+    client: AsyncRedis,
+    stream_client: AsyncRedis,
+    scripts: Scripts,
+    store: RunStore,
+) -> ApiState:
+    """What every route shares: the stores on ``client``, the feeds on ``stream_client``.
+
+    Builds, and connects to nothing: the clients' pools open on first use.
+    """
+    stream_store = RunStore.for_settings(stream_client, scripts, settings)
+    hub = EventHub(stream_store, block_ms=settings.sse_block_ms, queue_max=settings.sse_queue_max)
+    activity_hub = ActivityHub(
+        ActivityStore(stream_client, prefix=settings.prefix),
+        block_ms=settings.sse_block_ms,
+        queue_max=settings.sse_queue_max,
+        max_queues=settings.activity_max_followed_queues,
+    )
+    queues = QueueStore.for_settings(client, scripts, settings)
+    admission = MemoryAdmission(
+        client,
+        high_water=settings.memory_high_water,
+        interval_s=settings.memory_check_interval_s,
+        on_refused=CREATES_REFUSED.inc,
+    )
+    return ApiState(
+        settings,
+        client,
+        scripts,
+        store,
+        handlers,
+        hub,
+        activity=activity_hub,
+        queues=queues,
+        slots=StreamSlots(settings.sse_max_followers),
+        memory=admission,
+        rate_limits=RateLimitStore(
+            client, scripts=scripts, prefix=settings.prefix, max_keys=settings.max_rate_limits
+        ),
+    )
+
+
+def _include_routes(app: FastAPI) -> None:
+    """Mount every router, then the console and the docs pages; the order is the match order."""
     app.include_router(batch.router)  # before runs: /runs/batch is no run id
     app.include_router(retries.router)
     app.include_router(runs.router)
@@ -161,6 +208,10 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
     app.include_router(schedules.router)
     console.install(app)
     docs.install(app)
+
+
+def _add_middleware(app: FastAPI, settings: Settings, hosts: frozenset[str]) -> None:
+    """The middleware stack, innermost first: each one added later runs before the others."""
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_input_bytes + BODY_OVERHEAD_BYTES)
     # added later = outermost: a request without a key is refused before its body is read,
     # and CORS preflights (which never carry a key) are answered before authentication
@@ -171,5 +222,3 @@ def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> F
     install_cors(app, settings.cors_origins)
     # outermost: a Host nobody named (DNS rebinding) is refused before anything else runs
     app.add_middleware(TrustedHosts, hosts=hosts)
-    install_openapi(app, auth_enabled=bool(settings.api_keys), open_paths=OPEN_PATHS)
-    return app

@@ -274,11 +274,24 @@ def _install_flow_problems(app: FastAPI) -> None:
 
 
 def install_problem_handlers(app: FastAPI) -> None:
-    """Map every exception the API can raise to its problem response."""
+    """Map every exception the API can raise to its problem response.
+
+    Starlette picks a handler by the exception's class hierarchy (the most specific
+    class wins), not by registration order; the order here is kept stable anyway.
+    """
     _install_queue_problems(app)
     _install_retry_problems(app)
     _install_rate_limit_problems(app)
     _install_flow_problems(app)
+    _install_request_problems(app)
+    _install_run_problems(app)
+    _install_try_later_problems(app)
+    _install_unexpected_problem(app)
+
+
+def _install_request_problems(app: FastAPI) -> None:
+    """An error a route raised itself keeps its status, typed; a body or query that does
+    not match the schema is a 422 listing each mismatch."""
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> ProblemResponse:
@@ -299,6 +312,11 @@ def install_problem_handlers(app: FastAPI) -> None:
             kind="invalid-request",
             errors=_validation_errors(exc),
         )
+
+
+def _install_run_problems(app: FastAPI) -> None:
+    """A run asked for the wrong way: an unknown handler or bad input (422), no such run
+    (404), a state or idempotency key that forbids it (409), a cursor not ours (400)."""
 
     @app.exception_handler(UnknownHandler)
     async def unknown_handler(request: Request, exc: UnknownHandler) -> ProblemResponse:
@@ -337,6 +355,10 @@ def install_problem_handlers(app: FastAPI) -> None:
     async def bad_cursor(request: Request, exc: InvalidCursor) -> ProblemResponse:
         return problem(400, "Invalid cursor", str(exc), kind="invalid-cursor")
 
+
+def _install_try_later_problems(app: FastAPI) -> None:
+    """Refusals that waiting cures, each a 503 or 429 with Retry-After: a full stream cap
+    or signal inbox, any Redis error (typed), Redis memory past the high-water mark."""
     app.add_exception_handler(CapacityExceeded, at_capacity)
     app.add_exception_handler(SignalInboxFull, inbox_full)
     app.add_exception_handler(RedisConnectionError, store_unavailable)
@@ -350,6 +372,10 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(MemoryPressure, memory_pressure)
     # a TLS URL against a plaintext port: Redis is unreachable as configured
     app.add_exception_handler(TlsHandshakeFailed, store_unavailable)
+
+
+def _install_unexpected_problem(app: FastAPI) -> None:
+    """Anything else is a 500 with a generic message; the traceback goes to the log only."""
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> ProblemResponse:

@@ -12,35 +12,32 @@ Wiring, per process:
 **Drain** (SIGTERM or SIGINT, or ``POST /workers/{id}/drain``, seen by the
 heartbeat's advertisement): stop claiming, let running runs finish for
 ``drain_timeout_s``, then interrupt the rest and release them to the queue
-(fence+1, event ``released``) so another worker takes them at once. A second
-signal cuts the drain short.
+(fence+1, event ``released``) so another worker takes them at once
+(:mod:`app.executor.drain`). A second signal cuts the drain short.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import secrets
-import signal
 import socket
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
 from app.errors import UnknownHandler
-from app.executor.context import HelperDeps
 from app.executor.courier import Courier
+from app.executor.drain import drain, install_signal_handlers
 from app.executor.early_cancels import EarlyCancels
 from app.executor.execution import ExecutionDeps, RetryPolicy, RunExecution
 from app.executor.heartbeat import Heartbeat, HeartbeatCallbacks
-from app.executor.helper_stores import HelperStores
+from app.executor.helper_deps import helper_deps
 from app.executor.inbox import HandoffInbox
 from app.executor.listener import ChannelListener
 from app.executor.reasons import StopReason
@@ -61,19 +58,18 @@ from app.store.lua.transition import LeaseAnswer
 from app.store.queues.store import QueueStore
 from app.store.redis.connection import AsyncRedis, SyncRedis, async_client, sync_client
 from app.store.redis.refusals import describe, is_transient
-from app.supervision.config import Supervision
 
 if TYPE_CHECKING:
     # the reconciler and its schedule pass (schedules, cron) and the run store are imported
     # once the first claim is answered (Worker._rest_of_start); the children's modules
-    # (family, child store, outbox) on a run's first spawn (Worker._family_deps)
-    from app.executor.children import FamilyDeps
+    # (family, child store, outbox) on a run's first spawn (helper_deps.family_deps); the
+    # metrics server's only when it is on
+    from app.metrics_server import MetricsServer
     from app.reconciler import Reconciler
     from app.store.runs.store import RunStore
 
 log = logging.getLogger(__name__)
 
-SETTLE_AFTER_DRAIN_S = 10.0
 # the couriers' first claim waits this long at most for the cancel channel's subscription
 SUBSCRIBE_WAIT_S = 5.0
 # a hand-off registration's life: how long a paused or dead worker may still be handed a run
@@ -89,6 +85,21 @@ def new_worker_id() -> str:
     """An owner id that names its host and pid, plus randomness for restarts."""
     host = socket.gethostname().split(".")[0][:32] or "host"
     return f"w-{host}-{os.getpid()}-{secrets.token_hex(2)}"
+
+
+@dataclass
+class _Machinery:
+    """What a serving worker runs besides its runs; :meth:`Worker._tear_down` stops it."""
+
+    client: AsyncRedis
+    # the heartbeat's own blocking connection, and the thread that renews on it
+    heartbeat_client: SyncRedis
+    heartbeat: Heartbeat
+    # the handlers' threads (a sync handler runs in one)
+    pool: ThreadPoolExecutor
+    # the listener, the hand-off inboxes and the reconciler: cancelled first at the end
+    background: list[asyncio.Task[None]]
+    metrics_server: MetricsServer | None = None
 
 
 class Worker:
@@ -136,19 +147,36 @@ class Worker:
         # subscribed while the scripts load (the two take about as long): no run is
         # claimed before, so none can miss its cancel push
         listening = asyncio.create_task(listener.run_forever(), name="listener")
-        try:
-            await _connect(client, scripts, QueueStore.for_settings(client, scripts, settings))
-        except BaseException:
-            listening.cancel()
-            await asyncio.gather(listening, return_exceptions=True)
-            raise
+        await _connect_listening(
+            client, scripts, QueueStore.for_settings(client, scripts, settings), listening=listening
+        )
         stores = StoreContext.for_settings(client, scripts, settings)
         lease_store = LeaseStore(stores)
+        machinery = self._machinery(
+            url, client, lease_store=lease_store, stores=stores, listening=listening
+        )
+        try:
+            await self._serve(machinery, listener, lease_store, stores)
+        finally:
+            await self._tear_down(machinery)
+
+    def _machinery(
+        self,
+        url: str,
+        client: AsyncRedis,
+        *,
+        lease_store: LeaseStore,
+        stores: StoreContext,
+        listening: asyncio.Task[None],
+    ) -> _Machinery:
+        """The heartbeat (on a connection of its own), the handlers' thread pool and what
+        every run's execution shares: built, nothing started yet."""
+        settings = self.settings
         heartbeat_client = self._heartbeat_client(url)
         heartbeat = self._heartbeat(
             LeaseRenewer(
                 heartbeat_client,
-                scripts=scripts,
+                scripts=stores.scripts,
                 prefix=settings.prefix,
                 lease_ttl_ms=settings.lease_ttl_ms,
             )
@@ -157,51 +185,69 @@ class Worker:
             max_workers=settings.concurrency, thread_name_prefix="leasehold-handler"
         )
         self._deps = self._execution_deps(lease_store, stores, pool)
-        background = [listening]
-        metrics_server = None
-        try:
-            if settings.worker_metrics_port:
-                # imported only when on: its HTTP server modules are start-up time otherwise
-                from app.metrics_server import start_metrics_server
+        return _Machinery(client, heartbeat_client, heartbeat, pool, background=[listening])
 
-                # a daemon thread; it serves the same registry the heartbeat updates
-                metrics_server = start_metrics_server(settings)
-            heartbeat.start()
-            self._install_signal_handlers()
-            await _subscribed(listener)
-            self._start_couriers(lease_store)
-            if settings.handoff:
-                background += [
-                    asyncio.create_task(self._inbox(client, lease_store, queue).run_forever())
-                    for queue in settings.queues
-                ]
-            background.append(
-                asyncio.create_task(self._rest_of_start(lease_store, stores), name="reconciler")
-            )
-            log.info(
-                "worker %s serving queues %s with concurrency %d",
-                self.id,
-                ",".join(settings.queues),
-                settings.concurrency,
-            )
-            await self._stop.wait()
-            await self._drain()
-        finally:
-            for task in background:
-                task.cancel()
-            await asyncio.gather(*background, return_exceptions=True)
-            for courier in self._couriers.values():
-                await courier.close()
-            heartbeat.stop()
-            if metrics_server is not None:
-                metrics_server.shutdown()
-                metrics_server.server_close()
-            heartbeat.join(timeout=settings.renew_interval_s + 5)
-            await self._withdraw(client)
-            pool.shutdown(wait=False, cancel_futures=True)
-            heartbeat_client.close()
-            await client.aclose()
-            log.info("worker %s stopped", self.id)
+    async def _serve(
+        self,
+        machinery: _Machinery,
+        listener: ChannelListener,
+        lease_store: LeaseStore,
+        stores: StoreContext,
+    ) -> None:
+        """Start the heartbeat, the couriers (once subscribed), the hand-off inboxes and
+        the reconciler; serve until a stop is requested, then drain.
+
+        What it starts it records in ``machinery``, so a failure part-way is torn down.
+        """
+        settings = self.settings
+        if settings.worker_metrics_port:
+            # imported only when on: its HTTP server modules are start-up time otherwise
+            from app.metrics_server import start_metrics_server
+
+            # a daemon thread; it serves the same registry the heartbeat updates
+            machinery.metrics_server = start_metrics_server(settings)
+        machinery.heartbeat.start()
+        install_signal_handlers(self.request_stop)
+        await _subscribed(listener)
+        self._start_couriers(lease_store)
+        if settings.handoff:
+            machinery.background += [
+                asyncio.create_task(self._inbox(machinery.client, lease_store, queue).run_forever())
+                for queue in settings.queues
+            ]
+        machinery.background.append(
+            asyncio.create_task(self._rest_of_start(lease_store, stores), name="reconciler")
+        )
+        log.info(
+            "worker %s serving queues %s with concurrency %d",
+            self.id,
+            ",".join(settings.queues),
+            settings.concurrency,
+        )
+        await self._stop.wait()
+        await drain(self._executions, self._couriers.values(), timeout_s=settings.drain_timeout_s)
+
+    async def _tear_down(self, machinery: _Machinery) -> None:
+        """Stop what :meth:`_serve` started, withdraw the advertisement, close the connections.
+
+        Also runs when the start failed part-way: ``machinery`` holds only the background
+        tasks that were created, and a metrics server only once it serves.
+        """
+        for task in machinery.background:
+            task.cancel()
+        await asyncio.gather(*machinery.background, return_exceptions=True)
+        for courier in self._couriers.values():
+            await courier.close()
+        machinery.heartbeat.stop()
+        if machinery.metrics_server is not None:
+            machinery.metrics_server.shutdown()
+            machinery.metrics_server.server_close()
+        machinery.heartbeat.join(timeout=self.settings.renew_interval_s + 5)
+        await self._withdraw(machinery.client)
+        machinery.pool.shutdown(wait=False, cancel_futures=True)
+        machinery.heartbeat_client.close()
+        await machinery.client.aclose()
+        log.info("worker %s stopped", self.id)
 
     async def _rest_of_start(self, lease_store: LeaseStore, stores: StoreContext) -> None:
         """Once the first claim's answer is used: freeze what start-up made, then serve the
@@ -237,24 +283,13 @@ class Worker:
     def _execution_deps(
         self, lease_store: LeaseStore, stores: StoreContext, pool: ThreadPoolExecutor
     ) -> ExecutionDeps:
-        """What every run's execution shares: the stores, the couriers, the pool, the limits."""
+        """What every run's execution shares: its helpers' stores and bounds
+        (:mod:`app.executor.helper_deps`), the couriers, the pool, the limits."""
         settings = self.settings
-        helpers = HelperDeps(
-            lease_store=lease_store,
-            stores=HelperStores(
-                stores,
-                max_waits=settings.max_waits_per_run,
-                max_rate_limits=settings.max_rate_limits,
-            ),
-            rate_limit_max_wait_ms=round(settings.rate_limit_max_wait_s * 1000),
-            supervision=Supervision.from_settings(settings),
-            max_event_bytes=settings.max_event_bytes,
-            max_checkpoint_bytes=settings.max_checkpoint_bytes,
-            max_wait_s=settings.max_wait_s,
-            family=self._family_deps(stores),
-        )
         return ExecutionDeps(
-            helpers=helpers,
+            helpers=helper_deps(
+                settings, lease_store=lease_store, stores=stores, registry=self.registry
+            ),
             courier_for=self._couriers.__getitem__,
             thread_pool=pool,
             retry=RetryPolicy(settings.retry_backoff_s, settings.retry_backoff_max_s),
@@ -262,42 +297,6 @@ class Worker:
             on_settled=self._settled,
             run_gate=self._slots.run_gate,
         )
-
-    def _family_deps(self, stores: StoreContext) -> Callable[[], FamilyDeps]:
-        """What ``ctx.spawn`` shares (the child store, queues, registry, bounds, defaults),
-        built by the worker's first spawn and shared from then on.
-
-        Its modules (the family, the child and run stores, the outbox) are ~4 % of a
-        worker's start that a plain run never uses (issue 19 aim 2); the builder is
-        called from the event loop only (``RunHelpers``), so it is built once.
-        """
-        settings = self.settings
-
-        @functools.cache
-        def build() -> FamilyDeps:
-            from app.executor.children import FamilyDeps
-            from app.store.admission import MemoryAdmission
-            from app.store.family.children import ChildStore, SpawnLimits
-            from app.store.outbox.store import Outbox
-
-            return FamilyDeps(
-                store=ChildStore(stores, max_waits=settings.max_waits_per_run),
-                queues=QueueStore.for_settings(stores.client, stores.scripts, settings),
-                registry=self.registry,
-                limits=SpawnLimits(settings.max_children_per_run, settings.max_run_depth),
-                max_input_bytes=settings.max_input_bytes,
-                default_max_attempts=settings.default_max_attempts,
-                default_on_lease_expired=settings.default_on_lease_expired,
-                outbox=Outbox(stores),
-                max_wait_s=settings.max_wait_s,
-                admission=MemoryAdmission(
-                    stores.client,
-                    high_water=settings.memory_high_water,
-                    interval_s=settings.memory_check_interval_s,
-                ),
-            )
-
-        return build
 
     def _listener(self, client: AsyncRedis) -> ChannelListener:
         """The wake/cancel listener; a wake before the couriers exist wakes nobody (they
@@ -419,15 +418,6 @@ class Worker:
             outbox_sweep_s=self.settings.outbox_sweep_s,
         )
 
-    def _install_signal_handlers(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            # Windows event loops have no add_signal_handler (NotImplementedError), and a
-            # loop outside the main thread cannot take one (RuntimeError): there the
-            # default handlers stay, and a stop skips the drain
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, self.request_stop)
-
     def _start_couriers(self, lease_store: LeaseStore) -> None:
         for queue in self.settings.queues:
             courier = Courier(
@@ -531,38 +521,6 @@ class Worker:
         self._loop_lag_ms = loop_lag_ms
         LOOP_LAG.set(loop_lag_ms / 1000)
 
-    async def _drain(self) -> None:
-        log.info(
-            "draining: %d runs in flight, up to %.1fs",
-            len(self._executions),
-            self.settings.drain_timeout_s,
-        )
-        for courier in self._couriers.values():
-            courier.stop_claiming()
-        for execution in list(self._executions.values()):
-            if not execution.started:  # prefetched: back to the queue now, not after the drain
-                execution.stop(StopReason.DRAIN)
-        in_flight = set(self._executions)
-        await self._wait_for_executions(self.settings.drain_timeout_s)
-        finished = sorted(in_flight - set(self._executions))
-        for run_id in finished:
-            log.info("drain: run %s finished", run_id)
-        left = list(self._executions.values())
-        for execution in left:
-            execution.stop(StopReason.DRAIN)  # each says "run released" once its release is written
-        await self._wait_for_executions(SETTLE_AFTER_DRAIN_S)
-        for courier in self._couriers.values():
-            await courier.withdraw()
-        log.info("drained: %d finished, %d released", len(finished), len(left))
-
-    async def _wait_for_executions(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while self._executions and time.monotonic() < deadline:
-            tasks = [e.task for e in self._executions.values() if e.task is not None]
-            if not tasks:
-                return
-            await asyncio.wait(tasks, timeout=max(0.0, deadline - time.monotonic()))
-
     async def _withdraw(self, client: AsyncRedis) -> None:
         try:
             pipe = client.pipeline(transaction=False)
@@ -586,6 +544,19 @@ async def _subscribed(listener: ChannelListener) -> None:
             "claiming without a subscription after %.0fs: cancels reach runs at their renewal",
             SUBSCRIBE_WAIT_S,
         )
+
+
+async def _connect_listening(
+    client: AsyncRedis, scripts: Scripts, queues: QueueStore, *, listening: asyncio.Task[None]
+) -> None:
+    """:func:`_connect`, and if the start fails there, the listener (already subscribing,
+    ``listening``) is cancelled before the error goes on: no task outlives the start."""
+    try:
+        await _connect(client, scripts, queues)
+    except BaseException:
+        listening.cancel()
+        await asyncio.gather(listening, return_exceptions=True)
+        raise
 
 
 async def _connect(client: AsyncRedis, scripts: Scripts, queues: QueueStore) -> None:

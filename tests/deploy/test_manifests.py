@@ -25,7 +25,7 @@ import yaml
 from app import cli
 from app.api.app import create_app
 from app.errors import ConfigurationError
-from app.executor.worker import SETTLE_AFTER_DRAIN_S
+from app.executor.drain import SETTLE_AFTER_DRAIN_S
 from app.settings import ENV_PREFIX, Settings, load_settings
 from tests.deploy.files import (
     COMPOSE,
