@@ -8,14 +8,33 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from typing import Any
+from typing import Any, Protocol
 
 import app.store
 from app.store.lua.splicing import ArgumentRecords
-from app.store.lua.transition import BINDINGS, Transition
 
 
-def every_transition() -> dict[str, Transition[Any, Any]]:
+class Binding(Protocol):
+    """What the registry knows of a binding (a :class:`~app.store.lua.transition.Transition`)."""
+
+    @property
+    def name(self) -> str: ...  # the script's name
+
+    @property
+    def argv(self) -> type[tuple[Any, ...]]: ...  # the ARGV record
+
+    @property
+    def group(self) -> type[tuple[Any, ...]] | None: ...  # the record of each group
+
+    @property
+    def subgroup(self) -> type[tuple[Any, ...]] | None: ...  # a segment's records
+
+
+# every binding made so far, by script name: each Transition records itself here
+BINDINGS: dict[str, Binding] = {}
+
+
+def every_transition() -> dict[str, Binding]:
     """Every binding by script name, each room's ``bindings`` module imported first."""
     for module in pkgutil.walk_packages(app.store.__path__, "app.store."):
         if module.name.endswith(".bindings"):
@@ -28,7 +47,7 @@ def argument_records() -> dict[str, ArgumentRecords]:
     return {name: _records_of(binding) for name, binding in every_transition().items()}
 
 
-def _records_of(binding: Transition[Any, Any]) -> ArgumentRecords:
+def _records_of(binding: Binding) -> ArgumentRecords:
     records = [record for record in (binding.argv, binding.group, binding.subgroup) if record]
     return ArgumentRecords(
         fixed=_fields(binding.argv),

@@ -34,6 +34,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 from app.errors import InvalidTransition, LeaseLost, RunNotFound
 from app.store.keys import QueueKeys
+from app.store.lua.registry import BINDINGS
 from app.store.lua.scripts import ScriptArg, ScriptCall, ScriptCode, Scripts
 from app.store.redis.connection import AsyncRedis
 
@@ -61,10 +62,6 @@ class LeaseAnswer(StrEnum):
     LOST = "LOST"
 
 
-# every binding made so far, by script name (app.store.lua.registry imports every room's)
-BINDINGS: dict[str, Transition[Any, Any]] = {}
-
-
 @dataclass(frozen=True)
 class Transition(Generic[A, R]):
     """One Lua script as Python calls it: name, KEYS, ARGV record, reply, durability."""
@@ -81,7 +78,7 @@ class Transition(Generic[A, R]):
     subgroup: type[tuple[Any, ...]] | None = None
 
     def __post_init__(self) -> None:
-        BINDINGS[self.name] = self
+        BINDINGS[self.name] = self  # app.store.lua.registry: every room's binding
 
     def call(self, keys: QueueKeys, args: A, run_id: str = "") -> ScriptCall:
         """The script call for ``args`` on ``keys``' queue (``run_id``: the run it is about)."""
