@@ -130,7 +130,13 @@ class BatchJudge:
         # by position (the row is in NewRun's field order): ~5,000 fewer instructions a run
         # than keywords (bench/batch_cost.py)
         return _new_run_by_position(
-            row[0], input_value, *row[2:5], idempotency_key, metadata, *row[7:-1], encoded_input
+            row[0],
+            input_value,
+            *row[2:_KEY_AT],
+            idempotency_key,
+            metadata,
+            *row[_KEY_AT + 2 : -1],
+            encoded_input,
         )
 
 
@@ -142,9 +148,14 @@ _PER_RUN_AT = {
     for at, name in enumerate(f.name for f in _NEW_RUN_FIELDS)
     if name in ("input", "idempotency_key", "metadata", "encoded_input")
 }
-assert _PER_RUN_AT == {"input": 1, "idempotency_key": 5, "metadata": 6, "encoded_input": 23}, (
-    "NewRun's fields moved: BatchJudge._new_run fills them by position"
-)
+# BatchJudge._new_run fills them by position: input second, the key and the metadata
+# side by side, the encoded input last; the other fields may be anywhere and come and go
+_KEY_AT = _PER_RUN_AT["idempotency_key"]
+assert (_PER_RUN_AT["input"], _PER_RUN_AT["metadata"], _PER_RUN_AT["encoded_input"]) == (
+    1,
+    _KEY_AT + 1,
+    len(_NEW_RUN_FIELDS) - 1,
+), "NewRun's own fields moved: BatchJudge._new_run fills them by position"
 
 
 # mypy cannot count starred arguments against NewRun's fields; _PER_RUN_AT holds the order
