@@ -250,3 +250,20 @@ async def test_a_cancel_of_a_bulk_retry_works_when_redis_is_full(
             assert cancelled.json()["retried"] == 0
     finally:
         await drivers.runs.client.aclose()
+
+
+async def test_purge_and_undeclare_work_when_redis_is_full(
+    small_redis: SmallRedis, prefix: str, tmp_path: Path
+) -> None:
+    small_redis.allow(HEADROOM_BYTES)
+    async with start_api(memory_settings(small_redis, prefix, tmp_path)) as api:
+        declared = await api.put("/queues/spare")
+        assert declared.status_code in (200, 201), declared.text
+        ended = await cancelled_runs(api, 3)
+        small_redis.set_max(small_redis.used_bytes() - 100_000)  # Redis refuses writes
+        purged = await api.post("/runs/purge", json={"status": "cancelled"})
+        assert purged.status_code == 200, purged.text
+        assert sorted(purged.json()["ids"]) == sorted(ended)
+        undeclared = await api.delete("/queues/spare")
+        assert undeclared.status_code == 204, undeclared.text
+        assert small_redis.oom_refusals() == 0, "no stop control was refused"
