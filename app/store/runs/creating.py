@@ -11,8 +11,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from app.errors import IdempotencyConflict, InvalidTransition, RunNotFound, SingletonConflict
-from app.models import Run, RunStatus
+from app.errors import IdempotencyConflict, RunNotFound
+from app.models import Run
 from app.store.codec import (
     dumps,
     new_run_id,
@@ -22,7 +22,7 @@ from app.store.codec import (
 from app.store.keys import queue_of_run
 from app.store.lua.scripts import ScriptCode
 from app.store.ratelimits.store import start_gates_arg
-from app.store.runs.answers import Created, queued_fields
+from app.store.runs.answers import Created, queued_fields, raise_refused
 from app.store.runs.bindings import (
     CREATE_RUN,
     CREATE_RUNS,
@@ -51,24 +51,7 @@ Frames = dict[tuple[Any, ...], tuple[CreateShape, tuple[str, str]]]
 # chunk closes: a call holds Redis alone (~30-60 us per run), and one past maxmemory is
 # refused whole, so these bound both the pause and what a call can write past the mark
 CREATE_CHUNK_RUNS = 100
-
-
 CREATE_CHUNK_BYTES = 1 << 20
-
-
-def raise_refused(new: NewRun, reply: CreateReply) -> None:
-    """Raise what a create reply's refusal means; nothing for a run it created.
-
-    :class:`IdempotencyConflict`, :class:`SingletonConflict`, or
-    :class:`InvalidTransition` for a child its parent's end cancelled first.
-    """
-    if reply.code == ScriptCode.CONFLICT:
-        raise IdempotencyConflict(new.idempotency_key or "", reply.run_id)
-    if reply.code == ScriptCode.SINGLETON:
-        raise SingletonConflict(new.singleton_key or "", reply.run_id)
-    if reply.code == ScriptCode.CANCEL:
-        # a child whose parent ended (and cancelled it) before this create came
-        raise InvalidTransition(reply.run_id, RunStatus.CANCELLED.value, "create")
 
 
 def _settle_chunk(
