@@ -44,6 +44,7 @@
 --- @include args
 --- @include keys
 --- @include events
+--- @include fence
 --- @include slots
 --- @include park
 
@@ -65,9 +66,38 @@ for i = @groups, #ARGV, @ChildIdGroup do
 end
 local step = 'join:' .. ordinal
 
+-- The outcomes delivered so far ('' for a child not ended), the children still pending,
+-- and whether the join's condition holds with them. Read in slices (unpack has a stack
+-- limit); an outcome is '{"status":"<status>",...' (child_ended).
+local function delivered()
+  local outcomes = {}
+  for first = 1, #fields, 1000 do
+    local got = redis.call('HMGET', KEYS[6], unpack(fields, first, math.min(first + 999, #fields)))
+    for i = 1, #got do
+      outcomes[first + i - 1] = got[i]
+    end
+  end
+  local pending, ok, bad = {}, 0, 0
+  local OK_PREFIX = '{"status":"succeeded"'
+  for i = 1, #ids do
+    local out = outcomes[i]
+    if out then
+      if string.sub(out, 1, #OK_PREFIX) == OK_PREFIX then
+        ok = ok + 1
+      else
+        bad = bad + 1
+      end
+    else
+      outcomes[i] = ''
+      pending[#pending + 1] = ids[i]
+    end
+  end
+  local done = #pending == 0 or (mode == 'all' and bad > 0) or (mode == 'any' and ok > 0)
+  return outcomes, pending, done
+end
+
 local cur = redis.call('HMGET', KEYS[1], 'status', 'owner_id', 'fence')
-if not ((cur[1] == 'running' or cur[1] == 'cancelling') and cur[2] == owner
-    and cur[3] == fence) then
+if not holding(cur, owner, fence) then
   return {'LOST', ''}
 end
 for _, id in ipairs(ids) do
@@ -81,31 +111,7 @@ if record and record.status == 'timed_out' then
   return {'TIMEOUT', tostring(record.until_ms)}
 end
 
--- the outcomes delivered so far (in slices: unpack has a stack limit), and whether the
--- join's condition holds with them; an outcome is '{"status":"<status>",...' (child_ended)
-local outcomes = {}
-for first = 1, #fields, 1000 do
-  local got = redis.call('HMGET', KEYS[6], unpack(fields, first, math.min(first + 999, #fields)))
-  for i = 1, #got do
-    outcomes[first + i - 1] = got[i]
-  end
-end
-local pending, ok, bad = {}, 0, 0
-local OK_PREFIX = '{"status":"succeeded"'
-for i = 1, #ids do
-  local out = outcomes[i]
-  if out then
-    if string.sub(out, 1, #OK_PREFIX) == OK_PREFIX then
-      ok = ok + 1
-    else
-      bad = bad + 1
-    end
-  else
-    outcomes[i] = ''
-    pending[#pending + 1] = ids[i]
-  end
-end
-local done = #pending == 0 or (mode == 'all' and bad > 0) or (mode == 'any' and ok > 0)
+local outcomes, pending, done = delivered()
 if record and record.status == 'done' then
   done = true  -- a replay answers what the first time found, with what has come since
 end
@@ -127,40 +133,46 @@ for i = 1, #ids do
   reply[#reply + 1] = outcomes[i]
 end
 
-if done then
-  record.status = 'done'
-  record.ended_ms = record.ended_ms or now
+-- The join is over (its condition held, or its deadline passed): its record says how,
+-- and the children a parked join waited for are no longer waited for.
+local function end_join(record, status, ended_ms)
+  record.status = status
+  record.ended_ms = ended_ms
   local encoded = cjson.encode(record)
   redis.call('HSET', KEYS[3], step, encoded)
   redis.call('DEL', KEYS[8])
+end
+
+-- Park the parent until child_ended finds the condition holds, or its deadline comes.
+local function park_join(record, until_ms, pending, now)
+  record.status = 'waiting'
+  local record_json = cjson.encode(record)
+  local data = cjson.encode({kind = 'join', subject = mode, step = step, until_ms = until_ms,
+    children = #ids, pending = #pending})
+  local waiting_for = cjson.encode({kind = 'join', subject = mode, step = step,
+    until_ms = until_ms, since_ms = now, children = #ids, pending = #pending})
+  redis.call('HSET', KEYS[3], step, record_json)
+  redis.call('DEL', KEYS[8])
+  for first = 1, #pending, 1000 do
+    redis.call('SADD', KEYS[8], unpack(pending, first, math.min(first + 999, #pending)))
+  end
+  -- a joining parent holds no lease, no slot and no singleton (park_waiting)
+  local k = {leases = KEYS[4], run_prefix = string.sub(KEYS[1], 1, #KEYS[1] - #run_id),
+    delayed = KEYS[5]}
+  park_waiting(k, KEYS[1], KEYS[2], run_id, now, data, waiting_for, until_ms, ARGV[@wake_channel], maxlen)
+  redis.call('ZADD', KEYS[9], now, run_id)
+end
+
+if done then
+  end_join(record, 'done', record.ended_ms or now)
   return reply
 end
 if until_ms and until_ms <= now then
-  record.status = 'timed_out'
-  record.ended_ms = now
-  local encoded = cjson.encode(record)
-  redis.call('HSET', KEYS[3], step, encoded)
-  redis.call('DEL', KEYS[8])
+  end_join(record, 'timed_out', now)
   return {'TIMEOUT', tostring(until_ms)}
 end
 if cur[1] == 'cancelling' then
   return {'CANCEL', ''}
 end
-
-record.status = 'waiting'
-local record_json = cjson.encode(record)
-local data = cjson.encode({kind = 'join', subject = mode, step = step, until_ms = until_ms,
-  children = #ids, pending = #pending})
-local waiting_for = cjson.encode({kind = 'join', subject = mode, step = step,
-  until_ms = until_ms, since_ms = now, children = #ids, pending = #pending})
-redis.call('HSET', KEYS[3], step, record_json)
-redis.call('DEL', KEYS[8])
-for first = 1, #pending, 1000 do
-  redis.call('SADD', KEYS[8], unpack(pending, first, math.min(first + 999, #pending)))
-end
--- a joining parent holds no lease, no slot and no singleton (park_waiting)
-local k = {leases = KEYS[4], run_prefix = string.sub(KEYS[1], 1, #KEYS[1] - #run_id),
-  delayed = KEYS[5]}
-park_waiting(k, KEYS[1], KEYS[2], run_id, now, data, waiting_for, until_ms, ARGV[@wake_channel], maxlen)
-redis.call('ZADD', KEYS[9], now, run_id)
+park_join(record, until_ms, pending, now)
 return {'OK', until_ms and tostring(until_ms) or ''}

@@ -84,10 +84,47 @@ local function undelivered(owner, id, fence)
   return nil
 end
 
--- read and decide for every expired lease first: the plans hold what gets written
-local plans = {}
-local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now, 'LIMIT', 0, limit)
-for _, id in ipairs(expired) do
+-- What to do with a lease the scan found expired and why, decided before any write: a
+-- hand-off no worker read is given back, a cancel ends it, an unknown effect parks it
+-- for a person, else the run's on_lease_expired policy (retry while attempts remain).
+local function plan_expired(plan, cur, status, expires)
+  local id, run_key = plan.id, plan.run_key
+  local evidence = {owner_id = cur[2], fence = tonumber(cur[3]),
+    last_renewed_at_ms = renewed_at(cur[5], cur[9]), lease_expires_at_ms = expires,
+    detected_at_ms = now}
+  local inbox, row = undelivered(cur[2], id, cur[3])
+  local unknown = inbox and {} or unknown_effects(run_key, KEYS[6] .. id)
+  if inbox then
+    plan.action = status == 'cancelling' and 'cancelled' or 'released'
+    plan.inbox, plan.row = inbox, row
+    plan.release = release_plan(status, cur[2], 'handoff_undelivered', 0, now)
+  elseif status == 'cancelling' then
+    plan.action = 'cancelled'
+    if #unknown > 0 then
+      evidence.unknown_effects = unknown
+    end
+    plan.data = cjson.encode({reason = 'owner_lost', evidence = evidence})
+  elseif #unknown > 0 then
+    plan.action = 'reconciliation_required'
+    evidence.detected_by = 'reconciler'
+    plan.fields, plan.data = reconciliation_fields(unknown, evidence)
+  elseif cur[6] == 'retry' and (tonumber(cur[7]) or 1) < (tonumber(cur[8]) or 1) then
+    plan.action = 'requeued'
+    plan.data = cjson.encode(evidence)
+    plan.attempt = tonumber(cur[7]) + 1
+    plan.requeued = cjson.encode({reason = 'lease_expired', attempt = plan.attempt})
+  else
+    plan.action = 'orphaned'
+    local err = {code = 'lease_expired', message = 'executor lease expired',
+      retryable = false, details = evidence}
+    plan.fields = {'error', cjson.encode(err)}
+    plan.data = cjson.encode({error = err})
+  end
+end
+
+-- The plan for one lease the index says expired: the record is read again, as the
+-- index may be stale (the run ended: drop; renewed since: reindex).
+local function plan_for(id)
   local run_key = KEYS[3] .. id
   local cur = redis.call('HMGET', run_key, 'status', 'owner_id', 'fence',
     'lease_expires_at', 'last_renewed_at', 'on_lease_expired', 'attempt', 'max_attempts',
@@ -100,73 +137,56 @@ for _, id in ipairs(expired) do
     plan.action = 'reindex'
     plan.expires = expires
   else
-    local evidence = {owner_id = cur[2], fence = tonumber(cur[3]),
-      last_renewed_at_ms = renewed_at(cur[5], cur[9]), lease_expires_at_ms = expires,
-      detected_at_ms = now}
-    local inbox, row = undelivered(cur[2], id, cur[3])
-    local unknown = inbox and {} or unknown_effects(run_key, KEYS[6] .. id)
-    if inbox then
-      plan.action = status == 'cancelling' and 'cancelled' or 'released'
-      plan.inbox, plan.row = inbox, row
-      plan.release = release_plan(status, cur[2], 'handoff_undelivered', 0, now)
-    elseif status == 'cancelling' then
-      plan.action = 'cancelled'
-      if #unknown > 0 then
-        evidence.unknown_effects = unknown
-      end
-      plan.data = cjson.encode({reason = 'owner_lost', evidence = evidence})
-    elseif #unknown > 0 then
-      plan.action = 'reconciliation_required'
-      evidence.detected_by = 'reconciler'
-      plan.fields, plan.data = reconciliation_fields(unknown, evidence)
-    elseif cur[6] == 'retry' and (tonumber(cur[7]) or 1) < (tonumber(cur[8]) or 1) then
-      plan.action = 'requeued'
-      plan.data = cjson.encode(evidence)
-      plan.attempt = tonumber(cur[7]) + 1
-      plan.requeued = cjson.encode({reason = 'lease_expired', attempt = plan.attempt})
-    else
-      plan.action = 'orphaned'
-      local err = {code = 'lease_expired', message = 'executor lease expired',
-        retryable = false, details = evidence}
-      plan.fields = {'error', cjson.encode(err)}
-      plan.data = cjson.encode({error = err})
-    end
+    plan_expired(plan, cur, status, expires)
   end
-  plans[#plans + 1] = plan
+  return plan
+end
+
+-- Carry out an expired lease's plan: the fence moves in every branch, so the old owner's
+-- later writes are rejected. Returns the new fence.
+local function act_on(plan)
+  local id, run_key = plan.id, plan.run_key
+  local fence
+  if plan.release then
+    redis.call('LREM', plan.inbox, 1, plan.row)
+    fence = release_run(k, id, plan.release, ARGV[@wake_channel], retention, maxlen, now)
+  elseif plan.action == 'reconciliation_required' then
+    fence = require_reconciliation(k, id, now, plan.fields, plan.data, maxlen)
+  elseif plan.action == 'requeued' then
+    local events_key = KEYS[4] .. id
+    fence = redis.call('HINCRBY', run_key, 'fence', 1)
+    redis.call('HSET', run_key, 'attempt', plan.attempt, 'status', 'queued')
+    redis.call('HDEL', run_key, 'owner_id', 'lease_expires_at')
+    redis.call('ZREM', KEYS[1], id)
+    emit(run_key, events_key, 'lease_expired', fence, now, plan.data, maxlen)
+    emit(run_key, events_key, 'requeued', fence, now, plan.requeued, maxlen)
+    make_ready(KEYS[2], ARGV[@wake_channel], id, false)
+  else
+    -- cancelled or orphaned: a terminal state with the fence moved on
+    fence = redis.call('HINCRBY', run_key, 'fence', 1)
+    finalize(k, id, plan.action, fence, now, plan.fields or {}, plan.data, retention, maxlen)
+  end
+  if not plan.release then
+    count_outcome(k.run_prefix, 'lease_expired', now)
+  end
+  return fence
+end
+
+-- read and decide for every expired lease first: the plans hold what gets written
+local plans = {}
+local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now, 'LIMIT', 0, limit)
+for _, id in ipairs(expired) do
+  plans[#plans + 1] = plan_for(id)
 end
 
 local actions = {}
 for _, plan in ipairs(plans) do
-  local id, run_key = plan.id, plan.run_key
   if plan.action == 'drop' then
-    redis.call('ZREM', KEYS[1], id)
+    redis.call('ZREM', KEYS[1], plan.id)
   elseif plan.action == 'reindex' then
-    redis.call('ZADD', KEYS[1], plan.expires, id)
+    redis.call('ZADD', KEYS[1], plan.expires, plan.id)
   else
-    local fence
-    if plan.release then
-      redis.call('LREM', plan.inbox, 1, plan.row)
-      fence = release_run(k, id, plan.release, ARGV[@wake_channel], retention, maxlen, now)
-    elseif plan.action == 'reconciliation_required' then
-      fence = require_reconciliation(k, id, now, plan.fields, plan.data, maxlen)
-    elseif plan.action == 'requeued' then
-      local events_key = KEYS[4] .. id
-      fence = redis.call('HINCRBY', run_key, 'fence', 1)
-      redis.call('HSET', run_key, 'attempt', plan.attempt, 'status', 'queued')
-      redis.call('HDEL', run_key, 'owner_id', 'lease_expires_at')
-      redis.call('ZREM', KEYS[1], id)
-      emit(run_key, events_key, 'lease_expired', fence, now, plan.data, maxlen)
-      emit(run_key, events_key, 'requeued', fence, now, plan.requeued, maxlen)
-      make_ready(KEYS[2], ARGV[@wake_channel], id, false)
-    else
-      -- cancelled or orphaned: a terminal state with the fence moved on
-      fence = redis.call('HINCRBY', run_key, 'fence', 1)
-      finalize(k, id, plan.action, fence, now, plan.fields or {}, plan.data, retention, maxlen)
-    end
-    if not plan.release then
-      count_outcome(k.run_prefix, 'lease_expired', now)
-    end
-    actions[#actions + 1] = {id, plan.action, fence}
+    actions[#actions + 1] = {plan.id, plan.action, act_on(plan)}
   end
 end
 return {'OK', actions}

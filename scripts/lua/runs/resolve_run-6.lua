@@ -60,11 +60,12 @@ if status ~= 'reconciliation_required' then
 end
 local now = now_ms()
 
--- what settling every effect whose outcome was unknown writes, as the person found it:
--- field -> encoded record (applied) or false (not_applied: the record is dropped)
-local settled = {}
-local rewrites = {}
-if outcome ~= '' then
+-- What settling every effect whose outcome was unknown writes, as the person found it:
+-- the settled effects' keys, and field -> encoded record (applied) or false
+-- (not_applied: the record is dropped).
+local function settle_effects()
+  local settled = {}
+  local rewrites = {}
   for _, field in ipairs(open_effects(KEYS[1])) do
     local raw = redis.call('HGET', KEYS[3], field)
     if raw then
@@ -80,6 +81,12 @@ if outcome ~= '' then
       end
     end
   end
+  return settled, rewrites
+end
+
+local settled, rewrites = {}, {}
+if outcome ~= '' then
+  settled, rewrites = settle_effects()
 end
 
 local decision = {action = action}
@@ -102,25 +109,34 @@ if action == 'fail' then
   failed_fields, failed_data = {'error', cjson.encode(err)}, cjson.encode({error = err})
 end
 
--- every check is done: write
-for _, rewrite in ipairs(rewrites) do
-  if rewrite[2] then
-    redis.call('HSET', KEYS[3], rewrite[1], rewrite[2])
-  else
-    redis.call('HDEL', KEYS[3], rewrite[1])
+-- The effects' records as settled, and none left open.
+local function write_settled(rewrites)
+  for _, rewrite in ipairs(rewrites) do
+    if rewrite[2] then
+      redis.call('HSET', KEYS[3], rewrite[1], rewrite[2])
+    else
+      redis.call('HDEL', KEYS[3], rewrite[1])
+    end
+  end
+  if outcome ~= '' then
+    set_open_effects(KEYS[1], {})
   end
 end
-if outcome ~= '' then
-  set_open_effects(KEYS[1], {})
-end
 
-if action == 'retry' then
+-- A retry: queued at the head of the line with fence+1, out of the parked index.
+local function requeue(k, resolved)
   local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
   redis.call('HSET', KEYS[1], 'status', 'queued', 'resolved_at', now)
   redis.call('HDEL', KEYS[1], 'error', 'parked_at')
   redis.call('ZREM', parked_of(k.run_prefix), run_id)
   emit(KEYS[1], KEYS[2], 'resolved', fence, now, resolved, maxlen)
   make_ready(KEYS[5], ARGV[@wake_channel], run_id, true)
+end
+
+-- every check is done: write
+write_settled(rewrites)
+if action == 'retry' then
+  requeue(k, resolved)
   return {'OK', 'queued'}
 end
 

@@ -77,6 +77,46 @@ local default_ttl = int_arg(ARGV[@queued_ttl_ms], 'queued_ttl_ms', 1)
 int_arg(ARGV[@maxlen], 'maxlen', 0)
 local retention = retention_arg(ARGV[@retention])
 
+-- The fire groups as {fire_ms, run_id}, oldest first: each run id of the schedule's
+-- queue, the fire times increasing and all before next_ms.
+local function fires_arg(queue)
+  local fires = {}
+  local last_fire
+  for i = @groups, #ARGV, @FireGroup do
+    local fire_ms = int_arg(ARGV[i + @FireGroup.fire_ms], 'fire_ms', 0)
+    local run_id = run_id_arg(ARGV[i + @FireGroup.run_id])
+    if string.sub(run_id, 1, #queue + 1) ~= queue .. '.' then
+      bad_argument('run_id (not of the schedule\'s queue)', run_id)
+    end
+    if last_fire and fire_ms <= last_fire then
+      bad_argument('fire_ms (not increasing)', ARGV[i + @FireGroup.fire_ms])
+    end
+    last_fire = fire_ms
+    fires[#fires + 1] = {fire_ms, run_id}
+  end
+  if next_ms and last_fire and next_ms <= last_fire then
+    bad_argument('next_ms (not after the fires)', ARGV[@next_ms])
+  end
+  return fires
+end
+
+-- Whether the fires are stale (CONFLICT): the schedule's version moved, a tick's fire
+-- time is no longer its due score (another reconciler fired it), is ahead of the Redis
+-- clock or the schedule is paused, or a buffered fire is not the one buffer_one holds.
+local function superseded(s, fires, now)
+  if tonumber(s[1]) ~= version then
+    return true
+  end
+  if mode == 'tick' then
+    local score = redis.call('ZSCORE', KEYS[2], id)
+    if not score or tonumber(score) ~= expected or expected > now or s[12] == '1' then
+      return true
+    end
+  end
+  return mode == 'buffered' and (#fires ~= 1 or tostring(fires[1][1]) ~= s[14]
+    or fires[1][2] ~= s[15])
+end
+
 local s = redis.call('HMGET', KEYS[1], 'version', 'queue', 'handler', 'input',
   'max_attempts', 'on_lease_expired', 'metadata', 'budget', 'retention_ms', 'queued_ttl_ms',
   'overlap', 'paused', 'last_run_id', 'buffered_fire_ms', 'buffered_run_id', 'rate_limits')
@@ -84,36 +124,9 @@ if not s[1] then
   return {'NOT_FOUND', {}, 0, 0, {}}
 end
 local queue = s[2]
-local fires = {}
-local last_fire
-for i = @groups, #ARGV, @FireGroup do
-  local fire_ms = int_arg(ARGV[i + @FireGroup.fire_ms], 'fire_ms', 0)
-  local run_id = run_id_arg(ARGV[i + @FireGroup.run_id])
-  if string.sub(run_id, 1, #queue + 1) ~= queue .. '.' then
-    bad_argument('run_id (not of the schedule\'s queue)', run_id)
-  end
-  if last_fire and fire_ms <= last_fire then
-    bad_argument('fire_ms (not increasing)', ARGV[i + @FireGroup.fire_ms])
-  end
-  last_fire = fire_ms
-  fires[#fires + 1] = {fire_ms, run_id}
-end
-if next_ms and last_fire and next_ms <= last_fire then
-  bad_argument('next_ms (not after the fires)', ARGV[@next_ms])
-end
-
+local fires = fires_arg(queue)
 local now = now_ms()
-if tonumber(s[1]) ~= version then
-  return {'CONFLICT', {}, 0, 0, {}}
-end
-if mode == 'tick' then
-  local score = redis.call('ZSCORE', KEYS[2], id)
-  if not score or tonumber(score) ~= expected or expected > now or s[12] == '1' then
-    return {'CONFLICT', {}, 0, 0, {}}
-  end
-end
-if mode == 'buffered' and (#fires ~= 1 or tostring(fires[1][1]) ~= s[14]
-    or fires[1][2] ~= s[15]) then
+if superseded(s, fires, now) then
   return {'CONFLICT', {}, 0, 0, {}}
 end
 
@@ -126,6 +139,8 @@ local queued_ttl = tonumber(s[10]) or default_ttl
 local previous = s[13]
 local buffered = tonumber(s[14] or '') ~= nil and s[15] ~= nil
 
+-- A run's status, fence and owner while it has not ended, else nil: overlap is judged on
+-- the schedule's last run.
 local function active(run_id)
   if not run_id or run_id == '' then
     return nil
@@ -155,19 +170,17 @@ local function materialize(fire_ms, run_id, trigger)
   redis.call('HINCRBY', KEYS[1], 'fired_count', 1)
 end
 
--- a fire buffer_one held goes first once the previous run has ended, even when a newer
--- fire (a tick, a trigger) gets here before the pass that starts buffered fires
-if buffered and mode ~= 'buffered' and not active(previous) then
+-- The fire buffer_one held leaves the buffer (it is about to run, or its run exists).
+local function unbuffer()
   redis.call('HDEL', KEYS[1], 'buffered_fire_ms', 'buffered_run_id')
   redis.call('ZREM', KEYS[3], id)
   buffered = false
-  if redis.call('EXISTS', KEYS[8] .. s[15]) == 0 then
-    materialize(tonumber(s[14]), s[15], 'buffered')
-  end
 end
 
-for _, fire in ipairs(fires) do
-  local fire_ms, run_id = fire[1], fire[2]
+-- One fire, as the overlap policy says while the previous run has not ended. Returns
+-- the reply when the call ends at this fire (a buffered fire whose previous run still
+-- runs), else nil.
+local function fire_one(fire_ms, run_id)
   local prev = active(previous)
   if redis.call('EXISTS', KEYS[8] .. run_id) == 1 then
     skipped = skipped + 1  -- this fire's run was made already (a repeated backfill)
@@ -175,9 +188,7 @@ for _, fire in ipairs(fires) do
     if prev then
       return {'CONFLICT', {}, 0, 1, {}}  -- still running: the fire stays buffered
     end
-    redis.call('HDEL', KEYS[1], 'buffered_fire_ms', 'buffered_run_id')
-    redis.call('ZREM', KEYS[3], id)
-    buffered = false
+    unbuffer()
     materialize(fire_ms, run_id)
   elseif not prev or overlap == 'allow' then
     materialize(fire_ms, run_id)
@@ -193,14 +204,40 @@ for _, fire in ipairs(fires) do
   else
     skipped = skipped + 1  -- skip while the previous runs; buffer_one already holds one
   end
+  return nil
 end
-if skipped > 0 then
-  redis.call('HINCRBY', KEYS[1], 'skipped_count', skipped)
-end
-if mode == 'tick' then
-  if missed > 0 then
-    redis.call('HINCRBY', KEYS[1], 'missed_count', missed)
+
+-- A fire buffer_one held goes first once the previous run has ended, even when a newer
+-- fire (a tick, a trigger) gets here before the pass that starts buffered fires.
+local function start_held_fire()
+  if buffered and mode ~= 'buffered' and not active(previous) then
+    unbuffer()
+    if redis.call('EXISTS', KEYS[8] .. s[15]) == 0 then
+      materialize(tonumber(s[14]), s[15], 'buffered')
+    end
   end
-  set_next_fire(KEYS[1], KEYS[2], id, next_ms)
 end
+
+-- The schedule's counters of dropped fires, and a tick's move of its due score past
+-- the fires (the step that makes a racing reconciler's tick a CONFLICT).
+local function count_and_advance()
+  if skipped > 0 then
+    redis.call('HINCRBY', KEYS[1], 'skipped_count', skipped)
+  end
+  if mode == 'tick' then
+    if missed > 0 then
+      redis.call('HINCRBY', KEYS[1], 'missed_count', missed)
+    end
+    set_next_fire(KEYS[1], KEYS[2], id, next_ms)
+  end
+end
+
+start_held_fire()
+for _, fire in ipairs(fires) do
+  local reply = fire_one(fire[1], fire[2])
+  if reply then
+    return reply
+  end
+end
+count_and_advance()
 return {'OK', created, skipped, held, cancelled}

@@ -44,6 +44,7 @@
 --- @include args
 --- @include keys
 --- @include events
+--- @include fence
 --- @include slots
 --- @include park
 
@@ -53,17 +54,25 @@ local run_id = run_id_arg(ARGV[@run_id], KEYS[1], KEYS[2])
 local kind = enum_arg(ARGV[@kind], 'kind', {'sleep', 'signal', 'human'})
 local ordinal = int_arg(ARGV[@ordinal], 'ordinal', 1)
 local name = wait_name_arg(ARGV[@name])
-local duration_ms, at_ms
-if ARGV[@duration_ms] ~= '' then
-  duration_ms = int_arg(ARGV[@duration_ms], 'duration_ms', 0)
+
+-- The wait's deadline arguments, duration_ms and at_ms: at most one of the two; a sleep
+-- needs one, a question takes none.
+local function deadline_args()
+  local duration_ms, at_ms
+  if ARGV[@duration_ms] ~= '' then
+    duration_ms = int_arg(ARGV[@duration_ms], 'duration_ms', 0)
+  end
+  if ARGV[@at_ms] ~= '' then
+    at_ms = int_arg(ARGV[@at_ms], 'at_ms', 0)
+  end
+  if (duration_ms and at_ms) or (kind == 'sleep' and not (duration_ms or at_ms))
+      or (kind == 'human' and (duration_ms or at_ms)) then
+    bad_argument('duration_ms / at_ms for a ' .. kind, ARGV[@duration_ms] .. '/' .. ARGV[@at_ms])
+  end
+  return duration_ms, at_ms
 end
-if ARGV[@at_ms] ~= '' then
-  at_ms = int_arg(ARGV[@at_ms], 'at_ms', 0)
-end
-if (duration_ms and at_ms) or (kind == 'sleep' and not (duration_ms or at_ms))
-    or (kind == 'human' and (duration_ms or at_ms)) then
-  bad_argument('duration_ms / at_ms for a ' .. kind, ARGV[@duration_ms] .. '/' .. ARGV[@at_ms])
-end
+
+local duration_ms, at_ms = deadline_args()
 local question
 if kind == 'human' then
   question = json_arg(ARGV[@question], 'question')
@@ -73,8 +82,7 @@ local max_waits = int_arg(ARGV[@max_waits], 'max_waits', 1)
 local step = kind .. ':' .. name .. ':' .. ordinal
 
 local cur = redis.call('HMGET', KEYS[1], 'status', 'owner_id', 'fence')
-if not ((cur[1] == 'running' or cur[1] == 'cancelling') and cur[2] == owner
-    and cur[3] == fence) then
+if not holding(cur, owner, fence) then
   return {'LOST', ''}
 end
 local raw = redis.call('HGET', KEYS[3], step)
@@ -96,15 +104,18 @@ if not record then
   end
 end
 
-local now = now_ms()
-local until_ms
-if record then
-  until_ms = record.until_ms
-elseif duration_ms then
-  until_ms = now + duration_ms
-else
-  until_ms = at_ms
+-- When the wait ends: only the first call of a step sets it, a replay keeps the recorded one.
+local function deadline(now)
+  if record then
+    return record.until_ms
+  elseif duration_ms then
+    return now + duration_ms
+  end
+  return at_ms
 end
+
+local now = now_ms()
+local until_ms = deadline(now)
 record = record or {kind = kind, name = name, step = step, until_ms = until_ms,
   started_ms = now}
 
@@ -123,45 +134,55 @@ local function finish_step(status, fields, answer)
   return answer
 end
 
+-- A signal already in the inbox is this step's answer: taken out of the inbox in the
+-- step that would park, so none is lost between the handler's check and its park.
+local function take_signal()
+  record.payload = table.remove(inbox, 1)
+  local rest = #inbox > 0 and cjson.encode(inbox) or nil
+  local count = math.max(0, (tonumber(redis.call('HGET', KEYS[3], 'inbox_count')) or 1) - 1)
+  local answer = finish_step('done', {'inbox_count', count}, {'REPLAYED', record.payload})
+  if rest then
+    redis.call('HSET', KEYS[3], 'inbox:' .. name, rest)
+  else
+    redis.call('HDEL', KEYS[3], 'inbox:' .. name)
+  end
+  return answer
+end
+
+-- Park the run: for a person (waiting_human, until resume_run), else waiting until its
+-- time (the delayed set) or its signal (signal_run).
+local function park_step()
+  record.status = 'waiting'
+  local record_json = cjson.encode(record)
+  local run_prefix = string.sub(KEYS[1], 1, #KEYS[1] - #run_id)
+  local k = {leases = KEYS[4], run_prefix = run_prefix,
+    events_prefix = string.sub(KEYS[2], 1, #KEYS[2] - #run_id), delayed = KEYS[5]}
+  if kind == 'human' then
+    local escalation = cjson.encode({reason = 'ask_human', question = question, step = step})
+    local waiting_for = cjson.encode({kind = kind, subject = name, step = step, since_ms = now})
+    redis.call('HSET', KEYS[3], step, record_json)
+    -- park gives back what the run holds (its slots, its singleton: release_held)
+    park(k, run_id, 'waiting_human', now, {'escalation', escalation, 'waiting_for', waiting_for},
+      escalation, maxlen)
+    return {'OK', ''}
+  end
+  local data = cjson.encode({kind = kind, subject = name, step = step, until_ms = until_ms})
+  local waiting_for = cjson.encode({kind = kind, subject = name, step = step,
+    until_ms = until_ms, since_ms = now})
+  redis.call('HSET', KEYS[3], step, record_json)
+  park_waiting(k, KEYS[1], KEYS[2], run_id, now, data, waiting_for, until_ms, ARGV[@wake_channel], maxlen)
+  return {'OK', until_ms and tostring(until_ms) or ''}
+end
+
 if kind == 'sleep' and until_ms <= now then
   return finish_step('done', {}, {'REPLAYED', ''})
 end
 if kind == 'signal' then
   if #inbox > 0 then
-    record.payload = table.remove(inbox, 1)
-    local rest = #inbox > 0 and cjson.encode(inbox) or nil
-    local count = math.max(0, (tonumber(redis.call('HGET', KEYS[3], 'inbox_count')) or 1) - 1)
-    local answer = finish_step('done', {'inbox_count', count}, {'REPLAYED', record.payload})
-    if rest then
-      redis.call('HSET', KEYS[3], 'inbox:' .. name, rest)
-    else
-      redis.call('HDEL', KEYS[3], 'inbox:' .. name)
-    end
-    return answer
+    return take_signal()
   end
   if until_ms and until_ms <= now then
     return finish_step('timed_out', {}, {'TIMEOUT', tostring(until_ms)})
   end
 end
-
-record.status = 'waiting'
-local record_json = cjson.encode(record)
-local run_prefix = string.sub(KEYS[1], 1, #KEYS[1] - #run_id)
-local k = {leases = KEYS[4], run_prefix = run_prefix,
-  events_prefix = string.sub(KEYS[2], 1, #KEYS[2] - #run_id), delayed = KEYS[5]}
-if kind == 'human' then
-  local escalation = cjson.encode({reason = 'ask_human', question = question, step = step})
-  local waiting_for = cjson.encode({kind = kind, subject = name, step = step, since_ms = now})
-  redis.call('HSET', KEYS[3], step, record_json)
-  -- park gives back what the run holds (its slots, its singleton: release_held)
-  park(k, run_id, 'waiting_human', now, {'escalation', escalation, 'waiting_for', waiting_for},
-    escalation, maxlen)
-  return {'OK', ''}
-end
-
-local data = cjson.encode({kind = kind, subject = name, step = step, until_ms = until_ms})
-local waiting_for = cjson.encode({kind = kind, subject = name, step = step,
-  until_ms = until_ms, since_ms = now})
-redis.call('HSET', KEYS[3], step, record_json)
-park_waiting(k, KEYS[1], KEYS[2], run_id, now, data, waiting_for, until_ms, ARGV[@wake_channel], maxlen)
-return {'OK', until_ms and tostring(until_ms) or ''}
+return park_step()
