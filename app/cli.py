@@ -41,9 +41,10 @@ from app.statuses import PARKED_STATUSES, TERMINAL_EVENT_TYPES, RunStatus
 # rich) is imported inside those commands, not here
 if TYPE_CHECKING:
     from app.client import Client
-    from app.models import FireResult, Run
+    from app.models import Run
+    from app.models.api import FireResult
+    from app.models.read import RunPage, Schedule
     from app.probes import ProbeResult
-    from app.read_models import RunPage, Schedule
     from app.settings import Settings
 
 # plain click help (rich_markup_mode=None) on every group: typer's rich tables show each
@@ -825,7 +826,7 @@ def queues_limits(
     api_key: ApiKey = None,
 ) -> None:
     """Set a queue's concurrency limits across all workers (replaced whole), or --show them."""
-    from app.read_models import QueueLimits
+    from app.models.read import QueueLimits
 
     with _api(api_url, api_key) as client:
         if show:

@@ -28,22 +28,19 @@ from pydantic import BaseModel
 
 # ApiError lives with the other errors (a light `runs get` raises it without this module)
 from app.errors import ApiError
-from app.models import (
-    TERMINAL_EVENT_TYPES,
+from app.models import TERMINAL_EVENT_TYPES, Run, RunEvent, WorkerInfo
+from app.models.api import (
     CreateRunsResult,
     FireResult,
     HandlerInfo,
     QueuePage,
     RateLimitPage,
-    Run,
-    RunEvent,
     SchedulePage,
     SignalResult,
     StatusChange,
     WorkerDrain,
-    WorkerInfo,
 )
-from app.read_models import (
+from app.models.read import (
     PurgeResult,
     QueueInfo,
     QueueLimits,

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 from app.client import AsyncClient, Client
-from app.models import QueueLimits, RateLimitSpec
+from app.models.read import QueueLimits, RateLimitSpec
 
 RUN_ID = "default.01M8NMVX0F2FBPYNB2A04QJM1Z"
 RUN = {

@@ -26,7 +26,7 @@ def test_a_worker_imports_no_http_server_or_client() -> None:
         "app.api",
         "app.client",
         "app.metrics_server",
-        "app.api_models",  # the API's request/response models: created only where used
+        "app.models.api",  # the API's request/response models: created only where used
     ]
     code = (
         "import sys\n"
@@ -47,20 +47,20 @@ def test_models_are_built_when_first_used_not_at_import() -> None:
     assert python_prints(code) == "False True queued 0"
 
 
-def test_the_api_models_are_still_found_in_app_models() -> None:
-    # moved out of the worker's imports, not out of app.models' names: the API, the
-    # client and users' code import them from there as before, and get the same class
+def test_the_api_and_read_models_are_imported_only_from_their_own_modules() -> None:
+    # app.models (what every process imports) neither imports nor names them: the API,
+    # the client and users' code import them from app.models.api and app.models.read
     code = (
         "import sys\n"
-        "from app.models import RunStatus\n"
-        "loaded = 'app.api_models' in sys.modules\n"
-        "from app.models import CreateRunRequest\n"
-        "import app.api_models, app.models\n"
+        "import app.models\n"
+        "loaded = [n for n in ('app.models.api', 'app.models.read') if n in sys.modules]\n"
+        "from app.models.api import CreateRunRequest\n"
+        "from app.models.read import RunPage\n"
         "request = CreateRunRequest.model_validate({'handler': 'h'})\n"
-        "print(loaded, CreateRunRequest is app.api_models.CreateRunRequest, request.handler,\n"
-        "    hasattr(app.models, 'NoSuchModel'))\n"
+        "print(loaded, request.handler, RunPage.__module__,\n"
+        "    hasattr(app.models, 'CreateRunRequest'), hasattr(app.models, 'RunPage'))\n"
     )
-    assert python_prints(code) == "False True h False"
+    assert python_prints(code) == "[] h app.models.read False False"
 
 
 def test_the_cli_help_imports_no_pydantic() -> None:

@@ -36,7 +36,7 @@ from redis.exceptions import RedisError
 from app.errors import MemoryPressure, OperationConflict, StoreError
 from app.metrics import RETRY_OPERATIONS_RUNNING
 from app.models import RETRYABLE_STATUSES, Run, RunStatus
-from app.read_models import RetriedPair
+from app.models.read import RetriedPair
 from app.settings import Settings
 from app.store.admission import WAIT_POLL_S, MemoryAdmission, create_cost_bytes
 from app.store.codec import dumps

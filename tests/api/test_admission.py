@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 
 from app.api.operations import RetryDrivers
 from app.metrics import WORKER_REGISTRY
-from app.read_models import RetryFilter
+from app.models.read import RetryFilter
 from app.schedule_pass import SchedulePass
 from app.store.admission import MemoryAdmission
 from app.store.lua.scripts import Scripts

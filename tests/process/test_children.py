@@ -12,7 +12,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from app.models import QueueLimits, RunStatus
+from app.models import RunStatus
+from app.models.read import QueueLimits
 from app.processes import Child
 from app.settings import Settings
 from app.store.flow.store import FlowStore

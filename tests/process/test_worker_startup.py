@@ -83,8 +83,8 @@ NOT_BEFORE_THE_FIRST_CLAIM = [
     "app.cron",
     "cronsim",
     "app.metrics_server",
-    "app.api_models",
-    "app.read_models",
+    "app.models.api",
+    "app.models.read",
     "httpx",
     "fastapi",
 ]

@@ -19,7 +19,7 @@ from app.metrics import (
     SLOTS_LIMIT,
     SLOTS_USED,
 )
-from app.read_models import QueueFlow
+from app.models.read import QueueFlow
 from app.store.leases.workers import list_workers
 
 router = APIRouter(tags=["health"])

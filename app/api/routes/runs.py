@@ -24,13 +24,11 @@ from app.models import (
     IDEMPOTENCY_KEY_PATTERN,
     QUEUE_NAME_PATTERN,
     RUN_ID_PATTERN,
-    CreateRunRequest,
-    Problem,
     Run,
     RunStatus,
-    StatusChange,
 )
-from app.read_models import PurgeRequest, PurgeResult, ResolveRequest, RunPage
+from app.models.api import CreateRunRequest, Problem, StatusChange
+from app.models.read import PurgeRequest, PurgeResult, ResolveRequest, RunPage
 from app.store.admission import create_cost_bytes
 from app.store.codec import LARGE_FIELDS, dumps_parsed
 from app.store.keys import queue_of

@@ -22,19 +22,18 @@ from app.api.routes.runs import State, new_run_of, problems, with_start_gates
 from app.api.state import ApiState
 from app.cron import InvalidSpec, Spec
 from app.errors import ScheduleConflict, ScheduleLimitReached, ScheduleNotFound
-from app.models import (
-    SCHEDULE_ID_PATTERN,
+from app.models import SCHEDULE_ID_PATTERN, Overlap
+from app.models.api import (
     BackfillRequest,
     CreateRunRequest,
     CreateScheduleRequest,
     FireResult,
-    Overlap,
     SchedulePage,
     ScheduleSpecFields,
     TriggerRequest,
     UpdateScheduleRequest,
 )
-from app.read_models import Schedule
+from app.models.read import Schedule
 from app.settings import MAX_KEEP_S
 from app.store.admission import create_cost_bytes
 from app.store.codec import dumps
