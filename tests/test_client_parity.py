@@ -1,6 +1,6 @@
 """Client and AsyncClient send the same requests and read the same answers.
 
-Both send one request spec per API method (``app/client.py``); this test drives
+Both send one request spec per API method (``app/client/calls.py``); this test drives
 every method of both against one recording transport and fails when they drift:
 a method one has and the other lacks, or a different method, path, query or
 body for the same call.
