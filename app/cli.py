@@ -24,7 +24,6 @@ from app.cli_api import fail as _fail
 from app.cli_api import print_run as _print_run
 from app.cli_api import unpark_lines as _unpark_lines
 from app.errors import ConfigurationError, LeaseholdError
-from app.logs import configure_logging
 from app.preflight import (
     handlers_or_exit,
     refuse,
@@ -35,6 +34,7 @@ from app.preflight import (
 from app.render import error_words
 from app.startup import settle
 from app.statuses import PARKED_STATUSES, TERMINAL_EVENT_TYPES, RunStatus
+from app.telemetry.logs import configure_logging
 
 # start-up is what `runs get` in a shell loop pays each time (BENCHMARKS.md): what only some
 # commands need (asyncio, redis through the probes and handlers, pydantic-settings, httpx,

@@ -66,7 +66,7 @@ def runnable_handlers_or_exit(settings: Settings) -> HandlerRegistry:
 
 def tracing_or_exit(settings: Settings, service_name: str) -> None:
     """Turn tracing on as LEASEHOLD_TRACING says; asked for without the [otel] extra: exit 2."""
-    from app.tracing import configure as configure_tracing
+    from app.telemetry.tracing import configure as configure_tracing
 
     try:
         configure_tracing(settings, service_name)

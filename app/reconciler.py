@@ -46,7 +46,6 @@ from collections.abc import Awaitable, Callable
 
 from redis.exceptions import RedisError
 
-from app.metrics import RECONCILER_ACTIONS, RECONCILER_SCANS, SLOT_RECOUNTS
 from app.retry import REDIS_BACKOFF
 from app.schedule_pass import SchedulePass
 from app.settings import Settings
@@ -56,6 +55,7 @@ from app.store.lua.scripts import Scripts
 from app.store.outbox.store import Outbox
 from app.store.redis.connection import async_client
 from app.store.runs.store import RunStore
+from app.telemetry.metrics import RECONCILER_ACTIONS, RECONCILER_SCANS, SLOT_RECOUNTS
 
 log = logging.getLogger(__name__)
 

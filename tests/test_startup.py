@@ -25,7 +25,7 @@ def test_a_worker_imports_no_http_server_or_client() -> None:
         "rich",
         "app.api",
         "app.client",
-        "app.metrics_server",
+        "app.telemetry.metrics_server",
         "app.models.api",  # the API's request/response models: created only where used
     ]
     code = (

@@ -34,7 +34,6 @@ from fastapi import HTTPException
 from redis.exceptions import RedisError
 
 from app.errors import MemoryPressure, OperationConflict, StoreError
-from app.metrics import RETRY_OPERATIONS_RUNNING
 from app.models import RETRYABLE_STATUSES, Run, RunStatus
 from app.models.read import RetriedPair
 from app.settings import Settings
@@ -43,6 +42,7 @@ from app.store.codec import dumps
 from app.store.operations.store import OperationStore, Progress
 from app.store.runs.reruns import Rerun, retry_call, settle
 from app.store.runs.store import RunStore
+from app.telemetry.metrics import RETRY_OPERATIONS_RUNNING
 
 log = logging.getLogger(__name__)
 

@@ -82,7 +82,7 @@ NOT_BEFORE_THE_FIRST_CLAIM = [
     "app.store.flow.store",
     "app.cron",
     "cronsim",
-    "app.metrics_server",
+    "app.telemetry.metrics_server",
     "app.models.api",
     "app.models.read",
     "httpx",
