@@ -211,7 +211,7 @@ def reconciler() -> None:
     """Run a standalone reconciler (one also runs inside every worker by default)."""
     import asyncio
 
-    from app.reconciler import run_standalone
+    from app.reconciler.reconciler import run_standalone
 
     settings = settings_or_exit()
     configure_logging(settings.log_level, settings.log_format)

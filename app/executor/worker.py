@@ -7,7 +7,7 @@ Wiring, per process:
 * one :class:`RunExecution` task per run, limited by :class:`Slots`;
 * the :class:`Heartbeat` thread renewing every lease at TTL/3 on its own
   connection, and advertising the worker in the registry;
-* the :class:`~app.reconciler.Reconciler`, unless disabled.
+* the :class:`~app.reconciler.reconciler.Reconciler`, unless disabled.
 
 **Drain** (SIGTERM or SIGINT, or ``POST /workers/{id}/drain``, seen by the
 heartbeat's advertisement): stop claiming, let running runs finish for
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     # once the first claim is answered (Worker._rest_of_start); the children's modules
     # (family, child store, outbox) on a run's first spawn (helper_deps.family_deps); the
     # metrics server's only when it is on
-    from app.reconciler import Reconciler
+    from app.reconciler.reconciler import Reconciler
     from app.store.runs.store import RunStore
     from app.telemetry.metrics_server import MetricsServer
 
@@ -405,8 +405,8 @@ class Worker:
         )
 
     def _reconciler(self, lease_store: LeaseStore, run_store: RunStore) -> Reconciler:
-        from app.reconciler import Reconciler
-        from app.schedule_pass import SchedulePass
+        from app.reconciler.reconciler import Reconciler
+        from app.reconciler.schedule_pass import SchedulePass
 
         return Reconciler(
             lease_store=lease_store,

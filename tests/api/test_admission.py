@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 
 from app.api.operations import RetryDrivers
 from app.models.read import RetryFilter
-from app.schedule_pass import SchedulePass
+from app.reconciler.schedule_pass import SchedulePass
 from app.store.admission import MemoryAdmission
 from app.store.lua.scripts import Scripts
 from app.store.redis.connection import async_client

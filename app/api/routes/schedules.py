@@ -1,6 +1,6 @@
 """/schedules: cron and interval schedules, pause/resume, trigger now, backfill a range.
 
-The API only writes a schedule's record; reconcilers fire it (app/schedule_pass.py).
+The API only writes a schedule's record; reconcilers fire it (app/reconciler/schedule_pass.py).
 A trigger or a backfill is fired here, by the same ``fire_schedule`` script, so it
 honours the same overlap policy and makes at most one run per fire time.
 
