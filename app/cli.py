@@ -121,7 +121,7 @@ def up(
     ] = True,
 ) -> None:
     """Start everything: Redis (embedded unless LEASEHOLD_REDIS_URL is set), the API, workers."""
-    from app.stack import Stack
+    from app.stack.stack import Stack
 
     settings = settings_or_exit(api_port=port)
     if demo:

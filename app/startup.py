@@ -12,7 +12,7 @@ thresholds are put back. A one-shot command (``runs get``) simply ends first; on
 runs on without settling (``runs follow``) still has its cycles collected, less often.
 
 ``python -m app.launch`` is the script without installing it (``leasehold up``'s
-children, the process tests, the soak: :data:`app.processes.CLI_MODULE`).
+children, the process tests, the soak: :data:`app.stack.processes.CLI_MODULE`).
 ``python -m app.cli`` starts without this: the collector then runs as it always
 does, and :func:`settle` only freezes.
 """

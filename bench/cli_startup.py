@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from app.embedded import free_port
+from app.stack.embedded import free_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from app.embedded import free_port
+from app.stack.embedded import free_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 POLL_S = 0.005

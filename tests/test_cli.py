@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from app.embedded import free_port
 from app.models import Run, RunStatus
 from app.models.api import QueuePage
 from app.models.read import RunPage
+from app.stack.embedded import free_port
 from app.store.leases.store import LeaseStore
 from tests.support.polling import eventually
 from tests.support.processes import REPO_ROOT, Processes, env_without_settings, python_prints

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from app.embedded import free_port
 from app.errors import ConfigurationError
 from app.settings import ENV_PREFIX, Settings, load_settings
 from app.settings.leases import LeaseSettings
+from app.stack.embedded import free_port
 from tests.support.processes import NO_ENV_FILE, PROBE_TIMEOUT_S, REPO_ROOT, env_without_settings
 
 ENV_EXAMPLE = REPO_ROOT / ".env.example"

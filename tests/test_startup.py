@@ -181,7 +181,7 @@ def test_runs_get_imports_no_server_and_no_command_line_toolkit() -> None:
     heavy = ["fastapi", "starlette", "uvicorn", "app.api", "rich", "click", "pygments"]
     code = (
         "import sys\n"
-        "from app.embedded import free_port\n"
+        "from app.stack.embedded import free_port\n"
         "sys.argv = ['leasehold', 'runs', 'get', 'default.X',\n"
         "            '--api-url', f'http://127.0.0.1:{free_port()}']\n"
         "from app.launch import main\n"

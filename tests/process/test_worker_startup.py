@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 
 from app.models import RunStatus
-from app.processes import Child
+from app.stack.processes import Child
 from app.store.runs.new import NewRun
 from app.store.runs.store import RunStore
 from tests.support import claim_probe
