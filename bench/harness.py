@@ -1,6 +1,6 @@
 """Plumbing shared by the benchmarks: child processes, Redis counters, statistics.
 
-Every child (worker, API) is started with ``python -m app.launch`` from the repo
+Every child (worker, API) is started with ``python -m app.cli.launch`` from the repo
 root through :mod:`app.stack.processes` (the one process harness), logs to
 ``bench/out/logs`` and is stopped by its own pid (SIGTERM, then SIGKILL), the
 way the peer harness stops its workers. Redis counters come from
@@ -58,7 +58,7 @@ def compile_bytecode(root: Path = REPO_ROOT) -> None:
 
 
 def spawn(name: str, args: list[str], env: dict[str, str], root: Path = REPO_ROOT) -> Child:
-    """Start ``python -m app.launch <args>`` with ``env`` added; output goes to a log file.
+    """Start ``python -m app.cli.launch <args>`` with ``env`` added; output goes to a log file.
 
     ``root``: the checkout whose ``app`` the child imports (another tree for an A/B pair,
     e.g. a detached worktree of main, run with this venv).

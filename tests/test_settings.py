@@ -316,7 +316,7 @@ def test_leasehold_reads_the_dotenv_file_of_its_working_directory_under_the_envi
 
     def unreachable_api(**extra: str) -> str:
         done = subprocess.run(
-            [sys.executable, "-m", "app.launch", "runs", "get", "default.X"],
+            [sys.executable, "-m", "app.cli.launch", "runs", "get", "default.X"],
             env={**env, **extra},
             cwd=tmp_path,
             capture_output=True,

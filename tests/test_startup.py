@@ -30,7 +30,7 @@ def test_a_worker_imports_no_http_server_or_client() -> None:
     ]
     code = (
         "import sys\n"
-        "import app.cli, app.executor.worker, app.demo\n"
+        "import app.cli.main, app.executor.worker, app.demo\n"
         f"print([name for name in {heavy!r} if name in sys.modules])\n"
     )
     assert python_prints(code) == "[]"
@@ -69,7 +69,7 @@ def test_the_cli_help_imports_no_pydantic() -> None:
     code = (
         "import sys\n"
         "sys.argv = ['leasehold', '--help']\n"
-        "from app.launch import main\n"
+        "from app.cli.launch import main\n"
         "status = None  # typer's help ends with SystemExit(0)\n"
         "try:\n    main()\n"
         "except SystemExit as exc:\n    status = exc.code\n"
@@ -89,7 +89,7 @@ def test_the_statuses_are_still_found_in_app_models() -> None:
 
 def test_the_console_script_starts_behind_a_quiet_collector() -> None:
     scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["leasehold"] == "app.launch:main"
+    assert scripts["leasehold"] == "app.cli.launch:main"
     # raised while modules load; settle() freezes them and puts the defaults back
     code = (
         "import gc\n"
@@ -118,7 +118,7 @@ def test_settle_without_a_quiet_start_leaves_the_thresholds_alone() -> None:
 
 def test_the_console_script_runs_the_cli() -> None:
     done = subprocess.run(
-        [sys.executable, "-c", "import sys; from app.launch import main; main()", "--help"],
+        [sys.executable, "-c", "import sys; from app.cli.launch import main; main()", "--help"],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -144,7 +144,7 @@ def test_a_worker_started_by_the_console_script_imports_no_api_and_no_http_clien
         "          'app.executor.worker' in sys.modules)\n"
         "asyncio.run = serve\n"
         "sys.argv = ['leasehold', 'worker', '--queues', 'q', '--concurrency', '3']\n"
-        "from app.launch import main\n"
+        "from app.cli.launch import main\n"
         "main()\n"
     )
     assert python_prints(code) == "[] True"
@@ -168,7 +168,7 @@ def test_a_worker_with_tracing_off_imports_no_opentelemetry() -> None:
         "    print(loaded, 'redis' in sys.modules, type(meter).__name__, callable(get_meter))\n"
         "asyncio.run = serve\n"
         "sys.argv = ['leasehold', 'worker', '--concurrency', '3']\n"
-        "from app.launch import main\n"
+        "from app.cli.launch import main\n"
         "main()\n"
     )
     assert python_prints(code) == "[] True Meter True"
@@ -184,7 +184,7 @@ def test_runs_get_imports_no_server_and_no_command_line_toolkit() -> None:
         "from app.stack.embedded import free_port\n"
         "sys.argv = ['leasehold', 'runs', 'get', 'default.X',\n"
         "            '--api-url', f'http://127.0.0.1:{free_port()}']\n"
-        "from app.launch import main\n"
+        "from app.cli.launch import main\n"
         "try:\n    main()\n"
         "except SystemExit as exc:\n    status = exc.code\n"
         f"print(status, 'httpx' in sys.modules, [n for n in {heavy!r} if n in sys.modules])\n"

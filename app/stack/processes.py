@@ -1,4 +1,4 @@
-"""Child leasehold processes: start ``python -m app.launch`` with an env and a log, wait for health.
+"""Child processes: ``python -m app.cli.launch`` with an env and a log, waited on for health.
 
 One harness for every place that starts Leasehold as real processes: ``leasehold
 up`` (:mod:`app.stack.stack`), ``leasehold demo kill-worker`` (:mod:`app.demo.walkthrough`),
@@ -26,7 +26,7 @@ from app.errors import LeaseholdError
 from app.httpx_import import httpx, verifies
 
 # what the `leasehold` console script runs: every child behind a quiet collector (app.startup)
-CLI_MODULE = "app.launch"
+CLI_MODULE = "app.cli.launch"
 HEALTH_POLL_S = 0.05
 STOP_GRACE_S = 10.0
 

@@ -111,7 +111,7 @@ def test_tracing_asked_for_without_the_extra_is_a_configuration_error(
 def test_with_tracing_off_a_worker_imports_no_tracing_sdk() -> None:
     """No cost when off: the worker, the API and the CLI never load the SDK's tracer."""
     code = (
-        "import sys, app.cli, app.api.app, app.executor.worker\n"
+        "import sys, app.cli.main, app.api.app, app.executor.worker\n"
         "from app.telemetry import tracing\n"
         "from app.settings import Settings\n"
         "tracing.configure(Settings(), 'x')\n"

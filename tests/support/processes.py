@@ -79,7 +79,7 @@ class Processes:
         *,
         module: str = CLI_MODULE,
     ) -> Child:
-        """Start ``python -m app.launch <args>`` (the console script), logging to tmp.
+        """Start ``python -m app.cli.launch <args>`` (the console script), logging to tmp.
 
         ``module``: a harness that wraps the console script (tests.support.claim_probe).
         """

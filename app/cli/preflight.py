@@ -1,6 +1,6 @@
 """Before a command serves: settings, handlers and tracing, each refused as one line, exit 2.
 
-Shared by the CLI's commands (:mod:`app.cli`, :mod:`app.cli_api`): a refusal is a line
+Shared by the CLI's commands (:mod:`app.cli`, :mod:`app.cli.api_calls`): a refusal is a line
 on stderr (``leasehold: ...``) and ``SystemExit(2)``, which typer passes through
 unchanged.
 """
