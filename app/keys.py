@@ -2,7 +2,7 @@
 
 One implementation for every listener that takes ``LEASEHOLD_API_KEYS``: the
 API's middleware (``app.api.auth``) and a worker's metrics port
-(``app.metrics_server``). The SHA-256 of the presented key is compared with the
+(``app.telemetry.metrics_server``). The SHA-256 of the presented key is compared with the
 SHA-256 of *every* configured key through :func:`hmac.compare_digest`, without
 stopping at the first match: digests have one length, so the response time says
 nothing about a key's length, how much of it was right, or which key it was.

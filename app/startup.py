@@ -5,14 +5,14 @@ functions, pydantic schemas), none of them garbage: they live as long as the pro
 With CPython's default thresholds the collector still runs ~130 times while they are
 created, each pass over a heap that only grows: ~15 % of a worker's start-up CPU
 (``python -X importtime`` does not show it; BENCHMARKS.md, issue 19). So the script
-(:mod:`app.launch`) raises the youngest generation's threshold before it imports
+(:mod:`app.cli.launch`) raises the youngest generation's threshold before it imports
 anything, and a long-running command calls :func:`settle` once it is ready to serve:
 everything allocated so far is frozen (``gc.freeze``: never scanned again) and the
 thresholds are put back. A one-shot command (``runs get``) simply ends first; one that
 runs on without settling (``runs follow``) still has its cycles collected, less often.
 
-``python -m app.launch`` is the script without installing it (``leasehold up``'s
-children, the process tests, the soak: :data:`app.processes.CLI_MODULE`).
+``python -m app.cli.launch`` is the script without installing it (``leasehold up``'s
+children, the process tests, the soak: :data:`app.stack.processes.CLI_MODULE`).
 ``python -m app.cli`` starts without this: the collector then runs as it always
 does, and :func:`settle` only freezes.
 """

@@ -32,10 +32,10 @@ from typing import Any
 
 import httpx
 
-from app import processes
-from app.embedded import free_port
-from app.processes import child_env
 from app.settings import Settings
+from app.stack import processes
+from app.stack.embedded import free_port
+from app.stack.processes import child_env
 from app.store.keys import QueueKeys
 from bench.harness import (
     LOG_DIR,

@@ -8,7 +8,7 @@ nobody listens on (so the time is start-up plus one refused connection, not the
 API's), and ``runs get ID`` (and ``--json``) answered by a stub in this process
 that sends every answer the same run, with every field kind set, as the API writes
 it (so the time is the client's: start-up, the request, reading and printing the
-run), each as ``python -m app.launch`` (what the ``leasehold`` script runs).
+run), each as ``python -m app.cli.launch`` (what the ``leasehold`` script runs).
 ``--root DIR`` runs another checkout (e.g. a ``git worktree`` of an older commit)
 with this interpreter, to measure before and after a change; given more than once,
 the roots alternate repetition by repetition.
@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from app.embedded import free_port
+from app.stack.embedded import free_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -145,8 +145,14 @@ def time_ms(args: list[str], root: Path) -> tuple[float, float]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("LEASEHOLD_")}
     env["PYTHONPATH"] = str(root)
     started = time.perf_counter()
-    # what the `leasehold` script runs (app.launch), or app.cli in a checkout from before it
-    module = "app.launch" if (root / "app" / "launch.py").exists() else "app.cli"
+    # what the `leasehold` script runs (app.cli.launch; app.launch in a checkout from before
+    # app/cli/), or app.cli in a checkout from before the script
+    if (root / "app" / "cli" / "launch.py").exists():
+        module = "app.cli.launch"
+    elif (root / "app" / "launch.py").exists():
+        module = "app.launch"
+    else:
+        module = "app.cli"
     child = subprocess.Popen(
         [sys.executable, "-m", module, *args],
         cwd=root,

@@ -40,8 +40,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from app.embedded import EmbeddedRedis
 from app.settings import Settings
+from app.stack.embedded import EmbeddedRedis
 from app.store.keys import QueueKeys
 from app.store.lua.scripts import ReplicaAcks, Scripts
 from app.store.redis.connection import AsyncRedis, async_client

@@ -17,7 +17,7 @@ import argparse
 import asyncio
 from typing import Any
 
-from app.read_models import QueueLimits
+from app.models.read import QueueLimits
 from app.settings import Settings
 from app.store.flow.store import FlowStore
 from app.store.lua.scripts import Scripts

@@ -1,7 +1,7 @@
 """Plumbing shared by the benchmarks: child processes, Redis counters, statistics.
 
-Every child (worker, API) is started with ``python -m app.launch`` from the repo
-root through :mod:`app.processes` (the one process harness), logs to
+Every child (worker, API) is started with ``python -m app.cli.launch`` from the repo
+root through :mod:`app.stack.processes` (the one process harness), logs to
 ``bench/out/logs`` and is stopped by its own pid (SIGTERM, then SIGKILL), the
 way the peer harness stops its workers. Redis counters come from
 ``INFO commandstats`` and ``INFO stats`` of the benchmark's own redis-server.
@@ -27,9 +27,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from app import processes
-from app.embedded import EmbeddedRedis
-from app.processes import Child, child_env
+from app.stack import processes
+from app.stack.embedded import EmbeddedRedis
+from app.stack.processes import Child, child_env
 from app.store.keys import QueueKeys
 from app.store.redis.connection import async_client
 from app.store.runs.store import RunStore
@@ -58,7 +58,7 @@ def compile_bytecode(root: Path = REPO_ROOT) -> None:
 
 
 def spawn(name: str, args: list[str], env: dict[str, str], root: Path = REPO_ROOT) -> Child:
-    """Start ``python -m app.launch <args>`` with ``env`` added; output goes to a log file.
+    """Start ``python -m app.cli.launch <args>`` with ``env`` added; output goes to a log file.
 
     ``root``: the checkout whose ``app`` the child imports (another tree for an A/B pair,
     e.g. a detached worktree of main, run with this venv).

@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from app.embedded import free_port
+from app.stack.embedded import free_port
 from bench.harness import LOG_DIR, header, log, private_redis, record, stop
 
 MIB = 1024 * 1024

@@ -23,7 +23,7 @@ import asyncio
 import time
 from typing import Any
 
-from app.read_models import RateLimitSpec
+from app.models.read import RateLimitSpec
 from app.store.context import StoreContext
 from app.store.leases.store import LeaseStore
 from app.store.lua.scripts import Scripts

@@ -30,9 +30,9 @@ from typing import Any
 
 import httpx
 
-from app import processes
-from app.embedded import free_port
-from app.processes import Child, child_env
+from app.stack import processes
+from app.stack.embedded import free_port
+from app.stack.processes import Child, child_env
 from bench.harness import LOG_DIR, header, log, private_redis, record, stop
 
 FILLER = "x" * 20_000

@@ -72,10 +72,10 @@ from typing import Any
 
 import httpx
 
-from app import processes
-from app.embedded import free_port
-from app.processes import Child, child_env, wait_healthy
 from app.settings import Settings
+from app.stack import processes
+from app.stack.embedded import free_port
+from app.stack.processes import Child, child_env, wait_healthy
 from app.store.lua.scripts import Scripts
 from app.store.runs.store import RunStore
 from bench import harness

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import app.executor.worker as worker_module
-from app.embedded import EmbeddedRedis
 from app.handlers import HandlerRegistry
 from app.settings import Settings
+from app.stack.embedded import EmbeddedRedis
 
 
 class Timings:

@@ -35,9 +35,9 @@ from typing import Any
 
 import httpx
 
-from app.embedded import free_port
-from app.processes import Child, wait_healthy
 from app.settings import Settings
+from app.stack.embedded import free_port
+from app.stack.processes import Child, wait_healthy
 from app.store.lua.scripts import Scripts
 from app.store.runs.new import NewRun
 from app.store.runs.store import RunStore

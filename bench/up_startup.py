@@ -1,7 +1,7 @@
 """How long ``leasehold up`` (the README's quick start) takes until its API is healthy.
 
 ``python -m bench.up_startup [--reps 10] [--root DIR ...]`` starts ``leasehold up
---port P --workers 2`` (``python -m app.launch``, what the console script runs) in a
+--port P --workers 2`` (``python -m app.cli.launch``, what the console script runs) in a
 fresh state directory (its own embedded Redis, AOF and all), polls ``GET /healthz``
 every 5 ms with a bare ``http.client`` (nothing of the harness's own start-up in the
 window), and records spawn -> first 200 and spawn -> the second worker registered
@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from app.embedded import free_port
+from app.stack.embedded import free_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 POLL_S = 0.005
@@ -66,7 +66,7 @@ def one_up(root: Path) -> tuple[float, float]:
         env = {key: value for key, value in os.environ.items() if not key.startswith("LEASEHOLD_")}
         env |= {"PYTHONPATH": str(root), "LEASEHOLD_STATE_DIR": state_dir}
         started = time.perf_counter()
-        command = [sys.executable, "-m", "app.launch", "up", "--port", str(port)]
+        command = [sys.executable, "-m", "app.cli.launch", "up", "--port", str(port)]
         child = subprocess.Popen(
             [*command, "--workers", str(WORKERS)],
             cwd=root,

@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from app import reconciler
 from app.executor import courier, execution, inbox, listener, worker
+from app.reconciler import reconciler
 from app.store.family import outbox
 from app.store.leases import store as leases
 from app.store.lua import scripts

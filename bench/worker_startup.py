@@ -15,7 +15,7 @@ so a change of the machine's load hits both alike. Each ROOT is compiled to
 bytecode first, as an installed wheel or container image is: with
 ``PYTHONDONTWRITEBYTECODE`` set, an editable checkout would otherwise compile its
 sources inside the timed window. Where the time goes:
-``python -X importtime -c 'import app.cli, app.executor.worker'``.
+``python -X importtime -c 'import app.cli.main, app.executor.worker'``.
 
 ``--callgrind`` counts instead the instructions a worker executes from its first one to
 the moment it sends its first claim (``valgrind --tool=callgrind``, one start per
@@ -179,7 +179,10 @@ async def first_claim(self, *args, **kwargs):
 
 LeaseStore.finish_and_claim = first_claim
 sys.argv = ["leasehold", "worker", "--concurrency", "50"]
-from app.launch import main
+try:
+    from app.cli.launch import main
+except ImportError:  # a checkout from before app/cli/
+    from app.launch import main
 main()
 """
 

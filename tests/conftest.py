@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from app.embedded import EmbeddedRedis, find_redis_server
 from app.settings import Settings
+from app.stack.embedded import EmbeddedRedis, find_redis_server
 from app.store.leases.store import LeaseStore
 from app.store.lua.scripts import Scripts
 from app.store.progress.store import ProgressStore

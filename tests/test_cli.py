@@ -10,8 +10,10 @@ import time
 
 import pytest
 
-from app.embedded import free_port
-from app.models import QueuePage, Run, RunPage, RunStatus
+from app.models import Run, RunStatus
+from app.models.api import QueuePage
+from app.models.read import RunPage
+from app.stack.embedded import free_port
 from app.store.leases.store import LeaseStore
 from tests.support.polling import eventually
 from tests.support.processes import REPO_ROOT, Processes, env_without_settings, python_prints
@@ -266,7 +268,7 @@ def test_runs_get_and_watch_of_a_parked_run_say_why_and_how_to_unpark_it(
 def test_a_run_parked_for_an_unknown_effect_names_the_resolve_command() -> None:
     from datetime import UTC, datetime
 
-    from app.cli import _unpark_lines
+    from app.cli.api_calls import unpark_lines as _unpark_lines
     from app.models import RunError
 
     run = Run(

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from app.models import FireResult, Schedule, SchedulePage
+from app.models.api import FireResult, SchedulePage
+from app.models.read import Schedule
 from tests.test_cli import api_url, leasehold, one_error_line  # noqa: F401  (fixture)
 
 

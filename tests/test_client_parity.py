@@ -1,6 +1,6 @@
 """Client and AsyncClient send the same requests and read the same answers.
 
-Both send one request spec per API method (``app/client.py``); this test drives
+Both send one request spec per API method (``app/client/calls.py``); this test drives
 every method of both against one recording transport and fails when they drift:
 a method one has and the other lacks, or a different method, path, query or
 body for the same call.
@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 from app.client import AsyncClient, Client
-from app.models import QueueLimits, RateLimitSpec
+from app.models.read import QueueLimits, RateLimitSpec
 
 RUN_ID = "default.01M8NMVX0F2FBPYNB2A04QJM1Z"
 RUN = {

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from app import embedded
-from app.embedded import EmbeddedRedis, choose_redis_server
+from app.stack import embedded
+from app.stack.embedded import EmbeddedRedis, choose_redis_server
 
 
 def fake_redis_server(directory: Path, version: str) -> Path:

@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
-from app.logs import JsonFormatter, configure_logging, make_formatter
 from app.store.runs.new import NewRun
 from app.store.runs.store import RunStore
+from app.telemetry.logs import JsonFormatter, configure_logging, make_formatter
 from tests.support.polling import eventually
 from tests.support.processes import Processes
 

@@ -9,10 +9,10 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.parser import text_string_to_metric_families
 
-from app import metrics
 from app.client import AsyncClient
-from app.embedded import free_port
 from app.models import RunStatus
+from app.stack.embedded import free_port
+from app.telemetry import metrics
 from tests.support.polling import eventually
 from tests.support.processes import Processes
 

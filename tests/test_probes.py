@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from app.embedded import free_port
+from app.stack.embedded import free_port
 from tests.support.memory import SmallRedis
 from tests.support.polling import eventually
 from tests.support.processes import REPO_ROOT, Processes

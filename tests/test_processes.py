@@ -1,4 +1,4 @@
-"""The one process harness (app/processes.py), with real children.
+"""The one process harness (app/stack/processes.py), with real children.
 
 What every user of it (``leasehold up``, the demo, the benchmarks, the tests, the
 soak) relies on: a child that dies before it is healthy is reported with its
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from app.embedded import free_port
-from app.processes import Child, ProcessNotReady, child_env, spawn, stop_all, wait_healthy
+from app.stack.embedded import free_port
+from app.stack.processes import Child, ProcessNotReady, child_env, spawn, stop_all, wait_healthy
 from tests.support.processes import REPO_ROOT
 
 

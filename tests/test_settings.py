@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from app.embedded import free_port
 from app.errors import ConfigurationError
 from app.settings import ENV_PREFIX, Settings, load_settings
 from app.settings.leases import LeaseSettings
+from app.stack.embedded import free_port
 from tests.support.processes import NO_ENV_FILE, PROBE_TIMEOUT_S, REPO_ROOT, env_without_settings
 
 ENV_EXAMPLE = REPO_ROOT / ".env.example"
@@ -316,7 +316,7 @@ def test_leasehold_reads_the_dotenv_file_of_its_working_directory_under_the_envi
 
     def unreachable_api(**extra: str) -> str:
         done = subprocess.run(
-            [sys.executable, "-m", "app.launch", "runs", "get", "default.X"],
+            [sys.executable, "-m", "app.cli.launch", "runs", "get", "default.X"],
             env={**env, **extra},
             cwd=tmp_path,
             capture_output=True,

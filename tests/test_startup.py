@@ -25,12 +25,12 @@ def test_a_worker_imports_no_http_server_or_client() -> None:
         "rich",
         "app.api",
         "app.client",
-        "app.metrics_server",
-        "app.api_models",  # the API's request/response models: created only where used
+        "app.telemetry.metrics_server",
+        "app.models.api",  # the API's request/response models: created only where used
     ]
     code = (
         "import sys\n"
-        "import app.cli, app.executor.worker, app.demo\n"
+        "import app.cli.main, app.executor.worker, app.demo\n"
         f"print([name for name in {heavy!r} if name in sys.modules])\n"
     )
     assert python_prints(code) == "[]"
@@ -47,20 +47,20 @@ def test_models_are_built_when_first_used_not_at_import() -> None:
     assert python_prints(code) == "False True queued 0"
 
 
-def test_the_api_models_are_still_found_in_app_models() -> None:
-    # moved out of the worker's imports, not out of app.models' names: the API, the
-    # client and users' code import them from there as before, and get the same class
+def test_the_api_and_read_models_are_imported_only_from_their_own_modules() -> None:
+    # app.models (what every process imports) neither imports nor names them: the API,
+    # the client and users' code import them from app.models.api and app.models.read
     code = (
         "import sys\n"
-        "from app.models import RunStatus\n"
-        "loaded = 'app.api_models' in sys.modules\n"
-        "from app.models import CreateRunRequest\n"
-        "import app.api_models, app.models\n"
+        "import app.models\n"
+        "loaded = [n for n in ('app.models.api', 'app.models.read') if n in sys.modules]\n"
+        "from app.models.api import CreateRunRequest\n"
+        "from app.models.read import RunPage\n"
         "request = CreateRunRequest.model_validate({'handler': 'h'})\n"
-        "print(loaded, CreateRunRequest is app.api_models.CreateRunRequest, request.handler,\n"
-        "    hasattr(app.models, 'NoSuchModel'))\n"
+        "print(loaded, request.handler, RunPage.__module__,\n"
+        "    hasattr(app.models, 'CreateRunRequest'), hasattr(app.models, 'RunPage'))\n"
     )
-    assert python_prints(code) == "False True h False"
+    assert python_prints(code) == "[] h app.models.read False False"
 
 
 def test_the_cli_help_imports_no_pydantic() -> None:
@@ -69,7 +69,7 @@ def test_the_cli_help_imports_no_pydantic() -> None:
     code = (
         "import sys\n"
         "sys.argv = ['leasehold', '--help']\n"
-        "from app.launch import main\n"
+        "from app.cli.launch import main\n"
         "status = None  # typer's help ends with SystemExit(0)\n"
         "try:\n    main()\n"
         "except SystemExit as exc:\n    status = exc.code\n"
@@ -89,7 +89,7 @@ def test_the_statuses_are_still_found_in_app_models() -> None:
 
 def test_the_console_script_starts_behind_a_quiet_collector() -> None:
     scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["leasehold"] == "app.launch:main"
+    assert scripts["leasehold"] == "app.cli.launch:main"
     # raised while modules load; settle() freezes them and puts the defaults back
     code = (
         "import gc\n"
@@ -118,7 +118,7 @@ def test_settle_without_a_quiet_start_leaves_the_thresholds_alone() -> None:
 
 def test_the_console_script_runs_the_cli() -> None:
     done = subprocess.run(
-        [sys.executable, "-c", "import sys; from app.launch import main; main()", "--help"],
+        [sys.executable, "-c", "import sys; from app.cli.launch import main; main()", "--help"],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -144,7 +144,7 @@ def test_a_worker_started_by_the_console_script_imports_no_api_and_no_http_clien
         "          'app.executor.worker' in sys.modules)\n"
         "asyncio.run = serve\n"
         "sys.argv = ['leasehold', 'worker', '--queues', 'q', '--concurrency', '3']\n"
-        "from app.launch import main\n"
+        "from app.cli.launch import main\n"
         "main()\n"
     )
     assert python_prints(code) == "[] True"
@@ -168,7 +168,7 @@ def test_a_worker_with_tracing_off_imports_no_opentelemetry() -> None:
         "    print(loaded, 'redis' in sys.modules, type(meter).__name__, callable(get_meter))\n"
         "asyncio.run = serve\n"
         "sys.argv = ['leasehold', 'worker', '--concurrency', '3']\n"
-        "from app.launch import main\n"
+        "from app.cli.launch import main\n"
         "main()\n"
     )
     assert python_prints(code) == "[] True Meter True"
@@ -181,10 +181,10 @@ def test_runs_get_imports_no_server_and_no_command_line_toolkit() -> None:
     heavy = ["fastapi", "starlette", "uvicorn", "app.api", "rich", "click", "pygments"]
     code = (
         "import sys\n"
-        "from app.embedded import free_port\n"
+        "from app.stack.embedded import free_port\n"
         "sys.argv = ['leasehold', 'runs', 'get', 'default.X',\n"
         "            '--api-url', f'http://127.0.0.1:{free_port()}']\n"
-        "from app.launch import main\n"
+        "from app.cli.launch import main\n"
         "try:\n    main()\n"
         "except SystemExit as exc:\n    status = exc.code\n"
         f"print(status, 'httpx' in sys.modules, [n for n in {heavy!r} if n in sys.modules])\n"

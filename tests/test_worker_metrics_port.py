@@ -9,11 +9,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.embedded import free_port
 from app.errors import ConfigurationError
-from app.metrics_server import READ_TIMEOUT_S
-from app.processes import Child
 from app.settings import load_settings
+from app.stack.embedded import free_port
+from app.stack.processes import Child
+from app.telemetry.metrics_server import READ_TIMEOUT_S
 from tests.support.polling import eventually
 from tests.support.processes import Processes, run_cli
 

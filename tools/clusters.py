@@ -34,7 +34,7 @@ from urllib.parse import quote
 
 import redis
 
-from app.embedded import find_redis_server
+from app.stack.embedded import find_redis_server
 
 READY_TIMEOUT_S = 30.0
 NODE_TIMEOUT_MS = 1000

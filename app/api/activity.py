@@ -37,7 +37,7 @@ from sse_starlette import ServerSentEvent
 
 from app.api.hub import Feed, FeedRegistry, Subscription, fan_out
 from app.models import event_id_order, is_resume_point
-from app.read_models import ActivityEntry
+from app.models.read import ActivityEntry
 from app.store.queues.activity import ActivityStore
 from app.store.redis.feeds import read_group, wait_for_news
 

@@ -13,7 +13,7 @@ is opened.
 from __future__ import annotations
 
 from app.errors import CapacityExceeded
-from app.metrics import SSE_REFUSED, SSE_STREAMS
+from app.telemetry.metrics import SSE_REFUSED, SSE_STREAMS
 
 # what a refused follower is told to wait: long enough for a flood to thin out
 RETRY_AFTER_S = 2

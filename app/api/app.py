@@ -46,7 +46,6 @@ from app.api.routes import (
 )
 from app.api.state import ApiState
 from app.handlers import HandlerRegistry, load_handler_modules
-from app.metrics import CREATES_REFUSED
 from app.settings import Settings
 from app.store.admission import MemoryAdmission
 from app.store.lua.scripts import Scripts
@@ -55,6 +54,7 @@ from app.store.queues.store import QueueStore
 from app.store.ratelimits.store import RateLimitStore
 from app.store.redis.connection import AsyncRedis, async_client
 from app.store.runs.store import RunStore
+from app.telemetry.metrics import CREATES_REFUSED
 
 BODY_OVERHEAD_BYTES = 16_384
 # the feeds' pool: two blocking readers (run events, activity) and the feeds' short reads

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, MutableMapping
 from typing import Any, Protocol, cast
 
-from app.metrics import SSE_DROPPED
+from app.telemetry.metrics import SSE_DROPPED
 
 log = logging.getLogger(__name__)
 

@@ -41,11 +41,11 @@ from typing import Any, Generic, Protocol, TypeVar
 from redis.exceptions import RedisError
 
 from app.api.frames import Burst, Frame, frame, gap
-from app.metrics import SSE_EVENTS_SENT
 from app.retry import REDIS_BACKOFF
 from app.store.redis.feeds import read_group, wait_for_news
 from app.store.redis.refusals import describe
 from app.store.runs.store import RunStore
+from app.telemetry.metrics import SSE_EVENTS_SENT
 
 log = logging.getLogger(__name__)
 

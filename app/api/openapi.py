@@ -22,7 +22,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from app.api.problems import PROBLEM_JSON
-from app.models import Problem
+from app.models.api import Problem
 
 PROBLEM_REF = "#/components/schemas/Problem"
 REPLACEABLE_REFS = frozenset({None, PROBLEM_REF, "#/components/schemas/HTTPValidationError"})

@@ -34,15 +34,15 @@ from fastapi import HTTPException
 from redis.exceptions import RedisError
 
 from app.errors import MemoryPressure, OperationConflict, StoreError
-from app.metrics import RETRY_OPERATIONS_RUNNING
 from app.models import RETRYABLE_STATUSES, Run, RunStatus
-from app.read_models import RetriedPair
+from app.models.read import RetriedPair
 from app.settings import Settings
 from app.store.admission import WAIT_POLL_S, MemoryAdmission, create_cost_bytes
 from app.store.codec import dumps
 from app.store.operations.store import OperationStore, Progress
 from app.store.runs.reruns import Rerun, retry_call, settle
 from app.store.runs.store import RunStore
+from app.telemetry.metrics import RETRY_OPERATIONS_RUNNING
 
 log = logging.getLogger(__name__)
 

@@ -30,9 +30,9 @@ from app.api.fanout import DirectSink, direct_sink
 from app.api.frames import Burst, Frame, encode
 from app.api.hub import EventHub, Subscription
 from app.api.state import ApiState
-from app.metrics import SSE_EVENTS_SENT, SSE_SUBSCRIBERS
 from app.models import TERMINAL_EVENT_TYPES, Run, RunEvent, event_id_order, is_resume_point
 from app.store.runs.store import RunStore
+from app.telemetry.metrics import SSE_EVENTS_SENT, SSE_SUBSCRIBERS
 
 REPLAY_CHUNK = 500
 # live frames one write may carry: a follower behind by a burst catches up in few sends

@@ -60,10 +60,10 @@ from sse_starlette import ServerSentEvent
 from app.api.eventstream import EventStream
 from app.api.state import ApiState
 from app.api.streaming import admit_stream, event_stream_response
-from app.metrics import SSE_EVENTS_SENT, SSE_SUBSCRIBERS
 from app.models import TERMINAL_EVENT_TYPES, RunEvent, event_id_order
 from app.store.family.tree import IndexRead, Round, StreamChunk, StreamRead, TreeStore
 from app.store.runs.positions import Position
+from app.telemetry.metrics import SSE_EVENTS_SENT, SSE_SUBSCRIBERS
 
 # events read per run per round: bounds what one round holds to max_runs x this
 TREE_READ_CHUNK = 200

@@ -34,13 +34,13 @@ from typing import TextIO
 
 from app.client import Client
 from app.demo import judge
-from app.embedded import EmbeddedRedis, free_port
 from app.errors import LeaseholdError
 from app.httpx_import import httpx
 from app.models import Run, RunStatus
-from app.processes import Child, child_env, spawn, stop_all
 from app.render import EventPrinter, error_words
 from app.settings import DEMO_HANDLERS
+from app.stack.embedded import EmbeddedRedis, free_port
+from app.stack.processes import Child, child_env, spawn, stop_all
 
 READY_TIMEOUT_S = 30.0
 # the escalate story needs no takeover: a lease TTL well above its operation's lease

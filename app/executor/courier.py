@@ -67,11 +67,11 @@ from dataclasses import dataclass
 from redis.exceptions import RedisError
 
 from app.executor.slots import Slots
-from app.metrics import CLAIMS_THROTTLED, HANDOFFS, WORKER_WRITES_REFUSED
 from app.retry import REDIS_BACKOFF, Streak
 from app.store.leases.store import Claim, ClaimedRun, LeaseStore, Outcome, new_claim_token
 from app.store.lua.transition import LeaseAnswer
 from app.store.redis.refusals import describe, refusal_of
+from app.telemetry.metrics import CLAIMS_THROTTLED, HANDOFFS, WORKER_WRITES_REFUSED
 
 log = logging.getLogger(__name__)
 

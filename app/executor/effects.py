@@ -79,7 +79,7 @@ from app.store.progress.store import (
     ProgressStore,
 )
 from app.store.redis.refusals import describe, is_transient
-from app.tracing import Attributes, Span, tracer
+from app.telemetry.tracing import Attributes, Span, tracer
 
 log = logging.getLogger(__name__)
 

@@ -34,11 +34,11 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from app.errors import EventTooLarge, InvalidEvent, LeaseLost
-from app.metrics import EVENTS_DROPPED, WORKER_WRITES_REFUSED
 from app.retry import REDIS_BACKOFF
 from app.store.codec import dumps
 from app.store.leases.store import Lease, LeaseStore
 from app.store.redis.refusals import describe, refusal_of
+from app.telemetry.metrics import EVENTS_DROPPED, WORKER_WRITES_REFUSED
 
 log = logging.getLogger(__name__)
 

@@ -44,13 +44,13 @@ from app.executor.slots import RunGate
 from app.executor.spans import attempt_span
 from app.executor.tally import Tally
 from app.handlers import HandlerSpec
-from app.metrics import ATTEMPT_SECONDS, BUDGET_FAILURES, RUNS_FINISHED, child
 from app.models import RunStatus
 from app.retry import Backoff
 from app.store.codec import dumps
 from app.store.leases.store import ClaimedRun, Outcome
 from app.store.lua.transition import LeaseAnswer
-from app.tracing import NO_SPAN, tracer
+from app.telemetry.metrics import ATTEMPT_SECONDS, BUDGET_FAILURES, RUNS_FINISHED, child
+from app.telemetry.tracing import NO_SPAN, tracer
 
 log = logging.getLogger(__name__)
 

@@ -38,10 +38,15 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from app.executor.reasons import StopReason
 from app.executor.table import LeaseTable
-from app.metrics import LEASE_RENEWALS, RENEW_SECONDS, RENEWAL_FAILURES, WORKER_WRITES_REFUSED
 from app.store.leases.store import LeaseRenewer
 from app.store.lua.transition import LeaseAnswer
 from app.store.redis.refusals import describe, refusal_of
+from app.telemetry.metrics import (
+    LEASE_RENEWALS,
+    RENEW_SECONDS,
+    RENEWAL_FAILURES,
+    WORKER_WRITES_REFUSED,
+)
 
 log = logging.getLogger(__name__)
 

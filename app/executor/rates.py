@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.errors import InvalidRateLimitUse, RateLimitRelease
-from app.metrics import RATE_LIMIT_PUSHES, RATE_LIMIT_WAIT_SECONDS, RATE_LIMIT_WAITS
 from app.store.ratelimits.store import Declared, RateLimitStore, Token
+from app.telemetry.metrics import RATE_LIMIT_PUSHES, RATE_LIMIT_WAIT_SECONDS, RATE_LIMIT_WAITS
 
 Emit = Callable[[str, Any], Awaitable[None]]
 # Retry-After one 429 may report: a day (a longer one is a misconfigured upstream)

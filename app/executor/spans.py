@@ -2,7 +2,7 @@
 
 An attempt's span is a child of the trace context the run was created with
 (``traceparent`` on the record) and has the span id derived from (run id,
-fence) (:func:`app.tracing.attempt_traceparent`); a run created without a
+fence) (:func:`app.telemetry.tracing.attempt_traceparent`); a run created without a
 trace context gets one derived from its id (fence 0 stands for the run), so
 all its spans still share one trace. A claim that follows an
 earlier one (a takeover after ``kill -9``, a retry, a release) links to the
@@ -14,7 +14,7 @@ parent, so the trace shows what the lost attempt did and where it stopped.
 from __future__ import annotations
 
 from app.store.leases.store import ClaimedRun
-from app.tracing import Span, attempt_traceparent, tracer
+from app.telemetry.tracing import Span, attempt_traceparent, tracer
 
 
 def attempt_span(claimed: ClaimedRun, owner_id: str) -> Span:

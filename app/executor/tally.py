@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 
-from app.metrics import ATTEMPT_SECONDS, RUNS_CLAIMED, RUNS_FINISHED, child
+from app.telemetry.metrics import ATTEMPT_SECONDS, RUNS_CLAIMED, RUNS_FINISHED, child
 
 
 class Tally:

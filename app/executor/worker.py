@@ -7,7 +7,7 @@ Wiring, per process:
 * one :class:`RunExecution` task per run, limited by :class:`Slots`;
 * the :class:`Heartbeat` thread renewing every lease at TTL/3 on its own
   connection, and advertising the worker in the registry;
-* the :class:`~app.reconciler.Reconciler`, unless disabled.
+* the :class:`~app.reconciler.reconciler.Reconciler`, unless disabled.
 
 **Drain** (SIGTERM or SIGINT, or ``POST /workers/{id}/drain``, seen by the
 heartbeat's advertisement): stop claiming, let running runs finish for
@@ -44,7 +44,6 @@ from app.executor.reasons import StopReason
 from app.executor.slots import Slots
 from app.executor.table import LeaseTable
 from app.handlers import HandlerRegistry, HandlerSpec
-from app.metrics import LEASES_LOST, LOOP_LAG
 from app.models import WorkerInfo
 from app.retry import REDIS_BACKOFF, retrying
 from app.settings import Settings
@@ -58,15 +57,16 @@ from app.store.lua.transition import LeaseAnswer
 from app.store.queues.store import QueueStore
 from app.store.redis.connection import AsyncRedis, SyncRedis, async_client, sync_client
 from app.store.redis.refusals import describe, is_transient
+from app.telemetry.metrics import LEASES_LOST, LOOP_LAG
 
 if TYPE_CHECKING:
     # the reconciler and its schedule pass (schedules, cron) and the run store are imported
     # once the first claim is answered (Worker._rest_of_start); the children's modules
     # (family, child store, outbox) on a run's first spawn (helper_deps.family_deps); the
     # metrics server's only when it is on
-    from app.metrics_server import MetricsServer
-    from app.reconciler import Reconciler
+    from app.reconciler.reconciler import Reconciler
     from app.store.runs.store import RunStore
+    from app.telemetry.metrics_server import MetricsServer
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +202,7 @@ class Worker:
         settings = self.settings
         if settings.worker_metrics_port:
             # imported only when on: its HTTP server modules are start-up time otherwise
-            from app.metrics_server import start_metrics_server
+            from app.telemetry.metrics_server import start_metrics_server
 
             # a daemon thread; it serves the same registry the heartbeat updates
             machinery.metrics_server = start_metrics_server(settings)
@@ -405,8 +405,8 @@ class Worker:
         )
 
     def _reconciler(self, lease_store: LeaseStore, run_store: RunStore) -> Reconciler:
-        from app.reconciler import Reconciler
-        from app.schedule_pass import SchedulePass
+        from app.reconciler.reconciler import Reconciler
+        from app.reconciler.schedule_pass import SchedulePass
 
         return Reconciler(
             lease_store=lease_store,

@@ -30,9 +30,9 @@ from collections.abc import Awaitable, Callable
 from redis.exceptions import ResponseError
 
 from app.errors import MemoryPressure
-from app.metrics import REDIS_MEMORY_MAX, REDIS_MEMORY_USED
 from app.store.redis.connection import AsyncRedis
 from app.store.redis.memory import MemoryReading, read_memory
+from app.telemetry.metrics import REDIS_MEMORY_MAX, REDIS_MEMORY_USED
 
 log = logging.getLogger(__name__)
 

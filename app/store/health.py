@@ -18,7 +18,7 @@ from typing import cast
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from app.read_models import RedisTopology
+from app.models.read import RedisTopology
 from app.redis_url import Mode
 from app.store.lua.scripts import Scripts
 from app.store.redis.connection import AsyncRedis, mode_of

@@ -40,10 +40,10 @@ from app.errors import (
     LeaseholdError,
     OperationIntervened,
 )
-from app.metrics import VERDICTS
 from app.supervision.verdicts import Decision, Evidence, Verdict
 from app.supervision.watchdog import Watchdog
-from app.tracing import tracer
+from app.telemetry.metrics import VERDICTS
+from app.telemetry.tracing import tracer
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from app.errors import BudgetExhausted, EscalationRequested
-from app.metrics import VERDICTS
 from app.supervision.verdicts import Evidence, Verdict
 from app.supervision.watchdog import Watchdog
+from app.telemetry.metrics import VERDICTS
 
 Emit = Callable[[str, dict[str, Any]], Awaitable[None]]
 

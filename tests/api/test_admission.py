@@ -17,13 +17,13 @@ import httpx
 import redis.asyncio as aioredis
 
 from app.api.operations import RetryDrivers
-from app.metrics import WORKER_REGISTRY
-from app.read_models import RetryFilter
-from app.schedule_pass import SchedulePass
+from app.models.read import RetryFilter
+from app.reconciler.schedule_pass import SchedulePass
 from app.store.admission import MemoryAdmission
 from app.store.lua.scripts import Scripts
 from app.store.redis.connection import async_client
 from app.store.runs.store import RunStore
+from app.telemetry.metrics import WORKER_REGISTRY
 from tests.support.memory import HIGH_WATER, SmallRedis, memory_settings, start_api
 from tests.support.polling import eventually
 

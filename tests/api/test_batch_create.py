@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 
 from app.api.app import create_app
 from app.client import ApiError, AsyncClient
-from app.models import CreateRunsResult
+from app.models.api import CreateRunsResult
 from app.settings import Settings
 from app.store.keys import QueueKeys
 from tests.api.test_memory import HIGH_WATER, filler, memory_settings, start_api

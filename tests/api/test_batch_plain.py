@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.api.routes.batch_items import _plain
-from app.models import CreateRunRequest
+from app.models.api import CreateRunRequest
 from app.settings import Settings
 
 NAMES = ["demo.echo", "a", "x" * 128, "x" * 129, "", "bad name", "demo.echo\n", "é", "a:b"]

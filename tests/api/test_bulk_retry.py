@@ -13,7 +13,8 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from app.models import RetryFilter, RunStatus
+from app.models import RunStatus
+from app.models.read import RetryFilter
 from app.settings import Settings
 from app.store.leases.store import LeaseStore, Outcome
 from app.store.lua.scripts import Scripts

@@ -9,12 +9,12 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from app.metrics import API_REGISTRY
 from app.models import RunStatus
 from app.settings import Settings
 from app.store.keys import QueueKeys
 from app.store.leases.store import LeaseStore, Outcome
 from app.store.runs.store import RunStore
+from app.telemetry.metrics import API_REGISTRY
 from tests.support.polling import eventually, wait_status
 from tests.support.processes import Processes
 

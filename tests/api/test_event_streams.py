@@ -19,7 +19,7 @@ import redis.asyncio as aioredis
 
 from app.client import AsyncClient, Client
 from app.models import RunEvent, RunStatus
-from app.processes import wait_healthy
+from app.stack.processes import wait_healthy
 from app.store.keys import QueueKeys
 from app.store.runs.new import NewRun
 from app.store.runs.store import RunStore

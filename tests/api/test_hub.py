@@ -12,8 +12,8 @@ from app.api.fanout import DirectSink
 from app.api.frames import Frame
 from app.api.hub import EventHub, Inbox, Subscription
 from app.api.streaming import Cursor
-from app.metrics import API_REGISTRY
 from app.store.runs.store import RunStore
+from app.telemetry.metrics import API_REGISTRY
 from tests.support.polling import eventually
 from tests.support.streams import append, new_run
 

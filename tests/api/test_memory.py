@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.embedded import free_port
+from app.stack.embedded import free_port
 from tests.support.memory import HIGH_WATER, SmallRedis, memory_settings, start_api
 
 FILLER = "x" * 20_000  # 20 KB inputs, as in the reproduction

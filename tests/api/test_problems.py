@@ -10,8 +10,8 @@ import pytest
 from fastapi import FastAPI
 
 from app.api.app import create_app
-from app.embedded import free_port
 from app.settings import Settings
+from app.stack.embedded import free_port
 
 
 class Boom(Exception):

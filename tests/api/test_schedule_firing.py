@@ -12,7 +12,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from app.models import Run, RunStatus
-from app.schedule_pass import SchedulePass
+from app.reconciler.schedule_pass import SchedulePass
 from app.settings import Settings
 from app.store.leases.store import LeaseStore
 from app.store.lua.scripts import Scripts

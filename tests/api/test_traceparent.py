@@ -12,12 +12,12 @@ import pytest
 import redis.asyncio as aioredis
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from app import tracing
 from app.errors import ConfigurationError
-from app.logs import JsonFormatter
 from app.settings import Settings
 from app.store.keys import QueueKeys
-from app.tracing import parse_traceparent, tracer
+from app.telemetry import tracing
+from app.telemetry.logs import JsonFormatter
+from app.telemetry.tracing import parse_traceparent, tracer
 
 ECHO = {"handler": "demo.echo", "input": {"message": "hi"}}
 CALLER = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -100,7 +100,9 @@ def test_json_log_lines_carry_the_trace_and_span_ids(spans: InMemorySpanExporter
 def test_tracing_asked_for_without_the_extra_is_a_configuration_error(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(sys.modules, "app.tracing.otel", None)  # what a missing extra looks like
+    monkeypatch.setitem(
+        sys.modules, "app.telemetry.tracing.otel", None
+    )  # what a missing extra looks like
     with pytest.raises(ConfigurationError, match=r"\[otel\] extra"):
         tracing.configure(settings.model_copy(update={"tracing": "otlp"}), "leasehold-test")
     assert not tracer().enabled
@@ -109,11 +111,11 @@ def test_tracing_asked_for_without_the_extra_is_a_configuration_error(
 def test_with_tracing_off_a_worker_imports_no_tracing_sdk() -> None:
     """No cost when off: the worker, the API and the CLI never load the SDK's tracer."""
     code = (
-        "import sys, app.cli, app.api.app, app.executor.worker\n"
-        "from app import tracing\n"
+        "import sys, app.cli.main, app.api.app, app.executor.worker\n"
+        "from app.telemetry import tracing\n"
         "from app.settings import Settings\n"
         "tracing.configure(Settings(), 'x')\n"
-        "print(sorted(m for m in sys.modules if m.startswith(('app.tracing.', "
+        "print(sorted(m for m in sys.modules if m.startswith(('app.telemetry.tracing.', "
         "'opentelemetry.sdk.trace', 'opentelemetry.exporter'))))\n"
     )
     out = subprocess.run(

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from app.models import RunStatus
-from app.processes import Child
+from app.stack.processes import Child
 from tests.support.failover import (
     Deployment,
     assert_each_settled_exactly_once,

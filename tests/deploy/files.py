@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from app.embedded import find_redis_server
+from app.stack.embedded import find_redis_server
 from tests.support.processes import REPO_ROOT
 
 COMPOSE = REPO_ROOT / "docker-compose.yml"

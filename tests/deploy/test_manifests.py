@@ -1,7 +1,7 @@
 """docker-compose.yml, deploy/Dockerfile and deploy/k8s, checked against the code.
 
 No container engine runs here, so these files are read as data and held to what
-the code really has: every command they run exists in the CLI (``app/cli.py``)
+the code really has: every command they run exists in the CLI (``app/cli/``)
 with the options they pass, every ``LEASEHOLD_*`` variable is a field of
 ``Settings`` with a valid value, every probed path is a route of the API, ports
 agree, and every graceful-stop period outlasts a worker's drain plus its release.
@@ -22,8 +22,8 @@ import redis
 import typer
 import yaml
 
-from app import cli
 from app.api.app import create_app
+from app.cli import main as cli
 from app.errors import ConfigurationError
 from app.executor.drain import SETTLE_AFTER_DRAIN_S
 from app.settings import ENV_PREFIX, Settings, load_settings
@@ -68,7 +68,7 @@ def load_documents(path: Path) -> list[dict[str, Any]]:
 def resolve_cli(argv: list[str]) -> Any:
     """The CLI command ``leasehold <argv>`` runs; fails on an unknown command or option.
 
-    Walks the command tree typer builds from ``app.cli.app`` (groups have
+    Walks the command tree typer builds from ``app.cli.main.app`` (groups have
     ``commands``; typer vendors its own click, so no isinstance checks).
     """
     command: Any = typer.main.get_command(cli.app)
@@ -302,7 +302,7 @@ def test_the_wheel_ships_the_lua_scripts_the_image_runs() -> None:
     pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
     force_include = pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
     assert force_include["scripts/lua"] == "app/lua"
-    assert pyproject["project"]["scripts"]["leasehold"] == "app.launch:main"
+    assert pyproject["project"]["scripts"]["leasehold"] == "app.cli.launch:main"
 
 
 def test_the_image_carries_its_scripts_spliced_once_at_build() -> None:

@@ -4,7 +4,7 @@
 the rules' syntax and runs ``alerts.test.yml``, whose series make each alert
 fire and leave it quiet where it must stay quiet. Every PromQL expression of the
 dashboards goes through ``promtool check rules`` too, and every metric name and
-label matcher in any of them must be one that ``app/metrics.py`` exports: a
+label matcher in any of them must be one that ``app/telemetry/metrics.py`` exports: a
 renamed metric fails here instead of leaving a silent panel or an alert that can
 never fire.
 """
@@ -22,7 +22,7 @@ import pytest
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
-import app.metrics
+import app.telemetry.metrics
 from tests.deploy.files import run_tool
 from tests.support.processes import REPO_ROOT
 
@@ -65,9 +65,9 @@ def promtool() -> str:
 
 
 def exported() -> dict[str, set[str]]:
-    """Every series name app/metrics.py exports, with the label names it carries."""
+    """Every series name app/telemetry/metrics.py exports, with the label names it carries."""
     names: dict[str, set[str]] = {}
-    for collector in vars(app.metrics).values():
+    for collector in vars(app.telemetry.metrics).values():
         if not isinstance(collector, MetricWrapperBase):
             continue
         labels = set(collector._labelnames)

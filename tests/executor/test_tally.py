@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from app.executor.tally import Tally
-from app.metrics import ATTEMPT_SECONDS, RUNS_CLAIMED, RUNS_FINISHED, WORKER_REGISTRY
+from app.telemetry.metrics import ATTEMPT_SECONDS, RUNS_CLAIMED, RUNS_FINISHED, WORKER_REGISTRY
 
 
 def _value(name: str, labels: dict[str, str]) -> float:

@@ -12,9 +12,10 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from app.models import QueueLimits, RunStatus
-from app.processes import Child
+from app.models import RunStatus
+from app.models.read import QueueLimits
 from app.settings import Settings
+from app.stack.processes import Child
 from app.store.flow.store import FlowStore
 from app.store.keys import QueueKeys
 from app.store.leases.workers import list_workers

@@ -7,7 +7,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from app.models import RunStatus
-from app.processes import Child
+from app.stack.processes import Child
 from app.store.keys import QueueKeys
 from app.store.runs.new import NewRun
 from app.store.runs.store import RunStore

@@ -9,7 +9,7 @@ import signal
 import redis.asyncio as aioredis
 
 from app.models import RunStatus
-from app.processes import Child
+from app.stack.processes import Child
 from app.store.keys import QueueKeys
 from app.store.runs.store import RunStore
 from tests.process.test_handoff import create, idle_handoff_worker

@@ -6,7 +6,8 @@ import asyncio
 
 import redis.asyncio as aioredis
 
-from app.models import RateLimitSpec, RunStatus
+from app.models import RunStatus
+from app.models.read import RateLimitSpec
 from app.settings import Settings
 from app.store.lua.scripts import Scripts
 from app.store.ratelimits.store import RateLimitStore

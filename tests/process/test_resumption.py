@@ -15,7 +15,7 @@ import httpx
 import redis.asyncio as aioredis
 
 from app.models import RunEvent, RunStatus
-from app.processes import Child
+from app.stack.processes import Child
 from app.store.lua.scripts import Scripts
 from app.store.progress.store import ProgressStore
 from app.store.runs.new import NewRun

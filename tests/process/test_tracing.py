@@ -12,8 +12,8 @@ import signal
 
 import httpx
 
-from app.embedded import free_port
 from app.models import RunStatus
+from app.stack.embedded import free_port
 from app.store.runs.new import NewRun
 from app.store.runs.store import RunStore
 from tests.support.otlp import ReceivedSpan, Receiver

@@ -25,7 +25,7 @@ import httpx
 import pytest
 import redis
 
-from app.embedded import free_port
+from app.stack.embedded import free_port
 from tests.support.polling import eventually
 from tests.support.processes import env_without_settings
 

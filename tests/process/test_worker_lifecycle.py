@@ -10,10 +10,10 @@ from pathlib import Path
 import httpx
 import redis.asyncio as aioredis
 
-from app.embedded import EmbeddedRedis
 from app.models import Run, RunStatus
-from app.processes import Child
 from app.settings import Settings
+from app.stack.embedded import EmbeddedRedis
+from app.stack.processes import Child
 from app.store.lua.scripts import Scripts
 from app.store.redis.connection import async_client
 from app.store.runs.new import NewRun

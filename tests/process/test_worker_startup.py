@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 
 from app.models import RunStatus
-from app.processes import Child
+from app.stack.processes import Child
 from app.store.runs.new import NewRun
 from app.store.runs.store import RunStore
 from tests.support import claim_probe
@@ -67,7 +67,7 @@ async def test_a_worker_refused_the_right_to_load_its_scripts_exits_saying_why(
 # claim is answered, the children's modules on a run's first spawn, a helper's store on
 # its first use)
 NOT_BEFORE_THE_FIRST_CLAIM = [
-    "app.reconciler",
+    "app.reconciler.reconciler",
     "app.store.runs.store",
     "app.executor.children",
     "app.store.family.children",
@@ -77,14 +77,14 @@ NOT_BEFORE_THE_FIRST_CLAIM = [
     "app.store.progress.store",
     "app.store.waits.store",
     "app.store.ratelimits.store",
-    "app.schedule_pass",
+    "app.reconciler.schedule_pass",
     "app.store.schedules.store",
     "app.store.flow.store",
     "app.cron",
     "cronsim",
-    "app.metrics_server",
-    "app.api_models",
-    "app.read_models",
+    "app.telemetry.metrics_server",
+    "app.models.api",
+    "app.models.read",
     "httpx",
     "fastapi",
 ]

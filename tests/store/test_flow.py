@@ -12,7 +12,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from app.errors import SingletonConflict
-from app.models import QueueLimits, RunStatus
+from app.models import RunStatus
+from app.models.read import QueueLimits
 from app.settings import Settings
 from app.store.flow.store import FlowStore
 from app.store.leases.store import ClaimedRun, LeaseStore, Outcome

@@ -8,7 +8,8 @@ import asyncio
 import pytest
 import redis.asyncio as aioredis
 
-from app.models import QueueLimits, RateLimitSpec, RunStatus
+from app.models import RunStatus
+from app.models.read import QueueLimits, RateLimitSpec
 from app.settings import Settings
 from app.store.flow.store import FlowStore
 from app.store.leases.store import LeaseStore, Outcome

@@ -15,7 +15,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from app.errors import InvalidTransition, LeaseLost
-from app.models import PurgeRequest, RunStatus
+from app.models import RunStatus
+from app.models.read import PurgeRequest
 from app.settings import Settings
 from app.store.context import StoreContext
 from app.store.family.children import ChildStore, JoinMode, JoinOutcome, OnParentEnd, SpawnLimits

@@ -9,7 +9,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from app.errors import InvalidTransition, LeaseLost, RunNotFound
-from app.models import ResolveRequest, RunStatus
+from app.models import RunStatus
+from app.models.read import ResolveRequest
 from app.store.leases.store import ClaimedRun, Lease, LeaseStore, Outcome
 from app.store.lua.transition import LeaseAnswer
 from app.store.progress.store import (

@@ -11,7 +11,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from app.errors import RateLimitNotDeclared, RateLimitsFull
-from app.models import RateLimitSpec
+from app.models.read import RateLimitSpec
 from app.settings import Settings
 from app.store.lua.scripts import Scripts
 from app.store.ratelimits.store import Declared, RateLimitStore, matches, valid_name

@@ -15,7 +15,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from app.models import TERMINAL_STATUSES, RunStatus
-from app.reconciler import Reconciler
+from app.reconciler.reconciler import Reconciler
 from app.settings import Settings
 from app.store.keys import QueueKeys
 from app.store.leases.store import Lease, LeaseStore, Outcome
@@ -219,7 +219,7 @@ async def test_a_cancelled_run_past_its_queued_ttl_stays_cancelled(stores: Store
 async def test_the_reconciler_expires_runs_in_batches_until_none_is_due(
     stores: Stores, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("app.reconciler.RECONCILE_BATCH", 3)
+    monkeypatch.setattr("app.reconciler.reconciler.RECONCILE_BATCH", 3)
     ids = [
         (await stores.runs.create(NewRun(handler="demo.echo", input={}, queued_ttl_ms=100))).run.id
         for _ in range(7)

@@ -21,7 +21,7 @@ import fakeredis
 import pytest
 from fakeredis import aioredis as fake_aioredis
 
-from app.read_models import RunPage
+from app.models.read import RunPage
 from app.store.codec import new_ulid
 from app.store.context import StoreContext
 from app.store.keys import GlobalKeys, QueueKeys

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from app.embedded import EmbeddedRedis
 from app.models import RunStatus
 from app.settings import Settings
+from app.stack.embedded import EmbeddedRedis
 from app.store.leases.store import LeaseRenewer, LeaseStore, Outcome
 from app.store.lua.scripts import SCRIPT_FLAGS, Scripts, load_scripts
 from app.store.lua.transition import LeaseAnswer

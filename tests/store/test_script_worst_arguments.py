@@ -20,7 +20,8 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from app.models import QueueLimits, RateLimitSpec, RunStatus
+from app.models import RunStatus
+from app.models.read import QueueLimits, RateLimitSpec
 from app.settings import Settings
 from app.store.family.children import ChildStore, JoinMode, OnParentEnd, SpawnLimits
 from app.store.flow.store import FlowStore
@@ -299,7 +300,7 @@ async def _resume(w: World) -> ScriptCall:
 
 
 async def _resolve(w: World) -> ScriptCall:
-    from app.models import ResolveRequest
+    from app.models.read import ResolveRequest
 
     parked = await park_on_unknown_effect(w.runs, w.leases, w.progress)
     decision = ResolveRequest(
@@ -397,7 +398,7 @@ async def _declare_rate_limit(w: World) -> ScriptCall:
 
 
 async def _commit_operation(w: World) -> ScriptCall:
-    from app.models import RetryFilter
+    from app.models.read import RetryFilter
     from app.store.operations.store import OperationStore
 
     fake = OperationStore(

@@ -8,7 +8,7 @@ import json
 
 import redis.asyncio as aioredis
 
-from app.models import RateLimitSpec
+from app.models.read import RateLimitSpec
 from app.store.keys import QueueKeys
 from app.store.leases.store import LeaseStore
 from app.store.ratelimits.store import StartGate

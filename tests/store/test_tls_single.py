@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from app.embedded import find_redis_server, free_port
+from app.stack.embedded import find_redis_server, free_port
 from app.store.redis.connection import (
     CONNECT_TIMEOUT_S,
     TlsHandshakeFailed,

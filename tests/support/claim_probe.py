@@ -1,7 +1,7 @@
 """``python -m tests.support.claim_probe worker ...``: the console script, watched at its
 first claim.
 
-Runs :func:`app.launch.main` as ``leasehold worker`` does and, at the first call of
+Runs :func:`app.cli.launch.main` as ``leasehold worker`` does and, at the first call of
 ``LeaseStore.finish_and_claim`` (the round trip every claim goes out in), writes the
 names of the modules imported so far to stderr as one JSON line (``first claim: [...]``);
 the claim itself then goes out as it always does, and the worker runs on. What a worker
@@ -43,6 +43,6 @@ if __name__ == "__main__":
 
     import_redis()  # as the worker's entry does, before anything imports redis
     watch_first_claim()
-    from app.launch import main
+    from app.cli.launch import main
 
     main()

@@ -19,8 +19,8 @@ import pytest
 import redis
 
 from app.api.app import create_app
-from app.embedded import EmbeddedRedis
 from app.settings import Settings
+from app.stack.embedded import EmbeddedRedis
 from app.store.lua.scripts import Scripts
 from app.store.redis.connection import async_client
 

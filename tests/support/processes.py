@@ -3,7 +3,7 @@
 Each process gets the test's Redis URL and key prefix through LEASEHOLD_*
 variables, logs to a file under the test's tmp dir (printed on failure by
 pytest's tmp_path retention), and is killed at teardown if still alive. The
-processes themselves are :class:`app.processes.Child`, the one harness shared
+processes themselves are :class:`app.stack.processes.Child`, the one harness shared
 with ``leasehold up``, the demo, the benchmarks and the soak.
 """
 
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from app.embedded import free_port
-from app.processes import CLI_MODULE, Child, child_env, spawn, wait_healthy
+from app.stack.embedded import free_port
+from app.stack.processes import CLI_MODULE, Child, child_env, spawn, wait_healthy
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEST_HANDLERS = (
@@ -79,7 +79,7 @@ class Processes:
         *,
         module: str = CLI_MODULE,
     ) -> Child:
-        """Start ``python -m app.launch <args>`` (the console script), logging to tmp.
+        """Start ``python -m app.cli.launch <args>`` (the console script), logging to tmp.
 
         ``module``: a harness that wraps the console script (tests.support.claim_probe).
         """

@@ -8,8 +8,8 @@ import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from app import tracing
-from app.tracing.otel import OtelTracer
+from app.telemetry import tracing
+from app.telemetry.tracing.otel import OtelTracer
 
 
 @pytest.fixture

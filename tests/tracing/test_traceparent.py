@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.tracing import TRACEPARENT_MAX_CHARS, attempt_traceparent, parse_traceparent
+from app.telemetry.tracing import TRACEPARENT_MAX_CHARS, attempt_traceparent, parse_traceparent
 
 VALID = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 

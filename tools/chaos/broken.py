@@ -51,7 +51,7 @@ def main() -> None:
     """Run the leasehold CLI with the scripts in $CHAOS_LUA_DIR."""
     lua_dir = Path(os.environ[LUA_DIR_ENV])
     scripts.lua_dir = lambda: lua_dir
-    from app.cli import main as cli_main
+    from app.cli.main import main as cli_main
 
     cli_main()
 

@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.embedded import EmbeddedRedis, free_port
-from app.processes import CLI_MODULE, Child, child_env, spawn, wait_healthy
+from app.stack.embedded import EmbeddedRedis, free_port
+from app.stack.processes import CLI_MODULE, Child, child_env, spawn, wait_healthy
 from tools.chaos.proxy import BlackholeProxy
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

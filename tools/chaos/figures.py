@@ -29,7 +29,7 @@ from tools.chaos.cluster import Process
 from tools.chaos.faults import REDIS_KINDS, STALE_KINDS, Fault, FaultKind
 from tools.chaos.handlers import read_ticks
 
-JITTER = 0.2  # app.reconciler.JITTER: a scan period is interval * [0.8, 1.2]
+JITTER = 0.2  # app.reconciler.reconciler.JITTER: a scan period is interval * [0.8, 1.2]
 LOG_PATTERNS = {
     "rejected_writes": re.compile(r"rejected: lease lost|run released: LOST"),
     "renewals_lost": re.compile(r"lease lost \(lease_lost\)"),

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from app.models import RunStatus
-from app.read_models import RateLimitSpec
+from app.models.read import RateLimitSpec
 from tools.chaos import rates
 from tools.chaos.checker import TERMINAL, Snapshot, StoredRun, Violation
 from tools.chaos.handlers import read_returns

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.read_models import RateLimitSpec
+from app.models.read import RateLimitSpec
 from app.store.lua.scripts import Scripts
 from app.store.ratelimits.store import RateLimitStore
 from app.store.redis.connection import AsyncRedis

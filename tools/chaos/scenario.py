@@ -29,7 +29,7 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from app.read_models import QueueLimits
+from app.models.read import QueueLimits
 from app.store.keys import QueueKeys
 from app.store.redis.connection import async_client
 from tools.chaos import checker, family, figures, flow, handoffs, promises, rates, schedules

@@ -26,11 +26,11 @@ from app.api.routes.batch_items import BatchJudge
 from app.api.routes.runs import problems, with_start_gates
 from app.api.state import ApiState, api_state
 from app.errors import QueueNotDeclared, RateLimitNotDeclared
-from app.metrics import RUNS_CREATED
-from app.models import CreateRunsRequest, CreateRunsResult
+from app.models.api import CreateRunsRequest, CreateRunsResult
 from app.store.admission import create_cost_bytes
 from app.store.runs.answers import AnswerShapes, Created
 from app.store.runs.new import NewRun
+from app.telemetry.metrics import RUNS_CREATED
 
 router = APIRouter(tags=["runs"])
 

@@ -37,12 +37,8 @@ from app.api.bodies import content_errors, validate_json
 from app.api.routes.runs import encoded_input_of, new_run_of, run_options
 from app.api.state import ApiState
 from app.errors import UnknownHandler
-from app.models import (
-    HANDLER_NAME_PATTERN,
-    IDEMPOTENCY_KEY_PATTERN,
-    QUEUE_NAME_PATTERN,
-    CreateRunRequest,
-)
+from app.models import HANDLER_NAME_PATTERN, IDEMPOTENCY_KEY_PATTERN, QUEUE_NAME_PATTERN
+from app.models.api import CreateRunRequest
 from app.store.runs.new import NewRun
 
 # fields an item gives for itself, never read by run_options (rate_limits: resolved after

@@ -24,7 +24,7 @@ from starlette.types import Scope
 
 from app import __version__
 from app.api.routes.runs import State
-from app.models import ConsoleConfig
+from app.models.api import ConsoleConfig
 
 CONSOLE_DIR = Path(__file__).resolve().parent.parent.parent / "console"
 # the page changes with the package: revalidate rather than trust a stale copy

@@ -8,7 +8,8 @@ from fastapi import APIRouter, Depends, HTTPException
 
 from app.api.bodies import body_doc, optional_json_body
 from app.api.routes.runs import RunId, State, problems
-from app.models import ResumeRequest, RunStatus, StatusChange
+from app.models import RunStatus
+from app.models.api import ResumeRequest, StatusChange
 from app.store.codec import dumps
 
 router = APIRouter(tags=["runs"])

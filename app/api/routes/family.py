@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 
 from app.api.routes.runs import RunId, State, problems
-from app.read_models import RunPage
+from app.models.read import RunPage
 from app.store.codec import LARGE_FIELDS
 
 router = APIRouter(tags=["runs"])

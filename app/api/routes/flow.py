@@ -10,8 +10,9 @@ from app.api.bodies import body_doc, json_body
 from app.api.routes.queues import QueueName
 from app.api.routes.runs import RunId, State, priority_boost_ms, problems
 from app.errors import QueueNotDeclared
-from app.models import PriorityChange, Run
-from app.read_models import QueueLimits
+from app.models import Run
+from app.models.api import PriorityChange
+from app.models.read import QueueLimits
 
 router = APIRouter(tags=["flow control"])
 

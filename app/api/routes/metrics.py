@@ -9,7 +9,9 @@ from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.api.routes.runs import State
-from app.metrics import (
+from app.models.read import QueueFlow
+from app.store.leases.workers import list_workers
+from app.telemetry.metrics import (
     API_REGISTRY,
     LIVE_WORKERS,
     OLDEST_QUEUED_AGE,
@@ -19,8 +21,6 @@ from app.metrics import (
     SLOTS_LIMIT,
     SLOTS_USED,
 )
-from app.read_models import QueueFlow
-from app.store.leases.workers import list_workers
 
 router = APIRouter(tags=["health"])
 

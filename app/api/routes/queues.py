@@ -8,8 +8,9 @@ from fastapi import APIRouter, HTTPException, Path, Query, Response
 
 from app.api.routes.runs import State, problems
 from app.errors import QueueNotDeclared
-from app.models import QUEUE_NAME_PATTERN, QueuePage
-from app.read_models import QueueInfo, QueueSeries
+from app.models import QUEUE_NAME_PATTERN
+from app.models.api import QueuePage
+from app.models.read import QueueInfo, QueueSeries
 from app.store.queues.series import SERIES_MINUTES, read_series
 
 router = APIRouter(tags=["queues"])

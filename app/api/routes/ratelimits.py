@@ -15,8 +15,9 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Query, Response
 from app.api.bodies import body_doc, json_body
 from app.api.routes.runs import State, problems
 from app.errors import RateLimitNotDeclared
-from app.models import QUEUE_NAME_PATTERN, RateLimitPage
-from app.read_models import RateLimitInfo, RateLimitSpec
+from app.models import QUEUE_NAME_PATTERN
+from app.models.api import RateLimitPage
+from app.models.read import RateLimitInfo, RateLimitSpec
 from app.store.ratelimits.store import valid_name
 
 router = APIRouter(tags=["rate limits"])

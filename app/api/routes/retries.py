@@ -15,12 +15,13 @@ from app.api.bodies import body_doc, json_body, optional_json_body
 from app.api.operations import RetryDrivers
 from app.api.routes.runs import RunId, State, problems
 from app.errors import OperationConflict, RunNotFound
-from app.metrics import RUNS_CREATED
-from app.models import IDEMPOTENCY_KEY_PATTERN, OPERATION_ID_PATTERN, RetryRequest, Run
-from app.read_models import RetryFilter, RetryOperation
+from app.models import IDEMPOTENCY_KEY_PATTERN, OPERATION_ID_PATTERN, Run
+from app.models.api import RetryRequest
+from app.models.read import RetryFilter, RetryOperation
 from app.store.admission import create_cost_bytes
 from app.store.keys import queue_of
 from app.store.runs.reruns import Rerun, retry_run
+from app.telemetry.metrics import RUNS_CREATED
 
 router = APIRouter(tags=["runs"])
 

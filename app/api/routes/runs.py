@@ -18,25 +18,23 @@ from app.api.problems import PROBLEM_JSON
 from app.api.state import ApiState, state_dependency
 from app.api.streaming import admit_stream, event_stream_response, live_sink, run_events
 from app.errors import InvalidTransition, RunNotFound
-from app.metrics import RUNS_CREATED, RUNS_DELETED
 from app.models import (
     HANDLER_NAME_PATTERN,
     IDEMPOTENCY_KEY_PATTERN,
     QUEUE_NAME_PATTERN,
     RUN_ID_PATTERN,
-    CreateRunRequest,
-    Problem,
     Run,
     RunStatus,
-    StatusChange,
 )
-from app.read_models import PurgeRequest, PurgeResult, ResolveRequest, RunPage
+from app.models.api import CreateRunRequest, Problem, StatusChange
+from app.models.read import PurgeRequest, PurgeResult, ResolveRequest, RunPage
 from app.store.admission import create_cost_bytes
 from app.store.codec import LARGE_FIELDS, dumps_parsed
 from app.store.keys import queue_of
 from app.store.ratelimits.store import StartGate
 from app.store.runs.new import NewRun
-from app.tracing import Span, parse_traceparent, tracer
+from app.telemetry.metrics import RUNS_CREATED, RUNS_DELETED
+from app.telemetry.tracing import Span, parse_traceparent, tracer
 
 if TYPE_CHECKING:
     from app.handlers import HandlerSpec

@@ -1,6 +1,6 @@
 """/schedules: cron and interval schedules, pause/resume, trigger now, backfill a range.
 
-The API only writes a schedule's record; reconcilers fire it (app/schedule_pass.py).
+The API only writes a schedule's record; reconcilers fire it (app/reconciler/schedule_pass.py).
 A trigger or a backfill is fired here, by the same ``fire_schedule`` script, so it
 honours the same overlap policy and makes at most one run per fire time.
 
@@ -22,19 +22,18 @@ from app.api.routes.runs import State, new_run_of, problems, with_start_gates
 from app.api.state import ApiState
 from app.cron import InvalidSpec, Spec
 from app.errors import ScheduleConflict, ScheduleLimitReached, ScheduleNotFound
-from app.models import (
-    SCHEDULE_ID_PATTERN,
+from app.models import SCHEDULE_ID_PATTERN, Overlap
+from app.models.api import (
     BackfillRequest,
     CreateRunRequest,
     CreateScheduleRequest,
     FireResult,
-    Overlap,
     SchedulePage,
     ScheduleSpecFields,
     TriggerRequest,
     UpdateScheduleRequest,
 )
-from app.read_models import Schedule
+from app.models.read import Schedule
 from app.settings import MAX_KEEP_S
 from app.store.admission import create_cost_bytes
 from app.store.codec import dumps

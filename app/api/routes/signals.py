@@ -28,7 +28,8 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Path, Response
 
 from app.api.bodies import body_doc, optional_json_body
 from app.api.routes.runs import RunId, State, problems
-from app.models import IDEMPOTENCY_KEY_PATTERN, WAIT_NAME_PATTERN, SignalRequest, SignalResult
+from app.models import IDEMPOTENCY_KEY_PATTERN, WAIT_NAME_PATTERN
+from app.models.api import SignalRequest, SignalResult
 from app.store.admission import create_cost_bytes
 from app.store.codec import dumps
 from app.store.waits.store import WaitStore

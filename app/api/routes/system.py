@@ -9,14 +9,8 @@ from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
 from app.api.routes.runs import State, problems
-from app.models import (
-    WORKER_ID_PATTERN,
-    HandlerInfo,
-    ReadinessReport,
-    RedisMemory,
-    WorkerDrain,
-    WorkerInfo,
-)
+from app.models import WORKER_ID_PATTERN, WorkerInfo
+from app.models.api import HandlerInfo, ReadinessReport, RedisMemory, WorkerDrain
 from app.store.admission import MemoryAdmission
 from app.store.health import check_readiness
 from app.store.leases import workers

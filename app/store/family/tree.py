@@ -22,7 +22,7 @@ import redis.asyncio as aioredis
 
 from app.errors import RunNotFound
 from app.models import Run, RunEvent
-from app.read_models import RunPage
+from app.models.read import RunPage
 from app.store.codec import SUMMARY_FIELDS, event_from_entry, run_from_hash
 from app.store.context import Store
 from app.store.keys import queue_of

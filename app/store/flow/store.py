@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from app.errors import RunNotFound
-from app.read_models import HandlerUsage, KeyUsage, QueueFlow, QueueLimits
+from app.models.read import HandlerUsage, KeyUsage, QueueFlow, QueueLimits
 from app.store.flow.bindings import (
     RECOUNT_SLOTS,
     SET_LIMITS,

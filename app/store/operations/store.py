@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from app.errors import OperationConflict, OperationNotFound
-from app.read_models import RetriedPair, RetryFilter, RetryOperation
+from app.models.read import RetriedPair, RetryFilter, RetryOperation
 from app.store.codec import dumps, ms_to_datetime, new_ulid
 from app.store.keys import GlobalKeys, QueueKeys
 from app.store.lua.scripts import ScriptCode, Scripts

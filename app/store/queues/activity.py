@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import cast
 
 from app.models import RunStatus, event_id_order
-from app.read_models import ActivityEntry
+from app.models.read import ActivityEntry
 from app.store.codec import ms_to_datetime
 from app.store.keys import QueueKeys
 from app.store.queues.store import declared_queues

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from app.read_models import QueueSeries, SeriesBucket
+from app.models.read import QueueSeries, SeriesBucket
 from app.store.keys import QueueKeys
 from app.store.redis.connection import AsyncRedis
 

@@ -40,7 +40,7 @@ from app.store.queues.bindings import DECLARE_QUEUE, UNDECLARE_QUEUE, DeclareArg
 from app.store.redis.connection import AsyncRedis
 
 if TYPE_CHECKING:
-    from app.read_models import QueueInfo
+    from app.models.read import QueueInfo
     from app.settings import Settings
 
 # runs whose memory is measured to estimate a queue's (newest first)
@@ -298,7 +298,7 @@ class QueueStore:
         return [await self._describe(queue) for queue in await self.declared()]
 
     async def _describe(self, queue: str) -> QueueInfo:
-        from app.read_models import QueueInfo  # the API's: a worker declares, never describes
+        from app.models.read import QueueInfo  # the API's: a worker declares, never describes
 
         depth = await self.depth(queue)
         return QueueInfo(

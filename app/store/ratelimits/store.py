@@ -1,7 +1,7 @@
 """Rate limits: declared keys and their GCRA buckets in Redis.
 
 An operator declares a key (``openai``) or a template (``crm:{tenant}``, whose
-``{tenant}`` stands for any one segment) with a :class:`~app.read_models.RateLimitSpec`;
+``{tenant}`` stands for any one segment) with a :class:`~app.models.read.RateLimitSpec`;
 the declarations live in one hash (``GlobalKeys.rate_limits``), at most
 ``LEASEHOLD_MAX_RATE_LIMITS`` of them. A concrete key resolves to its exact
 declaration first, else to the first template (by name) that matches it.
@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 
 from app.errors import RateLimitNotDeclared, RateLimitsFull
 from app.models import RATE_LIMIT_KEY, RATE_LIMIT_TEMPLATE
-from app.read_models import BucketState, RateLimitInfo, RateLimitSpec
+from app.models.read import BucketState, RateLimitInfo, RateLimitSpec
 from app.store.keys import GlobalKeys, QueueKeys
 from app.store.lua.scripts import ScriptCode, Scripts
 from app.store.ratelimits.bindings import (

@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 import redis.asyncio.sentinel as async_sentinel
 from redis.asyncio.cluster import ClusterNode
 
-from app.read_models import RedisNode, RedisTopology
+from app.models.read import RedisNode, RedisTopology
 from app.store.redis.connection import AsyncRedis, mode_of
 
 

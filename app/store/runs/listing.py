@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from app.models import Run, RunStatus
-from app.read_models import RunPage
+from app.models.read import RunPage
 from app.store.codec import (
     LARGE_FIELDS,
     SUMMARY_FIELDS,

@@ -15,7 +15,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from app.models import Run, RunStatus
-from app.read_models import PurgeRequest, PurgeResult, ResolveRequest
+from app.models.read import PurgeRequest, PurgeResult, ResolveRequest
 from app.store.codec import (
     dumps,
 )

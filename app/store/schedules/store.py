@@ -23,7 +23,7 @@ from typing import Any, cast
 from app.cron import Spec
 from app.errors import ScheduleConflict, ScheduleLimitReached, ScheduleNotFound
 from app.models import MissedFires, Overlap
-from app.read_models import Schedule
+from app.models.read import Schedule
 from app.settings import Settings
 from app.store.codec import dumps, ms_to_datetime
 from app.store.keys import GlobalKeys, QueueKeys

@@ -26,8 +26,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 from prometheus_client import make_wsgi_app
 
 from app.keys import bearer_credentials, key_digest, key_matches
-from app.metrics import WORKER_REGISTRY
 from app.settings import Settings
+from app.telemetry.metrics import WORKER_REGISTRY
 
 # a scraper sends its request at once; a connection silent this long is dropped
 READ_TIMEOUT_S = 5.0

@@ -23,7 +23,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from app.tracing import tracer
+from app.telemetry.tracing import tracer
 
 CONTEXT_FIELDS = ("run_id", "owner_id", "fence")
 ACCESS_LOGGER = "uvicorn.access"

@@ -1,6 +1,6 @@
-"""The OpenTelemetry SDK behind :class:`app.tracing.Tracer` (the ``[otel]`` extra).
+"""The OpenTelemetry SDK behind :class:`app.telemetry.tracing.Tracer` (the ``[otel]`` extra).
 
-Imported only by :func:`app.tracing.configure` when tracing is on. The SDK
+Imported only by :func:`app.telemetry.tracing.configure` when tracing is on. The SDK
 reads the standard variables itself: ``OTEL_EXPORTER_OTLP_*`` (endpoint,
 headers, timeout), ``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES``,
 ``OTEL_TRACES_SAMPLER``, ``OTEL_BSP_*`` (batching) and ``OTEL_SDK_DISABLED``.
@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace.export import (
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from app.tracing import Attributes, Span, Tracer, parse_traceparent
+from app.telemetry.tracing import Attributes, Span, Tracer, parse_traceparent
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 # ids a span must get instead of random ones (an attempt's derived ids): set only
@@ -138,7 +138,7 @@ class OtelTracer(Tracer):
         start_ns: int | None = None,
         span_context: str | None = None,
     ) -> Span:
-        """Start an SDK span (see :meth:`app.tracing.Tracer.start_span`)."""
+        """Start an SDK span (see :meth:`app.telemetry.tracing.Tracer.start_span`)."""
         context: otel_context.Context | None = None
         if parent is not None and parse_traceparent(parent) is not None:
             context = _extract(parent)

@@ -1,7 +1,7 @@
-"""Child leasehold processes: start ``python -m app.launch`` with an env and a log, wait for health.
+"""Child processes: ``python -m app.cli.launch`` with an env and a log, waited on for health.
 
 One harness for every place that starts Leasehold as real processes: ``leasehold
-up`` (:mod:`app.stack`), ``leasehold demo kill-worker`` (:mod:`app.demo.walkthrough`),
+up`` (:mod:`app.stack.stack`), ``leasehold demo kill-worker`` (:mod:`app.demo.walkthrough`),
 the benchmarks (``bench/``), the process-level tests (``tests/support/processes.py``)
 and the chaos soak (``tools/chaos/``). Each says what differs — the environment,
 where the output goes, whether the child gets its own process group — and
@@ -26,7 +26,7 @@ from app.errors import LeaseholdError
 from app.httpx_import import httpx, verifies
 
 # what the `leasehold` console script runs: every child behind a quiet collector (app.startup)
-CLI_MODULE = "app.launch"
+CLI_MODULE = "app.cli.launch"
 HEALTH_POLL_S = 0.05
 STOP_GRACE_S = 10.0
 

@@ -5,8 +5,8 @@ topology, the activity feed: the API answers with them and the client parses the
 a worker claims, runs and finishes runs without any of them. They were in
 :mod:`app.models`, which every process imports; creating a pydantic class costs even
 with its validator deferred, and a worker's start-up is time before its first claim
-(issue 19 aim 2), so they live here. ``from app.models import RunPage`` still works
-(:mod:`app.models` imports this module on the first such name).
+(issue 19 aim 2), so they live here: import them from :mod:`app.models.read`
+(``from app.models.read import RunPage``); :mod:`app.models` does not import this module.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 They were in :mod:`app.models`, which every process imports; creating a pydantic class
 costs even with its validator deferred, and a worker's start-up is time before its
 first claim (issue 19), so the models only the API, the CLI and the client use live
-here. ``from app.models import CreateRunRequest`` still works (:mod:`app.models`
-imports this module on the first such name).
+here: import them from :mod:`app.models.api` (``from app.models.api import
+CreateRunRequest``); :mod:`app.models` does not import this module.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from app.models import (
     RunBudget,
     RunStatus,
 )
-from app.read_models import QueueInfo, RateLimitInfo, RedisTopology, Schedule
+from app.models.read import QueueInfo, RateLimitInfo, RedisTopology, Schedule
 
 
 class ConsoleConfig(BaseModel):

@@ -31,10 +31,10 @@ from types import FrameType
 
 import redis
 
-from app.embedded import EmbeddedRedis
 from app.errors import LeaseholdError
-from app.processes import Child, ProcessNotReady, child_env, spawn, stop_all, wait_healthy
 from app.settings import Settings
+from app.stack.embedded import EmbeddedRedis
+from app.stack.processes import Child, ProcessNotReady, child_env, spawn, stop_all, wait_healthy
 from app.store.redis.connection import sync_client
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from app.cli.preflight import settings_or_exit
 from app.errors import ApiError
-from app.preflight import settings_or_exit
 from app.render import error_words
 from app.statuses import RunStatus
 

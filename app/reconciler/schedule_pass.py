@@ -36,12 +36,12 @@ from dataclasses import dataclass
 from redis.exceptions import RedisError
 
 from app.errors import MemoryPressure
-from app.metrics import SCHEDULE_FIRES
 from app.settings import Settings
 from app.store.admission import MemoryAdmission, create_cost_bytes
 from app.store.runs.store import RunStore
 from app.store.schedules.bindings import FireReply
 from app.store.schedules.store import Fire, ScheduleRecord, ScheduleStore
+from app.telemetry.metrics import SCHEDULE_FIRES
 
 log = logging.getLogger(__name__)
 

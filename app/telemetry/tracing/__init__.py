@@ -4,7 +4,7 @@ The product calls :func:`tracer` and gets a :class:`Tracer`. Off (the default),
 that is this module's no-op tracer and nothing of opentelemetry is imported,
 so a worker that does not trace starts and claims as fast as before. On, the
 process entry point calls :func:`configure` once, which imports
-:mod:`app.tracing.otel` (the ``[otel]`` extra) and installs the SDK's tracer;
+:mod:`app.telemetry.tracing.otel` (the ``[otel]`` extra) and installs the SDK's tracer;
 exporter endpoint, headers, sampler and batching come from the standard
 ``OTEL_*`` variables, read by the SDK itself.
 
@@ -188,7 +188,7 @@ def configure(settings: Settings, service_name: str) -> Tracer:
         _tracer = _NO_TRACER
         return _tracer
     try:
-        from app.tracing.otel import OtelTracer
+        from app.telemetry.tracing.otel import OtelTracer
     except ImportError as exc:
         raise ConfigurationError(
             f"LEASEHOLD_TRACING={settings.tracing} needs the [otel] extra "

@@ -28,7 +28,7 @@ client can stop reading at.)
 Detection time is at most TTL + one reconcile interval (+ jitter).
 
 Beside it, on its own shorter interval (``LEASEHOLD_SCHEDULE_TICK_S``), every
-reconciler runs the schedule pass (:mod:`app.schedule_pass`): due fires become
+reconciler runs the schedule pass (:mod:`app.reconciler.schedule_pass`): due fires become
 runs, exactly one per fire time however many reconcilers run. And on
 ``LEASEHOLD_OUTBOX_SWEEP_S`` it sweeps each queue's outbox (:mod:`app.store.outbox.store`):
 a child's end reaches its parent, a parent's end its children, even when whoever
@@ -46,9 +46,8 @@ from collections.abc import Awaitable, Callable
 
 from redis.exceptions import RedisError
 
-from app.metrics import RECONCILER_ACTIONS, RECONCILER_SCANS, SLOT_RECOUNTS
+from app.reconciler.schedule_pass import SchedulePass
 from app.retry import REDIS_BACKOFF
-from app.schedule_pass import SchedulePass
 from app.settings import Settings
 from app.store.flow.store import FlowStore
 from app.store.leases.store import RECONCILE_BATCH, LeaseStore, ReconcileAction
@@ -56,6 +55,7 @@ from app.store.lua.scripts import Scripts
 from app.store.outbox.store import Outbox
 from app.store.redis.connection import async_client
 from app.store.runs.store import RunStore
+from app.telemetry.metrics import RECONCILER_ACTIONS, RECONCILER_SCANS, SLOT_RECOUNTS
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Before a command serves: settings, handlers and tracing, each refused as one line, exit 2.
 
-Shared by the CLI's commands (:mod:`app.cli`, :mod:`app.cli_api`): a refusal is a line
+Shared by the CLI's commands (:mod:`app.cli`, :mod:`app.cli.api_calls`): a refusal is a line
 on stderr (``leasehold: ...``) and ``SystemExit(2)``, which typer passes through
 unchanged.
 """
@@ -66,7 +66,7 @@ def runnable_handlers_or_exit(settings: Settings) -> HandlerRegistry:
 
 def tracing_or_exit(settings: Settings, service_name: str) -> None:
     """Turn tracing on as LEASEHOLD_TRACING says; asked for without the [otel] extra: exit 2."""
-    from app.tracing import configure as configure_tracing
+    from app.telemetry.tracing import configure as configure_tracing
 
     try:
         configure_tracing(settings, service_name)

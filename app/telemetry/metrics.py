@@ -1,12 +1,12 @@
 """Prometheus metrics, one module so every name and label set is defined once.
 
-The API serves :data:`API_REGISTRY` at ``GET /metrics``; a worker serves :data:`WORKER_REGISTRY` on
-``LEASEHOLD_WORKER_METRICS_PORT`` when set (``app.metrics_server``). Each process exposes what it
-observes: the API counts creations, SSE followers and (at scrape time) queue
-depth; workers count claims, outcomes, renewals, leases lost, verdicts and
-budget failures; reconcilers (inside workers, or standalone) count scans and
-actions. prometheus-client objects are thread-safe, so the heartbeat thread
-updates them directly.
+The API serves :data:`API_REGISTRY` at ``GET /metrics``; a worker serves
+:data:`WORKER_REGISTRY` on ``LEASEHOLD_WORKER_METRICS_PORT`` when set
+(``app.telemetry.metrics_server``). Each process exposes what it observes: the API
+counts creations, SSE followers and (at scrape time) queue depth; workers count claims,
+outcomes, renewals, leases lost, verdicts and budget failures; reconcilers (inside
+workers, or standalone) count scans and actions. prometheus-client objects are
+thread-safe, so the heartbeat thread updates them directly.
 """
 
 from __future__ import annotations
