@@ -35,6 +35,7 @@ from app.store.admission import create_cost_bytes
 from app.store.codec import LARGE_FIELDS, dumps_parsed
 from app.store.keys import queue_of
 from app.store.ratelimits.store import StartGate
+from app.store.runs.listing import ScanBudget
 from app.store.runs.new import NewRun
 from app.tracing import Span, parse_traceparent, tracer
 
@@ -423,6 +424,7 @@ async def list_runs(
         cursor=cursor,
         include=included,
         max_bytes=state.settings.list_max_bytes,
+        budget=ScanBudget.for_settings(state.settings),
         among=None if queue else await state.queues.declared(),
         metadata=metadata,
         parent_id=parent_id,
@@ -512,7 +514,7 @@ async def purge_runs(
             422, f"limit is {body.limit}; the most one purge call may look at is {batch_max}"
         )
     await state.queues.announce_configured()  # a fresh API's own queues are searched too
-    result = await state.store.purge(body)
+    result = await state.store.purge(body, ScanBudget.for_settings(state.settings))
     for run_id in result.ids:
         RUNS_DELETED.labels(queue_of(run_id) or "", "purge").inc()
     return result
