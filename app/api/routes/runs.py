@@ -36,7 +36,7 @@ from app.store.codec import LARGE_FIELDS, dumps_parsed
 from app.store.keys import queue_of
 from app.store.ratelimits.store import StartGate
 from app.store.runs.listing import ScanBudget
-from app.store.runs.new import NewRun
+from app.store.runs.new import NewRun, metadata_bytes
 from app.tracing import Span, parse_traceparent, tracer
 
 if TYPE_CHECKING:
@@ -66,11 +66,13 @@ def new_run_of(
     Bad input is a 4xx even while Redis is full: this runs before admission.
     ``traceparent`` (already validated) is kept with the run for its workers' spans.
     The checks come in this order (a request wrong in two ways gets the first):
-    the input's size (413), the handler (422), its input (422), the options (422).
+    the input's size (413), the metadata's size (422), the handler (422), its input
+    (422), the options (422).
     """
     if idempotency_key and body.idempotency_key and idempotency_key != body.idempotency_key:
         raise HTTPException(400, "the Idempotency-Key header and the idempotency_key field differ")
     encoded_input = encoded_input_of(body.input, state.settings.max_input_bytes)
+    check_metadata_size(body.metadata, state.settings.max_metadata_bytes)
     spec = state.registry.get(body.handler)
     spec.parse_input(body.input)
     return NewRun(
@@ -92,6 +94,20 @@ def encoded_input_of(value: Any, max_input_bytes: int) -> str:
     if size > max_input_bytes:
         raise HTTPException(413, f"input is {size} bytes; the limit is {max_input_bytes}")
     return encoded
+
+
+def check_metadata_size(metadata: dict[str, Any], max_metadata_bytes: int) -> None:
+    """422 when ``metadata`` weighs more than ``max_metadata_bytes`` as stored
+    (:func:`~app.store.runs.new.metadata_bytes`); empty metadata is not encoded."""
+    if not metadata:
+        return
+    size = metadata_bytes(metadata)
+    if size > max_metadata_bytes:
+        raise HTTPException(
+            422,
+            f"metadata is {size} bytes of JSON; the limit is {max_metadata_bytes} "
+            "(LEASEHOLD_MAX_METADATA_BYTES)",
+        )
 
 
 def run_options(body: CreateRunRequest, spec: HandlerSpec, settings: Settings) -> dict[str, Any]:
