@@ -16,11 +16,11 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from app.api.app import create_app
 from app.settings import Settings
 from app.store.runs.answers import Created
 from app.store.runs.new import NewRun
 from app.store.runs.store import RunStore
+from tests.api.conftest import api_with
 
 RUNS = 300
 METADATA_BYTES = 50_000
@@ -33,11 +33,8 @@ SLACK_BYTES = 200_000
 @pytest.fixture
 async def budget_api(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     """An API whose listings may read SCAN_BUDGET_BYTES per call."""
-    app = create_app(settings.model_copy(update={"list_scan_budget_bytes": SCAN_BUDGET_BYTES}))
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
-            yield client
+    async with api_with(settings, list_scan_budget_bytes=SCAN_BUDGET_BYTES) as client:
+        yield client
 
 
 async def seed(run_store: RunStore) -> set[str]:
@@ -119,18 +116,18 @@ async def test_following_the_cursors_returns_every_match_exactly_once(
 
 
 async def test_a_run_count_budget_stops_a_summary_filter_too(
-    settings: Settings, run_store: RunStore
+    settings: Settings, run_store: RunStore, redis_client: aioredis.Redis
 ) -> None:
-    app = create_app(settings.model_copy(update={"list_scan_budget_runs": 40}))
-    news = [NewRun(handler="demo.echo", input={"message": str(i)}) for i in range(100)]
-    await run_store.create_many(news)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as api:
-            first = (await api.get("/runs", params={"handler": "demo.sleep"})).json()
-            assert first == {
-                "items": [],
-                "next_cursor": first["next_cursor"],
-                "truncated": "scan_budget",
-            }
-            assert first["next_cursor"]
+    sleeper = await run_store.create(NewRun(handler="demo.sleep", input={"seconds": 0}))
+    await run_store.create_many([NewRun(handler="demo.echo", input={}) for _ in range(100)])
+
+    async with api_with(settings, list_scan_budget_runs=40) as api:
+        pages = await walk(api, redis_client, {"handler": "demo.sleep"})
+
+    # 101 runs, 40 looked at per call: two empty pages that say why, then the match
+    assert [(page["items"], page["truncated"]) for page, _ in pages[:2]] == [
+        ([], "scan_budget"),
+        ([], "scan_budget"),
+    ]
+    assert [item["id"] for item in pages[2][0]["items"]] == [sleeper.run.id]
+    assert len(pages) == 3 and pages[2][0]["truncated"] is None

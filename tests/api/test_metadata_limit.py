@@ -17,9 +17,9 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from app.api.app import create_app
 from app.settings import Settings
 from app.store.codec import dumps
+from tests.api.conftest import api_with
 
 LIMIT = 1024
 ECHO = {"handler": "demo.echo", "input": {"message": "hi"}}
@@ -41,11 +41,8 @@ AT = metadata_of(LIMIT)
 @pytest.fixture
 async def api(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     """An API whose runs may carry at most LIMIT bytes of metadata."""
-    app = create_app(settings.model_copy(update={"max_metadata_bytes": LIMIT}))
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
-            yield client
+    async with api_with(settings, max_metadata_bytes=LIMIT) as client:
+        yield client
 
 
 async def keys_of(client: aioredis.Redis, prefix: str) -> list[str]:

@@ -424,7 +424,11 @@ async def list_runs(
 
     Items omit ``input``, ``output`` and ``metadata`` unless ``include`` names them.
     A page stops early, with a ``next_cursor``, once it holds
-    ``LEASEHOLD_LIST_MAX_BYTES`` of runs, so a list costs what it returns.
+    ``LEASEHOLD_LIST_MAX_BYTES`` of runs, so a list costs what it returns; and
+    once the call has read ``LEASEHOLD_LIST_SCAN_BUDGET_BYTES`` of records or looked
+    at ``LEASEHOLD_LIST_SCAN_BUDGET_RUNS`` runs, so a filter that matches little costs
+    a bounded read: then ``truncated`` is ``scan_budget`` (the page may be empty) and
+    following ``next_cursor`` to ``null`` still gives every match once.
     ``metadata.<key>=<value>`` (up to 8, all must hold) keeps runs whose metadata
     has that key with that value: a string as is, a number or boolean as JSON
     (``metadata.tenant=acme``, ``metadata.priority=3``). ``parent_id`` keeps a
