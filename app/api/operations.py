@@ -40,6 +40,7 @@ from app.settings import Settings
 from app.store.admission import WAIT_POLL_S, MemoryAdmission, create_cost_bytes
 from app.store.codec import dumps
 from app.store.operations.store import OperationStore, Progress
+from app.store.runs.listing import ScanBudget
 from app.store.runs.reruns import Rerun, retry_call, settle
 from app.store.runs.store import RunStore
 from app.telemetry.metrics import RETRY_OPERATIONS_RUNNING
@@ -61,6 +62,7 @@ class RetryDrivers:
     batch_size: int
     max_running: int
     lease_ms: int
+    scan_budget: ScanBudget = field(default_factory=ScanBudget)
     driver: str = field(default_factory=lambda: f"api-{secrets.token_hex(6)}")
     running: dict[str, asyncio.Task[None]] = field(default_factory=dict)
 
@@ -87,6 +89,7 @@ class RetryDrivers:
             batch_size=settings.retry_batch_size,
             max_running=settings.retry_operations_max,
             lease_ms=settings.lease_ttl_ms,
+            scan_budget=ScanBudget.for_settings(settings),
         )
 
     def admit(self) -> None:
@@ -141,6 +144,7 @@ class RetryDrivers:
             limit=self.batch_size,
             cursor=progress.cursor,
             created_before_ms=progress.created_before_ms,
+            budget=self.scan_budget,
         )
         progress.counts["looked_at"] += len(page.items)
         room = progress.limit - progress.counts["retried"]

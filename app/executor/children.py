@@ -87,7 +87,7 @@ from app.store.family.children import (
 from app.store.leases.store import Lease
 from app.store.outbox.store import Outbox
 from app.store.queues.store import QueueStore
-from app.store.runs.new import NewRun
+from app.store.runs.new import NewRun, metadata_bytes
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +144,7 @@ class FamilyDeps:
     registry: HandlerRegistry
     limits: SpawnLimits
     max_input_bytes: int
+    max_metadata_bytes: int
     default_max_attempts: int
     default_on_lease_expired: OnLeaseExpired
     outbox: Outbox | None = None  # None: ends are left to the reconcilers' sweep
@@ -362,7 +363,7 @@ class Family:
                 "(LEASEHOLD_MAX_INPUT_BYTES)",
                 details={"size_bytes": size, "limit_bytes": self._deps.max_input_bytes},
             )
-        _check_options(**opts)
+        _check_options(**opts, max_metadata_bytes=self._deps.max_metadata_bytes)
         if not await self._deps.queues.is_declared(queue):
             raise SpawnRefused(f"queue {queue!r} is not declared", details={"queue": queue})
         return {
@@ -443,6 +444,7 @@ def _check_options(
     max_attempts: Any,
     on_lease_expired: Any,
     metadata: Any,
+    max_metadata_bytes: int,
 ) -> None:
     """Refuse (SpawnRefused) the run options ``POST /runs`` would refuse with a 422."""
     problems: dict[str, str] = {}
@@ -465,6 +467,11 @@ def _check_options(
             ok = False
         if not ok:
             problems["metadata"] = "must be a JSON object"
+        elif (size := metadata_bytes(metadata)) > max_metadata_bytes:
+            problems["metadata"] = (
+                f"is {size} bytes of JSON; the limit is {max_metadata_bytes} "
+                "(LEASEHOLD_MAX_METADATA_BYTES)"
+            )
     if problems:
         raise SpawnRefused(
             "bad spawn options: " + "; ".join(f"{k} {v}" for k, v in problems.items()),

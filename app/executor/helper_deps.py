@@ -77,6 +77,7 @@ def family_deps(
             registry=registry,
             limits=SpawnLimits(settings.max_children_per_run, settings.max_run_depth),
             max_input_bytes=settings.max_input_bytes,
+            max_metadata_bytes=settings.max_metadata_bytes,
             default_max_attempts=settings.default_max_attempts,
             default_on_lease_expired=settings.default_on_lease_expired,
             outbox=Outbox(stores),

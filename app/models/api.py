@@ -58,7 +58,11 @@ class CreateRunRequest(BaseModel):
     max_attempts: int | None = Field(default=None, ge=1, le=1000)
     on_lease_expired: OnLeaseExpired | None = None
     idempotency_key: str | None = Field(default=None, pattern=IDEMPOTENCY_KEY_PATTERN)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Tags of the caller's own, to find the run by (GET /runs?metadata.<key>=); "
+        "at most LEASEHOLD_MAX_METADATA_BYTES (16 KiB) of compact JSON, else 422",
+    )
     budget: RunBudget | None = None
     cancel_on_disconnect: bool = False
     retention_s: float | None = Field(

@@ -259,6 +259,13 @@ class RunPage(BaseModel):
 
     items: list[Run]
     next_cursor: str | None = None
+    truncated: Literal["scan_budget"] | None = Field(
+        default=None,
+        description="`scan_budget`: the page ended because the listing read "
+        "LEASEHOLD_LIST_SCAN_BUDGET_BYTES or looked at LEASEHOLD_LIST_SCAN_BUDGET_RUNS runs, "
+        "not because nothing else matches: follow `next_cursor` (it may give empty pages "
+        "before the next match). null: a full page, or the last one",
+    )
 
 
 class QueueInfo(BaseModel):

@@ -29,6 +29,7 @@ from app.settings.family import FamilySettings
 from app.settings.flow import FlowSettings
 from app.settings.group import ENV_PREFIX, MAX_KEEP_S
 from app.settings.leases import LeaseSettings
+from app.settings.listing import ListingSettings
 from app.settings.memory import MemorySettings
 from app.settings.queues import QueueSettings
 from app.settings.redis import RedisSettings
@@ -72,6 +73,7 @@ class Settings(
     FamilySettings,
     WatchdogSettings,
     StreamSettings,
+    ListingSettings,
     ApiSettings,
     TelemetrySettings,
 ):

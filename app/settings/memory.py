@@ -1,7 +1,7 @@
 """Memory and admission: how full Redis may get, and how big what is written to it may be.
 
 The high-water mark past which creates are refused, and the size bounds of what a
-client sends (inputs, batches) or a handler writes (events, checkpoints).
+client sends (inputs, metadata, batches) or a handler writes (events, checkpoints).
 """
 
 from __future__ import annotations
@@ -37,6 +37,14 @@ class MemorySettings(SettingsGroup):
     max_input_bytes: int = Field(
         default=1_048_576, ge=64, description="Largest run input POST /runs accepts (else 413)"
     )
+    max_metadata_bytes: int = Field(
+        default=16_384,
+        ge=64,
+        le=1_048_576,
+        description="Largest metadata a run may carry (its compact JSON, UTF-8 bytes) on every "
+        "path that writes it: a create, a batch item, a schedule's run, a spawned child (else "
+        "422, or SpawnRefused); every listing that filters by metadata reads it",
+    )
     max_input_depth: int = Field(
         default=32,
         ge=1,
@@ -55,11 +63,4 @@ class MemorySettings(SettingsGroup):
     )
     events_maxlen: int = Field(
         default=10_000, ge=10, description="Events kept per run stream (approximate trim)"
-    )
-    list_max_bytes: int = Field(
-        default=4_194_304,
-        ge=1024,
-        le=268_435_456,
-        description="Byte budget of one GET /runs page: it stops early (with next_cursor) "
-        "once its items reach this size, so a list never costs more memory than this",
     )

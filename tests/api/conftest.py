@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
 
 import httpx
 import pytest
@@ -11,11 +13,18 @@ from app.api.app import create_app
 from app.settings import Settings
 
 
-@pytest.fixture
-async def api(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    """httpx client talking to create_app(settings) in this process."""
-    app = create_app(settings)
+@asynccontextmanager
+async def api_with(settings: Settings, **overrides: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """httpx client talking to create_app(settings with ``overrides``) in this process."""
+    app = create_app(settings.model_copy(update=overrides) if overrides else settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             yield client
+
+
+@pytest.fixture
+async def api(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """httpx client talking to create_app(settings) in this process."""
+    async with api_with(settings) as client:
+        yield client

@@ -77,9 +77,10 @@ async def test_a_repeated_metadata_key_is_422(api: httpx.AsyncClient) -> None:
 async def test_a_metadata_filter_pages_through_many_runs_without_losing_one(
     api: httpx.AsyncClient,
 ) -> None:
-    # more runs than one metadata read takes (8), some with a large metadata value
+    # more runs than one metadata read takes (8), each with a large metadata value (under
+    # LEASEHOLD_MAX_METADATA_BYTES, 16 KiB)
     ids = [
-        await create(api, {"tenant": "acme" if i % 3 == 0 else "globex", "blob": "x" * 20_000})
+        await create(api, {"tenant": "acme" if i % 3 == 0 else "globex", "blob": "x" * 15_000})
         for i in range(20)
     ]
     wanted = [run_id for i, run_id in enumerate(ids) if i % 3 == 0][::-1]

@@ -201,5 +201,9 @@ async def test_careless_tree_requests_get_clear_4xx_answers(
         assert answer.headers["content-type"].startswith("application/problem+json")
     # a run without children is an empty page, not an error
     empty = await api.get(f"/runs/{parent}/children")
-    assert empty.status_code == 200 and empty.json() == {"items": [], "next_cursor": None}
+    assert empty.status_code == 200 and empty.json() == {
+        "items": [],
+        "next_cursor": None,
+        "truncated": None,
+    }
     assert (await run_store.get(parent)).status == RunStatus.QUEUED  # nothing changed

@@ -28,6 +28,7 @@ from app.store.keys import GlobalKeys, QueueKeys
 from app.store.lua.scripts import Scripts
 from app.store.retention import Retention
 from app.store.runs import listing as runs_module
+from app.store.runs.listing import ScanBudget
 from app.store.runs.store import RunStore
 
 pytestmark = pytest.mark.fakeredis
@@ -141,17 +142,18 @@ async def test_the_declared_queues_are_listed_when_none_is_named(
 
 
 async def test_a_filter_that_a_whole_scan_budget_misses_answers_empty_pages_that_go_on(
-    client: fake_aioredis.FakeRedis, store: RunStore, monkeypatch: pytest.MonkeyPatch
+    client: fake_aioredis.FakeRedis, store: RunStore
 ) -> None:
-    monkeypatch.setattr(runs_module, "LIST_SCAN_BUDGET", 2 * CHUNK)
     wanted_ms = [BASE_MS, BASE_MS + 1]
     wanted = await seed(client, "default", wanted_ms, handler="demo.wanted")
     await seed(client, "default", [BASE_MS + 10 + i for i in range(25)])
+    budget = ScanBudget(runs=2 * CHUNK)
 
-    pages = await walk(store, queue="default", handler="demo.wanted", limit=10)
+    pages = await walk(store, queue="default", handler="demo.wanted", limit=10, budget=budget)
 
     # one call reads at most the budget: the first pages are empty but carry a cursor
     assert [len(page.items) for page in pages] == [0, 0, 2]
+    assert [page.truncated for page in pages] == ["scan_budget", "scan_budget", None]
     assert listed(pages) == newest_first((wanted, wanted_ms))
 
 

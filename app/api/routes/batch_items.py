@@ -34,7 +34,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from app.api.bodies import content_errors, validate_json
-from app.api.routes.runs import encoded_input_of, new_run_of, run_options
+from app.api.routes.runs import check_metadata_size, encoded_input_of, new_run_of, run_options
 from app.api.state import ApiState
 from app.errors import UnknownHandler
 from app.models import HANDLER_NAME_PATTERN, IDEMPOTENCY_KEY_PATTERN, QUEUE_NAME_PATTERN
@@ -113,6 +113,7 @@ class BatchJudge:
         """
         state = self._state
         encoded_input = encoded_input_of(input_value, state.settings.max_input_bytes)
+        check_metadata_size(metadata, state.settings.max_metadata_bytes)
         spec = state.registry.get(handler)
         if handler not in self._inputs_valid:
             spec.parse_input(input_value)

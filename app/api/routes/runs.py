@@ -32,7 +32,8 @@ from app.store.admission import create_cost_bytes
 from app.store.codec import LARGE_FIELDS, dumps_parsed
 from app.store.keys import queue_of
 from app.store.ratelimits.store import StartGate
-from app.store.runs.new import NewRun
+from app.store.runs.listing import ScanBudget
+from app.store.runs.new import NewRun, metadata_bytes
 from app.telemetry.metrics import RUNS_CREATED, RUNS_DELETED
 from app.telemetry.tracing import Span, parse_traceparent, tracer
 
@@ -63,11 +64,13 @@ def new_run_of(
     Bad input is a 4xx even while Redis is full: this runs before admission.
     ``traceparent`` (already validated) is kept with the run for its workers' spans.
     The checks come in this order (a request wrong in two ways gets the first):
-    the input's size (413), the handler (422), its input (422), the options (422).
+    the input's size (413), the metadata's size (422), the handler (422), its input
+    (422), the options (422).
     """
     if idempotency_key and body.idempotency_key and idempotency_key != body.idempotency_key:
         raise HTTPException(400, "the Idempotency-Key header and the idempotency_key field differ")
     encoded_input = encoded_input_of(body.input, state.settings.max_input_bytes)
+    check_metadata_size(body.metadata, state.settings.max_metadata_bytes)
     spec = state.registry.get(body.handler)
     spec.parse_input(body.input)
     return NewRun(
@@ -89,6 +92,20 @@ def encoded_input_of(value: Any, max_input_bytes: int) -> str:
     if size > max_input_bytes:
         raise HTTPException(413, f"input is {size} bytes; the limit is {max_input_bytes}")
     return encoded
+
+
+def check_metadata_size(metadata: dict[str, Any], max_metadata_bytes: int) -> None:
+    """422 when ``metadata`` weighs more than ``max_metadata_bytes`` as stored
+    (:func:`~app.store.runs.new.metadata_bytes`); empty metadata is not encoded."""
+    if not metadata:
+        return
+    size = metadata_bytes(metadata)
+    if size > max_metadata_bytes:
+        raise HTTPException(
+            422,
+            f"metadata is {size} bytes of JSON; the limit is {max_metadata_bytes} "
+            "(LEASEHOLD_MAX_METADATA_BYTES)",
+        )
 
 
 def run_options(body: CreateRunRequest, spec: HandlerSpec, settings: Settings) -> dict[str, Any]:
@@ -405,7 +422,11 @@ async def list_runs(
 
     Items omit ``input``, ``output`` and ``metadata`` unless ``include`` names them.
     A page stops early, with a ``next_cursor``, once it holds
-    ``LEASEHOLD_LIST_MAX_BYTES`` of runs, so a list costs what it returns.
+    ``LEASEHOLD_LIST_MAX_BYTES`` of runs, so a list costs what it returns; and
+    once the call has read ``LEASEHOLD_LIST_SCAN_BUDGET_BYTES`` of records or looked
+    at ``LEASEHOLD_LIST_SCAN_BUDGET_RUNS`` runs, so a filter that matches little costs
+    a bounded read: then ``truncated`` is ``scan_budget`` (the page may be empty) and
+    following ``next_cursor`` to ``null`` still gives every match once.
     ``metadata.<key>=<value>`` (up to 8, all must hold) keeps runs whose metadata
     has that key with that value: a string as is, a number or boolean as JSON
     (``metadata.tenant=acme``, ``metadata.priority=3``). ``parent_id`` keeps a
@@ -421,6 +442,7 @@ async def list_runs(
         cursor=cursor,
         include=included,
         max_bytes=state.settings.list_max_bytes,
+        budget=ScanBudget.for_settings(state.settings),
         among=None if queue else await state.queues.declared(),
         metadata=metadata,
         parent_id=parent_id,
@@ -510,7 +532,7 @@ async def purge_runs(
             422, f"limit is {body.limit}; the most one purge call may look at is {batch_max}"
         )
     await state.queues.announce_configured()  # a fresh API's own queues are searched too
-    result = await state.store.purge(body)
+    result = await state.store.purge(body, ScanBudget.for_settings(state.settings))
     for run_id in result.ids:
         RUNS_DELETED.labels(queue_of(run_id) or "", "purge").inc()
     return result

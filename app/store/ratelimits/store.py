@@ -27,7 +27,7 @@ from app.errors import RateLimitNotDeclared, RateLimitsFull
 from app.models import RATE_LIMIT_KEY, RATE_LIMIT_TEMPLATE
 from app.models.read import BucketState, RateLimitInfo, RateLimitSpec
 from app.store.keys import GlobalKeys, QueueKeys
-from app.store.lua.scripts import ScriptCode, Scripts
+from app.store.lua.scripts import ScriptCall, ScriptCode, Scripts
 from app.store.ratelimits.bindings import (
     DECLARE_RATE_LIMIT,
     PUSH_BUCKET,
@@ -35,8 +35,12 @@ from app.store.ratelimits.bindings import (
     DeclareRateLimitArgs,
     PushArgs,
     TakeArgs,
+    TakeReply,
 )
 from app.store.redis.connection import AsyncRedis
+
+# bucket reads one round trip of GET /rate-limits sends (LEASEHOLD_MAX_RATE_LIMITS' default)
+READ_CHUNK = 1000
 
 # how long a process trusts its copy of the declarations: a changed spec reaches every
 # worker within this long, and a take costs one round trip, not two
@@ -113,6 +117,10 @@ def matches(template: str, key: str) -> bool:
         w == p or (w.startswith("{") and w.endswith("}"))
         for w, p in zip(wanted, parts, strict=True)
     )
+
+
+def _token(reply: TakeReply) -> Token:
+    return Token(reply.granted, reply.wait_ms, reply.now_ms, reply.remaining)
 
 
 def _state(key: str, token: Token) -> BucketState:
@@ -209,13 +217,16 @@ class RateLimitStore:
         ``queue`` reads that queue's start bucket instead (with ``cost=0`` only: starts
         are taken by claim_runs).
         """
+        call = self._take_call(declared, cost=cost, max_wait_ms=max_wait_ms, queue=queue)
+        return _token(TAKE_TOKENS.decode(await self.scripts.run(self.client, call)))
+
+    def _take_call(
+        self, declared: Declared, *, cost: int, max_wait_ms: int, queue: str | None = None
+    ) -> ScriptCall:
         spec = declared.spec
         args = TakeArgs(spec.limit, spec.period_ms, spec.burst, cost, max_wait_ms)
         bucket_key = self._bucket_key(declared.key, queue)
-        reply = await TAKE_TOKENS.send(
-            self.scripts, self.client, self._binding_keys, args, bucket_key
-        )
-        return Token(reply.granted, reply.wait_ms, reply.now_ms, reply.remaining)
+        return TAKE_TOKENS.call(self._binding_keys, args, bucket_key)
 
     async def push(self, declared: Declared, *, retry_after_ms: int) -> Token:
         """An upstream said 429: nobody takes from the bucket for ``retry_after_ms``.
@@ -239,13 +250,27 @@ class RateLimitStore:
         return _state(declared.key, token)
 
     async def infos(self) -> list[RateLimitInfo]:
-        """Every declaration with its handler bucket's state (templates: none), by name."""
-        out = []
-        for name, spec in sorted((await self.declared(fresh=True)).items()):
-            template = is_template(name)
-            state = None if template else await self.state(Declared(name, name, spec))
-            out.append(RateLimitInfo(key=name, template=template, spec=spec, state=state))
-        return out
+        """Every declaration with its handler bucket's state (templates: none), by name.
+
+        Two round trips, however many are declared: the declarations, then every
+        key's bucket read (``take_tokens`` with cost 0, as :meth:`state` reads one) in
+        one pipeline, ``READ_CHUNK`` calls per round trip (one at the default
+        LEASEHOLD_MAX_RATE_LIMITS). A pipeline, not one script over every bucket:
+        each bucket has a hash tag of its own, so on a cluster no script may hold two.
+        """
+        declared = sorted((await self.declared(fresh=True)).items())
+        keys = [Declared(name, name, spec) for name, spec in declared if not is_template(name)]
+        states: dict[str, BucketState] = {}
+        for start in range(0, len(keys), READ_CHUNK):
+            chunk = keys[start : start + READ_CHUNK]
+            calls = [self._take_call(key, cost=0, max_wait_ms=0) for key in chunk]
+            replies = await self.scripts.pipeline(self.client, calls)
+            for key, reply in zip(chunk, replies, strict=True):
+                states[key.key] = _state(key.key, _token(TAKE_TOKENS.decode(reply)))
+        return [
+            RateLimitInfo(key=name, template=is_template(name), spec=spec, state=states.get(name))
+            for name, spec in declared
+        ]
 
     async def info(self, key: str, queue: str | None = None) -> RateLimitInfo:
         """One key: its declaration, or for a template's instance the template's, and state.

@@ -1,7 +1,19 @@
 """Listing runs: the newest first across queues, filtered, paged by a cursor, bounded.
 
 A page merges the queues' ``runs`` indexes by creation time, reads records in chunks
-and stops at a scan budget (an empty page with a cursor says so).
+and stops at a scan budget (:class:`ScanBudget`): the runs it may look at and the
+bytes of records it may read. A filter that matches little reads many runs per run
+it returns, and a metadata filter reads each one's metadata, so without the byte
+budget one request could have Redis send a whole queue's metadata (~100 MB over
+2,000 runs with 50 KB each). A page that stops on the budget says so
+(``truncated="scan_budget"``) and carries the cursor to go on from.
+
+What the budget counts is known before it is read: the summaries' round trip also
+asks the length (HSTRLEN) of every field a run would need next (its metadata for a
+metadata filter, the fields ``include`` names), so a page never reads a run's large
+fields past the budget. It is judged between runs: a call reads at most the budget
+plus one chunk of summaries (``LIST_SCAN_CHUNK`` runs' positions and summaries), and
+always judges at least one run, so the cursor always moves on.
 """
 
 from __future__ import annotations
@@ -9,7 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from app.models import Run, RunStatus
 from app.models.read import RunPage
@@ -24,20 +36,68 @@ from app.store.keys import queue_of_run
 from app.store.queues.store import declared_queues
 from app.store.runs.positions import Position as _Position
 
+if TYPE_CHECKING:
+    from app.settings import Settings
+
 log = logging.getLogger(__name__)
 
 # a listed run on its way to a page: its position, the one before it, its summary
 _Matched = tuple["_Position", "_Position | None", dict[str, str]]
+# a record as a listing read it: the fields asked for, and the lengths of those measured
+_Read = tuple[dict[str, str], int]
+# where a page ended early: the position to go on after, and whether the budget ended it
+_Stop = tuple["_Position", bool]
 
 
 LIST_SCAN_CHUNK = 200
 
 
-LIST_SCAN_BUDGET = 5000
-
-
 # runs whose large fields (input, output, metadata) one round trip of a listing reads
 LIST_LOAD_CHUNK = 8
+
+
+# what an index entry costs a read: its id, plus its score as text and framing, roughly
+POSITION_OVERHEAD_BYTES = 24
+
+
+@dataclass(frozen=True)
+class ScanBudget:
+    """What one listing call may read before it stops with a cursor (``truncated``).
+
+    ``runs``: runs looked at, matched or not; ``bytes``: index entries and the field
+    values of the records read (summaries, metadata a filter reads, included fields).
+    """
+
+    runs: int = 5000
+    bytes: int = 4 * 1024 * 1024
+
+    @classmethod
+    def for_settings(cls, settings: Settings) -> ScanBudget:
+        """LEASEHOLD_LIST_SCAN_BUDGET_RUNS and LEASEHOLD_LIST_SCAN_BUDGET_BYTES."""
+        return cls(runs=settings.list_scan_budget_runs, bytes=settings.list_scan_budget_bytes)
+
+
+@dataclass
+class _Scan:
+    """What one listing call has looked at and read so far, against its budget."""
+
+    budget: ScanBudget
+    runs: int = 0
+    bytes: int = 0
+
+    @property
+    def spent(self) -> bool:
+        return self.runs >= self.budget.runs or self.bytes >= self.budget.bytes
+
+    def affords(self, more_bytes: int) -> bool:
+        """Whether ``more_bytes`` more stay within the budget (always, for a call's first run:
+        a call that judged nothing would hand back the cursor it was given)."""
+        return self.runs == 0 or self.bytes + more_bytes <= self.budget.bytes
+
+
+def _text_bytes(value: str) -> int:
+    """UTF-8 size of a value Redis sent; an ASCII one (most) without encoding it."""
+    return len(value) if value.isascii() else len(value.encode())
 
 
 # JSON keys, quotes and dates a listed run adds to its stored bytes, roughly
@@ -104,6 +164,30 @@ def _metadata_holds(metadata: dict[str, Any], pairs: Mapping[str, str]) -> bool:
     return True
 
 
+def _judged(
+    batch: list[_Position],
+    summaries: list[_Read | None],
+    after: _Position | None,
+    wanted: _Filter,
+    scan: _Scan,
+) -> tuple[list[_Matched], _Position | None]:
+    """The runs the summary filters keep, in order, until one whose later reads (its
+    measured fields) would pass the budget: those, and the position to go on after then
+    (None: the whole batch was judged). Each run judged counts in ``scan.runs``."""
+    matched: list[_Matched] = []
+    previous, pending = after, 0
+    for position, summary in zip(batch, summaries, strict=True):
+        if summary is not None and wanted.matches(run_from_hash(summary[0])):
+            if not scan.affords(pending + summary[1]):
+                assert previous is not None, "a call's first run is always affordable"
+                return matched, previous
+            pending += summary[1]
+            matched.append((position, previous, summary[0]))
+        scan.runs += 1
+        previous = position
+    return matched, None
+
+
 class RunListing(Store):
     """Lists runs (``list_runs``) and prunes index entries whose record is gone."""
 
@@ -126,6 +210,7 @@ class RunListing(Store):
         metadata: Mapping[str, str] | None = None,
         parent_id: str | None = None,
         root_id: str | None = None,
+        budget: ScanBudget | None = None,
     ) -> RunPage:
         """Runs newest first, filtered, one page at a time, as summaries.
 
@@ -140,7 +225,10 @@ class RunListing(Store):
         runs are created. Without ``queue`` it lists the queues ``among`` names (by
         default every declared queue). A page may hold fewer than ``limit`` items when filters skip
         many runs or the byte budget ends it; ``next_cursor`` is None only when
-        nothing older remains. Raises :class:`InvalidCursor` for a cursor this store
+        nothing older remains. A call stops at ``budget`` (by default
+        :class:`ScanBudget`'s): its page, maybe empty, says ``truncated="scan_budget"``
+        and its cursor goes on after the last run it judged, so following cursors
+        still finds every match once. Raises :class:`InvalidCursor` for a cursor this store
         did not produce. ``created_before_ms`` skips every run created at or after it.
         ``metadata`` keeps runs whose metadata has each key equal to its value (a
         string equals itself, anything else its compact JSON: ``3``, ``true``); it
@@ -156,23 +244,24 @@ class RunListing(Store):
             after = bound if after is None else min(after, bound)
         queues = [queue] if queue else list(among) if among is not None else await self.queues()
         page = _Page(limit=limit, max_bytes=max_bytes)
-        scanned = 0
-        while scanned < LIST_SCAN_BUDGET:
-            batch = await self._next_positions(queues, after)
+        scan = _Scan(budget or ScanBudget())
+        wanted = _Filter(status, handler, metadata or {}, parent_id, root_id)
+        while not scan.spent:
+            batch = await self._next_positions(queues, after, scan)
             if not batch:
                 return RunPage(items=page.items, next_cursor=None)
-            scanned += len(batch)
-            stop = await self._fill(
-                page,
-                batch,
-                after,
-                _Filter(status, handler, metadata or {}, parent_id, root_id),
-                include,
-            )
+            batch = batch[: scan.budget.runs - scan.runs]
+            stop = await self._fill(page, batch, after, wanted, include, scan)
             if stop is not None:
-                return RunPage(items=page.items, next_cursor=stop.encode())
+                position, on_budget = stop
+                return RunPage(
+                    items=page.items,
+                    next_cursor=position.encode(),
+                    truncated="scan_budget" if on_budget else None,
+                )
             after = batch[-1]
-        return RunPage(items=page.items, next_cursor=after.encode() if after else None)
+        assert after is not None, "a call judges at least one run before its budget is spent"
+        return RunPage(items=page.items, next_cursor=after.encode(), truncated="scan_budget")
 
     async def _fill(
         self,
@@ -181,23 +270,36 @@ class RunListing(Store):
         after: _Position | None,
         wanted: _Filter,
         include: frozenset[str],
-    ) -> _Position | None:
-        """Add a batch's matching runs to ``page``; the position to resume after if it filled."""
-        matched: list[_Matched] = []
-        previous = after
-        for position, fields in zip(batch, await self._read(batch, SUMMARY_FIELDS), strict=True):
-            if fields is not None and wanted.matches(run_from_hash(fields)):
-                matched.append((position, previous, fields))
-            previous = position
-        if wanted.metadata:
-            matched = await self._with_metadata(matched, wanted.metadata)
+        scan: _Scan,
+    ) -> _Stop | None:
+        """Judge a batch in order into ``page``; where to go on from if the page filled
+        (False) or the scan budget ended it before the batch's end (True)."""
         large = tuple(field for field in LARGE_FIELDS if field in include)
+        # the fields a kept run reads next: their lengths come with its summary
+        later = tuple(dict.fromkeys((*(("metadata",) if wanted.metadata else ()), *large)))
+        summaries = await self._read(batch, SUMMARY_FIELDS, scan, measure=later)
+        matched, cut = _judged(batch, summaries, after, wanted, scan)
+        if wanted.metadata:
+            keep = "metadata" in large  # read once: the filter's copy is the one returned
+            matched = await self._with_metadata(matched, wanted.metadata, scan, keep=keep)
+            large = tuple(field for field in large if field != "metadata")
+        filled = await self._add(page, matched, large, scan)
+        if filled is not None:
+            return filled, False
+        return None if cut is None else (cut, True)
+
+    async def _add(
+        self, page: _Page, matched: list[_Matched], large: tuple[str, ...], scan: _Scan
+    ) -> _Position | None:
+        """Add the matched runs to ``page`` (reading ``large`` for them, ``LIST_LOAD_CHUNK``
+        at a time); the position to resume after if it filled."""
         step = LIST_LOAD_CHUNK if large else max(1, len(matched))
         for start in range(0, len(matched), step):
             chunk = matched[start : start + step]
-            extras = await self._read([p for p, _, _ in chunk], large) if large else []
+            extras = await self._read([p for p, _, _ in chunk], large, scan) if large else []
             for index, (position, previous, fields) in enumerate(chunk):
-                record = {**fields, **(extras[index] or {})} if large else fields
+                extra = extras[index] if large else None
+                record = {**fields, **(extra[0] if extra else {})} if large else fields
                 if not page.add(run_from_hash(record), _stored_bytes(record)):
                     assert previous is not None, "an empty page takes any first item"
                     return previous
@@ -206,36 +308,48 @@ class RunListing(Store):
         return None
 
     async def _with_metadata(
-        self, matched: list[_Matched], pairs: Mapping[str, str]
+        self, matched: list[_Matched], pairs: Mapping[str, str], scan: _Scan, *, keep: bool
     ) -> list[_Matched]:
         """The runs whose metadata holds every pair, reading it ``LIST_LOAD_CHUNK`` at a time.
 
         Metadata may be large: read only for runs the summary filters kept, a few
-        per round trip, and dropped once judged (a listing returns it only when
-        ``include`` asks), so filtering by it never holds a whole scan's metadata.
+        per round trip, and dropped once judged unless ``keep`` (``include`` asks for
+        it: the kept runs carry it on), so filtering by it never holds a whole
+        scan's metadata (the scan budget bounds what ``keep`` holds).
         """
         kept: list[_Matched] = []
         for start in range(0, len(matched), LIST_LOAD_CHUNK):
             chunk = matched[start : start + LIST_LOAD_CHUNK]
-            extras = await self._read([position for position, _, _ in chunk], ("metadata",))
-            for item, extra in zip(chunk, extras, strict=True):
-                metadata = run_from_hash({**item[2], **extra}).metadata if extra else None
-                if metadata is not None and _metadata_holds(metadata, pairs):
-                    kept.append(item)
+            extras = await self._read([position for position, _, _ in chunk], ("metadata",), scan)
+            for (position, previous, fields), extra in zip(chunk, extras, strict=True):
+                record = {**fields, **extra[0]} if extra else None
+                metadata = run_from_hash(record).metadata if record else None
+                if record and metadata is not None and _metadata_holds(metadata, pairs):
+                    kept.append((position, previous, record if keep else fields))
         return kept
 
     async def _read(
-        self, batch: list[_Position], fields: tuple[str, ...]
-    ) -> list[dict[str, str] | None]:
-        """HMGET ``fields`` of each listed run in one round trip; None (and pruned) if gone."""
+        self,
+        batch: list[_Position],
+        fields: tuple[str, ...],
+        scan: _Scan,
+        *,
+        measure: tuple[str, ...] = (),
+    ) -> list[_Read | None]:
+        """HMGET ``fields`` of each listed run, and the length of each of ``measure``, in one
+        round trip; None (and pruned) if gone. What Redis sent is counted in ``scan``."""
         pipe = self.client.pipeline(transaction=False)
         for position in batch:
-            pipe.hmget(
-                self.keys(queue_of_run(position.run_id)).run(position.run_id), ["id", *fields]
-            )
-        replies: list[list[str | None]] = await pipe.execute()
-        records: list[dict[str, str] | None] = []
-        for position, values in zip(batch, replies, strict=True):
+            key = self.keys(queue_of_run(position.run_id)).run(position.run_id)
+            pipe.hmget(key, ["id", *fields])
+            for name in measure:
+                pipe.hstrlen(key, name)
+        replies: list[Any] = await pipe.execute()
+        records: list[_Read | None] = []
+        width = 1 + len(measure)
+        for at, position in enumerate(batch):
+            values: list[str | None] = replies[at * width]
+            scan.bytes += sum(_text_bytes(value) for value in values if value is not None)
             if values[0] is None:
                 # the record expired after its retention: drop it from the listing index
                 await self.client.zrem(
@@ -244,15 +358,18 @@ class RunListing(Store):
                 records.append(None)
                 continue
             named = zip(fields, values[1:], strict=True)
-            records.append({name: value for name, value in named if value is not None})
+            found = {name: value for name, value in named if value is not None}
+            records.append((found, sum(replies[at * width + 1 : (at + 1) * width])))
         return records
 
-    async def _next_positions(self, queues: list[str], after: _Position | None) -> list[_Position]:
+    async def _next_positions(
+        self, queues: list[str], after: _Position | None, scan: _Scan
+    ) -> list[_Position]:
         """The next chunk of positions older than ``after``, merged across queues."""
         merged: list[_Position] = []
         boundary: _Position | None = None
         for name in queues:
-            chunk = await self._queue_positions(name, after)
+            chunk = await self._queue_positions(name, after, scan)
             merged.extend(chunk)
             if len(chunk) == LIST_SCAN_CHUNK:
                 # this queue has more beyond its last fetched item: nothing older is safe
@@ -262,7 +379,9 @@ class RunListing(Store):
             merged = [position for position in merged if position >= boundary]
         return merged
 
-    async def _queue_positions(self, queue: str, after: _Position | None) -> list[_Position]:
+    async def _queue_positions(
+        self, queue: str, after: _Position | None, scan: _Scan
+    ) -> list[_Position]:
         """Up to ``LIST_SCAN_CHUNK`` positions of ``queue`` older than ``after``, newest first.
 
         Fewer only when no more exist (:meth:`_next_positions` relies on it). Redis bounds
@@ -282,6 +401,7 @@ class RunListing(Store):
                     self.keys(queue).runs, top, "-inf", start=read, num=window, withscores=True
                 ),
             )
+            scan.bytes += sum(len(run_id) + POSITION_OVERHEAD_BYTES for run_id, _ in raw)
             fetched = (_Position(int(score), run_id) for run_id, score in raw)
             positions.extend(p for p in fetched if after is None or p < after)
             if len(raw) < window:

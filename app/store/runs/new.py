@@ -112,6 +112,13 @@ class NewRun:
         return f"[{scalar_json(self.handler)},", f",{','.join(parts)}]"
 
 
+def metadata_bytes(metadata: dict[str, Any]) -> int:
+    """What ``metadata`` weighs as stored (:attr:`NewRun.metadata_json`): its compact JSON's
+    UTF-8 bytes, ``{}`` 2. LEASEHOLD_MAX_METADATA_BYTES bounds it on every path that writes it."""
+    text = dumps(metadata) if metadata else "{}"
+    return len(text) if text.isascii() else len(text.encode())
+
+
 def framed_fingerprint(frame: tuple[str, str], input_json: str) -> str:
     """The fingerprint of a run whose :meth:`NewRun.fingerprint_frame` is ``frame``."""
     return hashlib.sha256(f"{frame[0]}{input_json}{frame[1]}".encode()).hexdigest()

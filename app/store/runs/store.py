@@ -34,7 +34,7 @@ from app.store.runs.bindings import (
     ResumeArgs,
 )
 from app.store.runs.creating import RunCreation
-from app.store.runs.listing import RunListing
+from app.store.runs.listing import RunListing, ScanBudget
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class RunStore(RunCreation, RunListing):
         raise_for(reply.code, run_id=run_id, status=reply.status, action=action)
         return reply
 
-    async def purge(self, request: PurgeRequest) -> PurgeResult:
+    async def purge(self, request: PurgeRequest, budget: ScanBudget | None = None) -> PurgeResult:
         """Delete one bounded batch of the finished runs the request's filters match.
 
         Looks at up to ``request.limit`` runs (newest first, as :meth:`list_runs`
@@ -110,6 +110,7 @@ class RunStore(RunCreation, RunListing):
             cursor=request.cursor,
             # a run finishes after it is created: one created later cannot match
             created_before_ms=None if before is None else int(before.timestamp() * 1000),
+            budget=budget,
         )
         doomed = [
             run.id
