@@ -54,10 +54,11 @@ FLOW_KEY = re.compile(FLOW_KEY_PATTERN)
 # A rate-limit key: segments of letters, digits, `_`, `.`, `-`, joined by `:`
 # (`openai`, `crm:acme`). A template names a segment `{name}` to stand for any one
 # segment (`crm:{tenant}` covers `crm:acme`, not `crm:acme:eu`). No `{`/`}` in a key
-# itself: a handler bucket's Redis key puts it inside a hash tag.
+# itself: a handler bucket's Redis key puts it inside a hash tag. A template's first
+# segment is fixed: `{t}` alone would make a limit of every key anyone names.
 RATE_LIMIT_KEY_PATTERN = r"^[A-Za-z0-9_.\-]{1,64}(:[A-Za-z0-9_.\-]{1,64}){0,3}$"
 RATE_LIMIT_TEMPLATE_PATTERN = (
-    r"^([A-Za-z0-9_.\-]{1,64}|\{[a-z_]{1,32}\})(:([A-Za-z0-9_.\-]{1,64}|\{[a-z_]{1,32}\})){0,3}$"
+    r"^[A-Za-z0-9_.\-]{1,64}(:([A-Za-z0-9_.\-]{1,64}|\{[a-z_]{1,32}\})){0,3}$"
 )
 RATE_LIMIT_KEY = re.compile(RATE_LIMIT_KEY_PATTERN)
 RATE_LIMIT_TEMPLATE = re.compile(RATE_LIMIT_TEMPLATE_PATTERN)
