@@ -47,6 +47,10 @@ PRIORITY_MIN = -100
 PRIORITY_MAX = 100
 # the largest concurrency limit PUT /queues/{name}/limits takes
 LIMIT_MAX = 1_000_000
+# the largest integer a request may carry to Redis when nothing smaller bounds it (versions,
+# step budgets): a Lua number is a double, exact to 2^53, and a script's int_arg takes at
+# most 16 digits, so a version past it was a 503 and a traceback, not Redis's int64
+SCRIPT_INT_MAX = 2**53 - 1
 OnConflict = Literal["reject", "enqueue", "cancel_active", "replace_queued"]
 RUN_ID = re.compile(RUN_ID_PATTERN)
 HANDLER_NAME = re.compile(HANDLER_NAME_PATTERN)
@@ -216,7 +220,9 @@ class RunBudget(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_steps: int | None = Field(default=None, ge=1, description="ctx.step() calls allowed")
+    max_steps: int | None = Field(
+        default=None, ge=1, le=SCRIPT_INT_MAX, description="ctx.step() calls allowed"
+    )
     max_duration_s: float | None = Field(
         default=None, gt=0, description="Wall time one attempt may take, progress or not"
     )
