@@ -210,9 +210,10 @@ SSE_REFUSED = Counter(
 )
 WORKER_WRITES_REFUSED = Counter(
     "leasehold_worker_writes_refused_total",
-    "Worker writes Redis refused or missed, by write (claim, finish, renewal, events) and "
-    "reason (out_of_memory, read_only, unavailable, error); each is kept and retried, "
-    "except events, which are dropped when Redis is out of memory.",
+    "Worker writes Redis refused or missed, by write (claim, finish, renewal, events, "
+    "handoff, advertisement, reconcile) and reason (out_of_memory, read_only, unavailable, "
+    "error); each is kept and retried, except events, which are dropped when Redis is out "
+    "of memory. The log says the first at once, then one line per 10 s with a count.",
     ["write", "reason"],
     registry=WORKER_REGISTRY,
 )
