@@ -24,6 +24,11 @@ Two shapes use the policy:
   bookkeeping between attempts (the courier puts its batch back, the event
   flusher its events, a listener resubscribes) and resets after a success.
 
+A loop that fails for a long time (Redis at maxmemory refuses every write for as
+long as it stays full) logs its first failure at once and then at most one line per
+``log_every_s`` of its policy, saying how many it held back (:class:`RepeatLog`): a
+worker at maxmemory logged ~40-90 warnings a second before (issue 35).
+
 Cancelling a task cancels its wait: :class:`asyncio.CancelledError` is not an
 :class:`Exception`, so no retry ever swallows it. A write that must outlive
 its caller's cancellation (a terminal write, an effect's result) is shielded
@@ -41,6 +46,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -68,9 +74,11 @@ class Backoff:
     first_s: float
     max_s: float
     floor: float = 0.0
+    # a streak's failures are logged at most once per this long (0: each one)
+    log_every_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if not (0 <= self.first_s < math.inf and 0 <= self.max_s < math.inf):
+        if not all(0 <= value < math.inf for value in (self.first_s, self.max_s, self.log_every_s)):
             raise ValueError(f"backoff delays must be finite and not negative, not {self}")
         if not 0 <= self.floor <= 1:
             raise ValueError(f"backoff floor must be within [0, 1], not {self.floor}")
@@ -92,10 +100,47 @@ class Backoff:
 
 _RANDOM = random.Random()
 
+# how often a loop that keeps failing against Redis says so, after its first failure
+REPEAT_LOG_EVERY_S = 10.0
 # every loop that waits for Redis: 50 ms after the first failure, up to 2 s (1 s on average)
-REDIS_BACKOFF = Backoff(first_s=0.05, max_s=2.0)
+REDIS_BACKOFF = Backoff(first_s=0.05, max_s=2.0, log_every_s=REPEAT_LOG_EVERY_S)
 # a follower waiting for the API (a restart, Redis away behind it): up to 5 s
 API_BACKOFF = Backoff(first_s=0.2, max_s=5.0)
+
+
+class RepeatLog:
+    """One loop's failure lines: the first at once, then at most one per ``every_s``.
+
+    The lines held back in between are counted, and the next line that goes out
+    says how many there were, so a loop that fails 40 times a second writes one
+    line every ``every_s`` instead. ``every_s`` 0 logs every line. Not reset by a
+    success: a loop that fails, succeeds and fails again in turn is still one voice.
+    """
+
+    def __init__(self, every_s: float) -> None:
+        self.every_s = every_s
+        self.held_back = 0
+        self._logged_at = -math.inf
+
+    def log(
+        self,
+        logger: logging.Logger,
+        level: int,
+        msg: str,
+        *args: object,
+        extra: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Log ``msg % args`` unless a line went out less than ``every_s`` ago; whether it did."""
+        now = time.monotonic()
+        if now - self._logged_at < self.every_s:
+            self.held_back += 1
+            return False
+        if self.held_back:
+            msg += " (%d more like it in the last %.0fs)"
+            args = (*args, self.held_back, now - self._logged_at)
+        self._logged_at, self.held_back = now, 0
+        logger.log(level, msg, *args, extra=extra)
+        return True
 
 
 class Streak:
@@ -105,6 +150,7 @@ class Streak:
         self.backoff = backoff
         self._rng = rng
         self.failures = 0
+        self._lines = RepeatLog(backoff.log_every_s)
 
     def next_delay_s(self) -> float:
         """Count one more failure and draw the delay before the next attempt."""
@@ -125,11 +171,19 @@ class Streak:
 
         ``why`` is the failure in words (the exception's type name by default);
         ``level`` is lower in a library (the client), whose user decides what to see.
+        Logged at most once per the policy's ``log_every_s`` (:class:`RepeatLog`).
         """
         delay = self.next_delay_s()
         why = why or type(exc).__name__
-        logger.log(
-            level, "%s failed (%s), retrying in %.2fs: %s", what, why, delay, exc, extra=extra
+        self._lines.log(
+            logger,
+            level,
+            "%s failed (%s), retrying in %.2fs: %s",
+            what,
+            why,
+            delay,
+            exc,
+            extra=extra,
         )
         return delay
 

@@ -160,3 +160,22 @@ async def test_cancelling_the_task_ends_its_retries() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert op.calls == 1
+
+
+def test_a_repeating_failure_is_one_line_per_interval_saying_how_many_were_held_back(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr("app.retry.time.monotonic", lambda: clock[0])
+    streak = Backoff(first_s=0.001, max_s=0.01, log_every_s=10.0).streak()
+    with caplog.at_level(logging.WARNING, logger="app.retry"):
+        for _ in range(40):  # 40 failures in 4 s: the first is said at once
+            streak.failed(ReadOnlyError("READONLY"), what="a write")
+            clock[0] += 0.1
+        streak.reset()  # a success in between does not make the loop a new voice
+        clock[0] += 6.0
+        streak.failed(ReadOnlyError("READONLY"), what="a write")
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == 2, lines
+    assert "more like it" not in lines[0]
+    assert lines[1].endswith("(39 more like it in the last 10s)"), lines[1]

@@ -12,8 +12,10 @@ is opened.
 
 from __future__ import annotations
 
+from prometheus_client import Gauge
+
 from app.errors import CapacityExceeded
-from app.telemetry.metrics import SSE_REFUSED, SSE_STREAMS
+from app.telemetry.metrics import SSE_REFUSED, SSE_STREAMS, TREE_STREAMS
 
 # what a refused follower is told to wait: long enough for a flood to thin out
 RETRY_AFTER_S = 2
@@ -26,25 +28,52 @@ def refuse(cap: str, *, what: str, limit: int, setting: str) -> CapacityExceeded
 
 
 class StreamSlots:
-    """At most ``limit`` SSE responses at once in this process."""
+    """At most ``limit`` SSE responses at once in this process (``cap`` names the bound).
 
-    def __init__(self, limit: int) -> None:
+    ``within``: the slots these are a part of, taken and given back together (a tree
+    stream is one of the process's event streams, and one of its tree streams).
+    """
+
+    def __init__(
+        self,
+        limit: int,
+        *,
+        cap: str = "followers",
+        what: str = "event streams",
+        setting: str = "LEASEHOLD_SSE_MAX_FOLLOWERS",
+        gauge: Gauge = SSE_STREAMS,
+        within: StreamSlots | None = None,
+    ) -> None:
         self.limit = limit
         self.taken = 0
+        self._cap, self._what, self._setting = cap, what, setting
+        self._gauge = gauge
+        self._within = within
+
+    @classmethod
+    def for_trees(cls, limit: int, *, within: StreamSlots) -> StreamSlots:
+        """The tree streams' slots (LEASEHOLD_SSE_MAX_TREE_STREAMS), each one of ``within``'s."""
+        return cls(
+            limit,
+            cap="trees",
+            what="tree streams",
+            setting="LEASEHOLD_SSE_MAX_TREE_STREAMS",
+            gauge=TREE_STREAMS,
+            within=within,
+        )
 
     def take(self) -> None:
-        """Take a slot; raises :class:`CapacityExceeded` when all are taken."""
+        """Take a slot (and one of ``within``'s); raises :class:`CapacityExceeded` when full."""
         if self.taken >= self.limit:
-            raise refuse(
-                "followers",
-                what="event streams",
-                limit=self.limit,
-                setting="LEASEHOLD_SSE_MAX_FOLLOWERS",
-            )
+            raise refuse(self._cap, what=self._what, limit=self.limit, setting=self._setting)
+        if self._within is not None:
+            self._within.take()
         self.taken += 1
-        SSE_STREAMS.inc()
+        self._gauge.inc()
 
     def give_back(self) -> None:
         """Return a slot taken by :meth:`take`."""
         self.taken -= 1
-        SSE_STREAMS.dec()
+        self._gauge.dec()
+        if self._within is not None:
+            self._within.give_back()

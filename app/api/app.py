@@ -48,6 +48,8 @@ from app.api.state import ApiState
 from app.handlers import HandlerRegistry, load_handler_modules
 from app.settings import Settings
 from app.store.admission import MemoryAdmission
+from app.store.context import StoreContext
+from app.store.family.tree import TreeStore
 from app.store.lua.scripts import Scripts
 from app.store.queues.activity import ActivityStore
 from app.store.queues.store import QueueStore
@@ -59,6 +61,8 @@ from app.telemetry.metrics import CREATES_REFUSED
 BODY_OVERHEAD_BYTES = 16_384
 # the feeds' pool: two blocking readers (run events, activity) and the feeds' short reads
 STREAM_POOL_CONNECTIONS = 16
+# the tree streams' pool: one round (one pipeline) each at a time; more rounds wait their turn
+TREE_POOL_CONNECTIONS = 8
 
 
 def create_app(settings: Settings, registry: HandlerRegistry | None = None) -> FastAPI:
@@ -101,11 +105,13 @@ def _lifespan(
             await scripts.load_all(client)
         store = RunStore.for_settings(client, scripts, settings)
         stream_client = _stream_client(settings)
+        tree_client = _tree_client(settings)
         state = _api_state(
             settings,
             handlers,
             client=client,
             stream_client=stream_client,
+            tree_client=tree_client,
             scripts=scripts,
             store=store,
         )
@@ -118,6 +124,7 @@ def _lifespan(
             await app.state.leasehold_retries.close()
             await state.activity.close()
             await state.hub.close()
+            await tree_client.aclose()
             await stream_client.aclose()
             await client.aclose()
 
@@ -145,16 +152,29 @@ def _stream_client(settings: Settings) -> AsyncRedis:
     )
 
 
+def _tree_client(settings: Settings) -> AsyncRedis:
+    """The tree streams' pool: a round waits for a free connection rather than fail (each
+    command is still bounded by LEASEHOLD_REDIS_REQUEST_TIMEOUT_S), so a crowd of tree
+    streams slows itself down and never takes a request's connection."""
+    return async_client(
+        settings.resolved_redis_url(),
+        max_connections=TREE_POOL_CONNECTIONS,
+        socket_timeout_s=settings.redis_request_timeout_s,
+    )
+
+
 def _api_state(
     settings: Settings,
     handlers: HandlerRegistry,
     *,
     client: AsyncRedis,
     stream_client: AsyncRedis,
+    tree_client: AsyncRedis,
     scripts: Scripts,
     store: RunStore,
 ) -> ApiState:
-    """What every route shares: the stores on ``client``, the feeds on ``stream_client``.
+    """What every route shares: the stores on ``client``, the feeds on ``stream_client``,
+    the tree streams' rounds on ``tree_client``.
 
     Builds, and connects to nothing: the clients' pools open on first use.
     """
@@ -173,6 +193,7 @@ def _api_state(
         interval_s=settings.memory_check_interval_s,
         on_refused=CREATES_REFUSED.inc,
     )
+    slots = StreamSlots(settings.sse_max_followers)
     return ApiState(
         settings,
         client,
@@ -182,11 +203,13 @@ def _api_state(
         hub,
         activity=activity_hub,
         queues=queues,
-        slots=StreamSlots(settings.sse_max_followers),
+        slots=slots,
         memory=admission,
         rate_limits=RateLimitStore(
             client, scripts=scripts, prefix=settings.prefix, max_keys=settings.max_rate_limits
         ),
+        tree_slots=StreamSlots.for_trees(settings.sse_max_tree_streams, within=slots),
+        tree_streams=TreeStore(StoreContext.for_settings(tree_client, scripts, settings)),
     )
 
 

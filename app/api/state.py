@@ -42,6 +42,11 @@ class ApiState:
     memory: MemoryAdmission
     # declared rate-limit keys: start gates of created runs, and GET /rate-limits
     rate_limits: RateLimitStore
+    # tree streams being served: LEASEHOLD_SSE_MAX_TREE_STREAMS, each one of `slots` too
+    tree_slots: StreamSlots
+    # the tree streams' rounds, on a small pool of their own: polls never wait for (or
+    # starve) the requests' connections
+    tree_streams: TreeStore
     # detached work (e.g. cancel-on-disconnect) that no request may cancel
     background: set[asyncio.Task[object]] = field(default_factory=set)
 
@@ -57,7 +62,7 @@ class ApiState:
 
     @property
     def tree(self) -> TreeStore:
-        """Reads of run families: children pages and the tree stream's rounds."""
+        """Reads of run families on the requests' pool: children pages."""
         return TreeStore(self.store.ctx)
 
     def detach(self, task: asyncio.Task[object]) -> None:

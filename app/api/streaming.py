@@ -24,7 +24,7 @@ from typing import Any
 
 from fastapi import HTTPException
 
-from app.api.admission import refuse
+from app.api.admission import StreamSlots, refuse
 from app.api.eventstream import EventStream
 from app.api.fanout import DirectSink, direct_sink
 from app.api.frames import Burst, Frame, encode
@@ -257,12 +257,14 @@ def event_stream_response(
     status_code: int = 200,
     headers: dict[str, str] | None = None,
     sink: DirectSink | None = None,
+    slots: StreamSlots | None = None,
 ) -> EventStream:
     """An SSE response with the configured keep-alive and slow-client bounds.
 
-    Holds the slot :func:`admit_stream` took, until the response ends. ``sink``:
-    the one the stream was given (:func:`live_sink`), so that its live frames and
-    the keep-alives share one send-timeout clock.
+    Holds the slot :func:`admit_stream` took (of ``slots``, the process's followers by
+    default), until the response ends. ``sink``: the one the stream was given
+    (:func:`live_sink`), so that its live frames and the keep-alives share one
+    send-timeout clock.
     """
     return stream_response(
         state,
@@ -270,6 +272,7 @@ def event_stream_response(
         status_code=status_code,
         headers={"Cache-Control": "no-store", "X-Run-Id": run.id, **(headers or {})},
         sink=sink,
+        slots=slots,
     )
 
 
@@ -280,12 +283,13 @@ def stream_response(
     status_code: int = 200,
     headers: dict[str, str] | None = None,
     sink: DirectSink | None = None,
+    slots: StreamSlots | None = None,
 ) -> EventStream:
     """Any event stream's response (runs, trees, activity), bounded by the SSE settings."""
     settings = state.settings
     return EventStream(
         stream,
-        slots=state.slots,
+        slots=slots or state.slots,
         status_code=status_code,
         ping_s=settings.sse_keepalive_s,
         send_timeout_s=settings.sse_send_timeout_s,

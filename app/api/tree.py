@@ -33,7 +33,14 @@ reconnects. History trimmed from a capped stream is reported per run with a
 ``replay_unavailable`` event (no id), as the single-run stream does.
 
 **Rounds** are polls: right away while there is more to read, then at
-:data:`POLL_MIN_S`, doubling while nothing happens up to :data:`POLL_MAX_S`.
+:data:`POLL_MIN_S`, doubling while nothing happens up to :data:`POLL_MAX_S`, or
+longer for a tree so big that a round a second would cost more than
+:data:`IDLE_COMMANDS_PER_S` (a round reads every open run: three commands each).
+They go through the API's tree pool (``TREE_POOL_CONNECTIONS``), never the
+requests' one; a round Redis fails (or the pool is slow to give) is read again after
+a backoff, since the 200 went out: never a traceback mid-stream. A process serves at
+most ``LEASEHOLD_SSE_MAX_TREE_STREAMS`` of them, each also one of its
+``LEASEHOLD_SSE_MAX_FOLLOWERS`` (503 with ``Retry-After`` past either, before the 200).
 The stream ends once every run followed has sent its terminal event and no
 more children can appear (each ended run's index was read after its end): a
 last ``tree_ended`` event (no id) says so, so a client can tell the end from a
@@ -49,26 +56,35 @@ not followed.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from fastapi import HTTPException
+from redis.exceptions import RedisError
 from sse_starlette import ServerSentEvent
 
 from app.api.eventstream import EventStream
 from app.api.state import ApiState
-from app.api.streaming import admit_stream, event_stream_response
+from app.api.streaming import event_stream_response
 from app.models import TERMINAL_EVENT_TYPES, RunEvent, event_id_order
+from app.retry import REDIS_BACKOFF
 from app.store.family.tree import IndexRead, Round, StreamChunk, StreamRead, TreeStore
+from app.store.redis.refusals import describe
 from app.store.runs.positions import Position
 from app.telemetry.metrics import SSE_EVENTS_SENT, SSE_SUBSCRIBERS
+
+log = logging.getLogger(__name__)
 
 # events read per run per round: bounds what one round holds to max_runs x this
 TREE_READ_CHUNK = 200
 POLL_MIN_S = 0.05
 POLL_MAX_S = 1.0
+# what an idle tree stream may cost Redis: its rounds are spaced so that it sends no
+# more commands a second than this (a 51-run idle tree sent 153 a second at POLL_MAX_S)
+IDLE_COMMANDS_PER_S = 50
 
 Order = tuple[int, int]
 _KEY = re.compile(r"^(\d{1,20})-(\d{1,20})\.([0-9A-HJKMNP-TV-Z]{26})(?:\.(\d{1,20}))?$")
@@ -362,12 +378,20 @@ async def tree_events(
     follower = TreeFollower(root_id, after=after, max_runs=max_runs)
     hint: int | None = retry_ms
     pause = POLL_MIN_S
+    failures = REDIS_BACKOFF.streak()
     SSE_SUBSCRIBERS.inc()
     try:
         while not follower.done:
             streams, indexes = follower.reads()
-            now_ms = await store.server_ms()
-            result = await store.read_round(streams, indexes)
+            try:
+                now_ms = await store.server_ms()
+                result = await store.read_round(streams, indexes)
+            except (RedisError, OSError) as exc:
+                # the 200 went out: the round is read again (reads() changed nothing)
+                why = describe(exc)
+                await failures.wait(exc, what="tree stream: round", why=why, logger=log)
+                continue
+            failures.reset()
             if messages := follower.apply(now_ms, streams, indexes, result):
                 chunks = [
                     encode_message(k, e, retry_ms=hint if i == 0 else None)
@@ -381,24 +405,35 @@ async def tree_events(
                 return
             if follower.behind:
                 continue
-            pause = (
-                POLL_MIN_S if follower.progressed or follower.held else min(2 * pause, POLL_MAX_S)
-            )
+            if follower.progressed or follower.held:
+                pause = POLL_MIN_S
+            else:
+                pause = min(2 * pause, idle_pause_s(streams, indexes))
             await asyncio.sleep(pause)
     finally:
         SSE_SUBSCRIBERS.dec()
 
 
+def idle_pause_s(streams: list[StreamRead], indexes: list[IndexRead]) -> float:
+    """The longest pause between idle rounds: :data:`POLL_MAX_S`, or more for a big tree,
+    so that one idle stream sends at most :data:`IDLE_COMMANDS_PER_S` commands a second."""
+    # a round: TIME, then per open run HGET and XRANGE (and one more XRANGE on its first
+    # read), per index that may grow a ZRANGEBYSCORE
+    commands = 1 + sum(3 if read.oldest else 2 for read in streams) + len(indexes)
+    return max(POLL_MAX_S, commands / IDLE_COMMANDS_PER_S)
+
+
 async def follow_tree(run_id: str, state: ApiState, last_event_id: str | None) -> EventStream:
-    """The tree stream's response: 404 for an unknown run, 400 for a malformed id, 503 when full."""
+    """The tree stream's response: 404 for an unknown run, 400 for a malformed id, 503 (with
+    ``Retry-After``) past LEASEHOLD_SSE_MAX_TREE_STREAMS or LEASEHOLD_SSE_MAX_FOLLOWERS."""
     after = tree_resume_point(last_event_id)
     run = await state.store.get(run_id)
     stream = tree_events(
-        state.tree,
+        state.tree_streams,
         run.id,
         after=after,
         retry_ms=state.settings.sse_retry_ms,
         max_runs=state.settings.tree_stream_max_runs,
     )
-    admit_stream(state, run.id)
-    return event_stream_response(state, run, stream)
+    state.tree_slots.take()  # nothing that can raise between this and the response
+    return event_stream_response(state, run, stream, slots=state.tree_slots)

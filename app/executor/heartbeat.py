@@ -38,6 +38,7 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from app.executor.reasons import StopReason
 from app.executor.table import LeaseTable
+from app.retry import REPEAT_LOG_EVERY_S, RepeatLog
 from app.store.leases.store import LeaseRenewer
 from app.store.lua.transition import LeaseAnswer
 from app.store.redis.refusals import describe, refusal_of
@@ -90,6 +91,7 @@ class Heartbeat(threading.Thread):
         self._advertise = advertise
         self._stopped = threading.Event()
         self._failing = False
+        self._advertise_failures = RepeatLog(REPEAT_LOG_EVERY_S)  # each beat, at maxmemory
         self._lag_probe_sent: float | None = None
         self._lag_probe_seen: float | None = None
         self.loop_lag_ms = 0.0
@@ -156,7 +158,10 @@ class Heartbeat(threading.Thread):
         try:
             self._advertise(self.loop_lag_ms)
         except UNAVAILABLE as exc:
-            log.warning("worker advertisement failed: %s", exc)
+            WORKER_WRITES_REFUSED.labels("advertisement", refusal_of(exc) or "error").inc()
+            self._advertise_failures.log(
+                log, logging.WARNING, "worker advertisement failed: %s", exc
+            )
 
     def _apply(self, answers: dict[str, LeaseAnswer], sent_at: float) -> None:
         renewed = [run_id for run_id, code in answers.items() if code != LeaseAnswer.LOST]

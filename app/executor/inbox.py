@@ -40,7 +40,8 @@ from redis.exceptions import RedisError
 from app.retry import REDIS_BACKOFF
 from app.store.keys import QueueKeys
 from app.store.redis.connection import AsyncRedis
-from app.store.redis.refusals import describe
+from app.store.redis.refusals import describe, refusal_of
+from app.telemetry.metrics import WORKER_WRITES_REFUSED
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,6 @@ class HandoffInbox:
         while True:
             try:
                 await self._recover()
-                failures.reset()
                 while True:
                     self._read_at = time.monotonic()
                     # the client decodes replies: a row is a str
@@ -98,12 +98,16 @@ class HandoffInbox:
                             "RIGHT",
                         ),
                     )
+                    # reset once the read is answered, not after _recover: at maxmemory
+                    # LRANGE passes and BLMOVE is refused, and the streak never grew
+                    failures.reset()
                     if raw is None:
                         self._on_idle()
                         await self._recover()
                         continue
                     await self._take(raw)
             except (RedisError, OSError) as exc:
+                WORKER_WRITES_REFUSED.labels("handoff", refusal_of(exc) or "error").inc()
                 await failures.wait(exc, what="hand-off inbox", why=describe(exc), logger=log)
 
     async def _take(self, raw: str) -> None:

@@ -50,6 +50,10 @@ PRIORITY_MIN = -100
 PRIORITY_MAX = 100
 # the largest concurrency limit PUT /queues/{name}/limits takes
 LIMIT_MAX = 1_000_000
+# the largest integer a request may carry to Redis when nothing smaller bounds it (versions,
+# step budgets): a Lua number is a double, exact to 2^53, and a script's int_arg takes at
+# most 16 digits, so a version past it was a 503 and a traceback, not Redis's int64
+SCRIPT_INT_MAX = 2**53 - 1
 OnConflict = Literal["reject", "enqueue", "cancel_active", "replace_queued"]
 RUN_ID = re.compile(RUN_ID_PATTERN)
 HANDLER_NAME = re.compile(HANDLER_NAME_PATTERN)
@@ -57,10 +61,11 @@ FLOW_KEY = re.compile(FLOW_KEY_PATTERN)
 # A rate-limit key: segments of letters, digits, `_`, `.`, `-`, joined by `:`
 # (`openai`, `crm:acme`). A template names a segment `{name}` to stand for any one
 # segment (`crm:{tenant}` covers `crm:acme`, not `crm:acme:eu`). No `{`/`}` in a key
-# itself: a handler bucket's Redis key puts it inside a hash tag.
+# itself: a handler bucket's Redis key puts it inside a hash tag. A template's first
+# segment is fixed: `{t}` alone would make a limit of every key anyone names.
 RATE_LIMIT_KEY_PATTERN = r"^[A-Za-z0-9_.\-]{1,64}(:[A-Za-z0-9_.\-]{1,64}){0,3}$"
 RATE_LIMIT_TEMPLATE_PATTERN = (
-    r"^([A-Za-z0-9_.\-]{1,64}|\{[a-z_]{1,32}\})(:([A-Za-z0-9_.\-]{1,64}|\{[a-z_]{1,32}\})){0,3}$"
+    r"^[A-Za-z0-9_.\-]{1,64}(:([A-Za-z0-9_.\-]{1,64}|\{[a-z_]{1,32}\})){0,3}$"
 )
 RATE_LIMIT_KEY = re.compile(RATE_LIMIT_KEY_PATTERN)
 RATE_LIMIT_TEMPLATE = re.compile(RATE_LIMIT_TEMPLATE_PATTERN)
@@ -218,7 +223,9 @@ class RunBudget(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_steps: int | None = Field(default=None, ge=1, description="ctx.step() calls allowed")
+    max_steps: int | None = Field(
+        default=None, ge=1, le=SCRIPT_INT_MAX, description="ctx.step() calls allowed"
+    )
     max_duration_s: float | None = Field(
         default=None, gt=0, description="Wall time one attempt may take, progress or not"
     )

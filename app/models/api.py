@@ -24,6 +24,7 @@ from app.models import (
     QUEUE_NAME_PATTERN,
     RATE_LIMIT_KEY_PATTERN,
     SCHEDULE_ID_PATTERN,
+    SCRIPT_INT_MAX,
     BaseModel,
     CheckpointChoice,
     MissedFires,
@@ -396,7 +397,7 @@ class UpdateScheduleRequest(ScheduleSpecFields):
     overwrite each other unseen.
     """
 
-    version: int | None = Field(default=None, ge=1)
+    version: int | None = Field(default=None, ge=1, le=SCRIPT_INT_MAX)
 
 
 class SchedulePage(BaseModel):

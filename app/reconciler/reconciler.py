@@ -47,15 +47,21 @@ from collections.abc import Awaitable, Callable
 from redis.exceptions import RedisError
 
 from app.reconciler.schedule_pass import SchedulePass
-from app.retry import REDIS_BACKOFF
+from app.retry import REDIS_BACKOFF, REPEAT_LOG_EVERY_S, RepeatLog
 from app.settings import Settings
 from app.store.flow.store import FlowStore
 from app.store.leases.store import RECONCILE_BATCH, LeaseStore, ReconcileAction
 from app.store.lua.scripts import Scripts
 from app.store.outbox.store import Outbox
 from app.store.redis.connection import async_client
+from app.store.redis.refusals import refusal_of
 from app.store.runs.store import RunStore
-from app.telemetry.metrics import RECONCILER_ACTIONS, RECONCILER_SCANS, SLOT_RECOUNTS
+from app.telemetry.metrics import (
+    RECONCILER_ACTIONS,
+    RECONCILER_SCANS,
+    SLOT_RECOUNTS,
+    WORKER_WRITES_REFUSED,
+)
 
 log = logging.getLogger(__name__)
 
@@ -140,12 +146,14 @@ class Reconciler:
             refusals.reset()
 
     async def _scan_forever(self) -> None:
+        failures = RepeatLog(REPEAT_LOG_EVERY_S)  # a pass a second or more, at maxmemory
         while True:
             await asyncio.sleep(self._interval_s * random.uniform(1 - JITTER, 1 + JITTER))
             try:
                 await self.scan()
             except (RedisError, OSError) as exc:
-                log.warning("reconcile scan failed: %s", exc)
+                WORKER_WRITES_REFUSED.labels("reconcile", refusal_of(exc) or "error").inc()
+                failures.log(log, logging.WARNING, "reconcile scan failed: %s", exc)
 
     async def scan(self) -> list[ReconcileAction]:
         """One pass over every queue; returns what was done."""

@@ -54,6 +54,13 @@ class StreamSettings(SettingsGroup):
         description="SSE responses (run events and /activity) one API process serves at once; "
         "past it 503 with Retry-After",
     )
+    sse_max_tree_streams: int = Field(
+        default=100,
+        ge=1,
+        description="Tree streams (GET /runs/{id}/events?include=children) one API process "
+        "serves at once, each also one of LEASEHOLD_SSE_MAX_FOLLOWERS; past it 503 with "
+        "Retry-After. Each polls its runs on the API's own small tree pool",
+    )
     tree_stream_max_runs: int = Field(
         default=200,
         ge=1,

@@ -195,6 +195,12 @@ SSE_STREAMS = Gauge(
     "SSE responses (run events and /activity) this API serves now.",
     registry=API_REGISTRY,
 )
+TREE_STREAMS = Gauge(
+    "leasehold_sse_tree_streams",
+    "Tree streams (GET /runs/{id}/events?include=children) this API serves now; each is "
+    "also one of leasehold_sse_streams. At LEASEHOLD_SSE_MAX_TREE_STREAMS one more gets 503.",
+    registry=API_REGISTRY,
+)
 SSE_DROPPED = Counter(
     "leasehold_sse_followers_dropped_total",
     "Followers written to directly that were dropped as too slow (they resume by id), by why: "
@@ -204,15 +210,16 @@ SSE_DROPPED = Counter(
 )
 SSE_REFUSED = Counter(
     "leasehold_sse_refused_total",
-    "SSE requests refused with 503 at a per-process cap: followers, runs or queues.",
+    "SSE requests refused with 503 at a per-process cap: followers, runs, queues or trees.",
     ["cap"],
     registry=API_REGISTRY,
 )
 WORKER_WRITES_REFUSED = Counter(
     "leasehold_worker_writes_refused_total",
-    "Worker writes Redis refused or missed, by write (claim, finish, renewal, events) and "
-    "reason (out_of_memory, read_only, unavailable, error); each is kept and retried, "
-    "except events, which are dropped when Redis is out of memory.",
+    "Worker writes Redis refused or missed, by write (claim, finish, renewal, events, "
+    "handoff, advertisement, reconcile) and reason (out_of_memory, read_only, unavailable, "
+    "error); each is kept and retried, except events, which are dropped when Redis is out "
+    "of memory. The log says the first at once, then one line per 10 s with a count.",
     ["write", "reason"],
     registry=WORKER_REGISTRY,
 )

@@ -61,6 +61,25 @@ async def test_hostile_limits_are_422_and_change_nothing(
     assert (await api.put("/queues/nowhere/limits", json={})).status_code == 404
 
 
+async def test_a_limit_for_a_handler_nobody_registered_is_422_and_changes_nothing(
+    api: httpx.AsyncClient, settings: Settings, redis_client: aioredis.Redis
+) -> None:
+    from tests.support.snapshots import changes, snapshot
+
+    await api.put("/queues/default/limits", json={"handlers": {"demo.echo": 2}})
+    before = await snapshot(redis_client, settings.prefix)
+    for handlers in ({"demo.ecko": 1}, {"demo.echo": 3, "made.up": 1}):
+        response = await api.put("/queues/default/limits", json={"handlers": handlers})
+        assert response.status_code == 422, response.text
+        assert response.headers["content-type"] == "application/problem+json"
+        assert response.json()["type"].endswith("/unknown-handler")
+        assert (
+            "'demo.ecko'" in response.json()["detail"] or "'made.up'" in response.json()["detail"]
+        )
+    assert not changes(before, await snapshot(redis_client, settings.prefix))
+    assert (await api.get("/queues/default/limits")).json()["handlers"] == {"demo.echo": 2}
+
+
 async def test_get_queue_shows_slots_per_key_and_what_waits(
     api: httpx.AsyncClient, lease_store: LeaseStore
 ) -> None:

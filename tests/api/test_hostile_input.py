@@ -249,3 +249,65 @@ async def test_a_surrogate_pair_is_ordinary_text(api: httpx.AsyncClient) -> None
     response = await api.post("/runs", content=body, headers={"content-type": "application/json"})
     assert response.status_code == 201
     assert response.json()["input"] == {"message": "\U0001f600"}
+
+
+# one past what a Lua script holds exactly (2^53), past Redis's int64, and past 64 bits
+PAST_SCRIPT_INT = [
+    pytest.param(2**53, id="2^53"),
+    pytest.param(2**63, id="2^63"),
+    pytest.param(2**64, id="2^64"),
+]
+SCHEDULE = {"id": "nightly", "interval_s": 60, "run": ECHO}
+
+
+def _integer_fields(n: int) -> list[tuple[str, str, dict[str, Any]]]:
+    """(method, path, body) with ``n`` in each integer a request body carries."""
+    return [
+        ("PATCH", "/schedules/nightly", {"version": n}),
+        ("POST", "/schedules", {**SCHEDULE, "run": {**ECHO, "budget": {"max_steps": n}}}),
+        ("POST", "/runs", {**ECHO, "budget": {"max_steps": n}}),
+        ("POST", "/runs", {**ECHO, "priority": n}),
+        ("POST", "/runs", {**ECHO, "max_attempts": n}),
+        ("POST", "/runs/retry", {"limit": n}),
+        ("POST", "/runs/purge", {"limit": n}),
+        ("PUT", "/queues/default/limits", {"queue": n}),
+        ("PUT", "/queues/default/limits", {"default_key": n}),
+        ("PUT", "/queues/default/limits", {"handlers": {"demo.echo": n}}),
+        ("PUT", "/queues/default/limits", {"keys": {"tenant-a": n}}),
+        ("PUT", "/rate-limits/openai", {"limit": n}),
+        ("PUT", "/rate-limits/openai", {"limit": 1, "burst": n}),
+    ]
+
+
+@pytest.mark.parametrize("n", PAST_SCRIPT_INT)
+async def test_an_integer_past_2_53_anywhere_is_422_and_writes_nothing(
+    api: httpx.AsyncClient, redis_client: aioredis.Redis, settings: Settings, n: int
+) -> None:
+    from tests.support.snapshots import changes, snapshot
+
+    assert (await api.post("/schedules", json=SCHEDULE)).status_code == 201
+    run_id = (await api.post("/runs", json=ECHO)).json()["id"]
+    cases = [*_integer_fields(n), ("PATCH", f"/runs/{run_id}", {"priority": n})]
+    for method, path, body in cases:
+        before = await snapshot(redis_client, settings.prefix)
+        response = await api.request(method, path, json=body)
+        assert response.status_code == 422, (method, path, body, response.text)
+        assert response.headers["content-type"] == "application/problem+json"
+        assert not changes(before, await snapshot(redis_client, settings.prefix)), (path, body)
+    batch = await api.post("/runs/batch", json={"items": [{**ECHO, "budget": {"max_steps": n}}]})
+    assert batch.json()["items"][0]["status"] == 422, batch.text
+    for query in (
+        f"/runs?limit={n}",
+        f"/schedules?limit={n}",
+        f"/queues/default/series?minutes={n}",
+    ):
+        assert (await api.get(query)).status_code == 422, query
+
+
+async def test_the_largest_schedule_version_is_a_stale_version_not_a_store_error(
+    api: httpx.AsyncClient,
+) -> None:
+    assert (await api.post("/schedules", json=SCHEDULE)).status_code == 201
+    stale = await api.patch("/schedules/nightly", json={"version": 2**53 - 1, "paused": True})
+    assert stale.status_code == 409, stale.text
+    assert (await api.get("/schedules/nightly")).json()["paused"] is False

@@ -249,3 +249,50 @@ async def test_depth_up_to_the_limit_still_resumes(
     )
     assert response.status_code == 422
     assert response.json()["errors"][0]["loc"] == ["body", "input"]
+
+
+# one key twice: at the top, and three objects down (where an input or a batch item sits)
+DUPLICATES = [
+    pytest.param(b'{"input": 1, "input": 2}', "input", id="top"),
+    pytest.param(b'{"items": [{"input": {"a": {"k": 1, "k": 2}}}]}', "k", id="nested"),
+]
+
+
+@pytest.mark.parametrize(("content", "key"), DUPLICATES)
+@pytest.mark.parametrize(("method", "path"), json_routes())
+async def test_a_key_named_twice_anywhere_is_422_naming_it_and_changes_nothing(
+    api: httpx.AsyncClient,
+    redis_client: aioredis.Redis,
+    settings: Settings,
+    lease_store: LeaseStore,
+    method: str,
+    path: str,
+    content: bytes,
+    key: str,
+) -> None:
+    run_id = await waiting_human(api, lease_store)
+    target = (
+        path.replace("{run_id}", run_id)
+        .replace("{schedule_id}", "nightly")
+        .replace("{name}", "default")
+        .replace("{key}", "crm")
+    )
+    before = await snapshot(redis_client, settings.prefix)
+    response = await api.request(
+        method, target, content=content, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    (error,) = response.json()["errors"]
+    assert (error["type"], error["loc"]) == ("json_duplicate_key", ["body"])
+    assert repr(key) in error["msg"]
+    assert not changes(before, await snapshot(redis_client, settings.prefix))
+
+
+async def test_the_same_key_in_two_objects_is_no_duplicate(api: httpx.AsyncClient) -> None:
+    body = (
+        b'{"handler": "demo.echo", "input": {"a": {"k": 1}, "b": {"k": 2}}, "metadata": {"k": 3}}'
+    )
+    response = await api.post("/runs", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 201, response.text
+    assert response.json()["input"] == {"a": {"k": 1}, "b": {"k": 2}}

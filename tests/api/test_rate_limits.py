@@ -110,6 +110,26 @@ async def test_hostile_key_names_are_refused_and_write_nothing(
     assert 400 <= (await api.get(f"/rate-limits/{name}")).status_code < 500
 
 
+@pytest.mark.parametrize("name", ["{t}", "{tenant}:crm", "{a}:{b}"])
+async def test_a_template_without_a_fixed_first_segment_is_422_and_writes_nothing(
+    api: httpx.AsyncClient, redis_client: aioredis.Redis, prefix: str, name: str
+) -> None:
+    before = await snapshot(redis_client, prefix)
+    response = await api.put(f"/rate-limits/{quote(name)}", json=OPENAI)
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    assert "not {tenant}" in response.json()["detail"]
+    assert not changes(before, await snapshot(redis_client, prefix))
+
+
+async def test_a_catch_all_declared_under_the_old_rule_can_still_be_forgotten(
+    api: httpx.AsyncClient, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    await redis_client.hset(GlobalKeys(prefix).rate_limits, "{t}", '{"limit": 1}')
+    assert (await api.delete(f"/rate-limits/{quote('{t}')}")).status_code == 204
+    assert await redis_client.hlen(GlobalKeys(prefix).rate_limits) == 0
+
+
 async def test_a_huge_key_name_is_refused(api: httpx.AsyncClient) -> None:
     response = await api.put("/rate-limits/" + "a" * 60_000, json=OPENAI)
     assert 400 <= response.status_code < 500

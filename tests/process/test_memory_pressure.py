@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from app.models import RunStatus
 from app.settings import Settings
+from app.stack.embedded import free_port
 from app.store.lua.scripts import Scripts
 from app.store.redis.connection import async_client
 from app.store.runs.new import NewRun
@@ -173,3 +175,51 @@ async def test_a_spawn_past_the_mark_waits_visibly_and_creates_its_children_once
     finally:
         await client.aclose()
         procs.reap()
+
+
+# lines each failing loop may write over the window: its first at once, then one per
+# REPEAT_LOG_EVERY_S (the claim, the hand-off inbox, the reconcile scan, the advertisement
+# and the channel, with room for one renewal line and the window's edges)
+WINDOW_S = 13.0
+LINES_BOUND = 16
+
+
+async def test_a_worker_at_maxmemory_logs_each_failing_loop_once_per_interval_and_counts(
+    small_redis: SmallRedis, small_processes: Processes, small_store: RunStore
+) -> None:
+    """Issue 35's attack: a worker at maxmemory logged ~86 warnings a second."""
+    small_redis.allow(6_000_000)
+    port = free_port()
+    worker = small_processes.worker(
+        LEASEHOLD_CONCURRENCY="4", LEASEHOLD_WORKER_METRICS_PORT=str(port)
+    )
+    for _ in range(8):  # four running (progress events), four queued (claims refused)
+        await small_store.create(
+            NewRun(handler="demo.sleep", input={"seconds": 60, "progress_every_s": 0.1})
+        )
+    await eventually(
+        lambda: small_store.list_runs(limit=50),
+        until=lambda page: sum(run.status == RunStatus.RUNNING for run in page.items) == 4,
+        what="four runs running",
+    )
+    before = len(worker.log().splitlines())
+    small_redis.set_max(small_redis.used_bytes() // 2)
+    await asyncio.sleep(WINDOW_S)
+    lines = worker.log().splitlines()[before:]
+    warnings = [line for line in lines if " WARNING " in line or " ERROR " in line]
+    assert small_redis.oom_refusals() > 0, "Redis was refusing writes meanwhile"
+    assert 0 < len(warnings) <= LINES_BOUND, "\n".join(warnings)
+    assert any("Redis is out of memory" in line for line in warnings)
+    assert any("more like it in the last" in line for line in warnings), "\n".join(warnings)
+    async with httpx.AsyncClient(timeout=10) as http:
+        scraped = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+    refused = {
+        sample.labels["write"]: sample.value
+        for family in text_string_to_metric_families(scraped)
+        if family.name == "leasehold_worker_writes_refused"
+        for sample in family.samples
+        if sample.name.endswith("_total") and sample.labels["reason"] == "out_of_memory"
+    }
+    assert refused.get("handoff", 0) > 0 and refused.get("advertisement", 0) > 0, refused
+    assert sum(refused.values()) > len(warnings), "refusals are counted, not logged"
+    assert worker.alive()

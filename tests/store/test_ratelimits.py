@@ -148,7 +148,19 @@ async def test_declarations_are_bounded_and_templates_resolve(
 
 def test_names_and_template_matching() -> None:
     assert valid_name("openai") and valid_name("crm:{tenant}") and valid_name("a.b-c_d:e")
-    for bad in ("", "x" * 65, "a:b:c:d:e", "crm:{Tenant}", "{", "a b", "a:", "crm:{t}x"):
+    for bad in (
+        "",
+        "x" * 65,
+        "a:b:c:d:e",
+        "crm:{Tenant}",
+        "{",
+        "a b",
+        "a:",
+        "crm:{t}x",
+        "{t}",
+        "{a}:{b}",
+        "{t}:crm",
+    ):
         assert not valid_name(bad), bad
     assert matches("crm:{tenant}", "crm:acme")
     assert not matches("crm:{tenant}", "crm:acme:eu")

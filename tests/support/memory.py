@@ -23,6 +23,8 @@ from app.settings import Settings
 from app.stack.embedded import EmbeddedRedis
 from app.store.lua.scripts import Scripts
 from app.store.redis.connection import async_client
+from app.store.runs.store import RunStore
+from tests.support.processes import Processes, base_env
 
 HIGH_WATER = 0.6
 
@@ -95,6 +97,25 @@ def small_redis(tmp_path: Path) -> Iterator[SmallRedis]:
         yield SmallRedis(server)
     finally:
         server.stop()
+
+
+@pytest.fixture
+def small_processes(small_redis: SmallRedis, prefix: str, tmp_path: Path) -> Iterator[Processes]:
+    """Workers and APIs on the small Redis (the test's prefix, 1 s leases); reaped after."""
+    procs = Processes(base_env(small_redis.url, prefix, lease_ttl_s=1.0), tmp_path)
+    yield procs
+    procs.reap()
+
+
+@pytest.fixture
+async def small_store(
+    small_redis: SmallRedis, prefix: str, tmp_path: Path
+) -> AsyncIterator[RunStore]:
+    """A run store on the small Redis and the test's prefix."""
+    client = async_client(small_redis.url)
+    settings = Settings(redis_url=small_redis.url, prefix=prefix, state_dir=tmp_path / "store")
+    yield RunStore.for_settings(client, Scripts(), settings)
+    await client.aclose()
 
 
 def memory_settings(

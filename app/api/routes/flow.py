@@ -41,9 +41,13 @@ async def put_limits(
     the runs of one ``concurrency_key`` and ``default_key`` every other key. Runs
     waiting on a raised or removed limit start at once; a lowered limit stops no
     running run, it only stops claims until fewer run. More than
-    ``LEASEHOLD_MAX_LIMITS`` handler and key entries → 422, nothing changes.
+    ``LEASEHOLD_MAX_LIMITS`` handler and key entries → 422, nothing changes; so is a
+    handler this API does not know (``GET /handlers``), which no create here could run:
+    a typo would otherwise stand as a limit on nothing.
     """
     await _require(state, name)
+    for handler in body.handlers:
+        state.registry.get(handler)  # UnknownHandler: 422 unknown-handler
     entries = len(body.handlers) + len(body.keys)
     if entries > state.settings.max_limits:
         raise HTTPException(

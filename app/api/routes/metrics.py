@@ -1,4 +1,9 @@
-"""GET /metrics: Prometheus exposition of this API process, plus queue depth."""
+"""GET /metrics: Prometheus exposition of this API process, plus queue depth.
+
+Every series labelled with a queue exists while the queue is declared: each scrape
+drops those of queues no longer declared (undeclared here or by another process), so
+declaring and undeclaring made-up queues cannot grow the exposition without bound.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from typing import Any
 
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.metrics import MetricWrapperBase
 
 from app.api.routes.runs import State
 from app.models.read import QueueFlow
@@ -18,11 +24,24 @@ from app.telemetry.metrics import (
     QUEUE_DEPTH,
     QUEUE_RUNS_STORED,
     RESOURCES_WAITED_ON,
+    RUNS_CREATED,
+    RUNS_DELETED,
     SLOTS_LIMIT,
     SLOTS_USED,
 )
 
 router = APIRouter(tags=["health"])
+
+# this process's series with a "queue" label (SLOTS_* are cleared whole at each scrape)
+QUEUE_LABELLED: tuple[MetricWrapperBase, ...] = (
+    RUNS_CREATED,
+    RUNS_DELETED,
+    QUEUE_DEPTH,
+    LIVE_WORKERS,
+    OLDEST_QUEUED_AGE,
+    QUEUE_RUNS_STORED,
+    RESOURCES_WAITED_ON,
+)
 
 METRICS_DOC: dict[int | str, dict[str, Any]] = {
     200: {
@@ -46,7 +65,9 @@ async def metrics(state: State) -> Response:
     )
     SLOTS_USED.clear()  # a limit removed since the last scrape leaves no stale series
     SLOTS_LIMIT.clear()
-    for queue in await state.queues.declared():
+    declared = await state.queues.declared()
+    forget_queues_but(set(declared))
+    for queue in declared:
         LIVE_WORKERS.labels(queue).set(serving[queue])
         depth = await state.queues.depth(queue)
         QUEUE_RUNS_STORED.labels(queue).set(depth.stored)
@@ -58,6 +79,14 @@ async def metrics(state: State) -> Response:
         SLOTS_USED.labels(queue, "queue", "").set(depth.leased)
         _export_flow(queue, await state.flow.flow(queue, state.settings.queue_top_keys))
     return Response(generate_latest(API_REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+
+def forget_queues_but(declared: set[str]) -> None:
+    """Drop every queue-labelled series of a queue not in ``declared``."""
+    for metric in QUEUE_LABELLED:
+        shown = {sample.labels["queue"] for family in metric.collect() for sample in family.samples}
+        for queue in shown - declared:
+            metric.remove_by_labels({"queue": queue})
 
 
 def _export_flow(queue: str, flow: QueueFlow) -> None:

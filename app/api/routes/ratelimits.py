@@ -37,7 +37,8 @@ def _checked(name: str) -> str:
         raise HTTPException(
             422,
             f"{name[:80]!r} is not a rate-limit key: 1 to 4 segments of letters, digits, "
-            "'_', '.', '-' (at most 64 each) joined by ':', a template's segment as {name}",
+            "'_', '.', '-' (at most 64 each) joined by ':', a template's segment as {name} "
+            "after a fixed first one (crm:{tenant}, not {tenant})",
         )
     return name
 
@@ -107,8 +108,9 @@ async def undeclare_rate_limit(key: KeyName, state: State) -> Response:
     """Forget a declaration (204); one nobody declared → 404.
 
     Runs and handlers naming it afterwards are refused (422 on create; the handler's
-    ``ctx.rate_limit`` raises ``RateLimitNotDeclared``).
+    ``ctx.rate_limit`` raises ``RateLimitNotDeclared``). The name is not judged by
+    today's rule: one declared under an older rule (``{tenant}`` alone) can still go.
     """
-    if not await state.rate_limits.undeclare(_checked(key)):
+    if not await state.rate_limits.undeclare(key):
         raise RateLimitNotDeclared(key)
     return Response(status_code=204)
