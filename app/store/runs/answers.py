@@ -8,7 +8,6 @@ import functools
 import secrets
 from datetime import UTC, datetime
 from json.encoder import encode_basestring
-from operator import attrgetter
 from typing import Any, cast
 
 from pydantic import TypeAdapter
@@ -23,7 +22,7 @@ from app.store.lua.scripts import ScriptCode
 from app.store.runs.bindings import (
     CreateReply,
 )
-from app.store.runs.new import NewRun
+from app.store.runs.new import NewRun, frame_fields
 
 _DATETIME: TypeAdapter[datetime] = TypeAdapter(datetime)
 
@@ -89,22 +88,11 @@ def _answer_of(fields: dict[str, Any]) -> dict[str, Any]:
 _PER_RUN = ("id", "input", "idempotency_key", "root_id")
 
 
-# what else of a NewRun its answer shows (queued_fields), beside the reply's created_at:
-# runs that agree on these and on their metadata share a shape
-_SHAPE_OF_NEW = attrgetter(
-    "queue",
-    "handler",
-    "max_attempts",
-    "on_lease_expired",
-    "retention_ms",
-    "start_at_ms",
-    "delay_ms",
-    "concurrency_key",
-    "singleton_key",
-    "priority",
-    "parent_id",
-    "depth",
-)
+# what else of a NewRun its answer may show (queued_fields), beside the reply's created_at
+# and the metadata: every field of the batch frame (new.py's frame_fields, derived from
+# NewRun), so a field added to NewRun splits shapes without being listed here; one the
+# answer does not show (traceparent, boost) only costs a shape the runs could have shared
+_SHAPE_OF_NEW = frame_fields
 
 
 # stand-ins for the per-run fields while a shape is encoded: random, so no input,
