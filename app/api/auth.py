@@ -30,14 +30,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Any
 
 from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.keyring import BOOTSTRAP
 from app.api.problems import problem, unavailable
-from app.api.scopes import AUDITED, required_role, route_template
+from app.api.scopes import AUDITED, role_for
 from app.keys import bearer_credentials, key_digest, key_matches
 from app.models.keys import Role
 from app.store.apikeys.store import StoredKey
@@ -100,10 +99,10 @@ class BearerAuth:
         if holder is None:
             await self._reject(scope, receive, send, presented=token is not None)
             return
-        needed = _needed(scope)
+        needed = role_for(scope.get("method", "GET"), scope["path"])
         scope.setdefault("state", {})["key"] = holder
-        if needed is None or needed.rank < AUDITED.rank:
-            if needed is None or holder.role.allows(needed):
+        if needed.rank < AUDITED.rank:
+            if holder.role.allows(needed):
                 await self.app(scope, receive, send)
             else:
                 await _forbidden(scope, receive, send, holder=holder, needed=needed)
@@ -162,16 +161,6 @@ class BearerAuth:
             headers={"WWW-Authenticate": challenge},
         )
         await response(scope, receive, send)
-
-
-def _needed(scope: Scope) -> Role | None:
-    """The role the route this request reaches declares; None when it reaches none."""
-    app: Any = scope.get("app")
-    routes = getattr(getattr(app, "router", None), "routes", None)
-    if routes is None:
-        return Role.ADMIN  # no router to ask: fail closed
-    template = route_template(routes, scope)
-    return None if template is None else required_role(scope["method"], template)
 
 
 async def _forbidden(

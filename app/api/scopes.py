@@ -5,17 +5,18 @@ Every (method, path template) the app serves is in :data:`SCOPES`, and
 table names one that is not served. A route missing anyway needs ``admin`` (fail
 closed): it is never open to a lesser key by accident.
 
-The middleware runs before routing, so it finds the template the way the router will:
-the first route of the app that fully matches the request (:func:`route_template`).
-A request no route matches (404, 405) needs only a valid key: it reaches nothing.
+The middleware runs before routing, so it matches the request against the table's own
+templates (:func:`role_for`), literal segments before parameters, as the router would
+pick ``/runs/batch`` over ``/runs/{run_id}``. A path or method the table does not
+declare needs ``admin`` too: a route added without its line here answers 403 to every
+lesser key (and the test fails) rather than being open.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
 
-from starlette.routing import BaseRoute, Match
-from starlette.types import Scope
+from starlette.routing import compile_path
 
 from app.models.keys import Role
 
@@ -83,16 +84,26 @@ AUDITED = OPERATE
 
 
 def required_role(method: str, template: str) -> Role:
-    """The role a call needs; ``admin`` for an operation the table does not declare."""
+    """The role a call of (method, template) needs; ``admin`` for one the table lacks."""
     if method == "HEAD":
         method = "GET"  # HEAD answers what GET would, without the body
     return SCOPES.get((method, template), ADMIN)
 
 
-def route_template(routes: Iterable[BaseRoute], scope: Scope) -> str | None:
-    """The path template of the route the router will pick, or None (404/405 ahead)."""
-    for route in routes:
-        match, _ = route.matches(scope)
-        if match == Match.FULL:
-            return getattr(route, "path", None)
-    return None
+def _compiled() -> list[tuple[str, re.Pattern[str], str]]:
+    """(method, regex, template) of every declared operation, the most literal first."""
+    rows = [(method, compile_path(template)[0], template) for method, template in SCOPES]
+    return sorted(rows, key=lambda row: (row[2].count("{"), -len(row[2])))
+
+
+_MATCHERS = _compiled()
+
+
+def role_for(method: str, path: str) -> Role:
+    """The role a request for ``path`` needs (``admin`` when the table declares none)."""
+    if method == "HEAD":
+        method = "GET"
+    for declared, regex, template in _MATCHERS:
+        if declared == method and regex.match(path):
+            return SCOPES[(method, template)]
+    return ADMIN

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from app.models import BaseModel
 
@@ -41,7 +41,13 @@ class Role(StrEnum):
 
 
 class KeyCreate(BaseModel):
-    """``POST /keys``: a new key's name, role and lifetime."""
+    """``POST /keys``: a new key's name, role and lifetime.
+
+    Unknown fields are refused: a ``namespace`` sent before namespaces exist must not
+    make a key that silently reaches every namespace.
+    """
+
+    model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=KEY_NAME_PATTERN, description="Who holds the key (shown in audit)")
     role: Role
@@ -55,6 +61,8 @@ class KeyCreate(BaseModel):
 
 class KeyRotate(BaseModel):
     """``POST /keys/{key_id}/rotate``: how long the old secret keeps working."""
+
+    model_config = ConfigDict(extra="forbid")
 
     grace_s: int | None = Field(
         default=None,
