@@ -26,7 +26,7 @@ from app.store.apikeys.store import KeyLimitReached
 
 router = APIRouter(tags=["keys"])
 KeyId = Annotated[str, Path(pattern=KEY_ID_PATTERN, description="the key's id (`GET /keys`)")]
-STREAM_ID_PATTERN = r"^[0-9]{1,20}-[0-9]{1,20}$"
+STREAM_ID_PATTERN = r"^[0-9]{1,19}-[0-9]{1,19}$"
 
 
 @router.post(

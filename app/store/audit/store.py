@@ -61,7 +61,12 @@ class AuditStore:
 
     async def page(self, *, limit: int, before: str | None) -> AuditPage:
         """Up to ``limit`` entries, newest first, older than stream id ``before``."""
-        newest = f"({before}" if before else "+"
+        newest = "+"
+        if before is not None:
+            ms, seq = (int(part) for part in before.split("-", 1))
+            if ms == seq == 0:
+                return AuditPage(items=[])  # nothing is older than 0-0 ("(0-0" is an error)
+            newest = f"({ms}-{seq}"
         rows = cast(
             list[tuple[str, dict[str, str]]],
             await self.client.xrevrange(self.key, max=newest, min="-", count=limit + 1),
