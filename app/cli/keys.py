@@ -6,12 +6,15 @@ The secret of a created or rotated key is printed once, on its own line last (or
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from app.cli.api_calls import api_client as _api
 from app.cli.options import ApiKey, ApiUrl, JsonFlag
+
+if TYPE_CHECKING:
+    from app.models.keys import KeySecret
 
 keys_app = typer.Typer(
     rich_markup_mode=None,
@@ -35,13 +38,10 @@ def keys_create(
     """A new key with one role; prints its secret once."""
     with _api(api_url, api_key) as client:
         key = client.create_key(name, role, expires_in_s)
-    if as_json:
-        typer.echo(key.model_dump_json())
-        return
     expires = key.expires_at.isoformat() if key.expires_at else "never"
-    typer.echo(f"created {key.id} ({key.name}, {key.role.value}, expires {expires})")
-    typer.echo("secret (shown once):")
-    typer.echo(key.secret)
+    _print_secret(
+        key, as_json, f"created {key.id} ({key.name}, {key.role.value}, expires {expires})"
+    )
 
 
 @keys_app.command("list")
@@ -75,13 +75,8 @@ def keys_rotate(
     """A new secret for the key; prints it once. The old one works until the grace ends."""
     with _api(api_url, api_key) as client:
         key = client.rotate_key(key_id, grace_s)
-    if as_json:
-        typer.echo(key.model_dump_json())
-        return
     until = key.previous_valid_until.isoformat() if key.previous_valid_until else "now"
-    typer.echo(f"rotated {key.id}; the old secret works until {until}")
-    typer.echo("secret (shown once):")
-    typer.echo(key.secret)
+    _print_secret(key, as_json, f"rotated {key.id}; the old secret works until {until}")
 
 
 @keys_app.command("revoke")
@@ -90,3 +85,13 @@ def keys_revoke(key_id: str, api_url: ApiUrl = None, api_key: ApiKey = None) -> 
     with _api(api_url, api_key) as client:
         client.revoke_key(key_id)
     typer.echo(f"revoked {key_id}")
+
+
+def _print_secret(key: KeySecret, as_json: bool, headline: str) -> None:
+    """The key as JSON, or the headline then the secret alone on the last line."""
+    if as_json:
+        typer.echo(key.model_dump_json())
+        return
+    typer.echo(headline)
+    typer.echo("secret (shown once):")
+    typer.echo(key.secret)

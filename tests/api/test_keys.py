@@ -15,6 +15,7 @@ from fastapi import FastAPI
 from app.api.app import create_app
 from app.models.keys import KEY_EXPIRY_MAX_S
 from app.settings import Settings
+from tests.api.conftest import api_with
 
 BOOTSTRAP = "k-bootstrap-0123456789abcdef"
 ADMIN = {"Authorization": f"Bearer {BOOTSTRAP}"}
@@ -138,18 +139,15 @@ async def test_a_key_expires(keyed_api: httpx.AsyncClient) -> None:
 async def test_a_revocation_reaches_a_caching_process_within_its_ttl(
     keyed_settings: Settings, keyed_api: httpx.AsyncClient
 ) -> None:
-    cached = create_app(keyed_settings.model_copy(update={"key_cache_ttl_s": 0.5}))
-    async with cached.router.lifespan_context(cached):
-        transport = httpx.ASGITransport(app=cached)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as other:
-            created = await create(keyed_api)
-            secret = bearer(str(created["secret"]))
-            assert (await other.get("/handlers", headers=secret)).status_code == 200
-            await keyed_api.delete(f"/keys/{created['id']}", headers=ADMIN)
-            # cached: still good in the other process, for at most its TTL
-            assert (await other.get("/handlers", headers=secret)).status_code == 200
-            await asyncio.sleep(0.6)
-            assert (await other.get("/handlers", headers=secret)).status_code == 401
+    async with api_with(keyed_settings, key_cache_ttl_s=0.5) as other:
+        created = await create(keyed_api)
+        secret = bearer(str(created["secret"]))
+        assert (await other.get("/handlers", headers=secret)).status_code == 200
+        await keyed_api.delete(f"/keys/{created['id']}", headers=ADMIN)
+        # cached: still good in the other process, for at most its TTL
+        assert (await other.get("/handlers", headers=secret)).status_code == 200
+        await asyncio.sleep(0.6)
+        assert (await other.get("/handlers", headers=secret)).status_code == 401
 
 
 HOSTILE = [
@@ -192,15 +190,12 @@ async def test_hostile_rotations_are_422(keyed_api: httpx.AsyncClient, grace: ob
 
 
 async def test_keys_are_bounded(keyed_settings: Settings) -> None:
-    app = create_app(keyed_settings.model_copy(update={"max_api_keys": 2}))
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as api:
-            await create(api)
-            await create(api)
-            third = await api.post("/keys", json={"name": "c", "role": "read"}, headers=ADMIN)
-            assert third.status_code == 409
-            assert third.json()["type"].endswith("key-limit-reached")
+    async with api_with(keyed_settings, max_api_keys=2) as api:
+        await create(api)
+        await create(api)
+        third = await api.post("/keys", json={"name": "c", "role": "read"}, headers=ADMIN)
+        assert third.status_code == 409
+        assert third.json()["type"].endswith("key-limit-reached")
 
 
 async def test_without_bootstrap_keys_no_key_can_be_created(api: httpx.AsyncClient) -> None:
@@ -261,12 +256,10 @@ async def test_operate_and_admin_calls_are_audited_and_reads_are_not(
     assert (await keyed_api.get("/audit", headers=ops)).status_code == 403
 
 
-async def test_the_audit_stream_is_capped(keyed_settings: Settings) -> None:
-    app = create_app(keyed_settings.model_copy(update={"audit_max_entries": 100}))
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as api:
-            for _ in range(400):
-                await api.put("/queues/capped", headers=ADMIN)
-            state = app.state.leasehold
-            assert await state.client.xlen(state.audit.key) < 400
+async def test_the_audit_stream_is_capped(
+    keyed_settings: Settings, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    async with api_with(keyed_settings, audit_max_entries=100) as api:
+        for _ in range(400):
+            await api.put("/queues/capped", headers=ADMIN)
+    assert 100 <= await redis_client.xlen(f"{prefix}:audit") < 400
