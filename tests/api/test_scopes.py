@@ -141,3 +141,16 @@ async def test_a_route_added_without_a_declared_role_needs_admin(
     for role, secret in role_keys.items():
         response = await keyed_api.get("/undeclared", headers=bearer(secret))
         assert response.status_code == (200 if role is Role.ADMIN else 403), role
+
+
+async def test_the_openapi_document_names_each_operations_role(
+    keyed_api: httpx.AsyncClient,
+) -> None:
+    document = (await keyed_api.get("/openapi.json", headers=bearer(BOOTSTRAP))).json()
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            if path in OPEN_PATHS:
+                assert "x-required-role" not in operation
+                continue
+            assert operation["x-required-role"] == SCOPES[(method.upper(), path)].value
+            assert "403" in operation["responses"], (method, path)
