@@ -72,6 +72,9 @@ SCHEDULE = {
     "updated_at": "2026-01-01T00:00:00Z",
 }
 FIRED = {"created": [RUN_ID], "skipped": 0, "buffered": False, "cancelled": []}
+KEY_ID = "k0123456789abcdef"
+KEY_INFO = {"id": KEY_ID, "name": "ci", "role": "read", "created_at": "2026-01-01T00:00:00Z"}
+KEY_SECRET = {**KEY_INFO, "secret": "lh_" + "s" * 43}
 ANSWERS: dict[str, Any] = {
     "/schedules": SCHEDULE,
     "/schedules/nightly": SCHEDULE,
@@ -102,6 +105,9 @@ ANSWERS: dict[str, Any] = {
     "/rate-limits": {"items": [RATE_LIMIT], "max_rate_limits": 1000},
     "/rate-limits/crm:{tenant}": RATE_LIMIT,
     f"/runs/{RUN_ID}/children": {"items": [RUN], "next_cursor": None},
+    "/keys": KEY_SECRET,
+    f"/keys/{KEY_ID}/rotate": KEY_SECRET,
+    "/audit": {"items": [], "next_cursor": None},
 }
 # (method, args, kwargs): every request-response method of the clients
 CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
@@ -148,6 +154,11 @@ CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
         {},
     ),
     ("delete_schedule", ("nightly",), {}),
+    ("create_key", ("ci", "read"), {"expires_in_s": 60}),
+    ("keys", (), {}),
+    ("rotate_key", (KEY_ID,), {"grace_s": 5}),
+    ("revoke_key", (KEY_ID,), {}),
+    ("audit", (), {"limit": 10, "before": None}),
     ("handlers", (), {}),
     ("workers", (), {}),
     ("queues", (), {}),
@@ -174,6 +185,8 @@ class Recorder:
             return httpx.Response(200, json={"items": [RUN], "next_cursor": None})
         if request.method == "GET" and path == "/schedules":
             return httpx.Response(200, json={"items": [SCHEDULE], "next_cursor": None})
+        if request.method == "GET" and path == "/keys":
+            return httpx.Response(200, json={"items": [KEY_INFO]})
         if request.method == "DELETE":
             return httpx.Response(204)
         return httpx.Response(200, json=ANSWERS[path])

@@ -21,6 +21,7 @@ from app.api.auth import OPEN_PATHS, BearerAuth
 from app.api.cors import install_cors
 from app.api.hosts import TrustedHosts, trusted_hosts
 from app.api.hub import EventHub
+from app.api.keyring import Keyring
 from app.api.limits import BodySizeLimit
 from app.api.openapi import install_openapi
 from app.api.operations import RetryDrivers
@@ -35,6 +36,7 @@ from app.api.routes import (
     events,
     family,
     flow,
+    keys,
     metrics,
     queues,
     ratelimits,
@@ -48,6 +50,8 @@ from app.api.state import ApiState
 from app.handlers import HandlerRegistry, load_handler_modules
 from app.settings import Settings
 from app.store.admission import MemoryAdmission
+from app.store.apikeys.store import KeyStore
+from app.store.audit.store import AuditStore
 from app.store.context import StoreContext
 from app.store.family.tree import TreeStore
 from app.store.lua.scripts import Scripts
@@ -210,6 +214,17 @@ def _api_state(
         ),
         tree_slots=StreamSlots.for_trees(settings.sse_max_tree_streams, within=slots),
         tree_streams=TreeStore(StoreContext.for_settings(tree_client, scripts, settings)),
+        keyring=Keyring(
+            KeyStore(client, prefix=settings.prefix, max_keys=settings.max_api_keys),
+            ttl_s=settings.key_cache_ttl_s,
+            max_entries=settings.key_cache_max_entries,
+        ),
+        audit=AuditStore(
+            client,
+            prefix=settings.prefix,
+            max_entries=settings.audit_max_entries,
+            retention_s=settings.audit_retention_s,
+        ),
     )
 
 
@@ -229,6 +244,7 @@ def _include_routes(app: FastAPI) -> None:
     app.include_router(ratelimits.router)
     app.include_router(flow.router)
     app.include_router(schedules.router)
+    app.include_router(keys.router)
     console.install(app)
     docs.install(app)
 

@@ -7,7 +7,13 @@ read, so an unauthenticated client cannot make the API parse anything.
 
 ``LEASEHOLD_API_KEYS`` holds one or more keys (several, so a key can be rotated
 without downtime), compared in constant time by :mod:`app.keys` (which a
-worker's metrics port uses too).
+worker's metrics port uses too). They are ``admin``. Keys made through ``POST /keys``
+hold one role each and are resolved by :class:`app.api.keyring.Keyring`; after
+authenticating, the middleware finds the route the router will pick and checks the
+role it declares in :data:`app.api.scopes.SCOPES`: too low a role is a 403 naming
+the role needed. Calls of ``operate``/``admin`` routes go to the audit stream with
+their status. With no ``LEASEHOLD_API_KEYS`` there is no authentication at all (and
+stored keys are ignored).
 
 ``/healthz`` stays open because orchestrators probe it without credentials and it
 reveals nothing (it never touches Redis). ``/readyz`` is protected like the rest:
@@ -22,12 +28,21 @@ for the same reason: the page asks for the key before it fetches ``/openapi.json
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from redis.exceptions import RedisError
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.problems import problem
+from app.api.keyring import BOOTSTRAP
+from app.api.problems import problem, unavailable
+from app.api.scopes import AUDITED, role_for
 from app.keys import bearer_credentials, key_digest, key_matches
+from app.models.keys import Role
+from app.store.apikeys.store import StoredKey
+from app.store.audit.store import AuditRecord
+
+log = logging.getLogger(__name__)
 
 OPEN_PATHS = frozenset({"/healthz", "/", "/console", "/docs"})
 # the console's and Swagger UI's static assets (app/api/routes/console.py, docs.py)
@@ -60,7 +75,7 @@ class BearerAuth:
         self.open_paths = open_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Let the request through, or answer 401 without calling the app."""
+        """Let the request through, or answer 401/403 without calling the app."""
         if (
             not self.key_digests
             or scope["type"] not in ("http", "websocket")
@@ -70,10 +85,60 @@ class BearerAuth:
             await self.app(scope, receive, send)
             return
         token = bearer_token(scope)
-        if token is not None and key_matches(token, self.key_digests):
-            await self.app(scope, receive, send)
+        try:
+            holder = await self._holder(scope, token)
+        except (RedisError, OSError):
+            refusal = unavailable(
+                "Run store unavailable",
+                "cannot look the key up: Redis cannot be reached; retry shortly",
+                kind="store-unavailable",
+                retry_after_s=1,
+            )
+            await refusal(scope, receive, send)
             return
-        await self._reject(scope, receive, send, presented=token is not None)
+        if holder is None:
+            await self._reject(scope, receive, send, presented=token is not None)
+            return
+        needed = role_for(scope.get("method", "GET"), scope["path"])
+        scope.setdefault("state", {})["key"] = holder
+        if needed.rank < AUDITED.rank:
+            if holder.role.allows(needed):
+                await self.app(scope, receive, send)
+            else:
+                await _forbidden(scope, receive, send, holder=holder, needed=needed)
+            return
+        await self._audited(scope, receive, send, holder=holder, needed=needed)
+
+    async def _holder(self, scope: Scope, token: bytes | None) -> StoredKey | None:
+        """Who the token belongs to: a bootstrap key (admin), a stored key, or nobody."""
+        if token is None:
+            return None
+        if key_matches(token, self.key_digests):
+            return BOOTSTRAP
+        state = getattr(getattr(scope.get("app"), "state", None), "leasehold", None)
+        if state is None:
+            return None
+        found: StoredKey | None = await state.keyring.resolve(token)
+        return found
+
+    async def _audited(
+        self, scope: Scope, receive: Receive, send: Send, *, holder: StoredKey, needed: Role
+    ) -> None:
+        """Serve (or refuse) an operate/admin call, then append it to the audit stream."""
+        status = [500]
+
+        async def send_noting_status(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            if holder.role.allows(needed):
+                await self.app(scope, receive, send_noting_status)
+            else:
+                await _forbidden(scope, receive, send_noting_status, holder=holder, needed=needed)
+        finally:
+            await _audit(scope, holder, status[0])
 
     async def _reject(self, scope: Scope, receive: Receive, send: Send, *, presented: bool) -> None:
         if scope["type"] == "websocket":
@@ -96,3 +161,40 @@ class BearerAuth:
             headers={"WWW-Authenticate": challenge},
         )
         await response(scope, receive, send)
+
+
+async def _forbidden(
+    scope: Scope, receive: Receive, send: Send, *, holder: StoredKey, needed: Role
+) -> None:
+    response = problem(
+        403,
+        "Forbidden",
+        f"this route needs a key with the {needed.value!r} role (or higher); "
+        f"the key {holder.name!r} has {holder.role.value!r}",
+        kind="forbidden",
+        extensions={"required_role": needed.value},
+    )
+    await response(scope, receive, send)
+
+
+async def _audit(scope: Scope, holder: StoredKey, status: int) -> None:
+    """Append the call to the audit stream; a failure is logged, never the caller's."""
+    state = getattr(getattr(scope.get("app"), "state", None), "leasehold", None)
+    if state is None:
+        return
+    client = scope.get("client")
+    record = AuditRecord(
+        key_id=holder.key_id,
+        key_name=holder.name,
+        role=holder.role,
+        method=scope["method"],
+        path=scope["path"],
+        status=status,
+        client=client[0] if client else "",
+    )
+    try:
+        await state.audit.append(record)
+    except (RedisError, OSError) as exc:
+        log.warning(
+            "audit entry lost (%s %s by %s): %s", record.method, record.path, record.key_id, exc
+        )

@@ -22,12 +22,14 @@ from typing import Any
 from fastapi import FastAPI
 
 from app.api.problems import PROBLEM_JSON
+from app.api.scopes import required_role
 from app.models.api import Problem
 
 PROBLEM_REF = "#/components/schemas/Problem"
 REPLACEABLE_REFS = frozenset({None, PROBLEM_REF, "#/components/schemas/HTTPValidationError"})
 SECURITY_SCHEME = "bearerKey"
 
+FORBIDDEN = "The key's role is below the role this operation needs (`x-required-role`)"
 UNAUTHORIZED = "Missing or wrong `Authorization: Bearer <key>` (see `WWW-Authenticate`)"
 TOO_LARGE = "The body is over the configured size limit"
 INVALID = "The request does not match the schema (details in `errors`)"
@@ -60,7 +62,7 @@ def complete_openapi(
     schemas = document.setdefault("components", {}).setdefault("schemas", {})
     schemas.setdefault("Problem", Problem.model_json_schema(ref_template=_ref("{model}")))
     for path, operations in document.get("paths", {}).items():
-        for operation in operations.values():
+        for method, operation in operations.items():
             is_open = path in open_paths
             guarded = auth_enabled and not is_open
             _add_implicit_responses(operation, guarded=guarded, touches_redis=not is_open)
@@ -69,6 +71,8 @@ def complete_openapi(
                     _use_problem_schema(response)
             if guarded:
                 operation["security"] = [{SECURITY_SCHEME: []}]
+                # the role table's answer, so a client sees what each call needs
+                operation["x-required-role"] = required_role(method.upper(), path).value
     if auth_enabled:
         document["components"]["securitySchemes"] = {
             SECURITY_SCHEME: {"type": "http", "scheme": "bearer", "description": UNAUTHORIZED}
@@ -82,6 +86,7 @@ def _add_implicit_responses(
     implicit = {"500": INTERNAL}
     if guarded:
         implicit["401"] = UNAUTHORIZED
+        implicit["403"] = FORBIDDEN
     if touches_redis:
         implicit["503"] = UNAVAILABLE
     if "requestBody" in operation:

@@ -10,9 +10,11 @@ from fastapi import Request
 from app.api.activity import ActivityHub
 from app.api.admission import StreamSlots
 from app.api.hub import EventHub
+from app.api.keyring import Keyring
 from app.handlers import HandlerRegistry
 from app.settings import Settings
 from app.store.admission import MemoryAdmission
+from app.store.audit.store import AuditStore
 from app.store.family.tree import TreeStore
 from app.store.flow.store import FlowStore
 from app.store.lua.scripts import Scripts
@@ -47,6 +49,10 @@ class ApiState:
     # the tree streams' rounds, on a small pool of their own: polls never wait for (or
     # starve) the requests' connections
     tree_streams: TreeStore
+    # stored API keys (POST /keys), looked up by the auth middleware through a TTL cache
+    keyring: Keyring
+    # operate/admin calls, appended by the auth middleware, read by GET /audit
+    audit: AuditStore
     # detached work (e.g. cancel-on-disconnect) that no request may cancel
     background: set[asyncio.Task[object]] = field(default_factory=set)
 

@@ -15,12 +15,14 @@ from httpx_sse import ServerSentEvent, aconnect_sse
 from app.client.calls import (
     DEFAULT_TIMEOUT_S,
     T,
+    _audit,
     _body,
     _Call,
     _cancel,
     _check,
     _children,
     _create,
+    _create_key,
     _create_many,
     _create_schedule,
     _declare_queue,
@@ -33,6 +35,7 @@ from app.client.calls import (
     _get_schedule,
     _handlers,
     _headers,
+    _keys,
     _limits,
     _list_runs,
     _list_schedules,
@@ -46,6 +49,8 @@ from app.client.calls import (
     _resume,
     _retry,
     _retry_many,
+    _revoke_key,
+    _rotate_key,
     _schedule_action,
     _set_limits,
     _set_priority,
@@ -69,6 +74,7 @@ from app.models.api import (
     StatusChange,
     WorkerDrain,
 )
+from app.models.keys import AuditPage, KeyPage, KeySecret
 from app.models.read import (
     PurgeResult,
     QueueInfo,
@@ -182,6 +188,26 @@ class AsyncClient:
     async def queue_series(self, name: str, minutes: int = 60) -> QueueSeries:
         """GET /queues/{name}/series; see :meth:`Client.queue_series`."""
         return await self._send(_queue_series(name, minutes))
+
+    async def create_key(self, name: str, role: str, expires_in_s: int | None = None) -> KeySecret:
+        """POST /keys; see :meth:`Client.create_key`."""
+        return await self._send(_create_key(name, role, expires_in_s))
+
+    async def keys(self) -> KeyPage:
+        """GET /keys; see :meth:`Client.keys`."""
+        return await self._send(_keys())
+
+    async def rotate_key(self, key_id: str, grace_s: int | None = None) -> KeySecret:
+        """POST /keys/{id}/rotate; see :meth:`Client.rotate_key`."""
+        return await self._send(_rotate_key(key_id, grace_s))
+
+    async def revoke_key(self, key_id: str) -> None:
+        """DELETE /keys/{id}; see :meth:`Client.revoke_key`."""
+        await self._send(_revoke_key(key_id))
+
+    async def audit(self, limit: int = 100, before: str | None = None) -> AuditPage:
+        """GET /audit; see :meth:`Client.audit`."""
+        return await self._send(_audit(limit, before))
 
     async def drain_worker(self, worker_id: str) -> WorkerDrain:
         """POST /workers/{id}/drain; see :meth:`Client.drain_worker`."""

@@ -34,6 +34,7 @@ from app.models.api import (
     StatusChange,
     WorkerDrain,
 )
+from app.models.keys import AuditPage, KeyPage, KeySecret
 from app.models.read import (
     PurgeResult,
     QueueInfo,
@@ -278,3 +279,26 @@ def _delete_schedule(schedule_id: str) -> _Call[None]:
 def _fire_schedule(schedule_id: str, action: str, body: dict[str, Any]) -> _Call[FireResult]:
     path = f"/schedules/{schedule_id}/{action}"
     return _Call("POST", path, FireResult.model_validate, json=_present(body))
+
+
+def _create_key(name: str, role: str, expires_in_s: int | None) -> _Call[KeySecret]:
+    body = _present({"name": name, "role": role, "expires_in_s": expires_in_s})
+    return _Call("POST", "/keys", KeySecret.model_validate, json=body)
+
+
+def _keys() -> _Call[KeyPage]:
+    return _Call("GET", "/keys", KeyPage.model_validate)
+
+
+def _rotate_key(key_id: str, grace_s: int | None) -> _Call[KeySecret]:
+    body = _present({"grace_s": grace_s})
+    return _Call("POST", f"/keys/{key_id}/rotate", KeySecret.model_validate, json=body)
+
+
+def _revoke_key(key_id: str) -> _Call[None]:
+    return _Call("DELETE", f"/keys/{key_id}", _nothing)
+
+
+def _audit(limit: int, before: str | None) -> _Call[AuditPage]:
+    params = _present({"limit": limit, "before": before})
+    return _Call("GET", "/audit", AuditPage.model_validate, params=params)

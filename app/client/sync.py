@@ -16,12 +16,14 @@ from httpx_sse import ServerSentEvent, connect_sse
 from app.client.calls import (
     DEFAULT_TIMEOUT_S,
     T,
+    _audit,
     _body,
     _Call,
     _cancel,
     _check,
     _children,
     _create,
+    _create_key,
     _create_many,
     _create_schedule,
     _declare_queue,
@@ -34,6 +36,7 @@ from app.client.calls import (
     _get_schedule,
     _handlers,
     _headers,
+    _keys,
     _limits,
     _list_runs,
     _list_schedules,
@@ -47,6 +50,8 @@ from app.client.calls import (
     _resume,
     _retry,
     _retry_many,
+    _revoke_key,
+    _rotate_key,
     _schedule_action,
     _set_limits,
     _set_priority,
@@ -70,6 +75,7 @@ from app.models.api import (
     StatusChange,
     WorkerDrain,
 )
+from app.models.keys import AuditPage, KeyPage, KeySecret
 from app.models.read import (
     PurgeResult,
     QueueInfo,
@@ -302,6 +308,27 @@ class Client:
     def queue_series(self, name: str, minutes: int = 60) -> QueueSeries:
         """GET /queues/{name}/series: the queue's outcomes per minute, oldest first."""
         return self._send(_queue_series(name, minutes))
+
+    def create_key(self, name: str, role: str, expires_in_s: int | None = None) -> KeySecret:
+        """POST /keys (admin): a key with one role; its secret is in the answer only."""
+        return self._send(_create_key(name, role, expires_in_s))
+
+    def keys(self) -> KeyPage:
+        """GET /keys (admin): every live stored key, never a secret."""
+        return self._send(_keys())
+
+    def rotate_key(self, key_id: str, grace_s: int | None = None) -> KeySecret:
+        """POST /keys/{id}/rotate (admin): a new secret; the old one works ``grace_s`` more."""
+        return self._send(_rotate_key(key_id, grace_s))
+
+    def revoke_key(self, key_id: str) -> None:
+        """DELETE /keys/{id} (admin): both secrets stop (in other API processes within the
+        key cache TTL)."""
+        self._send(_revoke_key(key_id))
+
+    def audit(self, limit: int = 100, before: str | None = None) -> AuditPage:
+        """GET /audit (admin): operate/admin calls, newest first; ``before`` a next_cursor."""
+        return self._send(_audit(limit, before))
 
     def drain_worker(self, worker_id: str) -> WorkerDrain:
         """POST /workers/{id}/drain: the worker drains as on SIGTERM (ApiError 404 if gone)."""

@@ -28,6 +28,7 @@ from app.settings.bulk import BulkSettings
 from app.settings.family import FamilySettings
 from app.settings.flow import FlowSettings
 from app.settings.group import ENV_PREFIX, MAX_KEEP_S
+from app.settings.keys import KeySettings
 from app.settings.leases import LeaseSettings
 from app.settings.listing import ListingSettings
 from app.settings.memory import MemorySettings
@@ -75,6 +76,7 @@ class Settings(
     StreamSettings,
     ListingSettings,
     ApiSettings,
+    KeySettings,
     TelemetrySettings,
 ):
     """Validated configuration shared by the API, workers, reconciler and CLI.

@@ -86,6 +86,16 @@ Cross-queue keys (plain commands, and one script that touches nothing else)::
                                                tag of its own: shared by every queue
     <prefix>:schedules                 hash    schedule id -> its queue: the directory that
                                                finds a schedule by id and bounds how many exist
+    <prefix>:{apikeys}:key:<id>        hash    a stored API key: name, role, created/expiry ms,
+                                               digest (hex sha256 of its secret), previous
+                                               digest and its deadline (with the key's TTL)
+    <prefix>:{apikeys}:digest:<hex>    hash    a secret's digest -> id, name, role: what a
+                                               request's key is looked up by; its TTL is the
+                                               key's expiry (or a rotation's grace)
+    <prefix>:{apikeys}:index           zset    key id -> expiry ms (+inf: never), for listing
+                                               and bounding how many exist
+    <prefix>:audit                     stream  operate/admin calls (who, role, method, path,
+                                               status, client), capped and trimmed by age
 
 A run id embeds its queue (``<queue>.<ULID>``), so ``GET /runs/{id}`` finds the
 record without a directory lookup or a cross-slot read.
@@ -426,3 +436,22 @@ class GlobalKeys:
     def worker_drain(self, worker_id: str) -> str:
         """The flag that asks one worker to drain (its heartbeat reads it each beat)."""
         return f"{self.prefix}:worker:{worker_id}:drain"
+
+    @property
+    def api_key_index(self) -> str:
+        """Zset of stored API key ids by expiry ms; one hash tag for every API key key,
+        so a key's record, digests and index change in one MULTI even on a Cluster."""
+        return f"{self.prefix}:{{apikeys}}:index"
+
+    def api_key(self, key_id: str) -> str:
+        """A stored API key's record (never its secret; the secret's digest)."""
+        return f"{self.prefix}:{{apikeys}}:key:{key_id}"
+
+    def api_key_digest(self, digest_hex: str) -> str:
+        """The lookup of a presented secret by its SHA-256: id, name and role."""
+        return f"{self.prefix}:{{apikeys}}:digest:{digest_hex}"
+
+    @property
+    def audit(self) -> str:
+        """Capped stream of operate/admin calls (app/store/audit/)."""
+        return f"{self.prefix}:audit"

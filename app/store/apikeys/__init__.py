@@ -1,0 +1,1 @@
+"""Stored API keys: created, looked up by the digest of their secret, rotated, revoked."""
