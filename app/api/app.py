@@ -37,6 +37,7 @@ from app.api.routes import (
     family,
     flow,
     keys,
+    leases,
     metrics,
     queues,
     ratelimits,
@@ -45,6 +46,7 @@ from app.api.routes import (
     schedules,
     signals,
     system,
+    tokens,
 )
 from app.api.state import ApiState
 from app.handlers import HandlerRegistry, load_handler_modules
@@ -60,6 +62,7 @@ from app.store.queues.store import QueueStore
 from app.store.ratelimits.store import RateLimitStore
 from app.store.redis.connection import AsyncRedis, async_client
 from app.store.runs.store import RunStore
+from app.store.signing.store import SigningKeys
 from app.telemetry.metrics import CREATES_REFUSED
 
 BODY_OVERHEAD_BYTES = 16_384
@@ -225,6 +228,7 @@ def _api_state(
             max_entries=settings.audit_max_entries,
             retention_s=settings.audit_retention_s,
         ),
+        signing=SigningKeys.for_settings(client, settings),
     )
 
 
@@ -245,6 +249,8 @@ def _include_routes(app: FastAPI) -> None:
     app.include_router(flow.router)
     app.include_router(schedules.router)
     app.include_router(keys.router)
+    app.include_router(tokens.router)
+    app.include_router(leases.router)
     console.install(app)
     docs.install(app)
 

@@ -24,6 +24,12 @@ a browser must load the page before it can ask a person for a key. They are the
 same for everyone and hold no data; every call the page then makes needs the key.
 So are ``/docs`` and Swagger UI's files under ``/docs/assets/`` (app/api/routes/docs.py),
 for the same reason: the page asks for the key before it fetches ``/openapi.json``.
+``/.well-known/jwks.json`` is open: it publishes public keys only, for token verifiers.
+
+One other credential is accepted, on one route: a browser stream token as
+``?access_token=`` on ``GET /runs/{id}/events`` for that run (app/api/stream_tokens.py),
+checked here because this middleware runs before routing. A request that also sends
+an ``Authorization`` header is judged by the header alone.
 """
 
 from __future__ import annotations
@@ -35,16 +41,18 @@ from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.keyring import BOOTSTRAP
-from app.api.problems import problem, unavailable
+from app.api.problems import STORE_RETRY_AFTER_S, problem, unavailable
 from app.api.scopes import AUDITED, role_for
+from app.api.stream_tokens import access_token, check_stream_token
 from app.keys import bearer_credentials, key_digest, key_matches
 from app.models.keys import Role
 from app.store.apikeys.store import StoredKey
 from app.store.audit.store import AuditRecord
+from app.tokens.verify import TokenRefused
 
 log = logging.getLogger(__name__)
 
-OPEN_PATHS = frozenset({"/healthz", "/", "/console", "/docs"})
+OPEN_PATHS = frozenset({"/healthz", "/", "/console", "/docs", "/.well-known/jwks.json"})
 # the console's and Swagger UI's static assets (app/api/routes/console.py, docs.py)
 OPEN_PREFIXES = ("/console/assets/", "/docs/assets/")
 REALM = 'Bearer realm="leasehold"'
@@ -97,7 +105,11 @@ class BearerAuth:
             await refusal(scope, receive, send)
             return
         if holder is None:
-            await self._reject(scope, receive, send, presented=token is not None)
+            stream_token = access_token(scope) if token is None else None
+            if stream_token is not None:
+                await self._stream(stream_token, scope, receive, send)
+            else:
+                await self._reject(scope, receive, send, presented=token is not None)
             return
         needed = role_for(scope.get("method", "GET"), scope["path"])
         scope.setdefault("state", {})["key"] = holder
@@ -140,7 +152,34 @@ class BearerAuth:
         finally:
             await _audit(scope, holder, status[0])
 
-    async def _reject(self, scope: Scope, receive: Receive, send: Send, *, presented: bool) -> None:
+    async def _stream(self, token: str, scope: Scope, receive: Receive, send: Send) -> None:
+        """A browser stream token on the SSE route: through if it reads this run, else 401."""
+        try:
+            # the lifespan's state: the signing room the tokens were issued by
+            await check_stream_token(token, scope, scope["app"].state.leasehold.signing)
+        except TokenRefused as refused:
+            await self._reject(scope, receive, send, presented=True, detail=refused.reason)
+            return
+        except (RedisError, OSError):
+            outage = unavailable(
+                "Run store unavailable",
+                "the stream token's keys could not be read from Redis; retry shortly",
+                kind="store-unavailable",
+                retry_after_s=STORE_RETRY_AFTER_S,
+            )
+            await outage(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    async def _reject(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        *,
+        presented: bool,
+        detail: str | None = None,
+    ) -> None:
         if scope["type"] == "websocket":
             # closing before accept makes the server answer the handshake with 403
             await send({"type": "websocket.close", "code": WS_POLICY_VIOLATION})
@@ -148,7 +187,7 @@ class BearerAuth:
         # RFC 6750: no error code when no credentials were sent, invalid_token otherwise
         challenge = f'{REALM}, error="invalid_token"' if presented else REALM
         # name what a CLI user sets: the header alone left them guessing (issue 18)
-        detail = (
+        detail = detail or (
             f"the bearer key is not valid; {CLIENT_KEY_HINT}"
             if presented
             else f"this API requires an 'Authorization: Bearer <key>' header; {CLIENT_KEY_HINT}"

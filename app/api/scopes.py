@@ -44,6 +44,9 @@ SCOPES: dict[tuple[str, str], Role] = {
     ("GET", "/schedules"): READ,
     ("GET", "/schedules/{schedule_id}"): READ,
     ("GET", "/workers"): READ,
+    # who holds a run now (a gate's online check); a token that reads one run's events
+    ("GET", "/leases/{run_id}"): READ,
+    ("POST", "/runs/{run_id}/stream-token"): READ,
     # submitting: one run at a time — create, steer, answer, re-run
     ("POST", "/runs"): SUBMIT,
     ("POST", "/runs/batch"): SUBMIT,

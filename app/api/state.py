@@ -22,6 +22,7 @@ from app.store.queues.store import QueueStore
 from app.store.ratelimits.store import RateLimitStore
 from app.store.redis.connection import AsyncRedis
 from app.store.runs.store import RunStore
+from app.store.signing.store import SigningKeys
 
 
 @dataclass
@@ -53,6 +54,8 @@ class ApiState:
     keyring: Keyring
     # operate/admin calls, appended by the auth middleware, read by GET /audit
     audit: AuditStore
+    # the signing room: the JWKS, stream tokens
+    signing: SigningKeys
     # detached work (e.g. cancel-on-disconnect) that no request may cancel
     background: set[asyncio.Task[object]] = field(default_factory=set)
 

@@ -464,3 +464,34 @@ def _refuse_run_options_of_a_single_run(run: CreateRunRequest | None) -> None:
             raise ValueError(f"run.{name} is not supported on a schedule's runs (yet)")
     if getattr(run, "priority", 0):
         raise ValueError("run.priority is not supported on a schedule's runs (yet)")
+
+
+class StreamTokenRequest(BaseModel):
+    """``POST /runs/{id}/stream-token``: whether the token also reads the run's tree."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tree: bool = Field(
+        default=False,
+        description="Also allow `GET /runs/{id}/events?include=children` (the run's tree)",
+    )
+
+
+class StreamToken(BaseModel):
+    """A short-lived signed token that reads one run's events (``?access_token=``)."""
+
+    token: str = Field(description="Compact JWS (EdDSA), audience `leasehold-stream`")
+    expires_at: datetime = Field(description="When the token stops being accepted (UTC)")
+
+
+class LeaseView(BaseModel):
+    """A run's lease now, by the Redis clock: what a gate's online check compares."""
+
+    run_id: str
+    queue: str
+    status: str
+    owner_id: str | None = Field(description="Who holds (or last held) the lease")
+    fence: int = Field(description="Moves on every claim and takeover")
+    held: bool = Field(description="Whether an owner holds the run now (expiry still ahead)")
+    expires_at_ms: int | None = Field(description="Lease expiry, epoch ms (Redis clock)")
+    now_ms: int = Field(description="The Redis clock when this was read, epoch ms")

@@ -38,6 +38,7 @@ from app.settings.retention import RetentionSettings
 from app.settings.schedules import ScheduleSettings
 from app.settings.streams import StreamSettings
 from app.settings.telemetry import TelemetrySettings
+from app.settings.tokens import TokenSettings
 from app.settings.waits import WaitSettings
 from app.settings.watchdog import WatchdogSettings
 from app.settings.worker import DEMO_HANDLERS, WorkerSettings
@@ -78,6 +79,7 @@ class Settings(
     ApiSettings,
     KeySettings,
     TelemetrySettings,
+    TokenSettings,
 ):
     """Validated configuration shared by the API, workers, reconciler and CLI.
 

@@ -1,0 +1,1 @@
+"""Signed tokens, checked: the standalone verifier (``verify``) and the gate (``gate``)."""
