@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Unpack
 
-from app.errors import SpawnRefused
+from app.errors import ConfigurationError, SpawnRefused
 from app.executor.reasons import StopReason
 
 if TYPE_CHECKING:
@@ -31,9 +31,11 @@ if TYPE_CHECKING:
     from app.executor.effects import EffectFn, EffectLedger
     from app.executor.events import EventSink
     from app.executor.helper_stores import HelperStores
+    from app.executor.lease_tokens import LeaseTokens
     from app.executor.rates import Grant, RateLimiter
     from app.executor.waits import Waits
     from app.store.leases.store import ClaimedRun, LeaseStore
+    from app.store.signing.store import SigningKeys
     from app.supervision.config import Supervision
     from app.supervision.operation import Operation
     from app.supervision.steps import StepBudget
@@ -55,6 +57,9 @@ class HelperDeps:
     # builds what ctx.spawn needs (child store, registry, bounds) on the first spawn, so
     # their modules are not a worker's start-up; None: this worker cannot spawn
     family: Callable[[], FamilyDeps] | None = None
+    # the signing room, built by the first ctx.lease_token (its modules load cryptography)
+    signing: Callable[[], SigningKeys] | None = None
+    lease_token_max_ms: int = 3_600_000
 
 
 class RunHelpers:
@@ -167,6 +172,21 @@ class RunHelpers:
             ledger=self.ledger,
             sink=self.sink,
             on_stop=self._interrupt,
+        )
+
+    @functools.cached_property
+    def lease_tokens(self) -> LeaseTokens:
+        """The run's lease tokens (``ctx.lease_token``)."""
+        if self.deps.signing is None:
+            raise ConfigurationError("this worker signs no lease tokens (it was given no keys)")
+        from app.executor.lease_tokens import LeaseTokens
+
+        return LeaseTokens(
+            self.deps.signing(),
+            self.claimed.lease,
+            client=self.deps.lease_store.client,
+            prefix=self.deps.lease_store.prefix,
+            max_lifetime_ms=self.deps.lease_token_max_ms,
         )
 
     @property
@@ -518,6 +538,25 @@ class RunContext:
         a few per run); without one the run fails with ``BudgetExhausted``.
         """
         return await self._helpers.steps.advance()
+
+    async def lease_token(self, *, audience: str) -> str:
+        """A signed token proving this run's lease, for a call to ``audience`` (a tool).
+
+        A JWT (EdDSA; keys at ``GET /.well-known/jwks.json``) whose claims are the run id
+        (``sub``), ``queue``, ``owner``, ``fence`` and ``aud``; ``exp`` is the lease's
+        expiry now (Redis clock). Send it as ``Authorization: Bearer <token>`` through
+        ``leasehold gate`` or check it with :mod:`app.tokens.verify`: once another worker
+        takes the run over, the gate refuses it. A renewal does not extend a token
+        already issued: call this per outside call, or keep the token until near its
+        ``exp``. One Redis round trip. Raises :class:`~app.errors.LeaseLost` when this
+        worker no longer holds the run.
+        """
+        return await self._helpers.lease_tokens.issue(audience)
+
+    def lease_token_sync(self, *, audience: str) -> str:
+        """``lease_token`` for sync handlers running in the worker's thread pool."""
+        future = asyncio.run_coroutine_threadsafe(self.lease_token(audience=audience), self._loop)
+        return future.result()
 
     async def _acquire(self, key: str, cost: int) -> Grant:
         # on the loop: the rate limiter is built there, on first use

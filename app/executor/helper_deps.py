@@ -29,6 +29,7 @@ from app.supervision.config import Supervision
 
 if TYPE_CHECKING:
     from app.executor.children import FamilyDeps
+    from app.store.signing.store import SigningKeys
 
 
 def helper_deps(
@@ -52,7 +53,22 @@ def helper_deps(
         max_checkpoint_bytes=settings.max_checkpoint_bytes,
         max_wait_s=settings.max_wait_s,
         family=family_deps(settings, stores, registry),
+        signing=signing_keys(settings, stores),
+        lease_token_max_ms=round(settings.lease_token_max_s * 1000),
     )
+
+
+def signing_keys(settings: Settings, stores: StoreContext) -> Callable[[], SigningKeys]:
+    """The signing room for ``ctx.lease_token``, built by the worker's first token (its
+    modules load cryptography, which a worker that signs nothing never needs)."""
+
+    @functools.cache
+    def build() -> SigningKeys:
+        from app.store.signing.store import SigningKeys
+
+        return SigningKeys.for_settings(stores.client, settings)
+
+    return build
 
 
 def family_deps(
