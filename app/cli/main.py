@@ -182,6 +182,44 @@ def worker(
 
 
 @app.command()
+def gate(
+    upstream: Annotated[str, typer.Option(help="Base URL of the tool the gate protects.")],
+    listen: Annotated[int, typer.Option(help="Port the gate listens on.", min=1, max=65535)],
+    api: Annotated[
+        str | None, typer.Option("--api", help="Leasehold API URL (default: the settings').")
+    ] = None,
+    audience: Annotated[
+        str, typer.Option(help="The audience lease tokens must be made for.")
+    ] = "leasehold-gate",
+    host: Annotated[str, typer.Option(help="Bind address.")] = "127.0.0.1",
+    offline: Annotated[
+        bool, typer.Option("--offline", help="Check signatures only, not the current fence.")
+    ] = False,
+) -> None:
+    """Forward to --upstream only calls carrying a current lease token (ctx.lease_token)."""
+    import uvicorn
+
+    from app.tokens.gate import gate_app
+    from app.tokens.verify import LeaseVerifier
+
+    settings = settings_or_exit()
+    configure_logging(settings.log_level, settings.log_format)
+    verifier = LeaseVerifier(
+        audience=audience,
+        api_url=api or settings.client_api_url,
+        api_key=settings.api_key,
+        online=not offline,
+    )
+    uvicorn.run(
+        gate_app(upstream=upstream, verifier=verifier),
+        host=host,
+        port=listen,
+        log_level=settings.log_level.lower(),
+        log_config=None,
+    )
+
+
+@app.command()
 def reconciler() -> None:
     """Run a standalone reconciler (one also runs inside every worker by default)."""
     import asyncio
