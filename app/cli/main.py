@@ -195,6 +195,14 @@ def gate(
     offline: Annotated[
         bool, typer.Option("--offline", help="Check signatures only, not the current fence.")
     ] = False,
+    leeway_s: Annotated[
+        float,
+        typer.Option(
+            "--leeway-s",
+            min=0,
+            help="Clock skew allowed on exp (this host vs Redis); the fence check still holds.",
+        ),
+    ] = 0.0,
 ) -> None:
     """Forward to --upstream only calls carrying a current lease token (ctx.lease_token)."""
     import uvicorn
@@ -209,6 +217,7 @@ def gate(
         api_url=api or settings.client_api_url,
         api_key=settings.api_key,
         online=not offline,
+        leeway_s=leeway_s,
     )
     uvicorn.run(
         gate_app(upstream=upstream, verifier=verifier),

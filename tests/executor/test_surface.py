@@ -27,6 +27,7 @@ HANDLER_SURFACE = {
     **{
         name: getattr(app.errors, name)
         for name in (
+            "LeaseLost",
             "LeaseholdError",
             "RunFailure",
             "EffectNotApplied",

@@ -125,3 +125,51 @@ async def hold(ctx: RunContext, params: HoldInput) -> dict[str, str]:
     finally:
         await client.aclose()
     return hold_output(params)
+
+
+class GatedInput(BaseModel):
+    """Where the gate is, how long to keep calling through it, how often."""
+
+    gate_url: str
+    seconds: float = Field(default=30.0, ge=0)
+    every_s: float = Field(default=0.1, gt=0)
+
+
+def gate_calls_key(prefix: str, run_id: str) -> str:
+    """Where ``test.gated_calls`` records each call: "<epoch s> <owner> <fence> <status>"."""
+    return f"{prefix}:test:gate:{run_id}"
+
+
+@handler("test.gated_calls")
+def gated_calls(ctx: RunContext, params: GatedInput) -> dict[str, object]:
+    """Call a tool through ``leasehold gate`` every ``every_s`` with a lease token.
+
+    A sync handler that ignores ``ctx.cancelled`` on purpose: a zombie whose outside calls
+    nothing inside the worker can stop. When its lease is lost it keeps its last token.
+    """
+    import time
+
+    import httpx
+    import redis
+
+    from app.errors import LeaseLost
+
+    record = redis.Redis.from_url(os.environ["LEASEHOLD_REDIS_URL"])
+    key = gate_calls_key(os.environ["LEASEHOLD_PREFIX"], ctx.run_id)
+    token = ""
+    deadline = time.monotonic() + params.seconds
+    with httpx.Client(timeout=5.0) as http, record:
+        while time.monotonic() < deadline:
+            try:
+                token = ctx.lease_token_sync(audience="tools")
+            except LeaseLost:
+                pass  # the zombie keeps using its last token: the gate must refuse it
+            try:
+                status = http.post(
+                    params.gate_url, headers={"Authorization": f"Bearer {token}"}, json={}
+                ).status_code
+            except httpx.HTTPError:
+                status = 0
+            record.rpush(key, f"{time.time():.3f} {ctx.owner_id} {ctx.fence} {status}")
+            time.sleep(params.every_s)
+    return {"fence": ctx.fence}

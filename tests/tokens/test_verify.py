@@ -68,7 +68,12 @@ def offline() -> LeaseVerifier:
 
 def test_a_valid_lease_token_gives_its_claims() -> None:
     got = offline().verify(sign(claims()))
-    assert (got.run_id, got.queue, got.owner_id, got.fence) == (claims()["sub"], "default", "w-1", 3)
+    assert (got.run_id, got.queue, got.owner_id, got.fence) == (
+        claims()["sub"],
+        "default",
+        "w-1",
+        3,
+    )
 
 
 HOSTILE = {
