@@ -21,7 +21,7 @@ async def test_the_first_use_makes_one_key_that_every_process_shares(
     redis_client: aioredis.Redis, prefix: str
 ) -> None:
     first, second = keys(redis_client, prefix), keys(redis_client, prefix)
-    jwks_a, jwks_b = await asyncio.gather(first.public_keys(), second.public_keys())
+    jwks_a, _ = await asyncio.gather(first.public_keys(), second.public_keys())
     assert len(jwks_a["keys"]) >= 1
     token = await first.sign({"sub": "r", "aud": "a", "iat": 0, "exp": 2**40})
     assert decode(token, await second.public_keys(fresh=True), audience="a")["sub"] == "r"

@@ -7,6 +7,7 @@ can assert how many times a run really executed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 
 from pydantic import BaseModel, Field
@@ -160,10 +161,9 @@ def gated_calls(ctx: RunContext, params: GatedInput) -> dict[str, object]:
     deadline = time.monotonic() + params.seconds
     with httpx.Client(timeout=5.0) as http, record:
         while time.monotonic() < deadline:
-            try:
+            # once its lease is lost the zombie keeps its last token: the gate must refuse it
+            with contextlib.suppress(LeaseLost):
                 token = ctx.lease_token_sync(audience="tools")
-            except LeaseLost:
-                pass  # the zombie keeps using its last token: the gate must refuse it
             try:
                 status = http.post(
                     params.gate_url, headers={"Authorization": f"Bearer {token}"}, json={}
