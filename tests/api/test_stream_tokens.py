@@ -71,6 +71,8 @@ def b64(data: dict[str, Any]) -> str:
 
 
 async def test_jwks_is_open_and_publishes_public_keys_only(api: httpx.AsyncClient) -> None:
+    assert (await api.get("/.well-known/jwks.json")).json() == {"keys": []}, "no key made yet"
+    await stream_token(api, await finished_run(api))
     response = await api.get("/.well-known/jwks.json")
     assert response.status_code == 200
     (key,) = response.json()["keys"]
@@ -156,6 +158,7 @@ async def test_a_tampered_token_is_refused(api: httpx.AsyncClient) -> None:
 
 async def test_an_unsigned_token_is_refused(api: httpx.AsyncClient, keyed_app: FastAPI) -> None:
     run_id = await finished_run(api)
+    await stream_token(api, run_id)  # the first token makes the first key
     kid = (await signing(keyed_app).public_keys())["keys"][0]["kid"]
     claims = {"iss": "leasehold", "sub": run_id, "aud": STREAM_AUDIENCE, "iat": 1, "exp": 2**40}
     unsigned = f"{b64({'alg': 'none', 'typ': 'JWT', 'kid': kid})}.{b64(claims)}."
@@ -166,6 +169,7 @@ async def test_an_hmac_token_keyed_with_the_public_key_is_refused(
     api: httpx.AsyncClient, keyed_app: FastAPI
 ) -> None:
     run_id = await finished_run(api)
+    await stream_token(api, run_id)
     jwk = (await signing(keyed_app).public_keys())["keys"][0]
     claims = {"iss": "leasehold", "sub": run_id, "aud": STREAM_AUDIENCE, "iat": 1, "exp": 2**40}
     forged = jwt.encode(claims, jwk["x"].encode() * 2, "HS256", headers={"kid": jwk["kid"]})

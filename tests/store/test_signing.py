@@ -21,9 +21,8 @@ async def test_the_first_use_makes_one_key_that_every_process_shares(
     redis_client: aioredis.Redis, prefix: str
 ) -> None:
     first, second = keys(redis_client, prefix), keys(redis_client, prefix)
-    jwks_a, _ = await asyncio.gather(first.public_keys(), second.public_keys())
-    assert len(jwks_a["keys"]) >= 1
-    token = await first.sign({"sub": "r", "aud": "a", "iat": 0, "exp": 2**40})
+    claims = {"sub": "r", "aud": "a", "iat": 0, "exp": 2**40}
+    token, _ = await asyncio.gather(first.sign(claims), second.sign(claims))
     assert decode(token, await second.public_keys(fresh=True), audience="a")["sub"] == "r"
     assert await redis_client.hlen(GlobalKeys(prefix).signing_keys) == len(
         (await second.public_keys())["keys"]
@@ -54,11 +53,18 @@ async def test_a_replaced_key_is_forgotten_once_its_tokens_have_expired(
     old = await signer.sign({"sub": "r", "aud": "a", "iat": 0, "exp": 2**40})
     for _ in range(3):
         await asyncio.sleep(0.15)
-        await signer.public_keys(fresh=True)
+        await signer.sign({"sub": "r", "aud": "a", "iat": 0, "exp": 2**40})
         signer._read_at = -signing_store.REFRESH_S
     published = {key["kid"] for key in (await signer.public_keys())["keys"]}
     assert jwt.get_unverified_header(old)["kid"] not in published
     assert await redis_client.hlen(GlobalKeys(prefix).signing_keys) == len(published)
+
+
+async def test_reading_the_key_set_writes_nothing(
+    redis_client: aioredis.Redis, prefix: str
+) -> None:
+    assert await keys(redis_client, prefix).public_keys() == {"keys": []}
+    assert await redis_client.exists(GlobalKeys(prefix).signing_keys) == 0
 
 
 async def test_a_garbage_record_in_redis_is_never_signed_with(

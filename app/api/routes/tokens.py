@@ -17,7 +17,7 @@ from app.models.api import StreamToken, StreamTokenRequest
 router = APIRouter()
 
 
-@router.get("/.well-known/jwks.json", tags=["tokens"])
+@router.get("/.well-known/jwks.json", tags=["tokens"], responses=problems(503))
 async def jwks(state: State) -> dict[str, Any]:
     """The public keys stream and lease tokens are signed with (RFC 7517 JWK Set).
 

@@ -121,31 +121,38 @@ class SigningKeys:
         return int(seconds) * 1000 + int(micros) // 1000
 
     async def sign(self, claims: dict[str, Any]) -> str:
-        """``claims`` as a compact JWS (EdDSA) under the newest key, ``iss`` added."""
-        key = (await self._current())[-1]
+        """``claims`` as a compact JWS (EdDSA) under the newest key, ``iss`` added.
+
+        Makes the first key, or the next one when the newest is due for rotation.
+        """
+        key = (await self._current(signing=True))[-1]
         payload = {"iss": ISSUER, **claims}
         return jwt.encode(payload, key.private, algorithm=ALGORITHM, headers={"kid": key.kid})
 
     async def public_keys(self, *, fresh: bool = False) -> dict[str, Any]:
         """The JWKS: every key that may have signed a token not yet expired.
 
-        ``fresh`` reads Redis even within the refresh period (a verifier met an unknown kid).
+        Writes nothing (an open route serves it): before the first token there is no key.
+        ``fresh`` reads Redis even within the refresh period (a verifier met an unknown
+        kid), at most once per FRESH_MIN_S.
         """
         keys = await self._current(fresh=fresh)
         return {"keys": [key.public_jwk() for key in keys]}
 
-    async def _current(self, *, fresh: bool = False) -> list[SigningKey]:
+    async def _current(self, *, fresh: bool = False, signing: bool = False) -> list[SigningKey]:
         """The keys oldest first (the last signs), read at most once per REFRESH_S."""
         age_s = time.monotonic() - self._read_at
-        if not self._keys or age_s >= REFRESH_S or (fresh and age_s >= FRESH_MIN_S):
-            self._keys = await self._read()
+        due = age_s >= REFRESH_S or (fresh and age_s >= FRESH_MIN_S)
+        if due or not self._keys:
+            self._keys = await self._read(signing=signing)
             self._read_at = time.monotonic()
         return self._keys
 
-    async def _read(self) -> list[SigningKey]:
+    async def _read(self, *, signing: bool) -> list[SigningKey]:
+        """The stored keys still needed; a signer also makes a due key and forgets stale ones."""
         now_ms = await self.now_ms()
         keys = await self._stored()
-        if not keys or now_ms - keys[-1].created_ms >= self.rotate_ms:
+        if signing and (not keys or now_ms - keys[-1].created_ms >= self.rotate_ms):
             new = SigningKey(secrets.token_urlsafe(12), now_ms, Ed25519PrivateKey.generate())
             await self.client.hsetnx(self.key, new.kid, new.record())
             keys = await self._stored()
@@ -154,7 +161,7 @@ class SigningKeys:
             for old, successor in itertools.pairwise(keys)
             if now_ms - successor.created_ms > self.retain_ms
         ]
-        if stale:
+        if stale and signing:
             await self.client.hdel(self.key, *stale)
         return [key for key in keys if key.kid not in stale]
 
