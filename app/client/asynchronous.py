@@ -36,6 +36,7 @@ from app.client.calls import (
     _handlers,
     _headers,
     _keys,
+    _lease,
     _limits,
     _list_runs,
     _list_schedules,
@@ -55,6 +56,7 @@ from app.client.calls import (
     _set_limits,
     _set_priority,
     _signal,
+    _stream_token,
     _undeclare_queue,
     _undeclare_rate_limit,
     _update_schedule,
@@ -67,11 +69,13 @@ from app.models.api import (
     CreateRunsResult,
     FireResult,
     HandlerInfo,
+    LeaseView,
     QueuePage,
     RateLimitPage,
     SchedulePage,
     SignalResult,
     StatusChange,
+    StreamToken,
     WorkerDrain,
 )
 from app.models.keys import AuditPage, KeyPage, KeySecret
@@ -255,6 +259,18 @@ class AsyncClient:
     async def cancel(self, run_id: str) -> StatusChange:
         """POST /runs/{id}/cancel."""
         return await self._send(_cancel(run_id))
+
+    async def stream_token(self, run_id: str, *, tree: bool = False) -> StreamToken:
+        """POST /runs/{id}/stream-token: a short-lived token a browser follows the run with.
+
+        Hand ``token`` to a page: ``new EventSource(url + '?access_token=' + token)``
+        reads that run's events (``tree``: its tree, ``?include=children``) and nothing else.
+        """
+        return await self._send(_stream_token(run_id, tree))
+
+    async def lease(self, run_id: str) -> LeaseView:
+        """GET /leases/{id}: the run's owner, fence and lease expiry now (Redis clock)."""
+        return await self._send(_lease(run_id))
 
     async def delete(self, run_id: str) -> None:
         """DELETE /runs/{id}: delete a finished run now (ApiError 409 if it is not)."""

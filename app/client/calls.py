@@ -27,11 +27,13 @@ from app.models.api import (
     CreateRunsResult,
     FireResult,
     HandlerInfo,
+    LeaseView,
     QueuePage,
     RateLimitPage,
     SchedulePage,
     SignalResult,
     StatusChange,
+    StreamToken,
     WorkerDrain,
 )
 from app.models.keys import AuditPage, KeyPage, KeySecret
@@ -132,6 +134,16 @@ def _children(run_id: str, limit: int, cursor: str | None) -> _Call[RunPage]:
 
 def _cancel(run_id: str) -> _Call[StatusChange]:
     return _Call("POST", f"/runs/{run_id}/cancel", StatusChange.model_validate)
+
+
+def _stream_token(run_id: str, tree: bool) -> _Call[StreamToken]:
+    return _Call(
+        "POST", f"/runs/{run_id}/stream-token", StreamToken.model_validate, json={"tree": tree}
+    )
+
+
+def _lease(run_id: str) -> _Call[LeaseView]:
+    return _Call("GET", f"/leases/{run_id}", LeaseView.model_validate)
 
 
 def _delete(run_id: str) -> _Call[None]:

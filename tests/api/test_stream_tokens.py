@@ -210,3 +210,23 @@ async def test_a_valid_key_header_wins_over_a_bad_token(api: httpx.AsyncClient) 
     query = {"access_token": "not-a-token"}
     response = await api.get(f"/runs/{run_id}/events", params=query, headers=AUTH)
     assert response.status_code == 200
+
+
+async def test_the_client_fetches_a_stream_token_and_reads_the_lease(
+    api: httpx.AsyncClient, keyed_app: FastAPI
+) -> None:
+    from app.client import AsyncClient
+
+    run_id = await finished_run(api)
+    transport = httpx.ASGITransport(app=keyed_app)
+    async with AsyncClient("http://localhost", api_key=KEY, transport=transport) as client:
+        issued = await client.stream_token(run_id, tree=True)
+        lease = await client.lease(run_id)
+    assert lease.run_id == run_id and lease.held is False and lease.status == "cancelled"
+    query = {"access_token": issued.token, "include": "children"}
+    assert (await api.get(f"/runs/{run_id}/events", params=query)).status_code == 200
+
+
+async def test_get_lease_answers_404_for_no_such_run(api: httpx.AsyncClient) -> None:
+    response = await api.get("/leases/default.01ARZ3NDEKTSV4RRFFQ69G5FAV", headers=AUTH)
+    assert response.status_code == 404
