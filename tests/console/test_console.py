@@ -202,3 +202,26 @@ def test_with_api_keys_the_console_asks_for_one_and_sends_it_on_every_call(
     page.set_viewport_size({"width": 390, "height": 844})
     expect(page.get_by_role("region", name="Recent runs")).to_be_visible()
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+
+
+def test_a_run_is_followed_with_a_stream_token_and_no_key_on_its_stream(
+    processes: Processes, context: BrowserContext
+) -> None:
+    _, url = processes.api(LEASEHOLD_API_KEYS=KEY)
+    processes.worker()
+    run_id = create(url, "demo.sleep", {"seconds": 1}, Authorization=f"Bearer {KEY}")
+    page = context.new_page()
+    page.add_init_script(f"sessionStorage.setItem('leasehold.apiKey', {KEY!r})")
+    streams: list[Any] = []
+    page.on(
+        "request",
+        lambda request: streams.append(request)
+        if f"/runs/{run_id}/events" in request.url
+        else None,
+    )
+    page.goto(f"{url}/#/runs/{run_id}")
+    last_event_is(page, "succeeded", banner_hidden=True)
+    assert streams, "the page followed the run"
+    for request in streams:
+        assert "access_token=" in request.url
+        assert "authorization" not in request.headers, "the stream carries the token alone"

@@ -1,6 +1,10 @@
 // Talking to the Leasehold API: JSON calls, problem+json errors, and event streams
 // read with fetch (EventSource cannot send an Authorization header). The key lives
-// in sessionStorage (this tab only) and only ever travels in that header.
+// in sessionStorage (this tab only) and only ever travels in that header. A run's own
+// event stream carries no key at all: the page asks for a short-lived stream token
+// (POST /runs/{id}/stream-token) and opens the stream with ?access_token=, which reads
+// that run and nothing else. fetch rather than EventSource, because a run's events are
+// named by type and EventSource has no listener for every name.
 
 const KEY_STORAGE = "leasehold.apiKey";
 const DEFAULT_RETRY_MS = 2000;
@@ -118,8 +122,10 @@ export function reconnectDelayMs(hintMs, failures, random = Math.random) {
  * returns true to stop following (e.g. after a run's terminal event). onState
  * gets "connecting" | "live" | "reconnecting" | "stopped" | an ApiError.
  */
-export function follow(path, { onMessage, onState = () => {}, lastEventId = null }) {
+export function follow(path, { onMessage, onState = () => {}, lastEventId = null, token = null }) {
   let stopped = false;
+  let current = null; // the stream token in use, when `token` gives them
+  let tokenWorked = false; // a 401 after it worked is an expiry: a new token, not an error
   let controller = null;
   let retryMs = DEFAULT_RETRY_MS;
   let failures = 0; // reconnects since the stream was last live
@@ -169,13 +175,24 @@ export function follow(path, { onMessage, onState = () => {}, lastEventId = null
     controller = new AbortController();
     const extra = { Accept: "text/event-stream" };
     if (lastId) extra["Last-Event-ID"] = lastId;
-    const response = await fetch(path, {
-      headers: headers(extra),
+    let url = path;
+    if (token) {
+      current = current || (await token());
+      url = `${path}${path.includes("?") ? "&" : "?"}access_token=${encodeURIComponent(current)}`;
+    }
+    const response = await fetch(url, {
+      // a token stream sends no key: the token is its only credential
+      headers: token ? extra : headers(extra),
       signal: controller.signal,
       cache: "no-store",
     });
     if (!response.ok) {
       const error = await toError(response);
+      if (token && response.status === 401 && tokenWorked) {
+        current = null; // it expired: the next attempt asks for a new one
+        tokenWorked = false;
+        throw error;
+      }
       // a client error will not fix itself by retrying: report it and stop
       if (response.status < 500) {
         stopped = true;
@@ -185,6 +202,7 @@ export function follow(path, { onMessage, onState = () => {}, lastEventId = null
       throw error;
     }
     onState("live");
+    tokenWorked = true;
     failures = 0;
     if (await readBody(response)) stop();
   };
@@ -205,4 +223,10 @@ export function follow(path, { onMessage, onState = () => {}, lastEventId = null
   };
   loop();
   return { stop, lastId: () => lastId };
+}
+
+/** A stream token for one run's events (its tree too with `tree`), asked for with the key. */
+export async function streamToken(runId, { tree = false } = {}) {
+  const answer = await api("POST", `/runs/${encodeURIComponent(runId)}/stream-token`, { tree });
+  return answer.token;
 }

@@ -4,7 +4,7 @@
 // up from a `wait` event until something answers it: progress, a token, the
 // watchdog's verdict, or the end of the run.
 
-import { api, follow } from "./api.js";
+import { api, follow, streamToken } from "./api.js";
 import { cancelRun, deleteRun, resolveRun, resumeRun, retryRun } from "./actions.js";
 import { Attempts } from "./attempts.js";
 import { Family } from "./family.js";
@@ -268,6 +268,7 @@ export function renderRun(root, runId) {
 
   load();
   const stream = follow(`/runs/${encodeURIComponent(runId)}/events`, {
+    token: () => streamToken(runId),
     onMessage: onEvent,
     onState: (state) => { connection.textContent = connectionText(state); },
   });
