@@ -215,9 +215,9 @@ def test_a_run_is_followed_with_a_stream_token_and_no_key_on_its_stream(
     streams: list[Any] = []
     page.on(
         "request",
-        lambda request: streams.append(request)
-        if f"/runs/{run_id}/events" in request.url
-        else None,
+        lambda request: (
+            streams.append(request) if f"/runs/{run_id}/events" in request.url else None
+        ),
     )
     page.goto(f"{url}/#/runs/{run_id}")
     last_event_is(page, "succeeded", banner_hidden=True)

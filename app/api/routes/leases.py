@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from fastapi import APIRouter
 
 from app.api.routes.runs import RunId, State, problems
@@ -24,13 +26,4 @@ async def get_lease(run_id: RunId, state: State) -> LeaseView:
     lease = await read_lease(state.client, prefix=state.settings.prefix, run_id=run_id)
     if lease is None:
         raise RunNotFound(run_id)
-    return LeaseView(
-        run_id=lease.run_id,
-        queue=lease.queue,
-        status=lease.status,
-        owner_id=lease.owner_id,
-        fence=lease.fence,
-        held=lease.held,
-        expires_at_ms=lease.expires_at_ms,
-        now_ms=lease.now_ms,
-    )
+    return LeaseView(**dataclasses.asdict(lease), held=lease.held)
