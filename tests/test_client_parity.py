@@ -108,6 +108,17 @@ ANSWERS: dict[str, Any] = {
     "/keys": KEY_SECRET,
     f"/keys/{KEY_ID}/rotate": KEY_SECRET,
     "/audit": {"items": [], "next_cursor": None},
+    f"/runs/{RUN_ID}/stream-token": {"token": "a.b.c", "expires_at": "2026-01-01T00:00:00Z"},
+    f"/leases/{RUN_ID}": {
+        "run_id": RUN_ID,
+        "queue": "default",
+        "status": "running",
+        "owner_id": "w-1-abc",
+        "fence": 2,
+        "held": True,
+        "expires_at_ms": 1_700_000_030_000,
+        "now_ms": 1_700_000_000_000,
+    },
 }
 # (method, args, kwargs): every request-response method of the clients
 CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
@@ -141,6 +152,8 @@ CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
     ("declare_rate_limit", ("crm:{tenant}", RateLimitSpec(limit=5, period_s=2.0)), {}),
     ("undeclare_rate_limit", ("crm:{tenant}",), {}),
     ("children", (RUN_ID,), {"limit": 10}),
+    ("stream_token", (RUN_ID,), {"tree": True}),
+    ("lease", (RUN_ID,), {}),
     ("create_schedule", ("nightly", {"handler": "demo.echo"}), {"cron": "30 2 * * *"}),
     ("get_schedule", ("nightly",), {}),
     ("list_schedules", (), {"limit": 10}),
