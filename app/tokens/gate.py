@@ -79,13 +79,22 @@ def refusal(status: int, detail: str) -> JSONResponse:
     )
 
 
-def gate_app(*, upstream: str, verifier: LeaseVerifier, timeout_s: float = 60.0) -> Starlette:
-    """The gate as an ASGI app forwarding to ``upstream`` (a base URL)."""
+def gate_app(
+    *,
+    upstream: str,
+    verifier: LeaseVerifier,
+    timeout_s: float = 60.0,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> Starlette:
+    """The gate as an ASGI app forwarding to ``upstream`` (a base URL; ``transport``: how,
+    for tests)."""
     holder: dict[str, httpx.AsyncClient] = {}
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with httpx.AsyncClient(base_url=upstream, timeout=timeout_s) as client:
+        async with httpx.AsyncClient(
+            base_url=upstream, timeout=timeout_s, transport=transport
+        ) as client:
             holder["client"] = client
             yield
 
