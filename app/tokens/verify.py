@@ -202,7 +202,9 @@ class LeaseVerifier:
         now = time.monotonic()
         with self._lock:
             kept = self._current.get(claims.run_id)
-        if kept is not None and kept[0] > now and kept[1].get("fence") == claims.fence:
+        # fences only move forward: a kept answer at this fence or past it still decides
+        # (a zombie's calls cost no request); a token newer than the answer asks again
+        if kept is not None and kept[0] > now and _fence(kept[1]) >= claims.fence:
             return kept[1]
         lease = self._get(f"/leases/{claims.run_id}", auth=True)
         keep_s = max(0.0, (claims.expires_at - claims.issued_at) / 3)
@@ -233,3 +235,8 @@ class LeaseVerifier:
 def _names_known_key(token: str, keys: Mapping[str, Any]) -> bool:
     kid = key_id(token)
     return any(entry.get("kid") == kid for entry in keys.get("keys", []))
+
+
+def _fence(lease: Mapping[str, Any]) -> int:
+    fence = lease.get("fence")
+    return fence if isinstance(fence, int) else -1

@@ -142,6 +142,14 @@ def test_online_a_taken_over_run_is_refused_409_before_the_token_expires() -> No
     assert refused.value.status == 409 and "stale" in refused.value.reason
 
 
+def test_online_a_kept_answer_past_the_tokens_fence_refuses_without_asking_again() -> None:
+    verifier = online({"owner_id": "w-2", "fence": 4, "held": True})
+    for _ in range(3):
+        with pytest.raises(TokenRefused):
+            verifier.verify(sign(claims()))
+    assert verifier.asked == 1
+
+
 def test_online_a_lease_no_longer_held_is_refused_409() -> None:
     verifier = online({"owner_id": "w-1", "fence": 3, "held": False})
     with pytest.raises(TokenRefused) as refused:
