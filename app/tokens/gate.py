@@ -128,7 +128,10 @@ async def _send(
     try:
         answer = await client.send(outgoing, stream=True)
     except httpx.HTTPError as exc:
-        return refusal(503, f"the upstream could not be reached: {exc}")
+        log.warning(
+            "gate could not reach the upstream for %s %s: %r", request.method, request.url.path, exc
+        )
+        return refusal(503, f"the upstream could not be reached: {exc!r}")
     kept = {k: v for k, v in answer.headers.items() if k.lower() not in _DROPPED}
     return StreamingResponse(
         answer.aiter_raw(),

@@ -43,6 +43,8 @@ class Tool:
         tool = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as the gate's pooled client expects
+
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("content-length") or 0))
                 tool.passed.append(
