@@ -6,10 +6,11 @@ standalone :mod:`app.tokens.verify`, ``leasehold gate``, any JOSE library — fe
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 
+from app.api.bodies import body_doc, optional_json_body
 from app.api.routes.runs import RunId, State, problems
 from app.api.stream_tokens import issue_stream_token
 from app.models.api import StreamToken, StreamTokenRequest
@@ -29,11 +30,14 @@ async def jwks(state: State) -> dict[str, Any]:
 @router.post(
     "/runs/{run_id}/stream-token",
     response_model=StreamToken,
-    responses=problems(404, 422),
+    responses=problems(400, 404, 415, 422),
     tags=["tokens"],
+    openapi_extra=body_doc(StreamTokenRequest, required=False),
 )
 async def stream_token(
-    run_id: RunId, state: State, body: StreamTokenRequest | None = None
+    run_id: RunId,
+    state: State,
+    body: Annotated[StreamTokenRequest | None, Depends(optional_json_body(StreamTokenRequest))],
 ) -> StreamToken:
     """A short-lived token a browser opens the run's event stream with.
 
