@@ -455,6 +455,8 @@ class GlobalKeys:
     def audit(self) -> str:
         """Capped stream of operate/admin calls (app/store/audit/)."""
         return f"{self.prefix}:audit"
+
+    @property
     def signing_keys(self) -> str:
         """Hash of token signing keys: kid -> JSON record (app/store/signing/store.py)."""
         return f"{self.prefix}:signing:keys"
