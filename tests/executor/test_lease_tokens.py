@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jwt
 import pytest
 import redis.asyncio as aioredis
@@ -21,26 +23,33 @@ def signing(redis_client: aioredis.Redis, prefix: str) -> SigningKeys:
     return SigningKeys(redis_client, prefix=prefix, rotate_ms=86_400_000, max_token_ms=3_600_000)
 
 
-async def claimed(run_store: RunStore, lease_store: LeaseStore, owner: str) -> ClaimedRun:
+@pytest.fixture
+async def run(run_store: RunStore, lease_store: LeaseStore) -> ClaimedRun:
+    """The test's run, claimed by ``w-a``."""
     await run_store.create(NewRun(handler="demo.echo", input={}))
-    return (await lease_store.claim("default", owner, 1)).runs[0]
+    return (await lease_store.claim("default", "w-a", 1)).runs[0]
 
 
+@pytest.fixture
 def tokens_for(
-    run: ClaimedRun, signing: SigningKeys, client: aioredis.Redis, prefix: str
-) -> LeaseTokens:
-    return LeaseTokens(signing, run.lease, client=client, prefix=prefix, max_lifetime_ms=3_600_000)
+    signing: SigningKeys, redis_client: aioredis.Redis, prefix: str
+) -> Callable[[ClaimedRun], LeaseTokens]:
+    def build(claimed: ClaimedRun) -> LeaseTokens:
+        return LeaseTokens(
+            signing, claimed.lease, client=redis_client, prefix=prefix, max_lifetime_ms=3_600_000
+        )
+
+    return build
 
 
 async def test_a_lease_token_states_the_lease_and_expires_with_it(
-    run_store: RunStore,
-    lease_store: LeaseStore,
+    run: ClaimedRun,
+    tokens_for: Callable[[ClaimedRun], LeaseTokens],
     signing: SigningKeys,
     redis_client: aioredis.Redis,
     prefix: str,
 ) -> None:
-    run = await claimed(run_store, lease_store, "w-a")
-    token = await tokens_for(run, signing, redis_client, prefix).issue("tools")
+    token = await tokens_for(run).issue("tools")
     verifier = LeaseVerifier(audience="tools", jwks=await signing.public_keys(), online=False)
     claims = verifier.verify(token)
     assert (claims.run_id, claims.queue, claims.owner_id, claims.fence) == (
@@ -59,30 +68,20 @@ async def test_a_lease_token_states_the_lease_and_expires_with_it(
 
 
 async def test_a_lost_lease_gets_no_token(
-    run_store: RunStore,
-    lease_store: LeaseStore,
-    signing: SigningKeys,
-    redis_client: aioredis.Redis,
-    prefix: str,
+    run: ClaimedRun, lease_store: LeaseStore, tokens_for: Callable[[ClaimedRun], LeaseTokens]
 ) -> None:
-    run = await claimed(run_store, lease_store, "w-a")
-    tokens = tokens_for(run, signing, redis_client, prefix)
+    tokens = tokens_for(run)
     await lease_store.release([run.lease], "drain")
     retaken = (await lease_store.claim("default", "w-b", 1)).runs[0]
     assert retaken.fence > run.fence
     with pytest.raises(LeaseLost):
         await tokens.issue("tools")
-    fresh = await tokens_for(retaken, signing, redis_client, prefix).issue("tools")
+    fresh = await tokens_for(retaken).issue("tools")
     assert jwt.decode(fresh, options={"verify_signature": False})["owner"] == "w-b"
 
 
 async def test_a_token_needs_an_audience(
-    run_store: RunStore,
-    lease_store: LeaseStore,
-    signing: SigningKeys,
-    redis_client: aioredis.Redis,
-    prefix: str,
+    run: ClaimedRun, tokens_for: Callable[[ClaimedRun], LeaseTokens]
 ) -> None:
-    run = await claimed(run_store, lease_store, "w-a")
     with pytest.raises(ValueError, match="audience"):
-        await tokens_for(run, signing, redis_client, prefix).issue("")
+        await tokens_for(run).issue("")
