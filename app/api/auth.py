@@ -48,7 +48,8 @@ from app.keys import bearer_credentials, key_digest, key_matches
 from app.models.keys import Role
 from app.store.apikeys.store import StoredKey
 from app.store.audit.store import AuditRecord
-from app.tokens.verify import TokenRefused
+from app.telemetry.metrics import AUDIT_APPEND_FAILURES, AUTH_REFUSALS
+from app.tokens.verify import TokenExpired, TokenRefused
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +159,14 @@ class BearerAuth:
             # the lifespan's state: the signing room the tokens were issued by
             await check_stream_token(token, scope, scope["app"].state.leasehold.signing)
         except TokenRefused as refused:
-            await self._reject(scope, receive, send, presented=True, detail=refused.reason)
+            await self._reject(
+                scope,
+                receive,
+                send,
+                presented=True,
+                detail=refused.reason,
+                expired=isinstance(refused, TokenExpired),
+            )
             return
         except (RedisError, OSError):
             outage = unavailable(
@@ -179,7 +187,9 @@ class BearerAuth:
         *,
         presented: bool,
         detail: str | None = None,
+        expired: bool = False,
     ) -> None:
+        AUTH_REFUSALS.labels("expired" if expired else "unknown_key").inc()
         if scope["type"] == "websocket":
             # closing before accept makes the server answer the handshake with 403
             await send({"type": "websocket.close", "code": WS_POLICY_VIOLATION})
@@ -205,6 +215,7 @@ class BearerAuth:
 async def _forbidden(
     scope: Scope, receive: Receive, send: Send, *, holder: StoredKey, needed: Role
 ) -> None:
+    AUTH_REFUSALS.labels("role").inc()
     response = problem(
         403,
         "Forbidden",
@@ -234,6 +245,7 @@ async def _audit(scope: Scope, holder: StoredKey, status: int) -> None:
     try:
         await state.audit.append(record)
     except (RedisError, OSError) as exc:
+        AUDIT_APPEND_FAILURES.inc()
         log.warning(
             "audit entry lost (%s %s by %s): %s", record.method, record.path, record.key_id, exc
         )

@@ -313,3 +313,28 @@ SLOT_RECOUNTS = Counter(
     ["queue"],
     registry=WORKER_REGISTRY,
 )
+API_KEYS_LIVE = Gauge(
+    "leasehold_api_keys_live",
+    "Stored API keys (POST /keys) live now, read at scrape time; the bootstrap keys "
+    "(LEASEHOLD_API_KEYS) are not counted. At LEASEHOLD_MAX_API_KEYS one more create is a 409.",
+    registry=API_REGISTRY,
+)
+AUTH_REFUSALS = Counter(
+    "leasehold_auth_refusals_total",
+    "Requests this API's authentication refused, by reason: unknown_key (401: no key, or "
+    "one that is not, or no longer, stored: a stored key's expiry deletes it), expired "
+    "(401: an expired stream token) or role (403: the key's role is too low).",
+    ["reason"],
+    registry=API_REGISTRY,
+)
+AUDIT_APPEND_FAILURES = Counter(
+    "leasehold_audit_append_failures_total",
+    "Operate/admin calls served whose audit entry could not be written (Redis refused or "
+    "unreachable); each is also logged. Nonzero means the audit stream has gaps.",
+    registry=API_REGISTRY,
+)
+STREAM_TOKENS_ISSUED = Counter(
+    "leasehold_stream_tokens_issued_total",
+    "Browser stream tokens issued (POST /runs/{id}/stream-token).",
+    registry=API_REGISTRY,
+)

@@ -52,6 +52,10 @@ class TokenRefused(Exception):
         self.status = status
 
 
+class TokenExpired(TokenRefused):
+    """A token that was valid once and has expired (401): told apart for the API's metrics."""
+
+
 def decode(
     token: str, keys: Mapping[str, Any], *, audience: str, leeway_s: float = 0.0
 ) -> dict[str, Any]:
@@ -73,7 +77,7 @@ def decode(
             options={"require": list(REQUIRED_CLAIMS)},
         )
     except jwt.ExpiredSignatureError as exc:
-        raise TokenRefused("the token has expired") from exc
+        raise TokenExpired("the token has expired") from exc
     except jwt.InvalidTokenError as exc:
         raise TokenRefused(f"the token is not valid: {exc}") from exc
     return claims

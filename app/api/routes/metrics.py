@@ -18,6 +18,7 @@ from app.api.routes.runs import State
 from app.models.read import QueueFlow
 from app.store.leases.workers import list_workers
 from app.telemetry.metrics import (
+    API_KEYS_LIVE,
     API_REGISTRY,
     LIVE_WORKERS,
     OLDEST_QUEUED_AGE,
@@ -53,8 +54,10 @@ METRICS_DOC: dict[int | str, dict[str, Any]] = {
 
 @router.get("/metrics", response_class=Response, responses=METRICS_DOC)
 async def metrics(state: State) -> Response:
-    """Counters and gauges of this process; depth, workers and Redis memory are read now."""
+    """Counters and gauges of this process; depth, workers, keys and Redis memory are read
+    now."""
     await state.memory.refresh()
+    API_KEYS_LIVE.set(await state.keyring.store.count())
     serving = Counter(
         queue
         for worker in await list_workers(

@@ -14,6 +14,7 @@ from app.api.bodies import body_doc, optional_json_body
 from app.api.routes.runs import RunId, State, problems
 from app.api.stream_tokens import issue_stream_token
 from app.models.api import StreamToken, StreamTokenRequest
+from app.telemetry.metrics import STREAM_TOKENS_ISSUED
 
 router = APIRouter()
 
@@ -52,4 +53,5 @@ async def stream_token(
         tree=body.tree if body is not None else False,
         ttl_s=state.settings.stream_token_ttl_s,
     )
+    STREAM_TOKENS_ISSUED.inc()
     return StreamToken(token=token, expires_at=expires_at)

@@ -122,6 +122,11 @@ class KeyStore:
         infos = [_info(record) for record in records if record]
         return sorted(infos, key=lambda info: (info.created_at, info.id))
 
+    async def count(self) -> int:
+        """How many keys are live (one ``ZCOUNT`` of the index, no record read)."""
+        index = self.keys.api_key_index
+        return int(await self.client.zcount(index, f"({await self._now_ms()}", "+inf"))
+
     async def rotate(self, key_id: str, *, grace_s: int) -> KeySecret | None:
         """A new secret for the key; the old one works ``grace_s`` more (never past the
         key's expiry), the one before it stops now. None when the key does not exist."""
