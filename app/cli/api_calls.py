@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -31,6 +31,16 @@ def fail(message: str) -> SystemExit:
     """``leasehold: <message>`` on stderr; the exit (status 1) for the caller to raise."""
     typer.echo(f"leasehold: {message}", err=True)
     return SystemExit(EXIT_FAILED)
+
+
+def json_option(flag: str, raw: str | None) -> Any:
+    """An option's JSON text decoded (None stays None); not JSON is one line and exit 1."""
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise fail(f"{flag} is not JSON: {exc}") from None
 
 
 @contextmanager

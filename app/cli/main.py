@@ -11,7 +11,6 @@ each group of commands is a module of its own (:mod:`app.cli.runs`,
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from typing import TYPE_CHECKING, Annotated
@@ -21,6 +20,7 @@ import typer
 from app.cli.api_calls import EXIT_FAILED
 from app.cli.api_calls import api_client as _api
 from app.cli.api_calls import fail as _fail
+from app.cli.api_calls import json_option as _json_option
 from app.cli.api_calls import print_run as _print_run
 from app.cli.demo import demo_app
 from app.cli.keys import keys_app
@@ -287,10 +287,7 @@ def submit(
 
     --run-at / --delay-s delay its start: it stays queued, with a `wait` event, until then.
     """
-    try:
-        payload = json.loads(input)
-    except json.JSONDecodeError as exc:
-        raise _fail(f"--input is not JSON: {exc}") from None
+    payload = _json_option("--input", input)
     with _api(api_url, api_key) as client:
         run = client.create(
             handler,

@@ -12,7 +12,7 @@ import typer
 
 from app.cli.api_calls import EXIT_FAILED, show_run
 from app.cli.api_calls import api_client as _api
-from app.cli.api_calls import fail as _fail
+from app.cli.api_calls import json_option as _json_option
 from app.cli.api_calls import print_run as _print_run
 from app.cli.api_calls import unpark_lines as _unpark_lines
 from app.cli.options import ApiKey, ApiUrl, JsonFlag, PageCursor, PageSize
@@ -254,10 +254,7 @@ def runs_resume(
     api_key: ApiKey = None,
 ) -> None:
     """Resume a run waiting for a person; its handler sees the input as ctx.resume_input."""
-    try:
-        payload = json.loads(input)
-    except json.JSONDecodeError as exc:
-        raise _fail(f"--input is not JSON: {exc}") from None
+    payload = _json_option("--input", input)
     with _api(api_url, api_key) as client:
         result = client.resume(run_id, payload)
     typer.echo(result.model_dump_json() if as_json else f"{result.id}: {result.status.value}")
@@ -273,10 +270,7 @@ def runs_signal(
     api_key: ApiKey = None,
 ) -> None:
     """Send a run signal NAME: wakes its ctx.wait_for_signal(NAME), or waits in its inbox."""
-    try:
-        value = json.loads(payload)
-    except json.JSONDecodeError as exc:
-        raise _fail(f"--payload is not JSON: {exc}") from None
+    value = _json_option("--payload", payload)
     with _api(api_url, api_key) as client:
         result = client.signal(run_id, name, value)
     typer.echo(
@@ -455,12 +449,3 @@ def _operation_line(operation: Any) -> str:
         f"{operation.skipped} skipped, {operation.errors} errors of {operation.matched} matched "
         f"({operation.looked_at} looked at, limit {operation.limit})"
     )
-
-
-def _json_option(flag: str, raw: str | None) -> Any:
-    if raw is None:
-        return None
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise _fail(f"{flag} is not JSON: {exc}") from None

@@ -9,6 +9,7 @@ import typer
 
 from app.cli.api_calls import api_client as _api
 from app.cli.api_calls import fail as _fail
+from app.cli.api_calls import json_option as _json_option
 from app.cli.options import ApiKey, ApiUrl, JsonFlag
 
 if TYPE_CHECKING:
@@ -112,10 +113,7 @@ def schedules_create(
     api_key: ApiKey = None,
 ) -> None:
     """Create a schedule; each fire creates one run of HANDLER."""
-    try:
-        payload = json.loads(input)
-    except json.JSONDecodeError as exc:
-        raise _fail(f"--input is not JSON: {exc}") from None
+    payload = _json_option("--input", input)
     run = {"handler": handler, "input": payload, **({"queue": queue} if queue else {})}
     with _api(api_url, api_key) as client:
         schedule = client.create_schedule(
