@@ -15,16 +15,14 @@ from fastapi import FastAPI
 from redis.exceptions import RedisError
 
 from app import __version__
-from app.api.activity import ActivityHub
 from app.api.admission import StreamSlots
-from app.api.auth import OPEN_PATHS, BearerAuth
+from app.api.auth import OPEN_PATHS, OPEN_PREFIXES, BearerAuth
 from app.api.cors import install_cors
 from app.api.hosts import TrustedHosts, trusted_hosts
-from app.api.hub import EventHub
 from app.api.keyring import Keyring
 from app.api.limits import BodySizeLimit
+from app.api.namespaces import NamespaceDirectory, NamespaceScope
 from app.api.openapi import install_openapi
-from app.api.operations import RetryDrivers
 from app.api.origins import CrossSiteWrites
 from app.api.problems import install_problem_handlers
 from app.api.routes import (
@@ -39,6 +37,7 @@ from app.api.routes import (
     keys,
     leases,
     metrics,
+    namespaces,
     queues,
     ratelimits,
     retries,
@@ -48,22 +47,15 @@ from app.api.routes import (
     system,
     tokens,
 )
-from app.api.state import ApiState
+from app.api.state import ApiState, SharedParts, namespace_members, new_memory_admission
 from app.handlers import HandlerRegistry, load_handler_modules
 from app.settings import Settings
-from app.store.admission import MemoryAdmission
 from app.store.apikeys.store import KeyStore
 from app.store.audit.store import AuditStore
-from app.store.context import StoreContext
-from app.store.family.tree import TreeStore
 from app.store.lua.scripts import Scripts
-from app.store.queues.activity import ActivityStore
-from app.store.queues.store import QueueStore
-from app.store.ratelimits.store import RateLimitStore
+from app.store.namespaces.store import NamespaceStore
 from app.store.redis.connection import AsyncRedis, async_client
-from app.store.runs.store import RunStore
 from app.store.signing.store import SigningKeys
-from app.telemetry.metrics import CREATES_REFUSED
 
 BODY_OVERHEAD_BYTES = 16_384
 # the feeds' pool: two blocking readers (run events, activity) and the feeds' short reads
@@ -110,7 +102,6 @@ def _lifespan(
         # if Redis is not up yet, /readyz says so and calls load scripts on demand
         with contextlib.suppress(RedisError, OSError):
             await scripts.load_all(client)
-        store = RunStore.for_settings(client, scripts, settings)
         stream_client = _stream_client(settings)
         tree_client = _tree_client(settings)
         state = _api_state(
@@ -120,17 +111,13 @@ def _lifespan(
             stream_client=stream_client,
             tree_client=tree_client,
             scripts=scripts,
-            store=store,
         )
         app.state.leasehold = state
-        # bulk retries this process drives (POST /runs/retry); stopped before the client
-        app.state.leasehold_retries = RetryDrivers.for_settings(store, settings, state.memory)
         try:
             yield
         finally:
-            await app.state.leasehold_retries.close()
-            await state.activity.close()
-            await state.hub.close()
+            # every namespace's bulk retries and feeds; then the clients they use
+            await state.close()
             await tree_client.aclose()
             await stream_client.aclose()
             await client.aclose()
@@ -178,45 +165,31 @@ def _api_state(
     stream_client: AsyncRedis,
     tree_client: AsyncRedis,
     scripts: Scripts,
-    store: RunStore,
 ) -> ApiState:
     """What every route shares: the stores on ``client``, the feeds on ``stream_client``,
-    the tree streams' rounds on ``tree_client``.
+    the tree streams' rounds on ``tree_client``; this process's own namespace's members
+    (others are built on their first request, :meth:`ApiState.for_namespace`).
 
     Builds, and connects to nothing: the clients' pools open on first use.
     """
-    stream_store = RunStore.for_settings(stream_client, scripts, settings)
-    hub = EventHub(stream_store, block_ms=settings.sse_block_ms, queue_max=settings.sse_queue_max)
-    activity_hub = ActivityHub(
-        ActivityStore(stream_client, prefix=settings.prefix),
-        block_ms=settings.sse_block_ms,
-        queue_max=settings.sse_queue_max,
-        max_queues=settings.activity_max_followed_queues,
-    )
-    queues = QueueStore.for_settings(client, scripts, settings)
-    admission = MemoryAdmission(
-        client,
-        high_water=settings.memory_high_water,
-        interval_s=settings.memory_check_interval_s,
-        on_refused=CREATES_REFUSED.inc,
-    )
     slots = StreamSlots(settings.sse_max_followers)
-    return ApiState(
-        settings,
-        client,
-        scripts,
-        store,
-        handlers,
-        hub,
-        activity=activity_hub,
-        queues=queues,
-        slots=slots,
-        memory=admission,
-        rate_limits=RateLimitStore(
-            client, scripts=scripts, prefix=settings.prefix, max_keys=settings.max_rate_limits
+    shared = SharedParts(
+        stream_client,
+        tree_client,
+        new_memory_admission(client, settings),
+        NamespaceDirectory(
+            NamespaceStore(client, prefix=settings.prefix, max_namespaces=settings.max_namespaces),
+            ttl_s=settings.namespace_cache_ttl_s,
+            max_entries=settings.max_namespaces + 1,
         ),
+    )
+    return ApiState(
+        client=client,
+        scripts=scripts,
+        registry=handlers,
+        slots=slots,
+        memory=shared.memory,
         tree_slots=StreamSlots.for_trees(settings.sse_max_tree_streams, within=slots),
-        tree_streams=TreeStore(StoreContext.for_settings(tree_client, scripts, settings)),
         keyring=Keyring(
             KeyStore(client, prefix=settings.prefix, max_keys=settings.max_api_keys),
             ttl_s=settings.key_cache_ttl_s,
@@ -229,6 +202,10 @@ def _api_state(
             retention_s=settings.audit_retention_s,
         ),
         signing=SigningKeys.for_settings(client, settings),
+        directory=shared.directory,
+        stream_client=stream_client,
+        tree_client=tree_client,
+        **namespace_members(settings, client, scripts, shared),
     )
 
 
@@ -249,6 +226,7 @@ def _include_routes(app: FastAPI) -> None:
     app.include_router(flow.router)
     app.include_router(schedules.router)
     app.include_router(keys.router)
+    app.include_router(namespaces.router)
     app.include_router(tokens.router)
     app.include_router(leases.router)
     console.install(app)
@@ -260,6 +238,13 @@ def _add_middleware(app: FastAPI, settings: Settings, hosts: frozenset[str]) -> 
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_input_bytes + BODY_OVERHEAD_BYTES)
     # added later = outermost: a request without a key is refused before its body is read,
     # and CORS preflights (which never carry a key) are answered before authentication
+    # inside the authentication: which namespace the request (its key, its header) reads
+    app.add_middleware(
+        NamespaceScope,
+        default_namespace=settings.namespace,
+        open_paths=OPEN_PATHS,
+        open_prefixes=OPEN_PREFIXES,
+    )
     app.add_middleware(BearerAuth, keys=settings.api_keys)
     # a browser page on another site may not write, keys or not (CSRF); inside CORS so
     # that a named origin's preflight is still answered

@@ -41,7 +41,7 @@ from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.keyring import BOOTSTRAP
-from app.api.problems import STORE_RETRY_AFTER_S, problem, unavailable
+from app.api.problems import problem, store_outage
 from app.api.scopes import AUDITED, role_for
 from app.api.stream_tokens import access_token, check_stream_token
 from app.keys import bearer_credentials, key_digest, key_matches
@@ -97,13 +97,7 @@ class BearerAuth:
         try:
             holder = await self._holder(scope, token)
         except (RedisError, OSError):
-            refusal = unavailable(
-                "Run store unavailable",
-                "cannot look the key up: Redis cannot be reached; retry shortly",
-                kind="store-unavailable",
-                retry_after_s=1,
-            )
-            await refusal(scope, receive, send)
+            await store_outage("the key")(scope, receive, send)
             return
         if holder is None:
             stream_token = access_token(scope) if token is None else None
@@ -113,7 +107,10 @@ class BearerAuth:
                 await self._reject(scope, receive, send, presented=token is not None)
             return
         needed = role_for(scope.get("method", "GET"), scope["path"])
-        scope.setdefault("state", {})["key"] = holder
+        state = scope.setdefault("state", {})
+        state["key"] = holder
+        if holder.namespace is not None:
+            state["bound_namespace"] = holder.namespace
         if needed.rank < AUDITED.rank:
             if holder.role.allows(needed):
                 await self.app(scope, receive, send)
@@ -157,7 +154,7 @@ class BearerAuth:
         """A browser stream token on the SSE route: through if it reads this run, else 401."""
         try:
             # the lifespan's state: the signing room the tokens were issued by
-            await check_stream_token(token, scope, scope["app"].state.leasehold.signing)
+            namespace = await check_stream_token(token, scope, scope["app"].state.leasehold.signing)
         except TokenRefused as refused:
             await self._reject(
                 scope,
@@ -169,14 +166,10 @@ class BearerAuth:
             )
             return
         except (RedisError, OSError):
-            outage = unavailable(
-                "Run store unavailable",
-                "the stream token's keys could not be read from Redis; retry shortly",
-                kind="store-unavailable",
-                retry_after_s=STORE_RETRY_AFTER_S,
-            )
-            await outage(scope, receive, send)
+            await store_outage("the stream token's signing keys")(scope, receive, send)
             return
+        # the token reads one run of the namespace it was issued in, and nothing else
+        scope.setdefault("state", {})["bound_namespace"] = namespace
         await self.app(scope, receive, send)
 
     async def _reject(
@@ -237,6 +230,7 @@ async def _audit(scope: Scope, holder: StoredKey, status: int) -> None:
         key_id=holder.key_id,
         key_name=holder.name,
         role=holder.role,
+        namespace=scope.get("state", {}).get("namespace", "-"),
         method=scope["method"],
         path=scope["path"],
         status=status,

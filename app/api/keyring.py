@@ -13,6 +13,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from cachetools import TTLCache
+
 from app.models.keys import Role
 from app.store.apikeys.store import KeyStore, StoredKey, secret_digest
 
@@ -33,26 +35,23 @@ class Keyring:
         self.store = store
         self.ttl_s = ttl_s
         self.max_entries = max_entries
-        self._clock = clock
-        # digest -> (monotonic deadline, what it resolved to); insertion order = age
-        self._cache: dict[str, tuple[float, StoredKey | None]] = {}
+        # digest -> what it resolved to; past max_entries the least recently used go
+        self._cache: TTLCache[str, StoredKey | None] | None = (
+            TTLCache(max_entries, ttl_s, timer=clock) if ttl_s > 0 else None
+        )
 
     async def resolve(self, secret: bytes) -> StoredKey | None:
         """The stored key this secret belongs to, or None; raises RedisError on a miss
         while Redis is unreachable."""
         digest = secret_digest(secret)
-        now = self._clock()
-        cached = self._cache.get(digest)
-        if cached is not None and cached[0] > now:
-            return cached[1]
+        if self._cache is not None and digest in self._cache:
+            return self._cache[digest]
         found = await self.store.lookup(digest)
-        if self.ttl_s > 0:
-            self._cache.pop(digest, None)
-            while len(self._cache) >= self.max_entries:
-                del self._cache[next(iter(self._cache))]
-            self._cache[digest] = (now + self.ttl_s, found)
+        if self._cache is not None:
+            self._cache[digest] = found
         return found
 
     def forget(self) -> None:
         """Drop every cached answer (this process revoked or rotated a key)."""
-        self._cache.clear()
+        if self._cache is not None:
+            self._cache.clear()

@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from fastapi import HTTPException
 from redis.exceptions import RedisError
 
-from app.errors import MemoryPressure, OperationConflict, StoreError
+from app.api.quotas import QuotaGuard
+from app.errors import MemoryPressure, OperationConflict, QuotaExceeded, StoreError
 from app.models import RETRYABLE_STATUSES, Run, RunStatus
 from app.models.read import RetriedPair
 from app.settings import Settings
@@ -49,6 +50,7 @@ log = logging.getLogger(__name__)
 
 RECENT_KEPT = 20
 MEMORY_WAIT = "waiting for Redis memory"
+QUOTA_WAIT = "waiting for the namespace's quota"
 RETRY_AFTER_S = 5
 
 
@@ -63,12 +65,18 @@ class RetryDrivers:
     max_running: int
     lease_ms: int
     scan_budget: ScanBudget = field(default_factory=ScanBudget)
+    # the namespace's quotas: each step's re-runs count against live runs and creates/s
+    quota: QuotaGuard | None = None
     driver: str = field(default_factory=lambda: f"api-{secrets.token_hex(6)}")
     running: dict[str, asyncio.Task[None]] = field(default_factory=dict)
 
     @classmethod
     def for_settings(
-        cls, runs: RunStore, settings: Settings, admission: MemoryAdmission
+        cls,
+        runs: RunStore,
+        settings: Settings,
+        admission: MemoryAdmission,
+        quota: QuotaGuard | None = None,
     ) -> RetryDrivers:
         """Drivers on ``runs``' Redis, bounded and paced by ``settings``.
 
@@ -90,6 +98,7 @@ class RetryDrivers:
             max_running=settings.retry_operations_max,
             lease_ms=settings.lease_ttl_ms,
             scan_budget=ScanBudget.for_settings(settings),
+            quota=quota,
         )
 
     def admit(self) -> None:
@@ -160,7 +169,8 @@ class RetryDrivers:
         return done
 
     async def _room_for(self, progress: Progress, chosen: list[Run]) -> None:
-        """Wait until memory has room for every re-run of the step, saving why meanwhile.
+        """Wait until memory and the namespace's quotas have room for every re-run of the
+        step, saving why meanwhile.
 
         Each save renews the driver's lease, so a waiting operation is not ``stalled``;
         a cancel ends the wait at the next save (:class:`OperationConflict`).
@@ -170,8 +180,11 @@ class RetryDrivers:
         while chosen:
             try:
                 await self.admission.admit(cost)
-            except MemoryPressure as exc:
-                waited, progress.last_error = True, f"{MEMORY_WAIT}: {exc}"[:500]
+                if self.quota is not None:
+                    await self.quota.admit_runs(len(chosen))
+            except (MemoryPressure, QuotaExceeded) as exc:
+                why = MEMORY_WAIT if isinstance(exc, MemoryPressure) else QUOTA_WAIT
+                waited, progress.last_error = True, f"{why}: {exc}"[:500]
                 await self._save(progress)
                 await asyncio.sleep(WAIT_POLL_S)
                 continue

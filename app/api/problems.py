@@ -37,6 +37,7 @@ from app.errors import (
     QueueLimitReached,
     QueueNotDeclared,
     QueueNotEmpty,
+    QuotaExceeded,
     RateLimitNotDeclared,
     RateLimitsFull,
     RunNotFound,
@@ -131,6 +132,17 @@ def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
     ]
 
 
+def store_outage(what: str) -> ProblemResponse:
+    """503 ``store-unavailable`` for a middleware that could not read ``what`` from Redis
+    (before any route: no exception handler sees it)."""
+    return unavailable(
+        "Run store unavailable",
+        f"cannot read {what}: Redis cannot be reached; retry shortly",
+        kind="store-unavailable",
+        retry_after_s=STORE_RETRY_AFTER_S,
+    )
+
+
 def unavailable(title: str, detail: str, *, kind: str, retry_after_s: int) -> ProblemResponse:
     """A 503 problem that says when to try again: for anything that waiting fixes."""
     return problem(503, title, detail, kind=kind, headers={"Retry-After": str(retry_after_s)})
@@ -185,6 +197,19 @@ async def memory_pressure(request: Request, exc: Exception) -> ProblemResponse:
         str(exc),
         kind="admission-refused",
         retry_after_s=MEMORY_RETRY_AFTER_S,
+    )
+
+
+async def quota_exceeded(request: Request, exc: Exception) -> ProblemResponse:
+    """429 ``quota-exceeded``: the namespace's own quota, named, and when to ask again."""
+    assert isinstance(exc, QuotaExceeded)
+    return problem(
+        429,
+        "Quota exceeded",
+        str(exc),
+        kind="quota-exceeded",
+        headers={"Retry-After": str(exc.retry_after_s)},
+        extensions={"quota": exc.quota, "limit": exc.limit, "namespace": exc.namespace},
     )
 
 
@@ -370,6 +395,7 @@ def _install_try_later_problems(app: FastAPI) -> None:
     app.add_exception_handler(RedisError, store_refused)
     app.add_exception_handler(RedisClusterException, store_refused)
     app.add_exception_handler(MemoryPressure, memory_pressure)
+    app.add_exception_handler(QuotaExceeded, quota_exceeded)
     # a TLS URL against a plaintext port: Redis is unreachable as configured
     app.add_exception_handler(TlsHandshakeFailed, store_unavailable)
 

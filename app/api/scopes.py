@@ -81,6 +81,11 @@ SCOPES: dict[tuple[str, str], Role] = {
     ("POST", "/keys/{key_id}/rotate"): ADMIN,
     ("DELETE", "/keys/{key_id}"): ADMIN,
     ("GET", "/audit"): ADMIN,
+    # the namespaces: declared and given quotas by an admin; a tenant reads its own
+    ("GET", "/namespaces"): ADMIN,
+    ("GET", "/namespaces/{name}"): READ,
+    ("PUT", "/namespaces/{name}"): ADMIN,
+    ("DELETE", "/namespaces/{name}"): ADMIN,
 }
 # what the audit stream records: every call of a route that needs at least this role
 AUDITED = OPERATE

@@ -4,7 +4,7 @@
 an API key asks its backend (which has one) for ``POST /runs/{id}/stream-token`` and
 opens ``/runs/{id}/events?access_token=<token>``. The token is a JWT signed by the
 signing room (:mod:`app.store.signing.store`), audience ``leasehold-stream``,
-subject the run id, ``tree: true`` when it may also read the run's tree
+subject the run id, ``ns`` its namespace, ``tree: true`` when it may also read the run's tree
 (``?include=children``), expiring after LEASEHOLD_STREAM_TOKEN_TTL_S.
 
 :class:`~app.api.auth.BearerAuth` accepts it on that one route only, matched on the
@@ -21,6 +21,7 @@ from urllib.parse import parse_qs
 
 from starlette.types import Scope
 
+from app.namespaces import DEFAULT_NAMESPACE
 from app.store.signing.store import SigningKeys
 from app.tokens.verify import STREAM_AUDIENCE, TokenRefused, decode, key_id
 
@@ -37,8 +38,8 @@ def access_token(scope: Scope) -> str | None:
     return values[-1] if values else None
 
 
-async def check_stream_token(token: str, scope: Scope, signing: SigningKeys) -> None:
-    """Let the request through if ``token`` reads this run (or, with ``tree``, its tree).
+async def check_stream_token(token: str, scope: Scope, signing: SigningKeys) -> str:
+    """The namespace to read in, if ``token`` reads this run (or, with ``tree``, its tree).
 
     Raises :class:`~app.tokens.verify.TokenRefused`: not valid (tampered, expired, another
     audience, unknown key), another run, or ``include=children`` without ``tree``.
@@ -54,16 +55,19 @@ async def check_stream_token(token: str, scope: Scope, signing: SigningKeys) -> 
     query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
     if "children" in ",".join(query.get("include", [])) and claims.get("tree") is not True:
         raise TokenRefused("the stream token does not read the run's tree")
+    # a token from before namespaces: the default one
+    return str(claims.get("ns", DEFAULT_NAMESPACE))
 
 
 async def issue_stream_token(
-    signing: SigningKeys, *, run_id: str, tree: bool, ttl_s: float
+    signing: SigningKeys, *, run_id: str, namespace: str, tree: bool, ttl_s: float
 ) -> tuple[str, datetime]:
-    """A stream token for ``run_id`` and when it expires (Redis clock)."""
+    """A stream token for ``run_id`` of ``namespace`` and when it expires (Redis clock)."""
     now_ms = await signing.now_ms()
     exp_s = (now_ms + round(ttl_s * 1000)) // 1000
     claims: dict[str, object] = {
         "sub": run_id,
+        "ns": namespace,
         "aud": STREAM_AUDIENCE,
         "iat": now_ms // 1000,
         "exp": exp_s,

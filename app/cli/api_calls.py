@@ -17,6 +17,7 @@ import typer
 
 from app.cli.preflight import settings_or_exit
 from app.errors import ApiError
+from app.namespaces import DEFAULT_NAMESPACE
 from app.render import error_words
 from app.statuses import RunStatus
 
@@ -47,7 +48,8 @@ def json_option(flag: str, raw: str | None) -> Any:
 def api_client(api_url: str | None, api_key: str | None = None) -> Iterator[Client]:
     """A client for the API; an error answer or an unreachable API is one line and exit 1.
 
-    The key is ``--api-key``, else ``LEASEHOLD_API_KEY``; a 401 says which to set.
+    The key is ``--api-key``, else ``LEASEHOLD_API_KEY``; a 401 says which to set. The
+    namespace is LEASEHOLD_NAMESPACE's (none sent for ``default``: the key's own then).
     """
     # imported here, not at the top: httpx costs a command that never talks to the API
     # (`leasehold worker`, `up`) start-up time; without its own CLI (app.httpx_import)
@@ -57,7 +59,8 @@ def api_client(api_url: str | None, api_key: str | None = None) -> Iterator[Clie
     settings = settings_or_exit()
     url = api_url or settings.client_api_url
     try:
-        with Client(url, api_key=api_key or settings.api_key) as client:
+        namespace = settings.namespace if settings.namespace != DEFAULT_NAMESPACE else None
+        with Client(url, api_key=api_key or settings.api_key, namespace=namespace) as client:
             yield client
     except ApiError as exc:
         raise fail(describe_problem(exc)) from None

@@ -31,13 +31,17 @@ def keys_create(
     expires_in_s: Annotated[
         int | None, typer.Option("--expires-in-s", help="Seconds until it stops working.")
     ] = None,
+    namespace: Annotated[
+        str | None,
+        typer.Option("--namespace", help="The one namespace it reaches (default: every one)."),
+    ] = None,
     as_json: JsonFlag = False,
     api_url: ApiUrl = None,
     api_key: ApiKey = None,
 ) -> None:
     """A new key with one role; prints its secret once."""
     with _api(api_url, api_key) as client:
-        key = client.create_key(name, role, expires_in_s)
+        key = client.create_key(name, role, expires_in_s, namespace)
     expires = key.expires_at.isoformat() if key.expires_at else "never"
     _print_secret(
         key, as_json, f"created {key.id} ({key.name}, {key.role.value}, expires {expires})"

@@ -90,7 +90,7 @@ async def _probe_worker(settings: Settings, host: str) -> ProbeResult:
     client = async_client(settings.resolved_redis_url())
     try:
         live = await asyncio.wait_for(
-            workers.list_workers(client, settings.prefix, settings.lease_ttl_ms),
+            workers.list_workers(client, settings.data_prefix, settings.lease_ttl_ms),
             timeout=PROBE_TIMEOUT_S,
         )
         mine = [info.id for info in live if info.host == host]

@@ -100,12 +100,13 @@ class AsyncClient:
         base_url: str,
         *,
         api_key: str | None = None,
+        namespace: str | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.http = httpx.AsyncClient(
             base_url=base_url,
-            headers=_headers(api_key),
+            headers=_headers(api_key, namespace),
             timeout=timeout_s,
             transport=transport,
             verify=verifies(base_url),
@@ -193,9 +194,15 @@ class AsyncClient:
         """GET /queues/{name}/series; see :meth:`Client.queue_series`."""
         return await self._send(_queue_series(name, minutes))
 
-    async def create_key(self, name: str, role: str, expires_in_s: int | None = None) -> KeySecret:
+    async def create_key(
+        self,
+        name: str,
+        role: str,
+        expires_in_s: int | None = None,
+        namespace: str | None = None,
+    ) -> KeySecret:
         """POST /keys; see :meth:`Client.create_key`."""
-        return await self._send(_create_key(name, role, expires_in_s))
+        return await self._send(_create_key(name, role, expires_in_s, namespace))
 
     async def keys(self) -> KeyPage:
         """GET /keys; see :meth:`Client.keys`."""

@@ -48,6 +48,7 @@ from app.models.read import (
     RunPage,
     Schedule,
 )
+from app.namespaces import NAMESPACE_HEADER
 
 DEFAULT_TIMEOUT_S = 30.0
 
@@ -55,8 +56,13 @@ T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
 
 
-def _headers(api_key: str | None) -> dict[str, str]:
-    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+def _headers(api_key: str | None, namespace: str | None = None) -> dict[str, str]:
+    """The headers every call sends: the key, and the namespace it addresses (none: the
+    key's own, or the API's LEASEHOLD_NAMESPACE)."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    if namespace:
+        headers[NAMESPACE_HEADER] = namespace
+    return headers
 
 
 def _check(response: httpx.Response) -> httpx.Response:
@@ -293,8 +299,12 @@ def _fire_schedule(schedule_id: str, action: str, body: dict[str, Any]) -> _Call
     return _Call("POST", path, FireResult.model_validate, json=_present(body))
 
 
-def _create_key(name: str, role: str, expires_in_s: int | None) -> _Call[KeySecret]:
-    body = _present({"name": name, "role": role, "expires_in_s": expires_in_s})
+def _create_key(
+    name: str, role: str, expires_in_s: int | None, namespace: str | None
+) -> _Call[KeySecret]:
+    body = _present(
+        {"name": name, "role": role, "expires_in_s": expires_in_s, "namespace": namespace}
+    )
     return _Call("POST", "/keys", KeySecret.model_validate, json=body)
 
 

@@ -101,12 +101,13 @@ class Client:
         base_url: str,
         *,
         api_key: str | None = None,
+        namespace: str | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.http = httpx.Client(
             base_url=base_url,
-            headers=_headers(api_key),
+            headers=_headers(api_key, namespace),
             timeout=timeout_s,
             transport=transport,
             verify=verifies(base_url),
@@ -325,9 +326,16 @@ class Client:
         """GET /queues/{name}/series: the queue's outcomes per minute, oldest first."""
         return self._send(_queue_series(name, minutes))
 
-    def create_key(self, name: str, role: str, expires_in_s: int | None = None) -> KeySecret:
-        """POST /keys (admin): a key with one role; its secret is in the answer only."""
-        return self._send(_create_key(name, role, expires_in_s))
+    def create_key(
+        self,
+        name: str,
+        role: str,
+        expires_in_s: int | None = None,
+        namespace: str | None = None,
+    ) -> KeySecret:
+        """POST /keys (admin): a key with one role, bound to ``namespace`` when given; its
+        secret is in the answer only."""
+        return self._send(_create_key(name, role, expires_in_s, namespace))
 
     def keys(self) -> KeyPage:
         """GET /keys (admin): every live stored key, never a secret."""

@@ -22,6 +22,7 @@
     │   ├── ScheduleLimitReached      POST /schedules past LEASEHOLD_SCHEDULE_MAX
     │   ├── MemoryPressure            Redis memory is past the high-water mark: creates wait
     │   ├── SignalInboxFull           a run holds LEASEHOLD_MAX_PENDING_SIGNALS unread (429)
+    │   ├── QuotaExceeded             a namespace's quota refuses the write (429, named)
     │   └── EffectOutcomeUnknown      an effect started and was never recorded: the run
     │                                 is parked in reconciliation_required (its code is
     │                                 ``effect_outcome_unknown``)
@@ -135,6 +136,7 @@ from app.errors.store import (
     QueueLimitReached,
     QueueNotDeclared,
     QueueNotEmpty,
+    QuotaExceeded,
     RateLimitNotDeclared,
     RateLimitsFull,
     RunNotFound,
@@ -187,6 +189,7 @@ __all__ = [
     "QueueNotDeclared",
     "QueueNotEmpty",
     "QueuedTtlExpired",
+    "QuotaExceeded",
     "RateLimitNotDeclared",
     "RateLimitRelease",
     "RateLimitsFull",

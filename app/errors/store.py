@@ -227,3 +227,20 @@ class SignalInboxFull(StoreError):
         )
         self.run_id = run_id
         self.pending = pending
+
+
+class QuotaExceeded(StoreError):
+    """A namespace's quota refuses this write (429): nothing was written.
+
+    ``quota`` names it as ``PUT /namespaces/{name}`` does (``live_runs``,
+    ``creates_per_s``...); ``retry_after_s`` is when asking again may pass.
+    """
+
+    def __init__(
+        self, *, namespace: str, quota: str, limit: int, detail: str, retry_after_s: int
+    ) -> None:
+        super().__init__(f"namespace {namespace!r}: quota {quota} ({limit}) {detail}")
+        self.namespace = namespace
+        self.quota = quota
+        self.limit = limit
+        self.retry_after_s = max(1, retry_after_s)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 from app.errors import ConfigurationError, SpawnRefused
 from app.executor.reasons import StopReason
+from app.namespaces import DEFAULT_NAMESPACE
 
 if TYPE_CHECKING:
     # each helper's module is imported by the helper's first use (RunHelpers): a handler
@@ -60,6 +61,8 @@ class HelperDeps:
     # the signing room, built by the first ctx.lease_token (its modules load cryptography)
     signing: Callable[[], SigningKeys] | None = None
     lease_token_max_ms: int = 3_600_000
+    # the namespace this worker serves: the lease tokens' ``ns`` claim
+    namespace: str = DEFAULT_NAMESPACE
 
 
 class RunHelpers:
@@ -186,6 +189,7 @@ class RunHelpers:
             self.claimed.lease,
             client=self.deps.lease_store.client,
             prefix=self.deps.lease_store.prefix,
+            namespace=self.deps.namespace,
             max_lifetime_ms=self.deps.lease_token_max_ms,
         )
 

@@ -55,6 +55,7 @@ def helper_deps(
         family=family_deps(settings, stores, registry),
         signing=signing_keys(settings, stores),
         lease_token_max_ms=round(settings.lease_token_max_s * 1000),
+        namespace=settings.namespace,
     )
 
 

@@ -1,8 +1,8 @@
 """``ctx.lease_token``: a signed statement of the lease a handler holds, for outside calls.
 
 A tool behind ``leasehold gate`` (or any service using :mod:`app.tokens.verify`) can
-then refuse a caller whose lease was taken over: the token names the run, queue, owner
-and fence, and expires with the lease (Redis clock), never later than
+then refuse a caller whose lease was taken over: the token names the run, namespace,
+queue, owner, fence and claim, and expires with the lease (Redis clock), never later than
 LEASEHOLD_LEASE_TOKEN_MAX_S after it was made. A renewal moves the lease's expiry, not
 an issued token's: ask again (once per outside call, or keep one until near its
 ``exp``). The token is signed by the one signing room (:mod:`app.store.signing.store`).
@@ -27,12 +27,14 @@ class LeaseTokens:
         *,
         client: AsyncRedis,
         prefix: str,
+        namespace: str,
         max_lifetime_ms: int,
     ) -> None:
         self.signing = signing
         self.lease = lease
         self.client = client
         self.prefix = prefix
+        self.namespace = namespace
         self.max_lifetime_ms = max_lifetime_ms
 
     async def issue(self, audience: str) -> str:
@@ -60,8 +62,11 @@ class LeaseTokens:
             "iat": now.now_ms // 1000,
             # JWT times are whole seconds: round down, never past the lease
             "exp": expires_ms // 1000,
+            "ns": self.namespace,
             "queue": lease.queue,
             "owner": lease.owner_id,
             "fence": lease.fence,
+            # this claim's identity: the fence moves on every claim, so it is never reused
+            "claim": f"{lease.owner_id}/{lease.fence}",
         }
         return await self.signing.sign(claims)

@@ -177,7 +177,7 @@ class Worker:
             LeaseRenewer(
                 heartbeat_client,
                 scripts=stores.scripts,
-                prefix=settings.prefix,
+                prefix=settings.data_prefix,
                 lease_ttl_ms=settings.lease_ttl_ms,
             )
         )
@@ -301,7 +301,7 @@ class Worker:
     def _listener(self, client: AsyncRedis) -> ChannelListener:
         """The wake/cancel listener; a wake before the couriers exist wakes nobody (they
         claim when they start)."""
-        prefix = self.settings.prefix
+        prefix = self.settings.data_prefix
         return ChannelListener(
             client,
             queue_keys=[QueueKeys(prefix, queue) for queue in self.settings.queues],
@@ -367,7 +367,7 @@ class Worker:
 
         def advertise(loop_lag_ms: float) -> None:
             pipe = renewer_client.pipeline(transaction=False)
-            workers.advertise(pipe, self.settings.prefix, self.describe(loop_lag_ms), ttl_ms)
+            workers.advertise(pipe, self.settings.data_prefix, self.describe(loop_lag_ms), ttl_ms)
             if workers.drain_requested(pipe.execute()) and not self._stop.is_set():
                 # the heartbeat's thread: the drain starts on the event loop
                 loop.call_soon_threadsafe(self._drain_requested)
@@ -524,7 +524,7 @@ class Worker:
     async def _withdraw(self, client: AsyncRedis) -> None:
         try:
             pipe = client.pipeline(transaction=False)
-            workers.withdraw(pipe, self.settings.prefix, self.id)
+            workers.withdraw(pipe, self.settings.data_prefix, self.id)
             await pipe.execute()
         except (RedisError, OSError) as exc:
             log.warning("could not withdraw the worker advertisement: %s", exc)

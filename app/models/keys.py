@@ -2,8 +2,9 @@
 
 A role is one of four, ordered: ``read`` < ``submit`` < ``operate`` < ``admin``; a key
 holds one role and may call every route whose declared role (``app.api.scopes``) is at
-or below it. There is no namespace yet: a key's reach is every object (issue 35 item 1
-adds a ``namespace`` field beside ``role``).
+or below it. A key bound to a namespace reaches that namespace's objects only; an
+unbound one (the bootstrap keys, every ``admin`` key) reaches every namespace, the
+request naming one with the ``Leasehold-Namespace`` header.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from enum import StrEnum
 from pydantic import ConfigDict, Field
 
 from app.models import BaseModel
+from app.namespaces import NAMESPACE_PATTERN
 
 KEY_NAME_PATTERN = r"^[A-Za-z0-9_.:@-]{1,64}$"
 KEY_ID_PATTERN = r"^k[0-9a-f]{16}$"
@@ -41,16 +43,22 @@ class Role(StrEnum):
 
 
 class KeyCreate(BaseModel):
-    """``POST /keys``: a new key's name, role and lifetime.
+    """``POST /keys``: a new key's name, role, namespace and lifetime.
 
-    Unknown fields are refused: a ``namespace`` sent before namespaces exist must not
-    make a key that silently reaches every namespace.
+    Unknown fields are refused: a misspelt ``namespace`` must not make a key that
+    silently reaches every namespace.
     """
 
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=KEY_NAME_PATTERN, description="Who holds the key (shown in audit)")
     role: Role
+    namespace: str | None = Field(
+        default=None,
+        pattern=NAMESPACE_PATTERN,
+        description="The one namespace the key reaches; none: every namespace (the request "
+        "names one with Leasehold-Namespace). An admin key is never bound",
+    )
     expires_in_s: int | None = Field(
         default=None,
         ge=1,
@@ -78,6 +86,7 @@ class KeyInfo(BaseModel):
     id: str = Field(pattern=KEY_ID_PATTERN)
     name: str
     role: Role
+    namespace: str | None = Field(default=None, description="None: every namespace")
     created_at: datetime
     expires_at: datetime | None = None
     rotated_at: datetime | None = None
@@ -106,6 +115,7 @@ class AuditEntry(BaseModel):
     key_id: str = Field(description="The key's id, or `bootstrap` for LEASEHOLD_API_KEYS")
     key_name: str
     role: Role
+    namespace: str = Field(description="The namespace the call addressed")
     method: str
     path: str
     status: int

@@ -1,4 +1,4 @@
-"""Stored API keys (``POST /keys``) and the audit stream of operate/admin calls."""
+"""Tenancy: stored API keys (``POST /keys``), namespaces and their quotas, the audit stream."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from app.settings.group import DAY_S, SettingsGroup
 
 
 class KeySettings(SettingsGroup):
-    """Scoped keys: how long a lookup is cached, rotation grace, bounds; the audit stream."""
+    """Scoped keys, namespaces and quotas: caches, rotation grace, bounds; the audit stream."""
 
     key_cache_ttl_s: float = Field(
         default=2.0,
@@ -35,6 +35,28 @@ class KeySettings(SettingsGroup):
         ge=1,
         le=100_000,
         description="Most live stored keys (POST /keys past it: 409)",
+    )
+    max_namespaces: int = Field(
+        default=1000,
+        ge=1,
+        le=100_000,
+        description="Most namespaces besides `default` (PUT /namespaces/{name} past it: 409)",
+    )
+    namespace_cache_ttl_s: float = Field(
+        default=2.0,
+        ge=0,
+        le=60,
+        allow_inf_nan=False,
+        description="How long an API process trusts a namespace's record (its quotas, that "
+        "it exists) before reading it again",
+    )
+    quota_usage_ttl_s: float = Field(
+        default=2.0,
+        gt=0,
+        le=60,
+        allow_inf_nan=False,
+        description="How old a namespace's measured usage (live runs, stored bytes) may be "
+        "when a create is judged against its quotas; also the Retry-After of such a 429",
     )
     audit_max_entries: int = Field(
         default=100_000,

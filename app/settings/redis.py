@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pydantic import Field, field_validator
 
+from app.namespaces import DEFAULT_NAMESPACE, NAMESPACE_PATTERN, namespace_prefix
 from app.redis_url import parse_redis_url
 from app.settings.group import POOL_WAIT_MAX_S, SettingsGroup
 
@@ -27,6 +28,13 @@ class RedisSettings(SettingsGroup):
         default="lh",
         pattern=r"^[A-Za-z0-9_-]{1,32}$",
         description="First part of every Redis key, so several deployments can share one Redis",
+    )
+    namespace: str = Field(
+        default=DEFAULT_NAMESPACE,
+        pattern=NAMESPACE_PATTERN,
+        description="The namespace (tenant) a worker serves and the CLI addresses; an API "
+        "serves every namespace (a request names its own with the Leasehold-Namespace "
+        "header, or its key's)",
     )
     replica_acks: int = Field(
         default=0,
@@ -85,6 +93,12 @@ class RedisSettings(SettingsGroup):
         if value:
             parse_redis_url(value)  # InvalidRedisUrl is a ValueError: one clear line, exit 2
         return value
+
+    @property
+    def data_prefix(self) -> str:
+        """The prefix of this namespace's keys (queues, runs, schedules, workers...);
+        ``prefix`` alone names what every namespace shares (API keys, audit, signing)."""
+        return namespace_prefix(self.prefix, self.namespace)
 
     @property
     def replica_ack_timeout_ms(self) -> int:

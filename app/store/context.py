@@ -38,7 +38,7 @@ class StoreContext:
         return cls(
             client=client,
             scripts=scripts,
-            prefix=settings.prefix,
+            prefix=settings.data_prefix,
             events_maxlen=settings.events_maxlen,
             retention=Retention.for_settings(settings),
             lease_ttl_ms=settings.lease_ttl_ms,

@@ -97,8 +97,22 @@ Cross-queue keys (plain commands, and one script that touches nothing else)::
     <prefix>:audit                     stream  operate/admin calls (who, role, method, path,
                                                status, client), capped and trimmed by age
 
+    <prefix>:namespaces                hash    namespace name -> its record (quotas, created
+                                               ms): every namespace but ``default``
+
 A run id embeds its queue (``<queue>.<ULID>``), so ``GET /runs/{id}`` finds the
 record without a directory lookup or a cross-slot read.
+
+Namespaces (tenants) are key spaces: every key above but the API keys, the audit
+stream, the signing keys and the namespace directory is named under the namespace's
+prefix (:func:`app.namespaces.namespace_prefix`): ``<prefix>`` itself for ``default`` (so a
+single-tenant deployment's keys are what they always were) and ``<prefix>:ns:<name>``
+for any other. Queues, runs, events, schedules, limits, rate limits, operations and
+workers of two namespaces never share a key, so a store built on one namespace's
+prefix cannot read or write another's: isolation holds by construction, not by a
+check each route must remember. Per-namespace quota buckets::
+
+    <ns prefix>:quota:{<ns prefix>}:<name>   string  a rate quota's GCRA TAT (creates, signals)
 """
 
 from __future__ import annotations
@@ -455,6 +469,16 @@ class GlobalKeys:
     def audit(self) -> str:
         """Capped stream of operate/admin calls (app/store/audit/)."""
         return f"{self.prefix}:audit"
+
+    @property
+    def namespaces(self) -> str:
+        """Hash of declared namespaces: name -> record JSON (app/store/namespaces/)."""
+        return f"{self.prefix}:namespaces"
+
+    def quota_bucket(self, name: str) -> str:
+        """A namespace's rate quota (``creates``, ``signals``): a GCRA TAT under a hash
+        tag of its own, so every API process shares it whatever the queue."""
+        return f"{self.prefix}:quota:{{{self.prefix}}}:{name}"
 
     @property
     def signing_keys(self) -> str:

@@ -149,6 +149,7 @@ def _upstream_headers(
         for k, v in headers.items()
         if k.lower() not in _DROPPED and not (strip_authorization and k.lower() == "authorization")
     }
+    out["leasehold-namespace"] = claims.namespace
     out["leasehold-run"] = claims.run_id
     out["leasehold-owner"] = claims.owner_id
     out["leasehold-fence"] = str(claims.fence)

@@ -38,6 +38,9 @@ JWKS_PATH = "/.well-known/jwks.json"
 # the claims every Leasehold token carries
 REQUIRED_CLAIMS = ("iss", "aud", "exp", "iat", "sub")
 LEASE_CLAIMS = ("queue", "owner", "fence")
+# the header that names a request's namespace (app.namespaces.NAMESPACE_HEADER; this
+# module is used without the rest of Leasehold, so it imports nothing of it)
+NAMESPACE_HEADER = "Leasehold-Namespace"
 HTTP_TIMEOUT_S = 5.0
 # an unknown kid fetches the key set again at most this often (a forged kid costs nothing)
 REFETCH_MIN_S = 10.0
@@ -105,9 +108,11 @@ def _key_for(token: str, keys: Mapping[str, Any]) -> jwt.PyJWK:
 
 @dataclass(frozen=True)
 class LeaseClaims:
-    """What a valid lease token says: run, queue, owner, fence, claim, expiry (epoch s)."""
+    """What a valid lease token says: run, namespace, queue, owner, fence, claim, expiry
+    (epoch s)."""
 
     run_id: str
+    namespace: str
     queue: str
     owner_id: str
     fence: int
@@ -124,6 +129,8 @@ class LeaseClaims:
             raise TokenRefused(f"not a lease token (claims {missing or ['fence']} wrong)")
         return cls(
             run_id=str(claims["sub"]),
+            # a token from before namespaces: the default one
+            namespace=str(claims.get("ns", "default")),
             queue=str(claims["queue"]),
             owner_id=str(claims["owner"]),
             fence=claims["fence"],
@@ -210,7 +217,7 @@ class LeaseVerifier:
         # (a zombie's calls cost no request); a token newer than the answer asks again
         if kept is not None and kept[0] > now and _fence(kept[1]) >= claims.fence:
             return kept[1]
-        lease = self._get(f"/leases/{claims.run_id}", auth=True)
+        lease = self._get(f"/leases/{claims.run_id}", auth=True, namespace=claims.namespace)
         keep_s = max(0.0, (claims.expires_at - claims.issued_at) / 3)
         with self._lock:
             self._current[claims.run_id] = (now + keep_s, lease)
@@ -219,11 +226,14 @@ class LeaseVerifier:
                     del self._current[run_id]
         return lease
 
-    def _get(self, path: str, *, auth: bool) -> dict[str, Any]:
+    def _get(self, path: str, *, auth: bool, namespace: str | None = None) -> dict[str, Any]:
         assert self.api_url is not None
         request = urllib.request.Request(self.api_url + path)
         if auth and self.api_key:
             request.add_header("Authorization", f"Bearer {self.api_key}")
+        if namespace is not None:
+            # the run's namespace: a run id alone names a run only within one
+            request.add_header(NAMESPACE_HEADER, namespace)
         try:
             with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response:
                 answer: dict[str, Any] = json.load(response)

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 import redis.asyncio as aioredis
 from fastapi import FastAPI
 
-from app.api.app import create_app
 from app.api.auth import OPEN_PATHS
 from app.settings import Settings
 from tests.support.routes import served_operations
@@ -50,20 +48,6 @@ ENDLESS = {("GET", "/activity")}
 @pytest.fixture
 def keyed_settings(settings: Settings) -> Settings:
     return settings.model_copy(update={"api_keys": [KEY, OTHER_KEY]})
-
-
-@pytest.fixture
-async def keyed_app(keyed_settings: Settings) -> AsyncIterator[FastAPI]:
-    app = create_app(keyed_settings)
-    async with app.router.lifespan_context(app):
-        yield app
-
-
-@pytest.fixture
-async def keyed_api(keyed_app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=keyed_app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
-        yield client
 
 
 def every_operation(app: FastAPI) -> list[tuple[str, str]]:

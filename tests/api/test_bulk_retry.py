@@ -229,7 +229,7 @@ async def test_a_stalled_operation_is_resumed_and_a_cancelled_one_is_not(
 async def test_past_the_process_cap_a_bulk_retry_is_a_503_with_retry_after(
     api: httpx.AsyncClient, redis_client: aioredis.Redis, settings: Settings
 ) -> None:
-    drivers = api._transport.app.state.leasehold_retries  # type: ignore[attr-defined]
+    drivers = api._transport.app.state.leasehold.retries  # type: ignore[attr-defined]
     drivers.running.update({"a": None, "b": None})  # two in flight: the cap of this test
     try:
         before = await snapshot(redis_client, settings.prefix)

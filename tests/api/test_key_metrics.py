@@ -6,19 +6,16 @@ test compares two scrapes around its action.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import httpx
 import pytest
 import redis.asyncio as aioredis
 from fastapi import FastAPI
 
-from app.api.app import create_app
 from app.settings import Settings
 from app.store.signing.store import SigningKeys
 from app.tokens.verify import STREAM_AUDIENCE
+from tests.api.conftest import BOOTSTRAP
 
-BOOTSTRAP = "k-bootstrap-0123456789abcdef"
 ADMIN = {"Authorization": f"Bearer {BOOTSTRAP}"}
 ECHO = {"handler": "demo.echo", "input": {"message": "hi"}}
 
@@ -28,17 +25,14 @@ def bearer(key: str) -> dict[str, str]:
 
 
 @pytest.fixture
-async def keyed_app(settings: Settings) -> AsyncIterator[FastAPI]:
-    app = create_app(settings.model_copy(update={"api_keys": [BOOTSTRAP], "key_cache_ttl_s": 0.0}))
-    async with app.router.lifespan_context(app):
-        yield app
+def keyed_settings(settings: Settings) -> Settings:
+    """Keys on, and every lookup asks Redis (no cache): each call is counted."""
+    return settings.model_copy(update={"api_keys": [BOOTSTRAP], "key_cache_ttl_s": 0.0})
 
 
 @pytest.fixture
-async def api(keyed_app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=keyed_app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
-        yield client
+def api(keyed_api: httpx.AsyncClient) -> httpx.AsyncClient:
+    return keyed_api
 
 
 async def scrape(api: httpx.AsyncClient, name: str) -> float:

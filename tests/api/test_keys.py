@@ -12,12 +12,10 @@ import pytest
 import redis.asyncio as aioredis
 from fastapi import FastAPI
 
-from app.api.app import create_app
 from app.models.keys import KEY_EXPIRY_MAX_S
 from app.settings import Settings
-from tests.api.conftest import api_with
+from tests.api.conftest import BOOTSTRAP, api_with
 
-BOOTSTRAP = "k-bootstrap-0123456789abcdef"
 ADMIN = {"Authorization": f"Bearer {BOOTSTRAP}"}
 
 
@@ -29,13 +27,6 @@ def bearer(key: str) -> dict[str, str]:
 def keyed_settings(settings: Settings) -> Settings:
     # no cache: these tests see a revocation at once (the cache has its own test)
     return settings.model_copy(update={"api_keys": [BOOTSTRAP], "key_cache_ttl_s": 0.0})
-
-
-@pytest.fixture
-async def keyed_app(keyed_settings: Settings) -> AsyncIterator[FastAPI]:
-    app = create_app(keyed_settings)
-    async with app.router.lifespan_context(app):
-        yield app
 
 
 @pytest.fixture
@@ -164,7 +155,10 @@ HOSTILE = [
     ),
     pytest.param({"name": "ci", "role": "read", "expires_in_s": 2**70}, id="overflow-expiry"),
     pytest.param({"name": "ci", "role": "read", "expires_in_s": 1.5}, id="fractional-expiry"),
-    pytest.param({"name": "ci", "role": "read", "namespace": "b"}, id="unknown-field"),
+    pytest.param({"name": "ci", "role": "read", "namespaces": "b"}, id="unknown-field"),
+    pytest.param({"name": "ci", "role": "read", "namespace": "nope"}, id="undeclared-namespace"),
+    pytest.param({"name": "ci", "role": "admin", "namespace": "default"}, id="bound-admin"),
+    pytest.param({"name": "ci", "role": "read", "namespace": "Bad Name"}, id="bad-namespace"),
     pytest.param(["ci", "read"], id="not-an-object"),
 ]
 

@@ -7,20 +7,16 @@ app/api/scopes.py fails here; and every operation is called with a key of every 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import httpx
 import pytest
 from fastapi import FastAPI
 
-from app.api.app import create_app
 from app.api.auth import OPEN_PATHS
 from app.api.scopes import SCOPES, required_role
 from app.models.keys import Role
-from app.settings import Settings
+from tests.api.conftest import BOOTSTRAP
 from tests.support.routes import served_operations
 
-BOOTSTRAP = "k-bootstrap-0123456789abcdef"
 RUN_ID = "default.01ARZ3NDEKTSV4RRFFQ69G5FAV"
 # endless streams: the in-process transport would buffer them forever; their role is
 # still checked below (a refused call never starts the stream)
@@ -29,20 +25,6 @@ ENDLESS = {("GET", "/activity")}
 
 def bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
-
-
-@pytest.fixture
-async def keyed_app(settings: Settings) -> AsyncIterator[FastAPI]:
-    app = create_app(settings.model_copy(update={"api_keys": [BOOTSTRAP]}))
-    async with app.router.lifespan_context(app):
-        yield app
-
-
-@pytest.fixture
-async def keyed_api(keyed_app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=keyed_app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
-        yield client
 
 
 @pytest.fixture
@@ -154,3 +136,93 @@ async def test_the_openapi_document_names_each_operations_role(
                 continue
             assert operation["x-required-role"] == SCOPES[(method.upper(), path)].value
             assert "403" in operation["responses"], (method, path)
+
+
+# -- roles x namespaces x routes ---------------------------------------------------------
+
+ACME_OBJECTS = ("{run_id}", "{operation_id}", "{schedule_id}", "{name}", "{key}")
+
+
+async def acme_objects(api: httpx.AsyncClient) -> dict[str, str]:
+    """One of every kind of object in namespace ``acme``, made by the bootstrap key."""
+    admin = bearer(BOOTSTRAP)
+    in_acme = {**admin, "Leasehold-Namespace": "acme"}
+    for name in ("acme", "bravo"):
+        assert (await api.put(f"/namespaces/{name}", json={}, headers=admin)).status_code == 201
+    assert (await api.put("/queues/work", headers=in_acme)).status_code == 201
+    run = {"handler": "demo.echo", "input": {"message": "a"}, "queue": "work"}
+    made = await api.post("/runs", json=run, headers=in_acme)
+    assert made.status_code == 201, made.text
+    schedule = {"id": "nightly", "cron": "30 2 * * *", "run": run}
+    assert (await api.post("/schedules", json=schedule, headers=in_acme)).status_code == 201
+    limit = {"limit": 5, "period_s": 1}
+    assert (await api.put("/rate-limits/rk", json=limit, headers=in_acme)).is_success
+    retry = await api.post("/runs/retry", json={"queue": "work"}, headers=in_acme)
+    assert retry.status_code == 202, retry.text
+    return {"run": made.json()["id"], "operation": retry.json()["id"]}
+
+
+def acme_path(template: str, objects: dict[str, str]) -> str:
+    return (
+        template.replace("{run_id}", objects["run"])
+        .replace("{operation_id}", objects["operation"])
+        .replace("{schedule_id}", "nightly")
+        .replace("{name}", "acme" if template.startswith("/namespaces") else "work")
+        .replace("{key}", "rk")
+        .replace("{key_id}", "k0123456789abcdef")
+        .replace("{worker_id}", "w-nobody")
+    )
+
+
+async def acme_state(api: httpx.AsyncClient, objects: dict[str, str]) -> list[object]:
+    """What a user of acme sees of its objects."""
+    in_acme = {**bearer(BOOTSTRAP), "Leasehold-Namespace": "acme"}
+    run = (await api.get(f"/runs/{objects['run']}", headers=in_acme)).json()
+    schedule = (await api.get("/schedules/nightly", headers=in_acme)).json()
+    return [
+        (run["status"], run.get("cancel_requested")),
+        (schedule["paused"], schedule["version"]),
+        (await api.get("/queues/work", headers=in_acme)).status_code,
+        (await api.get("/rate-limits/rk", headers=in_acme)).status_code,
+        (await api.get(f"/operations/{objects['operation']}", headers=in_acme)).status_code,
+        (await api.get("/namespaces/acme", headers=bearer(BOOTSTRAP))).status_code,
+    ]
+
+
+async def test_every_role_of_another_namespace_reaches_nothing_of_acme(
+    keyed_api: httpx.AsyncClient, keyed_app: FastAPI
+) -> None:
+    """The matrix: every operation x every role of a key bound to ``bravo``, called with
+    acme's ids. A role below the route's is a 403; otherwise acme's objects are a 404 to
+    read, and nothing a bravo key sends changes them."""
+    objects = await acme_objects(keyed_api)
+    before = await acme_state(keyed_api, objects)
+    bravo: dict[Role, str] = {}
+    for role in (Role.READ, Role.SUBMIT, Role.OPERATE):
+        body = {"name": f"bravo-{role}", "role": role, "namespace": "bravo"}
+        made = await keyed_api.post("/keys", json=body, headers=bearer(BOOTSTRAP))
+        assert made.status_code == 201, made.text
+        bravo[role] = made.json()["secret"]
+    for method, template in served_operations(keyed_app):
+        if template in OPEN_PATHS or (method, template) in ENDLESS:
+            continue
+        needed = SCOPES[(method, template)]
+        path = acme_path(template, objects)
+        for role, secret in bravo.items():
+            response = await keyed_api.request(method, path, json={}, headers=bearer(secret))
+            where = (method, template, role.value, response.status_code, response.text[:200])
+            assert response.status_code < 500, where
+            if not role.allows(needed):
+                assert response.status_code == 403, where
+                continue
+            assert response.status_code not in (401, 403), where
+            if method == "GET" and any(name in template for name in ACME_OBJECTS):
+                assert response.status_code == 404, where
+            # naming acme outright is refused whatever the route: the same 404 as a
+            # namespace that does not exist
+            named = await keyed_api.request(
+                method, path, json={}, headers={**bearer(secret), "Leasehold-Namespace": "acme"}
+            )
+            assert named.status_code == 404, (*where, named.text[:200])
+            assert named.json()["type"].endswith("namespace-not-found"), where
+    assert await acme_state(keyed_api, objects) == before

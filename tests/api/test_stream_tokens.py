@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -17,7 +16,6 @@ import jwt
 import pytest
 from fastapi import FastAPI
 
-from app.api.app import create_app
 from app.settings import Settings
 from app.store.signing.store import SigningKeys
 from app.tokens.verify import STREAM_AUDIENCE
@@ -28,17 +26,13 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
 @pytest.fixture
-async def keyed_app(settings: Settings) -> AsyncIterator[FastAPI]:
-    app = create_app(settings.model_copy(update={"api_keys": [KEY]}))
-    async with app.router.lifespan_context(app):
-        yield app
+def keyed_settings(settings: Settings) -> Settings:
+    return settings.model_copy(update={"api_keys": [KEY]})
 
 
 @pytest.fixture
-async def api(keyed_app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=keyed_app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
-        yield client
+def api(keyed_api: httpx.AsyncClient) -> httpx.AsyncClient:
+    return keyed_api
 
 
 def signing(app: FastAPI) -> SigningKeys:

@@ -173,3 +173,19 @@ def gated_calls(ctx: RunContext, params: GatedInput) -> dict[str, object]:
             record.rpush(key, f"{time.time():.3f} {ctx.owner_id} {ctx.fence} {status}")
             time.sleep(params.every_s)
     return {"fence": ctx.fence}
+
+
+class ClaimsInput(BaseModel):
+    """What audience the lease token is for."""
+
+    audience: str = "tools"
+
+
+@handler("test.lease_claims")
+async def lease_claims(ctx: RunContext, params: ClaimsInput) -> dict[str, object]:
+    """The claims of this run's lease token (its signature is the verifier's business)."""
+    import jwt
+
+    token = await ctx.lease_token(audience=params.audience)
+    claims: dict[str, object] = jwt.decode(token, options={"verify_signature": False})
+    return claims

@@ -116,8 +116,10 @@ class FakeApi(LeaseVerifier):
     lease: dict[str, Any]
     asked = 0
 
-    def _get(self, path: str, *, auth: bool) -> dict[str, Any]:
+    def _get(self, path: str, *, auth: bool, namespace: str | None = None) -> dict[str, Any]:
         assert path == f"/leases/{claims()['sub']}" and auth
+        # a token without ``ns`` is the default namespace's: the check asks there
+        assert namespace == claims().get("ns", "default")
         self.asked += 1
         return self.lease
 

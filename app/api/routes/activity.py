@@ -86,7 +86,7 @@ async def follow_activity(
     limit = settings.activity_max_queues
     requested = _queues(queue, limit)
     resume = _resume(last_event_id)
-    store = ActivityStore(state.client, prefix=settings.prefix)
+    store = ActivityStore(state.client, prefix=settings.data_prefix)
     if requested is None:
         queues, every_queue = (await state.queues.declared())[:limit], limit
     else:

@@ -101,6 +101,7 @@ async def create_runs(
         news = list(valid.values())
         cost = sum(create_cost_bytes(_utf8_size(new.input_json)) for new in news)
         await state.memory.admit(cost)  # the whole batch, or nothing (503)
+        await state.quota.admit_runs(len(news))  # the same, within the namespace (429)
         created = await state.store.create_many(news)
         await state.queues.keep_declared(new.queue for new in news)
         made: Counter[tuple[str, str]] = Counter()

@@ -21,6 +21,7 @@ from app.models.keys import (
     KeyPage,
     KeyRotate,
     KeySecret,
+    Role,
 )
 from app.store.apikeys.store import KeyLimitReached
 
@@ -39,7 +40,11 @@ STREAM_ID_PATTERN = r"^[0-9]{1,19}-[0-9]{1,19}$"
 async def create_key(
     body: Annotated[KeyCreate, Depends(json_body(KeyCreate))], state: State
 ) -> KeySecret | Response:
-    """A new key with one role; its secret is in this answer and nowhere else, ever.
+    """A new key with one role, bound to one namespace or reaching all; its secret is in
+    this answer and nowhere else, ever.
+
+    A bound key reads and writes its namespace only (an admin key is never bound: 422);
+    the namespace must exist (422 otherwise).
 
     Past ``LEASEHOLD_MAX_API_KEYS`` live keys → 409; with authentication off → 409.
     """
@@ -50,9 +55,28 @@ async def create_key(
             "set LEASEHOLD_API_KEYS (the bootstrap admin keys) before creating scoped keys",
             kind="auth-off",
         )
+    if body.namespace is not None:
+        if body.role is Role.ADMIN:
+            return problem(
+                422,
+                "An admin key reaches every namespace",
+                "admin keys manage the namespaces, keys and workers themselves: make this "
+                "key without a namespace, or give it the operate role",
+                kind="admin-key-bound",
+            )
+        if await state.directory.find(body.namespace) is None:
+            return problem(
+                422,
+                "No such namespace",
+                f"namespace {body.namespace!r} does not exist: PUT /namespaces/{{name}} first",
+                kind="namespace-not-found",
+            )
     try:
         return await state.keyring.store.create(
-            name=body.name, role=body.role, expires_in_s=body.expires_in_s
+            name=body.name,
+            role=body.role,
+            expires_in_s=body.expires_in_s,
+            namespace=body.namespace,
         )
     except KeyLimitReached:
         return problem(

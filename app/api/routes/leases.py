@@ -23,7 +23,7 @@ async def get_lease(run_id: RunId, state: State) -> LeaseView:
     A lease token whose owner or fence differs from this answer is stale: the run was
     taken over, even if the token has not expired yet.
     """
-    lease = await read_lease(state.client, prefix=state.settings.prefix, run_id=run_id)
+    lease = await read_lease(state.client, prefix=state.settings.data_prefix, run_id=run_id)
     if lease is None:
         raise RunNotFound(run_id)
     return LeaseView(**dataclasses.asdict(lease), held=lease.held)

@@ -61,7 +61,7 @@ async def metrics(state: State) -> Response:
     serving = Counter(
         queue
         for worker in await list_workers(
-            state.client, state.settings.prefix, state.settings.lease_ttl_ms
+            state.client, state.settings.data_prefix, state.settings.lease_ttl_ms
         )
         if worker.alive  # silent past one lease TTL: its runs are being taken from it
         for queue in worker.queues

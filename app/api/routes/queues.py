@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Path, Query, Response
 
 from app.api.routes.runs import State, problems
-from app.errors import QueueNotDeclared
+from app.errors import QueueLimitReached, QueueNotDeclared
 from app.models import QUEUE_NAME_PATTERN
 from app.models.api import QueuePage
 from app.models.read import QueueInfo, QueueSeries
@@ -78,7 +78,13 @@ async def declare_queue(name: QueueName, state: State, response: Response) -> Qu
     ``LEASEHOLD_MAX_QUEUES`` declared queues → 409 and nothing changes. Workers
     claim from it once started with it in their ``LEASEHOLD_QUEUES``.
     """
-    created = await state.queues.declare(name)
+    bound, by_quota = await state.quota.bound("queues", state.queues.max_queues)
+    try:
+        created = await state.queues.declare(name, max_queues=bound)
+    except QueueLimitReached:
+        if by_quota:
+            raise state.quota.over_count("queues", bound) from None
+        raise
     response.status_code = 201 if created else 200
     response.headers["Location"] = f"/queues/{name}"
     return await state.queues.info(name)

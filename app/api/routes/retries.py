@@ -14,6 +14,7 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Path, Request, Re
 from app.api.bodies import body_doc, json_body, optional_json_body
 from app.api.operations import RetryDrivers
 from app.api.routes.runs import RunId, State, problems
+from app.api.state import api_state
 from app.errors import OperationConflict, RunNotFound
 from app.models import IDEMPOTENCY_KEY_PATTERN, OPERATION_ID_PATTERN, Run
 from app.models.api import RetryRequest
@@ -29,9 +30,9 @@ OperationId = Annotated[str, Path(pattern=OPERATION_ID_PATTERN, description="a U
 
 
 def drivers(request: Request) -> RetryDrivers:
-    """FastAPI dependency: the bulk retries this API process drives."""
-    found: RetryDrivers = request.app.state.leasehold_retries
-    return found
+    """FastAPI dependency: the bulk retries this API process drives in the request's
+    namespace."""
+    return api_state(request).retries
 
 
 Drivers = Annotated[RetryDrivers, Depends(drivers)]
@@ -74,6 +75,7 @@ async def retry_one(
     await state.queues.require(queue)  # the queue may have been undeclared since
     input_bytes = await state.store.client.hstrlen(state.store.keys(queue).run(run_id), "input")
     await state.memory.admit(create_cost_bytes(int(input_bytes)))
+    await state.quota.admit_runs(1)
     retried = await retry_run(
         state.store,
         Rerun(

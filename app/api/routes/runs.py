@@ -270,6 +270,7 @@ async def _create(
     new = await with_start_gates(new, body.rate_limits, state)
     # before a stream slot is taken: a refusal holds nothing
     await state.memory.admit(create_cost_bytes(len(new.input_json.encode())))
+    await state.quota.admit_runs(1)
     streaming = "text/event-stream" in request.headers.get("accept", "")
     if streaming:
         admit_stream(state, None)  # before the create: a refusal changes nothing

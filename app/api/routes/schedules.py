@@ -174,9 +174,12 @@ async def create_schedule(
     fields.update(run_fields)
     if not body.paused:
         fields["next_fire_ms"] = spec.next_after(now)
+    bound, by_quota = await state.quota.bound("schedules", store.max_schedules)
     try:
-        await store.create(body.id, run_fields["queue"], fields)
-    except (ScheduleConflict, ScheduleLimitReached) as exc:
+        await store.create(body.id, run_fields["queue"], fields, max_schedules=bound)
+    except ScheduleLimitReached as exc:
+        raise (state.quota.over_count("schedules", bound) if by_quota else _refused(exc)) from None
+    except ScheduleConflict as exc:
         raise _refused(exc) from None
     response.headers["Location"] = f"/schedules/{body.id}"
     return await store.get(body.id)
@@ -332,6 +335,7 @@ async def trigger_schedule(
     """
     record = await _record(store, schedule_id)
     await state.memory.admit(create_cost_bytes(len(record.fields.get("input", "").encode())))
+    await state.quota.admit_runs(1)
     now = await store.now_ms()
     result = _result(await _fire(store, record, "trigger", [now], body.overlap if body else None))
     response.status_code = 201 if result.created else 200
@@ -377,4 +381,5 @@ async def backfill_schedule(
         )
     cost = create_cost_bytes(len(record.fields.get("input", "").encode())) * max(1, len(fires))
     await state.memory.admit(cost)
+    await state.quota.admit_runs(max(1, len(fires)))  # all or nothing, like the memory
     return _result(await _fire(store, record, "backfill", fires, body.overlap or "allow"))

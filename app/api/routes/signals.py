@@ -72,6 +72,7 @@ async def signal_run(
         )
     # a signal kept for a later wait is stored like a small run: admitted like one
     await state.memory.admit(create_cost_bytes(size))
+    await state.quota.admit_signal()
     settings = state.settings
     store = WaitStore.for_settings(state.client, state.scripts, settings)
     outcome, replayed = await store.signal(

@@ -41,7 +41,7 @@ async def list_workers(state: State) -> list[WorkerInfo]:
     are being reconciled) until its advertisement expires (three TTLs).
     """
     return await workers.list_workers(
-        state.client, state.settings.prefix, state.settings.lease_ttl_ms
+        state.client, state.settings.data_prefix, state.settings.lease_ttl_ms
     )
 
 
@@ -62,7 +62,7 @@ async def drain_worker(worker_id: WorkerId, state: State) -> WorkerDrain:
     lease TTL) and shows ``draining: true`` in ``GET /workers`` until it is gone.
     Idempotent. A worker that is not advertised → 404, and nothing is written.
     """
-    if not await workers.request_drain(state.client, state.settings.prefix, worker_id):
+    if not await workers.request_drain(state.client, state.settings.data_prefix, worker_id):
         raise HTTPException(404, f"no live worker {worker_id!r} (see GET /workers)")
     return WorkerDrain(id=worker_id, drain_requested=True)
 

@@ -50,6 +50,7 @@ async def stream_token(
     token, expires_at = await issue_stream_token(
         state.signing,
         run_id=run_id,
+        namespace=state.settings.namespace,
         tree=body.tree if body is not None else False,
         ttl_s=state.settings.stream_token_ttl_s,
     )

@@ -33,11 +33,13 @@ SECRET_PREFIX = "lh_"
 
 @dataclass(frozen=True)
 class StoredKey:
-    """What a presented secret resolves to: the key's id, name and role."""
+    """What a presented secret resolves to: the key's id, name, role and namespace
+    (None: every namespace, the request names one)."""
 
     key_id: str
     name: str
     role: Role
+    namespace: str | None = None
 
 
 def secret_digest(secret: bytes) -> str:
@@ -65,7 +67,9 @@ class KeyStore:
         )
         if not fields:
             return None
-        return StoredKey(fields["id"], fields["name"], Role(fields["role"]))
+        return StoredKey(
+            fields["id"], fields["name"], Role(fields["role"]), fields.get("namespace") or None
+        )
 
     async def _transaction(self, change: Callable[[Any], Awaitable[None]], key: str) -> None:
         """``change`` under ``WATCH key``, again from the start if the key changed."""
@@ -78,7 +82,9 @@ class KeyStore:
         seconds, micros = await self.client.time()
         return int(seconds) * 1000 + int(micros) // 1000
 
-    async def create(self, *, name: str, role: Role, expires_in_s: int | None) -> KeySecret:
+    async def create(
+        self, *, name: str, role: Role, expires_in_s: int | None, namespace: str | None = None
+    ) -> KeySecret:
         """A new key and its secret (returned once, stored only as a digest).
 
         Raises :class:`KeyLimitReached` past ``max_keys`` live keys.
@@ -99,6 +105,7 @@ class KeyStore:
             "created_ms": now_ms,
             "expires_ms": now_ms + ttl_ms if ttl_ms else "",
             "digest": digest,
+            "namespace": namespace or "",
         }
         async with self.client.pipeline(transaction=True) as pipe:
             pipe.hset(self.keys.api_key(key_id), mapping=record)  # type: ignore[arg-type]
@@ -188,7 +195,12 @@ class KeyStore:
 
 def _lookup(record: dict[str, Any]) -> dict[Any, Any]:
     """What a digest's lookup hash holds: enough to authorize without the record."""
-    return {"id": record["id"], "name": record["name"], "role": record["role"]}
+    return {
+        "id": record["id"],
+        "name": record["name"],
+        "role": record["role"],
+        "namespace": record.get("namespace", ""),
+    }
 
 
 def _info(record: dict[str, Any]) -> KeyInfo:
@@ -196,6 +208,7 @@ def _info(record: dict[str, Any]) -> KeyInfo:
         id=record["id"],
         name=record["name"],
         role=Role(record["role"]),
+        namespace=record.get("namespace") or None,
         created_at=_required(ms_to_datetime(record["created_ms"])),
         expires_at=ms_to_datetime(record.get("expires_ms")),
         rotated_at=ms_to_datetime(record.get("rotated_ms")),

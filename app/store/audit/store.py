@@ -25,6 +25,7 @@ class AuditRecord:
     key_id: str
     key_name: str
     role: Role
+    namespace: str
     method: str
     path: str
     status: int
@@ -48,6 +49,7 @@ class AuditStore:
             "key_id": record.key_id,
             "key_name": record.key_name,
             "role": record.role.value,
+            "namespace": record.namespace,
             "method": record.method,
             "path": record.path[:2048],
             "status": record.status,
@@ -83,6 +85,8 @@ def _entry(entry_id: str, fields: dict[str, str]) -> AuditEntry:
         key_id=fields["key_id"],
         key_name=fields["key_name"],
         role=Role(fields["role"]),
+        # entries from before namespaces addressed the default one
+        namespace=fields.get("namespace", "default"),
         method=fields["method"],
         path=fields["path"],
         status=int(fields["status"]),

@@ -98,7 +98,7 @@ class QueueStore:
         return cls(
             client,
             scripts=scripts,
-            prefix=settings.prefix,
+            prefix=settings.data_prefix,
             configured=settings.queues,
             max_queues=settings.max_queues,
         )
@@ -114,7 +114,8 @@ class QueueStore:
         ``PUT /queues`` is bounded.
         """
         if not self._announced:
-            await self.client.sadd(GlobalKeys(self.prefix).queues, *self.configured)
+            if self.configured:  # none in a namespace this process does not configure
+                await self.client.sadd(GlobalKeys(self.prefix).queues, *self.configured)
             self._announced = True
 
     async def declared(self) -> list[str]:
@@ -168,17 +169,19 @@ class QueueStore:
         if queue in self.configured:
             await self.announce_configured()
 
-    async def declare(self, queue: str) -> bool:
+    async def declare(self, queue: str, *, max_queues: int | None = None) -> bool:
         """Declare ``queue``; True when it is new, False when it was declared already.
 
-        Raises :class:`QueueLimitReached` when ``max_queues`` are declared; the name
-        must already match the queue-name pattern (the API checks it).
+        Raises :class:`QueueLimitReached` when ``max_queues`` (default: the store's)
+        are declared; the name must already match the queue-name pattern (the API
+        checks it).
         """
         await self.announce_configured()
-        args = DeclareArgs(queue, self.max_queues)
+        bound = self.max_queues if max_queues is None else max_queues
+        args = DeclareArgs(queue, bound)
         reply = await DECLARE_QUEUE.send(self.scripts, self.client, self.keys(queue), args)
         if reply.code == ScriptCode.CONFLICT:
-            raise QueueLimitReached(queue, self.max_queues)
+            raise QueueLimitReached(queue, bound)
         return bool(reply.code == ScriptCode.OK)
 
     async def undeclare(self, queue: str) -> None:

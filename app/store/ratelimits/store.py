@@ -228,6 +228,14 @@ class RateLimitStore:
         bucket_key = self._bucket_key(declared.key, queue)
         return TAKE_TOKENS.call(self._binding_keys, args, bucket_key)
 
+    async def take_quota(self, name: str, *, per_second: int, cost: int) -> Token:
+        """Take ``cost`` from this namespace's rate quota ``name`` (``creates``,
+        ``signals``): ``per_second`` a second with one second's worth of burst; never
+        reserves ahead. ``cost`` must be within 1..per_second."""
+        args = TakeArgs(per_second, 1000, per_second, cost, 0)
+        call = TAKE_TOKENS.call(self._binding_keys, args, self.keys.quota_bucket(name))
+        return _token(TAKE_TOKENS.decode(await self.scripts.run(self.client, call)))
+
     async def push(self, declared: Declared, *, retry_after_ms: int) -> Token:
         """An upstream said 429: nobody takes from the bucket for ``retry_after_ms``.
 

@@ -177,7 +177,14 @@ class ScheduleStore:
         seconds, micros = await self.client.time()
         return int(seconds) * 1000 + int(micros) // 1000
 
-    async def create(self, schedule_id: str, queue: str, fields: Mapping[str, Any]) -> int:
+    async def create(
+        self,
+        schedule_id: str,
+        queue: str,
+        fields: Mapping[str, Any],
+        *,
+        max_schedules: int | None = None,
+    ) -> int:
         """Create a schedule; returns its version (1).
 
         ``fields`` are the record's spec and run options (``next_fire_ms`` among them,
@@ -186,9 +193,10 @@ class ScheduleStore:
         taken first (HSETNX), so two creates of one id cannot both win.
         """
         directory = self.global_keys.schedules
-        if await self.client.hlen(directory) >= self.max_schedules:
+        bound = self.max_schedules if max_schedules is None else max_schedules
+        if await self.client.hlen(directory) >= bound:
             raise ScheduleLimitReached(
-                f"{self.max_schedules} schedules exist (LEASEHOLD_SCHEDULE_MAX); delete one first"
+                f"{bound} schedules exist (LEASEHOLD_SCHEDULE_MAX); delete one first"
             )
         if not await self.client.hsetnx(directory, schedule_id, queue):
             raise ScheduleConflict(f"schedule {schedule_id!r} exists already")

@@ -1,0 +1,111 @@
+"""A namespace's quotas, judged where each resource is written: 429 naming the quota.
+
+Counts that are costly to take exactly (live runs, stored bytes) are judged against a
+measurement at most LEASEHOLD_QUOTA_USAGE_TTL_S old, plus what this process admitted
+since (as :class:`app.store.admission.MemoryAdmission` does with memory): a burst from
+several API processes can pass a count quota by what they admit within that window,
+never more. Rates (creates, signals) are GCRA buckets in Redis, shared by every API
+process and exact. Counts of declared things (queues, schedules) are passed to the
+declaring script as its bound, so they hold atomically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Awaitable, Callable
+
+from app.errors import QuotaExceeded
+from app.models.namespaces import Quotas
+from app.store.namespaces.store import Held
+from app.store.ratelimits.store import RateLimitStore
+
+
+class QuotaGuard:
+    """The quotas of one namespace, as one API process applies them."""
+
+    def __init__(
+        self,
+        namespace: str,
+        *,
+        quotas: Callable[[], Awaitable[Quotas]],
+        measure: Callable[[], Awaitable[Held]],
+        buckets: RateLimitStore,
+        usage_ttl_s: float,
+    ) -> None:
+        self.namespace = namespace
+        self._quotas = quotas
+        self._measure = measure
+        self._buckets = buckets
+        self.usage_ttl_s = usage_ttl_s
+        self._held: Held | None = None
+        self._measured_at = -math.inf
+        self._admitted_runs = 0
+        self._lock = asyncio.Lock()
+
+    async def quotas(self) -> Quotas:
+        """The namespace's quotas now (cached by the namespace directory)."""
+        return await self._quotas()
+
+    async def held(self, *, fresh: bool = False) -> Held:
+        """What the namespace holds, measured at most ``usage_ttl_s`` ago."""
+        async with self._lock:  # one measurement at a time, however many creates wait
+            if fresh or time.monotonic() - self._measured_at >= self.usage_ttl_s:
+                self._held = await self._measure()
+                self._measured_at = time.monotonic()
+                self._admitted_runs = 0
+            assert self._held is not None
+            return self._held
+
+    async def admit_runs(self, count: int = 1) -> None:
+        """Raise :class:`QuotaExceeded` unless ``count`` new runs fit every quota on
+        creates: live runs, stored bytes, creates per second (taken last: a create the
+        counts refuse costs no token)."""
+        quotas = await self.quotas()
+        if quotas.live_runs is not None or quotas.stored_bytes is not None:
+            held = await self.held()
+            live = held.live_runs + self._admitted_runs
+            if quotas.live_runs is not None and live + count > quotas.live_runs:
+                raise self._over("live_runs", quotas.live_runs, f"holds {live} live runs")
+            if quotas.stored_bytes is not None and held.stored_bytes >= quotas.stored_bytes:
+                raise self._over(
+                    "stored_bytes", quotas.stored_bytes, f"holds about {held.stored_bytes} bytes"
+                )
+        if quotas.creates_per_s is not None:
+            await self._take("creates", "creates_per_s", quotas.creates_per_s, count)
+        self._admitted_runs += count
+
+    async def admit_signal(self) -> None:
+        """Raise :class:`QuotaExceeded` past the namespace's signals per second."""
+        quotas = await self.quotas()
+        if quotas.signals_per_s is not None:
+            await self._take("signals", "signals_per_s", quotas.signals_per_s, 1)
+
+    async def bound(self, quota: str, deployment_bound: int) -> tuple[int, bool]:
+        """The bound a declaring script applies for ``quota`` (``queues``, ``schedules``)
+        and whether the namespace's quota is what sets it (then a refusal is a 429)."""
+        limit: int | None = getattr(await self.quotas(), quota)
+        if limit is not None and limit < deployment_bound:
+            return limit, True
+        return deployment_bound, False
+
+    def over_count(self, quota: str, limit: int) -> QuotaExceeded:
+        """The refusal of a declaration past the namespace's ``quota`` of ``limit``."""
+        return self._over(quota, limit, f"allows {limit}: delete one first", retry_s=60)
+
+    async def _take(self, bucket: str, quota: str, per_second: int, cost: int) -> None:
+        if cost > per_second:
+            raise self._over(quota, per_second, f"is below this request's {cost}: send fewer")
+        token = await self._buckets.take_quota(bucket, per_second=per_second, cost=cost)
+        if not token.granted:
+            retry_s = math.ceil(token.wait_ms / 1000)
+            raise self._over(quota, per_second, "is used up for now", retry_s=retry_s)
+
+    def _over(
+        self, quota: str, limit: int, detail: str, *, retry_s: int | None = None
+    ) -> QuotaExceeded:
+        retry = retry_s if retry_s is not None else math.ceil(self.usage_ttl_s)
+        return QuotaExceeded(
+            namespace=self.namespace, quota=quota, limit=limit, detail=detail, retry_after_s=retry
+        )

@@ -1,0 +1,1 @@
+"""Namespaces (tenants): the directory of declared ones and what each one holds."""
