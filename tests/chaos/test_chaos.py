@@ -37,6 +37,9 @@ async def test_a_minute_of_every_fault_breaks_no_invariant(tmp_path: Path) -> No
     assert report.snapshot.runs, "the workload created no run"
     assert report.janitor.deleted, "the janitor deleted no run: the delete invariants saw nothing"
     assert report.reruns["reruns"], "nothing was re-run: the re-run invariants saw nothing"
+    assert report.tenants.get("201") and report.tenants.get("429"), (
+        "the neighbour tenant made no run or met no quota: its invariants saw nothing"
+    )
     assert report.violations == [], report.text()
 
 

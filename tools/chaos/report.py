@@ -56,6 +56,8 @@ class ChaosReport:
     reruns: Counter[str] = field(default_factory=Counter)
     # the kill_idle_worker faults: how many found a registered worker, rows stranded
     handoffs: dict[str, int] = field(default_factory=dict)
+    # the neighbour tenant's answers (201, 429...) and cross-namespace reads seen
+    tenants: dict[str, int] = field(default_factory=dict)
 
     @property
     def faults_by_kind(self) -> dict[str, int]:
@@ -116,6 +118,7 @@ class ChaosReport:
             },
             "reruns": dict(self.reruns),
             "handoffs": self.handoffs,
+            "tenants": self.tenants,
             "activity_tap": {"entries": self.tap.entries, "gaps": self.tap.gaps},
             "handler_returns": dict(self.returns_compared),
             "person": self.workload.decisions,
@@ -156,6 +159,7 @@ class ChaosReport:
             f"janitor:   {_kv(s['janitor'])}; tap {_kv(s['activity_tap'])}",
             f"reruns:    {_kv(s['reruns'])}",
             f"hand-offs: {_kv(s['handoffs'])} (kill_idle_worker: registered found, rows stranded)",
+            f"tenants:   {_kv(s['tenants'])} (the neighbour namespace: answers, cross reads)",
             f"returns:   {_kv(s['handler_returns'])} (handler returns checked against outputs)",
         ]
         lines += [f"  fault {_kv(fault)}" for fault in s["fault_log"]]

@@ -40,6 +40,7 @@ from tools.chaos.janitor import Janitor
 from tools.chaos.report import ChaosReport
 from tools.chaos.rerunner import Rerunner
 from tools.chaos.tap import ActivityTap
+from tools.chaos.tenants import Neighbour
 from tools.chaos.workload import Api, Workload
 
 SETTLE_POLL_S = 0.5
@@ -76,11 +77,13 @@ async def run_chaos(config: ChaosConfig) -> ChaosReport:
         redis_client = async_client(cluster.redis_url)
         await rates.declare(redis_client, cluster.prefix)
         api = Api(cluster.api_urls, random.Random(f"{config.seed}-api"))
+        neighbour = Neighbour(cluster.api_urls, random.Random(f"{config.seed}-neighbour"))
         try:
-            chaos = ChaosRun(config, cluster, redis_client, api)
+            chaos = ChaosRun(config, cluster, redis_client, api, neighbour)
             await chaos.attack()
             return await chaos.verdict()
         finally:
+            await neighbour.aclose()
             await api.aclose()
             await redis_client.aclose()
     finally:
@@ -91,9 +94,15 @@ class ChaosRun:
     """One run's moving parts: the workload, the injector, and the clock they share."""
 
     def __init__(
-        self, config: ChaosConfig, cluster: Cluster, redis_client: aioredis.Redis, api: Api
+        self,
+        config: ChaosConfig,
+        cluster: Cluster,
+        redis_client: aioredis.Redis,
+        api: Api,
+        neighbour: Neighbour,
     ) -> None:
         self.config = config
+        self.neighbour = neighbour
         self.cluster = cluster
         self.redis = redis_client
         self.started = time.monotonic()
@@ -121,6 +130,7 @@ class ChaosRun:
         limits = QueueLimits(default_key=flow.KEY_LIMIT)
         await self.workload.api.call(lambda client: client.set_limits(QUEUE, limits))
         await schedules.start(self.workload.api)  # every reconciler fires it, under the faults
+        await self.neighbour.start()  # another tenant beside the workload, over its quota
         first = list(self.config.first_faults)
         self.fault_rng.shuffle(first)
         deadline = self.started + self.config.duration_s
@@ -128,6 +138,8 @@ class ChaosRun:
         person = asyncio.create_task(self.workload.person(stop_person))
         janitor = asyncio.create_task(self.janitor.run(stop_person))
         rerunner = asyncio.create_task(self.rerunner.run(stop_person))
+        ours = lambda: [t.run_id for t in self.workload.runs[-50:] if t.run_id]  # noqa: E731
+        neighbour = asyncio.create_task(self.neighbour.run(stop_person, ours))
         self._tap = asyncio.create_task(self.tap.follow(self._stop_tap))
         await asyncio.gather(
             self.workload.create_until(deadline, lambda: self.injector.first_pending),
@@ -136,7 +148,7 @@ class ChaosRun:
             ),
         )
         stop_person.set()
-        await asyncio.gather(person, janitor, rerunner)
+        await asyncio.gather(person, janitor, rerunner, neighbour)
         await schedules.stop(self.workload.api)  # its runs settle like the others
 
     async def verdict(self) -> ChaosReport:
@@ -226,6 +238,8 @@ class ChaosRun:
         violations += handoffs.check_handoffs(snapshot, faults, side_dir)
         violations += await handoffs.check_inboxes(self.redis, self.cluster.prefix, QUEUE, faults)
         violations += await schedules.check(self.redis, self.cluster.prefix, snapshot)
+        restarts = sum(fault.kind in REDIS_DOWN_KINDS for fault in self.injector.faults)
+        violations += await self.neighbour.check(self.redis, self.cluster.prefix, restarts)
         resurrected = await self._resurrected(list(self.janitor.deleted))
         return violations + promises.check_deleted(self.janitor.deleted, self.tap, resurrected)
 
@@ -279,6 +293,7 @@ class ChaosRun:
             returns_compared=self.returns_compared,
             reruns=self.rerunner.outcomes,
             handoffs=handoffs.handoff_figures(faults),
+            tenants=self.neighbour.figures(),
         )
 
 
