@@ -42,7 +42,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.keyring import BOOTSTRAP
 from app.api.problems import problem, store_outage
-from app.api.scopes import AUDITED, role_for
+from app.api.scopes import AUDITED, cluster_only, role_for
 from app.api.stream_tokens import access_token, check_stream_token
 from app.keys import bearer_credentials, key_digest, key_matches
 from app.models.keys import Role
@@ -111,6 +111,9 @@ class BearerAuth:
         state["key"] = holder
         if holder.namespace is not None:
             state["bound_namespace"] = holder.namespace
+            if cluster_only(scope.get("method", "GET"), scope["path"]):
+                await _across_namespaces(scope, receive, send, holder=holder)
+                return
         if needed.rank < AUDITED.rank:
             if holder.role.allows(needed):
                 await self.app(scope, receive, send)
@@ -216,6 +219,21 @@ async def _forbidden(
         f"the key {holder.name!r} has {holder.role.value!r}",
         kind="forbidden",
         extensions={"required_role": needed.value},
+    )
+    await response(scope, receive, send)
+
+
+async def _across_namespaces(
+    scope: Scope, receive: Receive, send: Send, *, holder: StoredKey
+) -> None:
+    AUTH_REFUSALS.labels("role").inc()
+    response = problem(
+        403,
+        "Forbidden",
+        f"this route shows every namespace; the key {holder.name!r} reaches namespace "
+        f"{holder.namespace!r} only: call it with a key bound to no namespace",
+        kind="forbidden",
+        extensions={"required_role": Role.READ.value, "required_namespace": None},
     )
     await response(scope, receive, send)
 

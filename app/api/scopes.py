@@ -89,6 +89,9 @@ SCOPES: dict[tuple[str, str], Role] = {
 }
 # what the audit stream records: every call of a route that needs at least this role
 AUDITED = OPERATE
+# what shows every namespace at once, so no key bound to one namespace may call it
+# (403): the process's metrics hold every namespace's series
+CLUSTER_ONLY: frozenset[tuple[str, str]] = frozenset({("GET", "/metrics")})
 
 
 def required_role(method: str, template: str) -> Role:
@@ -107,11 +110,22 @@ def _compiled() -> list[tuple[str, re.Pattern[str], str]]:
 _MATCHERS = _compiled()
 
 
-def role_for(method: str, path: str) -> Role:
-    """The role a request for ``path`` needs (``admin`` when the table declares none)."""
+def route_of(method: str, path: str) -> tuple[str, str] | None:
+    """The declared (method, template) a request for ``path`` is, or None."""
     if method == "HEAD":
         method = "GET"
     for declared, regex, template in _MATCHERS:
         if declared == method and regex.match(path):
-            return SCOPES[(method, template)]
-    return ADMIN
+            return method, template
+    return None
+
+
+def role_for(method: str, path: str) -> Role:
+    """The role a request for ``path`` needs (``admin`` when the table declares none)."""
+    route = route_of(method, path)
+    return ADMIN if route is None else SCOPES[route]
+
+
+def cluster_only(method: str, path: str) -> bool:
+    """Whether a request for ``path`` shows every namespace (no bound key may call it)."""
+    return route_of(method, path) in CLUSTER_ONLY

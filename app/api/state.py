@@ -24,6 +24,7 @@ from app.api.keyring import Keyring
 from app.api.namespaces import NamespaceDirectory
 from app.api.quotas import QuotaGuard
 from app.handlers import HandlerRegistry
+from app.namespaces import DEFAULT_NAMESPACE
 from app.settings import Settings
 from app.store.admission import MemoryAdmission
 from app.store.audit.store import AuditStore
@@ -103,6 +104,13 @@ class ApiState:
             )
             self.namespaced[name] = found
         return found
+
+    def metric_queue(self, queue: str) -> str:
+        """The ``queue`` label of this namespace's queue in the API's metrics: its name in
+        ``default``, ``<namespace>/<name>`` in any other (a name no queue can have), so two
+        tenants' queues of one name never share a series."""
+        namespace = self.settings.namespace
+        return queue if namespace == DEFAULT_NAMESPACE else f"{namespace}/{queue}"
 
     def shared(self) -> SharedParts:
         """What every namespace's state is built on."""

@@ -308,3 +308,22 @@ async def test_a_stream_token_reads_its_namespace_run_without_a_header(
         f"/runs/{run_id}/events?access_token={token}", headers={"Leasehold-Namespace": "default"}
     )
     assert other.status_code == 404
+
+
+async def test_metrics_label_each_namespace_s_queues_apart(api: httpx.AsyncClient) -> None:
+    await declare(api, "acme")
+    await api.put("/queues/work", headers=admin())
+    assert (await create(api, admin("acme"))).status_code == 201
+    for _ in range(2):
+        assert (await create(api, admin())).status_code == 201
+    acme = (await api.get("/metrics", headers=admin("acme"))).text
+    assert 'leasehold_queue_depth{queue="acme/work",state="ready"} 1.0' in acme
+    mine = (await api.get("/metrics", headers=admin())).text
+    assert 'leasehold_queue_depth{queue="work",state="ready"} 2.0' in mine
+    # the default namespace's scrape keeps acme's counter: it is acme's to forget
+    assert 'leasehold_runs_created_total{handler="demo.echo",queue="acme/work"} 1.0' in mine
+    assert 'leasehold_runs_created_total{handler="demo.echo",queue="work"} 2.0' in mine
+    # a key of one namespace may not read the process's series of every namespace
+    reader = await key_for(api, "acme", "read")
+    refused = await api.get("/metrics", headers=bearer(reader))
+    assert refused.status_code == 403 and "every namespace" in refused.json()["detail"]

@@ -114,7 +114,7 @@ async def create_runs(
             if not outcome.replayed:  # the run's labels from its request: no Run built
                 made[new.queue, new.handler] += 1
         for (queue, handler), count in made.items():  # one metric update per label pair
-            RUNS_CREATED.labels(queue, handler).inc(count)
+            RUNS_CREATED.labels(state.metric_queue(queue), handler).inc(count)
     return Response(_items_json(outcomes), media_type="application/json")
 
 

@@ -3,6 +3,12 @@
 Every series labelled with a queue exists while the queue is declared: each scrape
 drops those of queues no longer declared (undeclared here or by another process), so
 declaring and undeclaring made-up queues cannot grow the exposition without bound.
+
+The exposition is the process's, and a process serves every namespace: a scrape reads
+the depth of the namespace it addresses (``Leasehold-Namespace``), and a queue of any
+namespace but ``default`` is labelled ``<namespace>/<queue>`` (never a queue's own
+name: ``/`` is not allowed in one). It shows every namespace's series this process
+has, so a key bound to one namespace may not scrape it (403, ``app.api.scopes``).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from app.api.routes.runs import State
 from app.models.read import QueueFlow
 from app.store.leases.workers import list_workers
+from app.store.queues.store import QueueDepth
 from app.telemetry.metrics import (
     API_KEYS_LIVE,
     API_REGISTRY,
@@ -69,27 +76,39 @@ async def metrics(state: State) -> Response:
     SLOTS_USED.clear()  # a limit removed since the last scrape leaves no stale series
     SLOTS_LIMIT.clear()
     declared = await state.queues.declared()
-    forget_queues_but(set(declared))
+    forget_queues_but({state.metric_queue(queue) for queue in declared}, state.metric_queue(""))
     for queue in declared:
-        LIVE_WORKERS.labels(queue).set(serving[queue])
-        depth = await state.queues.depth(queue)
-        QUEUE_RUNS_STORED.labels(queue).set(depth.stored)
-        QUEUE_DEPTH.labels(queue, "ready").set(depth.ready)
-        QUEUE_DEPTH.labels(queue, "delayed").set(depth.delayed)
-        QUEUE_DEPTH.labels(queue, "leased").set(depth.leased)
-        QUEUE_DEPTH.labels(queue, "parked").set(depth.parked)
-        OLDEST_QUEUED_AGE.labels(queue).set(depth.oldest_queued_age_s)
-        SLOTS_USED.labels(queue, "queue", "").set(depth.leased)
-        _export_flow(queue, await state.flow.flow(queue, state.settings.queue_top_keys))
+        _export_depth(state.metric_queue(queue), await state.queues.depth(queue), serving[queue])
+        flow = await state.flow.flow(queue, state.settings.queue_top_keys)
+        _export_flow(state.metric_queue(queue), flow)
     return Response(generate_latest(API_REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
 
-def forget_queues_but(declared: set[str]) -> None:
-    """Drop every queue-labelled series of a queue not in ``declared``."""
+def _export_depth(queue: str, depth: QueueDepth, workers: int) -> None:
+    """One queue's backlog and the live workers serving it, labelled ``queue``."""
+    LIVE_WORKERS.labels(queue).set(workers)
+    QUEUE_RUNS_STORED.labels(queue).set(depth.stored)
+    QUEUE_DEPTH.labels(queue, "ready").set(depth.ready)
+    QUEUE_DEPTH.labels(queue, "delayed").set(depth.delayed)
+    QUEUE_DEPTH.labels(queue, "leased").set(depth.leased)
+    QUEUE_DEPTH.labels(queue, "parked").set(depth.parked)
+    OLDEST_QUEUED_AGE.labels(queue).set(depth.oldest_queued_age_s)
+    SLOTS_USED.labels(queue, "queue", "").set(depth.leased)
+
+
+def forget_queues_but(declared: set[str], namespace_label: str = "") -> None:
+    """Drop every queue-labelled series of this namespace's queues not in ``declared``.
+
+    ``namespace_label``: how this namespace's labels begin (``""`` for ``default``,
+    whose labels have no ``/``; ``<namespace>/`` for any other): another namespace's
+    series are that namespace's scrape's to drop.
+    """
     for metric in QUEUE_LABELLED:
         shown = {sample.labels["queue"] for family in metric.collect() for sample in family.samples}
         for queue in shown - declared:
-            metric.remove_by_labels({"queue": queue})
+            ours = queue.startswith(namespace_label) if namespace_label else "/" not in queue
+            if ours:
+                metric.remove_by_labels({"queue": queue})
 
 
 def _export_flow(queue: str, flow: QueueFlow) -> None:

@@ -90,7 +90,7 @@ async def retry_one(
         response.status_code = 200
         response.headers["Idempotency-Replayed"] = "true"
     else:
-        RUNS_CREATED.labels(retried.run.queue, retried.run.handler).inc()
+        RUNS_CREATED.labels(state.metric_queue(retried.run.queue), retried.run.handler).inc()
     return retried.run
 
 

@@ -288,7 +288,7 @@ async def _create(
     if created.replayed:
         headers["Idempotency-Replayed"] = "true"
     else:
-        RUNS_CREATED.labels(created.run.queue, created.run.handler).inc()
+        RUNS_CREATED.labels(state.metric_queue(created.run.queue), created.run.handler).inc()
     status = 200 if created.replayed else 201
     if streaming:
         # a follower dropped as slow must not look like one that left (and cancel the run)
@@ -505,7 +505,7 @@ async def delete_run(run_id: RunId, state: State) -> Response:
     or expired → 404. Without a delete, a finished run goes when its retention ends.
     """
     await state.store.delete(run_id)
-    RUNS_DELETED.labels(queue_of(run_id) or "", "delete").inc()
+    RUNS_DELETED.labels(state.metric_queue(queue_of(run_id) or ""), "delete").inc()
     return Response(status_code=204)
 
 
@@ -535,5 +535,5 @@ async def purge_runs(
     await state.queues.announce_configured()  # a fresh API's own queues are searched too
     result = await state.store.purge(body, ScanBudget.for_settings(state.settings))
     for run_id in result.ids:
-        RUNS_DELETED.labels(queue_of(run_id) or "", "purge").inc()
+        RUNS_DELETED.labels(state.metric_queue(queue_of(run_id) or ""), "purge").inc()
     return result
