@@ -30,7 +30,7 @@ class QuotaGuard:
         namespace: str,
         *,
         quotas: Callable[[], Awaitable[Quotas]],
-        measure: Callable[[], Awaitable[Held]],
+        measure: Callable[[bool, bool], Awaitable[Held]],
         buckets: RateLimitStore,
         usage_ttl_s: float,
     ) -> None:
@@ -49,10 +49,14 @@ class QuotaGuard:
         return await self._quotas()
 
     async def held(self, *, fresh: bool = False) -> Held:
-        """What the namespace holds, measured at most ``usage_ttl_s`` ago."""
+        """What the namespace holds, measured at most ``usage_ttl_s`` ago (``fresh``: now,
+        everything): live runs and stored bytes only when a quota asks for them."""
         async with self._lock:  # one measurement at a time, however many creates wait
             if fresh or time.monotonic() - self._measured_at >= self.usage_ttl_s:
-                self._held = await self._measure()
+                quotas = await self.quotas()
+                runs = fresh or quotas.live_runs is not None
+                stored = fresh or quotas.stored_bytes is not None
+                self._held = await self._measure(runs, stored)
                 self._measured_at = time.monotonic()
                 self._admitted_runs = 0
             assert self._held is not None

@@ -116,12 +116,22 @@ class ApiState:
         """What every namespace's state is built on."""
         return SharedParts(self.stream_client, self.tree_client, self.memory, self.directory)
 
+    def forget_namespace(self, name: str) -> None:
+        """Drop a deleted namespace's state; its feeds and drivers stop in the background."""
+        gone = self.namespaced.pop(name, None)
+        if gone is not None:
+            self.detach(asyncio.ensure_future(gone.close_own()))
+
+    async def close_own(self) -> None:
+        """Stop this namespace's drivers and feeds."""
+        await self.retries.close()
+        await self.activity.close()
+        await self.hub.close()
+
     async def close(self) -> None:
         """Stop every namespace's drivers and feeds (the clients are the lifespan's)."""
         for state in [self, *self.namespaced.values()]:
-            await state.retries.close()
-            await state.activity.close()
-            await state.hub.close()
+            await state.close_own()
 
     @property
     def flow(self) -> FlowStore:
@@ -171,7 +181,9 @@ def namespace_members(
     quota = QuotaGuard(
         namespace,
         quotas=lambda: directory.quotas(namespace),
-        measure=lambda: directory.store.held(namespace, queues),
+        measure=lambda runs, stored: directory.store.held(
+            namespace, queues, runs=runs, stored=stored
+        ),
         buckets=rate_limits,
         usage_ttl_s=settings.quota_usage_ttl_s,
     )

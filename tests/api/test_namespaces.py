@@ -10,6 +10,7 @@ from __future__ import annotations
 import httpx
 import pytest
 import redis.asyncio as aioredis
+from fastapi import FastAPI
 
 from app.api.app import create_app
 from app.settings import Settings
@@ -154,7 +155,9 @@ async def test_a_malformed_namespace_name_is_422(api: httpx.AsyncClient, name: s
     assert names == ["default"]
 
 
-async def test_put_get_list_and_delete_a_namespace(api: httpx.AsyncClient) -> None:
+async def test_put_get_list_and_delete_a_namespace(
+    api: httpx.AsyncClient, keyed_app: FastAPI
+) -> None:
     first = await api.put("/namespaces/acme", json={"quotas": {"live_runs": 5}}, headers=admin())
     assert first.status_code == 201 and first.headers["location"] == "/namespaces/acme"
     again = await api.put("/namespaces/acme", json={"quotas": {"queues": 2}}, headers=admin())
@@ -176,7 +179,10 @@ async def test_put_get_list_and_delete_a_namespace(api: httpx.AsyncClient) -> No
     busy = await api.delete("/namespaces/acme", headers=admin())
     assert busy.status_code == 409 and busy.json()["type"].endswith("namespace-not-empty")
     assert (await api.delete("/queues/work", headers=admin("acme"))).status_code == 204
+    assert "acme" in keyed_app.state.leasehold.namespaced
     assert (await api.delete("/namespaces/acme", headers=admin())).status_code == 204
+    # its stores and feeds are dropped with it: deleting namespaces frees what they held
+    assert "acme" not in keyed_app.state.leasehold.namespaced
     assert (await api.get("/runs", headers=admin("acme"))).status_code == 404
     assert (await api.delete("/namespaces/acme", headers=admin())).status_code == 404
 
@@ -310,9 +316,23 @@ async def test_a_stream_token_reads_its_namespace_run_without_a_header(
     assert other.status_code == 404
 
 
+def sample(text: str, series: str) -> float:
+    """One sample's value in an exposition; 0 when absent (a counter not touched yet)."""
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+ACME_CREATED = 'leasehold_runs_created_total{handler="demo.echo",queue="acme/work"}'
+WORK_CREATED = 'leasehold_runs_created_total{handler="demo.echo",queue="work"}'
+
+
 async def test_metrics_label_each_namespace_s_queues_apart(api: httpx.AsyncClient) -> None:
     await declare(api, "acme")
     await api.put("/queues/work", headers=admin())
+    # counters are the process's, and earlier tests of this session count too
+    before = (await api.get("/metrics", headers=admin())).text
     assert (await create(api, admin("acme"))).status_code == 201
     for _ in range(2):
         assert (await create(api, admin())).status_code == 201
@@ -321,8 +341,8 @@ async def test_metrics_label_each_namespace_s_queues_apart(api: httpx.AsyncClien
     mine = (await api.get("/metrics", headers=admin())).text
     assert 'leasehold_queue_depth{queue="work",state="ready"} 2.0' in mine
     # the default namespace's scrape keeps acme's counter: it is acme's to forget
-    assert 'leasehold_runs_created_total{handler="demo.echo",queue="acme/work"} 1.0' in mine
-    assert 'leasehold_runs_created_total{handler="demo.echo",queue="work"} 2.0' in mine
+    assert sample(mine, ACME_CREATED) - sample(before, ACME_CREATED) == 1
+    assert sample(mine, WORK_CREATED) - sample(before, WORK_CREATED) == 2
     # a key of one namespace may not read the process's series of every namespace
     reader = await key_for(api, "acme", "read")
     refused = await api.get("/metrics", headers=bearer(reader))

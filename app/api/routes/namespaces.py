@@ -134,4 +134,6 @@ async def delete_namespace(name: NamespaceName, state: State) -> Response:
             kind="namespace-not-empty",
         )
     state.directory.forget(name)
+    if name != state.settings.namespace:
+        state.forget_namespace(name)
     return Response(status_code=204) if found or name == "default" else _not_found(name)

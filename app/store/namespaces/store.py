@@ -96,27 +96,32 @@ class NamespaceStore:
         keys would outlive it, unreachable). ``default`` loses only its quotas.
         """
         if name != DEFAULT_NAMESPACE:
-            held = await self.held(name, queues, measure_runs=False)
+            held = await self.held(name, queues, runs=False, stored=False)
             if held.queues or held.schedules:
                 raise NamespaceNotEmpty(name)
         return bool(await self.client.hdel(self.key, name))
 
-    async def held(self, name: str, queues: QueueStore, *, measure_runs: bool = True) -> Held:
-        """What the namespace holds: live runs and stored bytes summed over its queues
-        (bounded work per queue: counters and a sampled size), queues and schedules.
+    async def held(
+        self, name: str, queues: QueueStore, *, runs: bool = True, stored: bool = True
+    ) -> Held:
+        """What the namespace holds: live runs (with ``runs``) and stored bytes (with
+        ``stored``) summed over its queues — bounded work per queue: counters, and a
+        sampled size (the costlier part: a dozen MEMORY USAGE calls) —, queues and
+        schedules; what is not measured is 0.
 
         ``queues`` is a queue store on the namespace's prefix.
         """
         keys = GlobalKeys(namespace_prefix(self.prefix, name))
         declared = await queues.declared()
         schedules = int(await self.client.hlen(keys.schedules))
-        live = stored = 0
-        if measure_runs:
-            for queue in declared:
+        live = size = 0
+        for queue in declared:
+            if runs:
                 depth = await queues.depth(queue)
                 live += depth.ready + depth.delayed + depth.leased + depth.parked
-                stored += await queues.memory_bytes(queue)
-        return Held(live_runs=live, stored_bytes=stored, queues=len(declared), schedules=schedules)
+            if stored:
+                size += await queues.memory_bytes(queue)
+        return Held(live_runs=live, stored_bytes=size, queues=len(declared), schedules=schedules)
 
 
 def _record(name: str, raw: str) -> NamespaceRecord:
