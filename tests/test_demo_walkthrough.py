@@ -146,3 +146,27 @@ def test_rerun_fails_an_order_after_its_charge_and_the_re_run_charges_nothing_ag
     assert "== succeeded" in after[4]
     assert sum(":charge:1 started" in line for line in lines) == 1
     assert after[-2].startswith(f"{first} stays failed, re-run as ")
+
+
+def test_tenants_see_only_their_own_runs_and_one_tenant_s_quota_leaves_the_other_running() -> None:
+    result = demo(story="tenants")
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    acme_pid, bravo_pid = re.findall(r"worker (\d+) serves (?:acme|bravo)", lines[0])
+    # acme's two runs on acme's worker, then bravo's on bravo's: each namespace its own
+    owners = re.findall(r"-- claimed by \S+-(\d+)-[0-9a-f]+ ", result.stdout)
+    assert owners == [acme_pid, acme_pid, bravo_pid]
+    first = next(line for line in lines if line.startswith("acme posted ")).split()[2]
+    assert f"bravo GET /runs/{first} -> 404 Run not found" in lines
+    assert "bravo GET /runs -> no runs (acme lists 2)" in lines
+    refused = next(i for i, line in enumerate(lines) if "-> 429" in line)
+    # the quota refuses the fourth live run: three long sleeps, then the 429 naming it
+    assert lines[refused - 4] == "acme holds 0 live runs (quota live_runs 3)"
+    assert all(line.endswith("(demo.sleep 600s)") for line in lines[refused - 3 : refused])
+    assert re.fullmatch(
+        r"acme POST /runs -> 429 Quota exceeded: quota live_runs, limit 3, namespace acme, "
+        r"Retry-After \d+s",
+        lines[refused],
+    )
+    bravo_run = next(line for line in lines if line.startswith("bravo posted ")).split()[2]
+    assert lines[-1] == f"{bravo_run} ended succeeded (attempt 1, fence 1)"

@@ -1,4 +1,5 @@
-"""``leasehold demo ...``: the scripted demonstrations (:mod:`app.demo.walkthrough`).
+"""``leasehold demo ...``: the scripted demonstrations (:mod:`app.demo.walkthrough`,
+:mod:`app.demo.tenants`).
 
 Each story runs on a private stack of its own.
 """
@@ -85,6 +86,14 @@ def demo_rerun() -> None:
     from app.demo.walkthrough import rerun
 
     _story_ended(lambda: rerun(out=sys.stdout))
+
+
+@demo_app.command("tenants")
+def demo_tenants() -> None:
+    """Start a private stack, two tenants: each sees only its own runs; one hits its quota."""
+    from app.demo.tenants import tenants
+
+    _story_ended(lambda: tenants(out=sys.stdout))
 
 
 def _story_ended(story: Callable[[], Run]) -> None:

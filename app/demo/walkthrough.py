@@ -17,6 +17,9 @@ end, whatever happens.
 * ``rerun``: an order is charged, then fails because shipping is down; once it is
   back, ``leasehold runs retry`` re-runs the failed run as a new linked run, which
   replays the recorded charge (same key) and ships: charged once, two runs linked.
+
+``tenants`` (:mod:`app.demo.tenants`) runs on the same :func:`stack`, with a bootstrap
+key on the API and one worker per namespace.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import secrets
 import signal
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
@@ -60,10 +63,19 @@ class WalkthroughFailed(LeaseholdError):
 
 
 @contextmanager
-def _stack(
-    ttl_s: float, extra_env: dict[str, str] | None = None
+def stack(
+    ttl_s: float,
+    extra_env: Mapping[str, str] | None = None,
+    *,
+    api_env: Mapping[str, str] | None = None,
+    worker_envs: Sequence[Mapping[str, str]] = ({}, {}),
 ) -> Iterator[tuple[str, dict[int, Child]]]:
-    """Redis, an API and two workers on private ports; yields the API URL and workers."""
+    """Redis, an API and workers on private ports; yields the API URL and the workers.
+
+    ``extra_env`` is every child's; ``api_env`` the API's alone; one worker starts per
+    entry of ``worker_envs`` (two plain ones by default), with that entry on top. The
+    workers come by pid, in the order of ``worker_envs``.
+    """
     with tempfile.TemporaryDirectory(prefix="leasehold-demo-") as tmp:
         redis = EmbeddedRedis(
             data_dir=Path(tmp), appendonly=False, password=secrets.token_urlsafe(24)
@@ -83,16 +95,20 @@ def _stack(
         )
         children: list[Child] = []
 
-        def start(name: str, *args: str) -> Child:
-            child = spawn(name, list(args), env=env, log_path=Path(tmp) / f"{name}.log")
+        def start(name: str, own_env: Mapping[str, str], *args: str) -> Child:
+            log_path = Path(tmp) / f"{name}.log"
+            child = spawn(name, list(args), env={**env, **own_env}, log_path=log_path)
             children.append(child)
             return child
 
         try:
-            start("api", "api", "--port", str(port))
+            start("api", api_env or {}, "api", "--port", str(port))
             workers = {
                 child.pid: child
-                for child in (start("worker-1", "worker"), start("worker-2", "worker"))
+                for child in (
+                    start(f"worker-{n}", own_env, "worker")
+                    for n, own_env in enumerate(worker_envs, start=1)
+                )
             }
             yield f"http://127.0.0.1:{port}", workers
         finally:
@@ -100,7 +116,11 @@ def _stack(
             redis.stop()
 
 
-def _until(probe: Callable[[], bool], what: str, timeout_s: float = READY_TIMEOUT_S) -> None:
+def until(probe: Callable[[], bool], what: str, timeout_s: float = READY_TIMEOUT_S) -> None:
+    """Poll ``probe`` until it is true; WalkthroughFailed naming ``what`` past the timeout.
+
+    A probe that raises (the API not up yet, an error answer) counts as not yet.
+    """
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
@@ -114,9 +134,9 @@ def _until(probe: Callable[[], bool], what: str, timeout_s: float = READY_TIMEOU
 
 def kill_worker(*, retry: bool, ttl_s: float, out: TextIO) -> Run:
     """Run the story; returns the run as it ended. Raises WalkthroughFailed."""
-    with _stack(ttl_s) as (url, workers), Client(url) as client:
+    with stack(ttl_s) as (url, workers), Client(url) as client:
         say = out.write
-        _until(lambda: len(client.workers()) == 2, "the API and two workers")
+        until(lambda: len(client.workers()) == 2, "the API and two workers")
         say(f"stack up: API {url}, workers {sorted(workers)}, lease TTL {ttl_s}s\n")
         seconds = 2 * ttl_s if retry else 600
         run = client.create(
@@ -142,14 +162,20 @@ def kill_worker(*, retry: bool, ttl_s: float, out: TextIO) -> Run:
 
 
 def _kill_owner(owner: str, workers: dict[int, Child], say: Callable[[str], object]) -> None:
-    """``kill -9`` the worker named by an owner id (``<host>-<pid>-<nonce>``)."""
-    pid = int(owner.rsplit("-", 2)[1])
+    """``kill -9`` the worker named by an owner id."""
+    pid = owner_pid(owner)
     say(f"-> kill -9 {pid} (the owner, {owner})\n")
     os.kill(pid, signal.SIGKILL)
     workers.pop(pid).wait(READY_TIMEOUT_S)
 
 
-def _expect(run: Run, status: RunStatus) -> Run:
+def owner_pid(owner: str) -> int:
+    """The process id in a worker's owner id (``<host>-<pid>-<nonce>``)."""
+    return int(owner.rsplit("-", 2)[1])
+
+
+def expect(run: Run, status: RunStatus) -> Run:
+    """The run, if it ended ``status``; else WalkthroughFailed saying how it did end."""
     if run.status != status:
         ending = f" ({error_words(run.error.code, run.error.message)})" if run.error else ""
         raise WalkthroughFailed(
@@ -161,9 +187,9 @@ def _expect(run: Run, status: RunStatus) -> Run:
 def escalate(*, op_lease_s: float, out: TextIO) -> Run:
     """The ESCALATE story; returns the run as it ended. Raises WalkthroughFailed."""
     evaluator = {"LEASEHOLD_WATCHDOG_EVALUATOR": judge.EVALUATOR}
-    with _stack(ESCALATE_TTL_S, evaluator) as (url, _), Client(url) as client:
+    with stack(ESCALATE_TTL_S, evaluator) as (url, _), Client(url) as client:
         say = out.write
-        _until(lambda: len(client.workers()) == 2, "the API and two workers")
+        until(lambda: len(client.workers()) == 2, "the API and two workers")
         say(f"stack up: API {url}, watchdog evaluator {judge.EVALUATOR}\n")
         run = client.create("demo.approval", {"lease_s": op_lease_s})
         say(f"posted {run.id} (demo.approval: waits, silent, on a person; lease {op_lease_s:g}s)\n")
@@ -173,16 +199,16 @@ def escalate(*, op_lease_s: float, out: TextIO) -> Run:
             if event.type == "waiting_human":
                 say(f"-> leasehold runs resume {run.id} --input '{json.dumps(APPROVAL)}'\n")
                 client.resume(run.id, APPROVAL)
-        done = _expect(client.get(run.id), RunStatus.SUCCEEDED)
+        done = expect(client.get(run.id), RunStatus.SUCCEEDED)
     say(f"output {json.dumps(done.output)}\n")
     return done
 
 
 def effect_unknown(*, ttl_s: float, out: TextIO) -> Run:
     """The unknown-effect story; returns the run as it ended. Raises WalkthroughFailed."""
-    with _stack(ttl_s) as (url, workers), Client(url) as client:
+    with stack(ttl_s) as (url, workers), Client(url) as client:
         say = out.write
-        _until(lambda: len(client.workers()) == 2, "the API and two workers")
+        until(lambda: len(client.workers()) == 2, "the API and two workers")
         say(f"stack up: API {url}, workers {sorted(workers)}, lease TTL {ttl_s}s\n")
         run = client.create("demo.charge", {"amount": 42, "provider_s": PROVIDER_S})
         say(f"posted {run.id} (demo.charge: the payment provider takes {PROVIDER_S:g}s)\n")
@@ -197,7 +223,7 @@ def effect_unknown(*, ttl_s: float, out: TextIO) -> Run:
                 owner = ""
             elif event.type == "reconciliation_required":
                 _resolve_applied(client, run.id, say)
-        done = _expect(client.get(run.id), RunStatus.SUCCEEDED)
+        done = expect(client.get(run.id), RunStatus.SUCCEEDED)
     if done.output != {"receipt": PROVIDER_RECEIPT}:
         raise WalkthroughFailed(f"the retry did not return the recorded receipt: {done.output}")
     say(f"output {json.dumps(done.output)} (the recorded receipt: charged once)\n")
@@ -226,7 +252,7 @@ def _resolve_applied(client: Client, run_id: str, say: Callable[[str], object]) 
 
 
 def _check(run: Run, retry: bool) -> Run:
-    _expect(run, RunStatus.SUCCEEDED if retry else RunStatus.ORPHANED)
+    expect(run, RunStatus.SUCCEEDED if retry else RunStatus.ORPHANED)
     if not retry and (run.error is None or run.error.code != "lease_expired"):
         raise WalkthroughFailed(f"unexpected error on the orphaned run: {run.error}")
     return run
@@ -238,9 +264,9 @@ SHIPPING_DOWN_S = 2.0
 
 def rerun(*, out: TextIO) -> Run:
     """The re-run story; returns the new run as it ended. Raises WalkthroughFailed."""
-    with _stack(ESCALATE_TTL_S) as (url, _), Client(url) as client:
+    with stack(ESCALATE_TTL_S) as (url, _), Client(url) as client:
         say = out.write
-        _until(lambda: len(client.workers()) == 2, "the API and two workers")
+        until(lambda: len(client.workers()) == 2, "the API and two workers")
         say(f"stack up: API {url}\n")
         down_until = time.time() + SHIPPING_DOWN_S
         run = client.create("demo.order", {"amount": 42, "shipping_down_until": down_until})
@@ -248,14 +274,14 @@ def rerun(*, out: TextIO) -> Run:
         printer = EventPrinter(out)
         for event in client.events(run.id):
             printer.show(event)
-        failed = _expect(client.get(run.id), RunStatus.FAILED)
+        failed = expect(client.get(run.id), RunStatus.FAILED)
         time.sleep(max(0.0, down_until - time.time()))
         say(f"   shipping is back\n-> leasehold runs retry {run.id}\n")
         new = client.retry(run.id)
         say(f"   {new.id} is its re-run (retry_of {new.retry_of})\n")
         for event in client.events(new.id):
             printer.show(event)
-        done = _expect(client.get(new.id), RunStatus.SUCCEEDED)
+        done = expect(client.get(new.id), RunStatus.SUCCEEDED)
         old = client.get(failed.id)
     receipt = (done.output or {}).get("receipt", {})
     if receipt.get("idempotency_key") != f"{failed.id}:charge:1" or old.retried_by != done.id:
