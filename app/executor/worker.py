@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
+from app.builds import handler_modules_build
 from app.errors import UnknownHandler
 from app.executor.courier import Courier
 from app.executor.drain import drain, install_signal_handlers
@@ -111,6 +112,10 @@ class Worker:
         self.settings = settings
         self.registry = registry
         self.id = worker_id or new_worker_id()
+        # the code this worker runs: recorded on every run it claims
+        self.build_id = settings.build_id or handler_modules_build(
+            spec.fn.__module__ for spec in registry
+        )
         self.started_at = datetime.now(tz=UTC)
         self._stop = asyncio.Event()
         self._signals = 0
@@ -152,6 +157,7 @@ class Worker:
         )
         stores = StoreContext.for_settings(client, scripts, settings)
         lease_store = LeaseStore(stores)
+        lease_store.build_id = self.build_id
         machinery = self._machinery(
             url, client, lease_store=lease_store, stores=stores, listening=listening
         )
@@ -219,8 +225,9 @@ class Worker:
             asyncio.create_task(self._rest_of_start(lease_store, stores), name="reconciler")
         )
         log.info(
-            "worker %s serving queues %s with concurrency %d",
+            "worker %s (build %s) serving queues %s with concurrency %d",
             self.id,
+            self.build_id,
             ",".join(settings.queues),
             settings.concurrency,
         )
@@ -402,6 +409,7 @@ class Worker:
             last_heartbeat_at=datetime.now(tz=UTC),
             draining=self._stop.is_set(),
             lease_ttl_ms=self.settings.lease_ttl_ms,
+            build_id=self.build_id,
         )
 
     def _reconciler(self, lease_store: LeaseStore, run_store: RunStore) -> Reconciler:

@@ -130,6 +130,10 @@ class Run(BaseModel):
     max_attempts: int = 1
     on_lease_expired: OnLeaseExpired = "orphan"
     owner_id: str | None = None
+    build_id: str | None = Field(
+        default=None,
+        description="The build of the worker that claimed the current (or last) attempt",
+    )
     fence: int = 0
     lease_expires_at: datetime | None = None
     lease_ttl_ms: int | None = None
@@ -258,6 +262,9 @@ class WorkerInfo(BaseModel):
     )
     lease_ttl_ms: int | None = Field(
         default=None, description="The worker's own lease TTL, which `alive` is judged by"
+    )
+    build_id: str | None = Field(
+        default=None, description="The code it runs (LEASEHOLD_BUILD_ID, or its handlers' hash)"
     )
     alive: bool = Field(
         default=True,

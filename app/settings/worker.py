@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from app.builds import BUILD_ID_PATTERN
 from app.settings.group import DAY_S, HOUR_S, CommaList, SettingsGroup
 
 # the demo's handlers and its fake model route: a client of the demo can burn a worker's CPU
@@ -18,6 +19,12 @@ class WorkerSettings(SettingsGroup):
 
     concurrency: int = Field(
         default=16, ge=1, le=100_000, description="Runs one worker process executes at once"
+    )
+    build_id: str | None = Field(
+        default=None,
+        pattern=BUILD_ID_PATTERN,
+        description="The worker's build, recorded on every run it claims (GET /workers, a "
+        "run's build_id); unset: a hash of its handler modules' sources",
     )
     claim_batch_max: int = Field(
         default=64, ge=1, le=1000, description="Most runs a worker claims in one round trip"

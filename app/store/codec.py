@@ -184,6 +184,7 @@ SUMMARY_FIELDS = (
     "max_attempts",
     "on_lease_expired",
     "owner_id",
+    "build_id",
     "fence",
     "lease_expires_at",
     "lease_ttl_ms",
@@ -230,6 +231,7 @@ def run_from_hash(fields: dict[str, str]) -> Run:
         max_attempts=int(fields.get("max_attempts", 1)),
         on_lease_expired=fields.get("on_lease_expired", "orphan"),  # type: ignore[arg-type]
         owner_id=fields.get("owner_id") or None,
+        build_id=fields.get("build_id") or None,
         fence=int(fields.get("fence", 0)),
         lease_expires_at=ms_to_datetime(fields.get("lease_expires_at")),
         lease_ttl_ms=int(fields["lease_ttl_ms"]) if fields.get("lease_ttl_ms") else None,

@@ -31,6 +31,8 @@ class ClaimArgs(NamedTuple):
     token: str
     # > 0: the worker takes hand-offs; the call re-registers it (includes/claim.lua)
     handoff_ms: int = 0
+    # the worker's build, recorded on each run it claims ('' for none)
+    build_id: str = ""
 
 
 class ClaimRow(NamedTuple):

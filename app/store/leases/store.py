@@ -199,12 +199,23 @@ def _claimed_run(queue: str, owner_id: str, row: Sequence[Any]) -> ClaimedRun:
 class LeaseStore(Store):
     """Performs the worker's fenced transitions on a :class:`StoreContext`."""
 
+    # the build every claim of this worker records on its runs ('' for none); the worker
+    # sets it once, before its first claim
+    build_id: str = ""
+
     def _claim_call(
         self, queue: str, owner_id: str, count: int, token: str, handoff_ms: int = 0
     ) -> ScriptCall:
         ctx = self.ctx
         args = ClaimArgs(
-            owner_id, count, ctx.lease_ttl_ms, ctx.events_maxlen, PROMOTE_MAX, token, handoff_ms
+            owner_id,
+            count,
+            ctx.lease_ttl_ms,
+            ctx.events_maxlen,
+            PROMOTE_MAX,
+            token,
+            handoff_ms,
+            self.build_id,
         )
         return CLAIM_RUNS.call(self.keys(queue), args)
 

@@ -181,7 +181,9 @@ end
 local function claimed_data(c, attempt)
   local data = c.claimed_json[attempt]
   if not data then
-    data = cjson.encode({owner_id = c.k.owner, attempt = attempt})
+    local build = c.k.build
+    data = cjson.encode({owner_id = c.k.owner, attempt = attempt,
+      build_id = (build ~= nil and build ~= '') and build or nil})
     c.claimed_json[attempt] = data
   end
   return data
@@ -197,6 +199,11 @@ local function lease_fields(c, fence_s, held, later)
   local fields = {'status', 'running', 'owner_id', owner, 'fence', fence_s,
     'lease_expires_at', c.expires_s, 'lease_ttl_ms', c.ttl_s, 'started_at', at,
     'attempt_claim', fence_s .. ' ' .. owner}
+  local build = c.k.build
+  if build ~= nil and build ~= '' then
+    fields[#fields + 1] = 'build_id'
+    fields[#fields + 1] = build
+  end
   if held ~= '' then
     fields[#fields + 1] = 'held'
     fields[#fields + 1] = held

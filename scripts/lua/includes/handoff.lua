@@ -6,7 +6,8 @@
 -- The hand-off (Temporal's "sync match"): a worker with a free slot whose claim found
 -- nothing registers in `<tag>handoff:idle` (owner -> registration expiry ms, Redis
 -- clock) with what a claim needs on its behalf in `<tag>handoff:args` (owner ->
--- "<lease ttl ms> <events maxlen> <promote max>"); claim_runs writes both. One
+-- "<lease ttl ms> <events maxlen> <promote max> <build id>"; a registration of a worker
+-- from before builds has no build id); claim_runs writes both. One
 -- registration is one hand-off at most: the hand-off consumes it.
 local HANDOFF_IDLE, HANDOFF_ARGS = 'handoff:idle', 'handoff:args'
 
@@ -23,13 +24,14 @@ local function hand_off(tag, now)
   end
   local owner = idle[1]
   local args = redis.call('HGET', tag .. HANDOFF_ARGS, owner) or ''
-  local ttl, maxlen, promote_max = string.match(args, '^(%d+) (%d+) (%d+)$')
+  local ttl, maxlen, promote_max, build = string.match(args, '^(%d+) (%d+) (%d+) ?([%w._-]*)$')
   if not ttl then
     return false  -- never written so by claim_runs; nothing is claimed on its word
   end
   local claimed = claim_core({ready = tag .. 'ready', delayed = tag .. 'delayed',
     leases = tag .. 'leases', run_prefix = tag .. 'run:', events_prefix = tag .. 'events:',
-    owner = owner, ttl = tonumber(ttl), maxlen = maxlen, now = now}, 1, tonumber(promote_max))
+    owner = owner, ttl = tonumber(ttl), maxlen = maxlen, now = now, build = build}, 1,
+    tonumber(promote_max))
   if #claimed == 0 then
     return false
   end

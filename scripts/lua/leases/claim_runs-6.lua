@@ -18,6 +18,8 @@
 --          remove it, and when the claim got fewer runs than asked, register the owner
 --          for that long, and remove up to 8 other registrations whose time is over
 --          (includes/claim.lua: hand_off, reregister, prune_registrations)
+-- ARGV[8]  build_id     string  the worker's build ('' for none): written on each claimed
+--          run (build_id) and in its `claimed` event, and in the hand-off registration
 -- derived  lane:<lane>, placed, slots, limits, wait:<res>, blocked, queued, kqueued,
 --          one:<key> (lanes.lua, flow control), handoff:idle, handoff:args (the owner's
 --          hand-off registration, includes/claim.lua), from the queue's tag (KEYS[4]
@@ -83,6 +85,8 @@ int_arg(ARGV[@maxlen], 'maxlen', 0)
 local promote_max = int_arg(ARGV[@promote_max], 'promote_max', 0)
 local token = ARGV[@token]
 local handoff_ms = int_arg(ARGV[@handoff_ms], 'handoff_ms', 0)
+-- the worker's build (a token: no space), recorded on every run it claims
+local build = string.match(ARGV[@build_id], '^[%w._-]*$') or bad_argument('build_id', ARGV[@build_id])
 local now = now_ms()
 local receipt = KEYS[6] .. owner .. ':' .. token
 -- the call's activity entries: their stream trimmed once, before the reply (events.lua)
@@ -118,7 +122,7 @@ end
 
 local claimed, throttled = claim_core({ready = KEYS[1], delayed = KEYS[2], leases = KEYS[3],
   run_prefix = KEYS[4], events_prefix = KEYS[5], owner = owner, ttl = ttl, maxlen = ARGV[@maxlen],
-  now = now}, want, promote_max)
+  now = now, build = build}, want, promote_max)
 
 if token ~= '' and #claimed > 0 then
   local held = {}
@@ -130,7 +134,7 @@ end
 local unregistered, registered = 0, 0
 if handoff_ms > 0 then
   unregistered, registered = reregister(tag_of_prefix(KEYS[4]), owner, now, handoff_ms, want,
-    #claimed, ttl .. ' ' .. ARGV[@maxlen] .. ' ' .. promote_max)
+    #claimed, ttl .. ' ' .. ARGV[@maxlen] .. ' ' .. promote_max .. ' ' .. build)
 end
 trim_activity()
 return {'OK', claimed, next_due_ms(), throttled, unregistered, registered}
