@@ -65,7 +65,7 @@ from bench.sse import process_cpu_s
 KEY = "noisy-neighbour-bootstrap-key-0123456789"
 TENANT_A, TENANT_B = "tenant-a", "tenant-b"
 QUEUE = "work"
-DEFAULT_A_QUOTAS = "creates_per_s=50,live_runs=500,schedules=5"
+DEFAULT_A_QUOTAS = "creates_per_s=50,live_runs=500,schedules=5,listings_in_flight=1"
 TERMINAL = frozenset({"succeeded", "failed", "cancelled", "orphaned", "expired"})
 WARMUP_RUNS = 10
 SEED_BATCH = 100

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import cast
 
 from cachetools import TTLCache
 
 from app.models.keys import Role
 from app.store.apikeys.store import KeyStore, StoredKey, secret_digest
 
+_MISSING = object()
 BOOTSTRAP = StoredKey(key_id="bootstrap", name="bootstrap", role=Role.ADMIN)
 
 
@@ -44,8 +46,11 @@ class Keyring:
         """The stored key this secret belongs to, or None; raises RedisError on a miss
         while Redis is unreachable."""
         digest = secret_digest(secret)
-        if self._cache is not None and digest in self._cache:
-            return self._cache[digest]
+        if self._cache is not None:
+            # one read: ``in`` then ``[]`` can straddle the entry's expiry (KeyError)
+            cached = self._cache.get(digest, _MISSING)
+            if cached is not _MISSING:
+                return cast(StoredKey | None, cached)
         found = await self.store.lookup(digest)
         if self._cache is not None:
             self._cache[digest] = found

@@ -19,17 +19,22 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
+from typing import cast
 
 from cachetools import TTLCache
 from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.api.problems import problem, store_outage
+from app.api.problems import problem, quota_problem, store_outage
+from app.api.quotas import QUOTED_ROUTES
+from app.api.scopes import route_of
+from app.errors import QuotaExceeded
 from app.models.namespaces import Quotas
 from app.namespaces import DEFAULT_NAMESPACE, NAMESPACE_HEADER, NAMESPACE_PATTERN
 from app.store.namespaces.store import NamespaceRecord, NamespaceStore
 
 _HEADER = NAMESPACE_HEADER.lower().encode()
+_MISSING = object()
 _NAME = re.compile(NAMESPACE_PATTERN)
 # a namespace name is at most 32 characters; a longer header is no namespace
 _HEADER_MAX = 64
@@ -54,8 +59,11 @@ class NamespaceDirectory:
     async def find(self, name: str) -> NamespaceRecord | None:
         """The namespace's record, or None when it does not exist (RedisError on a miss
         while Redis is unreachable)."""
-        if self._cache is not None and name in self._cache:
-            return self._cache[name]
+        if self._cache is not None:
+            # one read: ``in`` then ``[]`` can straddle the entry's expiry (KeyError)
+            cached = self._cache.get(name, _MISSING)
+            if cached is not _MISSING:
+                return cast(NamespaceRecord | None, cached)
         found = await self.store.get(name)
         if self._cache is not None:
             self._cache[name] = found
@@ -125,6 +133,10 @@ class NamespaceScope:
             await _not_found(namespace, scope, receive, send)
             return
         state["namespace"] = namespace
+        refusal = _remembered_refusal(scope, namespace)
+        if refusal is not None:
+            await quota_problem(refusal)(scope, receive, send)
+            return
         await self.app(scope, receive, send)
 
     async def _exists(self, scope: Scope, namespace: str) -> bool:
@@ -136,6 +148,17 @@ class NamespaceScope:
         if leasehold is None:  # before the lifespan ran: nothing is served anyway
             return False
         return await leasehold.directory.find(namespace) is not None
+
+
+def _remembered_refusal(scope: Scope, namespace: str) -> QuotaExceeded | None:
+    """The 429 a create or signal of a namespace past its quota gets before it is read."""
+    route = route_of(scope.get("method", "GET"), scope["path"])
+    kind = QUOTED_ROUTES.get(route) if route is not None else None
+    if kind is None:
+        return None
+    leasehold = scope["app"].state.leasehold
+    refusal: QuotaExceeded | None = leasehold.for_namespace(namespace).quota.refusing(kind)
+    return refusal
 
 
 async def _not_found(namespace: str, scope: Scope, receive: Receive, send: Send) -> None:

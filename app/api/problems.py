@@ -203,6 +203,11 @@ async def memory_pressure(request: Request, exc: Exception) -> ProblemResponse:
 async def quota_exceeded(request: Request, exc: Exception) -> ProblemResponse:
     """429 ``quota-exceeded``: the namespace's own quota, named, and when to ask again."""
     assert isinstance(exc, QuotaExceeded)
+    return quota_problem(exc)
+
+
+def quota_problem(exc: QuotaExceeded) -> ProblemResponse:
+    """The 429 of a quota refusal (also answered by the middleware, before any route)."""
     return problem(
         429,
         "Quota exceeded",

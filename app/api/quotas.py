@@ -7,19 +7,36 @@ several API processes can pass a count quota by what they admit within that wind
 never more. Rates (creates, signals) are GCRA buckets in Redis, shared by every API
 process and exact. Counts of declared things (queues, schedules) are passed to the
 declaring script as its bound, so they hold atomically.
+
+A refusal is also remembered until it can next pass (a rate's bucket refills one
+token, the next usage measurement): meanwhile :meth:`QuotaGuard.refusing` answers the
+same 429 from the middleware, before the body is read or Redis is asked, so a tenant
+hammering past its quota costs the API process little more than an authentication.
+Listings in flight are counted per API process (``listings_in_flight``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from app.errors import QuotaExceeded
 from app.models.namespaces import Quotas
 from app.store.namespaces.store import Held
 from app.store.ratelimits.store import RateLimitStore
+
+# the routes a remembered refusal answers before they read anything, by refusal kind
+QUOTED_ROUTES: dict[tuple[str, str], str] = {
+    ("POST", "/runs"): "creates",
+    ("POST", "/runs/batch"): "creates",
+    ("POST", "/runs/{run_id}/retry"): "creates",
+    ("POST", "/schedules/{schedule_id}/trigger"): "creates",
+    ("POST", "/schedules/{schedule_id}/backfill"): "creates",
+    ("POST", "/runs/{run_id}/signals/{name}"): "signals",
+}
 
 
 class QuotaGuard:
@@ -43,6 +60,40 @@ class QuotaGuard:
         self._measured_at = -math.inf
         self._admitted_runs = 0
         self._lock = asyncio.Lock()
+        # what a create (or a signal) is refused with until when (monotonic), by kind
+        self._refusing: dict[str, tuple[float, QuotaExceeded]] = {}
+        self._listings = 0
+
+    def refusing(self, kind: str) -> QuotaExceeded | None:
+        """The refusal a ``creates`` (or ``signals``) request gets now without being read,
+        or None: it may pass, and is judged in full."""
+        found = self._refusing.get(kind)
+        if found is None:
+            return None
+        until, refusal = found
+        left = until - time.monotonic()
+        if left <= 0:
+            del self._refusing[kind]
+            return None
+        refusal.retry_after_s = max(1, math.ceil(left))
+        return refusal
+
+    def _remember(self, kind: str, refusal: QuotaExceeded, for_s: float) -> QuotaExceeded:
+        self._refusing[kind] = (time.monotonic() + for_s, refusal)
+        return refusal
+
+    @contextlib.asynccontextmanager
+    async def listing(self) -> AsyncIterator[None]:
+        """Hold one of the namespace's ``listings_in_flight`` in this process, or raise
+        :class:`QuotaExceeded` (429) when they are all taken."""
+        limit = (await self.quotas()).listings_in_flight
+        if limit is not None and self._listings >= limit:
+            raise self._over("listings_in_flight", limit, "are all in flight", retry_s=1)
+        self._listings += 1
+        try:
+            yield
+        finally:
+            self._listings -= 1
 
     async def quotas(self) -> Quotas:
         """The namespace's quotas now (cached by the namespace directory)."""
@@ -70,12 +121,17 @@ class QuotaGuard:
         if quotas.live_runs is not None or quotas.stored_bytes is not None:
             held = await self.held()
             live = held.live_runs + self._admitted_runs
+            # until the next measurement nothing of this refusal can change here
+            next_measure_s = self._measured_at + self.usage_ttl_s - time.monotonic()
             if quotas.live_runs is not None and live + count > quotas.live_runs:
-                raise self._over("live_runs", quotas.live_runs, f"holds {live} live runs")
+                refusal = self._over("live_runs", quotas.live_runs, f"holds {live} live runs")
+                if live >= quotas.live_runs:  # a single create is refused too
+                    self._remember("creates", refusal, next_measure_s)
+                raise refusal
             if quotas.stored_bytes is not None and held.stored_bytes >= quotas.stored_bytes:
-                raise self._over(
-                    "stored_bytes", quotas.stored_bytes, f"holds about {held.stored_bytes} bytes"
-                )
+                stored = held.stored_bytes
+                refusal = self._over("stored_bytes", quotas.stored_bytes, f"holds {stored} bytes")
+                raise self._remember("creates", refusal, next_measure_s)
         if quotas.creates_per_s is not None:
             await self._take("creates", "creates_per_s", quotas.creates_per_s, count)
         self._admitted_runs += count
@@ -104,7 +160,10 @@ class QuotaGuard:
         token = await self._buckets.take_quota(bucket, per_second=per_second, cost=cost)
         if not token.granted:
             retry_s = math.ceil(token.wait_ms / 1000)
-            raise self._over(quota, per_second, "is used up for now", retry_s=retry_s)
+            refusal = self._over(quota, per_second, "is used up for now", retry_s=retry_s)
+            if cost == 1:  # no token before then: every request of this kind is refused
+                self._remember(bucket, refusal, token.wait_ms / 1000)
+            raise refusal
 
     def _over(
         self, quota: str, limit: int, detail: str, *, retry_s: int | None = None

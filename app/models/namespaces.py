@@ -54,6 +54,13 @@ class Quotas(BaseModel):
         le=RATE_QUOTA_MAX,
         description="Signals sent to its runs per second, with a burst of one second's worth",
     )
+    listings_in_flight: int | None = Field(
+        default=None,
+        ge=1,
+        le=COUNT_QUOTA_MAX,
+        description="GET /runs calls one API process serves for it at once (a search reads "
+        "up to LEASEHOLD_LIST_SCAN_BUDGET_BYTES): one more gets 429 at once",
+    )
 
 
 class NamespaceSpec(BaseModel):

@@ -70,3 +70,12 @@ async def test_ttl_zero_asks_every_time_and_forget_drops_everything() -> None:
     cached.forget()
     await cached.resolve(KNOWN)
     assert store.lookups == 4
+
+
+async def test_an_entry_expiring_between_two_reads_of_the_cache_is_a_miss_not_an_error() -> None:
+    """Found under load (noisy-neighbour bench, a 500): ``in`` then ``[]`` straddled the
+    entry's expiry. Here every clock read is three quarters of a TTL after the one before."""
+    store, ticks = CountingStore(), iter(range(0, 10_000, 3))
+    ring = Keyring(cast(KeyStore, store), ttl_s=4.0, max_entries=100, clock=lambda: next(ticks))
+    for _ in range(5):
+        assert await ring.resolve(KNOWN) == HOLDER

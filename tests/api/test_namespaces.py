@@ -169,6 +169,7 @@ async def test_put_get_list_and_delete_a_namespace(
         "creates_per_s": None,
         "schedules": None,
         "signals_per_s": None,
+        "listings_in_flight": None,
     }
     await api.put("/queues/work", headers=admin("acme"))
     shown = (await api.get("/namespaces/acme", headers=admin())).json()
@@ -347,3 +348,31 @@ async def test_metrics_label_each_namespace_s_queues_apart(api: httpx.AsyncClien
     reader = await key_for(api, "acme", "read")
     refused = await api.get("/metrics", headers=bearer(reader))
     assert refused.status_code == 403 and "every namespace" in refused.json()["detail"]
+
+
+async def test_past_a_rate_quota_the_next_create_is_refused_before_it_is_read(
+    api: httpx.AsyncClient,
+) -> None:
+    await declare(api, "acme", creates_per_s=1)
+    assert (await create(api, admin("acme"))).status_code == 201
+    assert_quota_refusal(await create(api, admin("acme")), "creates_per_s")
+    # refused from memory until a token is due: not even the body is read
+    unread = await api.post(
+        "/runs", content=b"{not json", headers={**admin("acme"), "content-type": "text/plain"}
+    )
+    assert_quota_refusal(unread, "creates_per_s")
+    # another namespace, and reads of acme, are not refused
+    assert (await api.get("/runs", headers=admin("acme"))).status_code == 200
+    assert (await api.post("/runs", content=b"{", headers=admin())).status_code in (415, 422)
+
+
+async def test_listings_in_flight_quota_refuses_one_more(
+    api: httpx.AsyncClient, keyed_app: FastAPI
+) -> None:
+    await declare(api, "acme", listings_in_flight=1)
+    guard = keyed_app.state.leasehold.for_namespace("acme").quota
+    assert (await api.get("/runs", headers=admin("acme"))).status_code == 200
+    async with guard.listing():  # one listing in flight in this process
+        assert_quota_refusal(await api.get("/runs", headers=admin("acme")), "listings_in_flight")
+        assert (await api.get("/runs", headers=admin())).status_code == 200
+    assert (await api.get("/runs", headers=admin("acme"))).status_code == 200

@@ -435,20 +435,21 @@ async def list_runs(
     """
     included = _included(request)
     metadata = _metadata_filters(request)
-    page = await state.store.list_runs(
-        queue=queue,
-        status=status,
-        handler=handler,
-        limit=limit,
-        cursor=cursor,
-        include=included,
-        max_bytes=state.settings.list_max_bytes,
-        budget=ScanBudget.for_settings(state.settings),
-        among=None if queue else await state.queues.declared(),
-        metadata=metadata,
-        parent_id=parent_id,
-        root_id=root_id,
-    )
+    async with state.quota.listing():  # the namespace's listings_in_flight (429 past it)
+        page = await state.store.list_runs(
+            queue=queue,
+            status=status,
+            handler=handler,
+            limit=limit,
+            cursor=cursor,
+            include=included,
+            max_bytes=state.settings.list_max_bytes,
+            budget=ScanBudget.for_settings(state.settings),
+            among=None if queue else await state.queues.declared(),
+            metadata=metadata,
+            parent_id=parent_id,
+            root_id=root_id,
+        )
     omitted = {name for name in LARGE_FIELDS if name not in included}
     return Response(
         page.model_dump_json(exclude={"items": {"__all__": omitted}}),
