@@ -35,7 +35,12 @@ def test_quotas_parse_as_put_namespaces_takes_them() -> None:
     args = parse_args(["--a-quotas", "creates_per_s=10, schedules=0", "--seconds", "5"])
     assert args.a_quotas == {"creates_per_s": 10, "schedules": 0}
     assert args.seconds == 5.0
-    assert parse_args([]).a_quotas == {"creates_per_s": 50, "live_runs": 500, "schedules": 5}
+    assert parse_args([]).a_quotas == {
+        "creates_per_s": 50,
+        "live_runs": 500,
+        "schedules": 5,
+        "listings_in_flight": 1,
+    }
     assert parse_args(["--a-quotas", ""]).a_quotas == {}
 
 
