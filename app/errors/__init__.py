@@ -23,6 +23,8 @@
     │   ├── MemoryPressure            Redis memory is past the high-water mark: creates wait
     │   ├── SignalInboxFull           a run holds LEASEHOLD_MAX_PENDING_SIGNALS unread (429)
     │   ├── QuotaExceeded             a namespace's quota refuses the write (429, named)
+    │   ├── VersionDrift              a replay asked for another step than recorded: the run
+    │   │                             is parked in reconciliation_required (version_drift)
     │   └── EffectOutcomeUnknown      an effect started and was never recorded: the run
     │                                 is parked in reconciliation_required (its code is
     │                                 ``effect_outcome_unknown``)
@@ -146,6 +148,7 @@ from app.errors.store import (
     SignalInboxFull,
     SingletonConflict,
     StoreError,
+    VersionDrift,
 )
 
 __all__ = [
@@ -206,4 +209,5 @@ __all__ = [
     "StoreError",
     "Superseded",
     "UnknownHandler",
+    "VersionDrift",
 ]

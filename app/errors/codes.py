@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from app.errors.failures import RunFailure
-from app.errors.store import EffectOutcomeUnknown
+from app.errors.store import EffectOutcomeUnknown, VersionDrift
 
 # the classes of this package (a subclass in a user's module names no code of the map)
 _PACKAGE = __name__.rpartition(".")[0] + "."
 
 
-def _run_errors() -> dict[str, type[RunFailure] | type[EffectOutcomeUnknown]]:
+ParkingError = type[EffectOutcomeUnknown] | type[VersionDrift]
+
+
+def _run_errors() -> dict[str, type[RunFailure] | ParkingError]:
     """Every class of :mod:`app.errors` that names a code of its own, by that code."""
-    found: dict[str, type[RunFailure] | type[EffectOutcomeUnknown]] = {
-        EffectOutcomeUnknown.code: EffectOutcomeUnknown
+    found: dict[str, type[RunFailure] | ParkingError] = {
+        EffectOutcomeUnknown.code: EffectOutcomeUnknown,
+        VersionDrift.code: VersionDrift,
     }
     pending: list[type[RunFailure]] = [RunFailure]
     while pending:

@@ -211,6 +211,31 @@ class EffectOutcomeUnknown(StoreError):
         self.record = record
 
 
+class VersionDrift(StoreError):
+    """A replay asked for another step than the run recorded at that position.
+
+    The handler's code changed between the attempt that recorded the run's steps and
+    this one (a deploy between a park and its wake, or a takeover by another build):
+    replaying by name and count would hand a recorded result to the wrong step, or run
+    a side effect in the wrong order. Found before anything was replayed or run; the run
+    was parked in ``reconciliation_required`` (code ``version_drift``, both sequences in
+    the error's ``details``) by the same call. Raised into the handler so it stops at
+    once; handlers should let it propagate. Guard such changes with ``ctx.patched``.
+    """
+
+    code = "version_drift"
+    retryable = False
+
+    def __init__(self, run_id: str, details: dict[str, Any]) -> None:
+        super().__init__(
+            f"run {run_id!r} asked for step {details.get('taken')!r} at position "
+            f"{details.get('position')}, where it recorded {details.get('recorded')!r}: "
+            "its code changed under it; the run needs a person to resolve it"
+        )
+        self.run_id = run_id
+        self.details = details
+
+
 class SignalInboxFull(StoreError):
     """A run holds as many unread signals as LEASEHOLD_MAX_PENDING_SIGNALS allows.
 

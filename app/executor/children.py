@@ -195,8 +195,8 @@ class Family:
             metadata=options.get("metadata"),
         )
         await self._room_for(child["encoded_input"], handler)
-        ordinal = await self._ledger.next_ordinal(SPAWN_COUNTER)
-        step = await self._record(ordinal, child_queue, policy)
+        ordinal, position = await self._ledger.next_step(SPAWN_COUNTER, "s")
+        step = await self._record(ordinal, child_queue, policy, position)
         new = NewRun(
             **{**child, "concurrency_key": concurrency_key or step.concurrency_key},
             run_id=step.child_id,
@@ -394,7 +394,9 @@ class Family:
             self._on_stop(StopReason.LEASE_LOST)
             raise
 
-    async def _record(self, ordinal: int, child_queue: str, policy: OnParentEnd) -> SpawnStep:
+    async def _record(
+        self, ordinal: int, child_queue: str, policy: OnParentEnd, position: int
+    ) -> SpawnStep:
         limits = self._deps.limits
         # resent after a lost reply, the step answers REPLAYED with the same child
         step = await self._fenced(
@@ -405,6 +407,7 @@ class Family:
                 child_queue=child_queue,
                 on_parent_end=policy,
                 limits=limits,
+                position=position,
             ),
         )
         if step.answer == SpawnAnswer.CANCELLING:

@@ -66,12 +66,14 @@ from app.errors import (
     InvalidEffect,
     InvalidEffectResult,
     LeaseLost,
+    VersionDrift,
 )
 from app.executor.events import EventSink
 from app.retry import REDIS_BACKOFF, retrying
 from app.store.codec import dumps
 from app.store.leases.store import Lease
 from app.store.progress.store import (
+    POSITION_ENTRY,
     EffectAnswer,
     EffectCall,
     EffectOutcome,
@@ -86,6 +88,8 @@ log = logging.getLogger(__name__)
 EFFECT_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
 
 EffectFn = Callable[[str], Any]
+# the steps a drift's details list at most, of each sequence
+DRIFT_SHOWN = 200
 T = TypeVar("T")
 
 
@@ -111,6 +115,11 @@ class EffectLedger:
         self._seq: dict[str, int] | None = None
         # a re-run's effect keys start with its first run's id (store/reruns.py)
         self._key_root = ""
+        # the drift check: this attempt's next step position, the steps the run recorded
+        # from the last checkpoint's position on, and the ones this attempt took
+        self._position = 0
+        self._recorded: dict[int, str] = {}
+        self._taken: list[str] = []
         # the attempt's span context (set by the execution), for effects called from threads
         self.trace_parent: str | None = None
 
@@ -121,7 +130,9 @@ class EffectLedger:
         anything, and :class:`LeaseLost` when fenced out (the run is stopped).
         """
         payload = self._encode_state(state)
-        seq_json = dumps(self._seq) if self._seq is not None else ""
+        seq_json = (
+            dumps({**self._seq, POSITION_ENTRY: self._position}) if self._seq is not None else ""
+        )
         await self._sink.flush()
         try:
             await send_until_taken(
@@ -182,8 +193,10 @@ class EffectLedger:
                 f"effect name {name!r} must match {EFFECT_NAME.pattern}",
                 details={"name": name},
             )
-        ordinal = await self.next_ordinal(name)
-        return EffectCall(self._lease.run_id, name, ordinal, idempotent, self._key_root)
+        ordinal, position = await self.next_step(name, "e")
+        return EffectCall(
+            self._lease.run_id, name, ordinal, idempotent, self._key_root, position=position
+        )
 
     async def next_ordinal(self, counter: str) -> int:
         """The next call's ordinal of ``counter`` (an effect's name, or a wait's step kind).
@@ -195,11 +208,57 @@ class EffectLedger:
         """
         if self._seq is None:
             # the counts the last checkpoint saved: where a resumed handler continues
-            loaded, root = await self._store.effect_start(self._lease.queue, self._lease.run_id)
+            start = await self._store.replay_start(self._lease.queue, self._lease.run_id)
             if self._seq is None:  # a concurrent first call may have loaded them already
-                self._seq, self._key_root = loaded, root
+                self._seq, self._key_root = start.counts, start.key_root
+                self._position, self._recorded = start.position, start.recorded
         self._seq[counter] = self._seq.get(counter, 0) + 1
         return self._seq[counter]
+
+    async def next_step(self, counter: str, kind: str) -> tuple[int, int]:
+        """The next call's ordinal of ``counter`` and its step position, checked against
+        what the run recorded there: raises :class:`VersionDrift` (the run parked) when
+        an earlier attempt took another step at this position.
+
+        ``kind``: ``e`` an effect, ``w`` a wait, ``s`` a spawn, as includes/steps.lua
+        notes them. Positions count every step from the last checkpoint's, in the order
+        the handler asks for them (concurrent steps: the order they start in).
+        """
+        ordinal = await self.next_ordinal(counter)
+        position = self._position
+        self._position += 1
+        field = f"{counter}{ordinal}" if counter.endswith(":") else f"{counter}:{ordinal}"
+        entry = f"{kind}|{field}"
+        self._taken.append(entry)
+        recorded = self._recorded.get(position)
+        if recorded is not None and recorded != entry:
+            await self._drift(position, recorded, entry)
+        return ordinal, position
+
+    async def _drift(self, position: int, recorded: str, taken: str) -> None:
+        """Park the run for a person (version_drift) and stop the handler."""
+        details = {
+            "position": position,
+            "recorded": recorded,
+            "taken": taken,
+            "recorded_steps": [self._recorded[n] for n in sorted(self._recorded)][:DRIFT_SHOWN],
+            "taken_steps": self._taken[:DRIFT_SHOWN],
+        }
+        await self._sink.flush()
+        try:
+            await send_until_taken(lambda: self._store.report_drift(self._lease, dumps(details)))
+        except LeaseLost:
+            raise self._lost("drift report") from None
+        log.warning(
+            "run drifted at step %d: it recorded %s, the handler asked for %s; parked for a "
+            "person (version_drift)",
+            position,
+            recorded,
+            taken,
+            extra=self._log_extra(),
+        )
+        self._on_parked()
+        raise VersionDrift(self._lease.run_id, details)
 
     def _check_started(self, started: EffectStart) -> None:
         if started.answer == EffectAnswer.UNKNOWN:

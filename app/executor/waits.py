@@ -117,8 +117,8 @@ class Waits:
             raise InvalidWait(
                 f"wait name {name!r} must match {WAIT_NAME.pattern}", details={"name": repr(name)}
             )
-        ordinal = await self._ledger.next_ordinal(f"{kind.value}:{name}")
-        return WaitCall(self._lease.run_id, kind, name, ordinal, **deadline)
+        ordinal, position = await self._ledger.next_step(f"{kind.value}:{name}", "w")
+        return WaitCall(self._lease.run_id, kind, name, ordinal, **deadline, position=position)
 
     async def _wait(self, call: WaitCall) -> WaitAnswer:
         """Park on ``call``, or return the answer of a wait that is over."""

@@ -225,11 +225,11 @@ class Worker:
             asyncio.create_task(self._rest_of_start(lease_store, stores), name="reconciler")
         )
         log.info(
-            "worker %s (build %s) serving queues %s with concurrency %d",
+            "worker %s serving queues %s with concurrency %d, build %s",
             self.id,
-            self.build_id,
             ",".join(settings.queues),
             settings.concurrency,
+            self.build_id,
         )
         await self._stop.wait()
         await drain(self._executions, self._couriers.values(), timeout_s=settings.drain_timeout_s)

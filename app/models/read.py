@@ -61,8 +61,9 @@ class ResolveRequest(BaseModel):
     ``effect_outcome`` says what the person found out about the effects whose
     outcome was unknown: ``applied`` records them as done (with ``effect_result``,
     else null), so a retried run does not repeat them; ``not_applied`` drops their
-    records, so a retried run performs them again. A retry needs it: without it the
-    run would stop at the same effect again.
+    records, so a retried run performs them again. A retry of a run parked for
+    unknown effects needs it (422 otherwise: it would stop at the same effect again);
+    a run parked for ``version_drift`` is retried without it, on the code it meets.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -72,7 +73,9 @@ class ResolveRequest(BaseModel):
     )
     output: Any = Field(default=None, description="The run's output, for succeed")
     effect_outcome: EffectOutcomeDecision | None = Field(
-        default=None, description="Whether the unknown effects happened; required for retry"
+        default=None,
+        description="Whether the unknown effects happened; required to retry a run parked "
+        "for unknown effects",
     )
     effect_result: Any = Field(
         default=None, description="Result to record for the effects, with effect_outcome=applied"
@@ -83,11 +86,6 @@ class ResolveRequest(BaseModel):
 
     @model_validator(mode="after")
     def _check_consistency(self) -> ResolveRequest:
-        if self.action == "retry" and self.effect_outcome is None:
-            raise ValueError(
-                "retry needs effect_outcome (applied or not_applied): without it the run "
-                "would stop at the same effect again"
-            )
         if self.output is not None and self.action != "succeed":
             raise ValueError("output is only accepted with action succeed")
         if self.effect_result is not None and self.effect_outcome != "applied":

@@ -36,7 +36,12 @@ def tokens_for(
 ) -> Callable[[ClaimedRun], LeaseTokens]:
     def build(claimed: ClaimedRun) -> LeaseTokens:
         return LeaseTokens(
-            signing, claimed.lease, client=redis_client, prefix=prefix, max_lifetime_ms=3_600_000
+            signing,
+            claimed.lease,
+            client=redis_client,
+            prefix=prefix,
+            namespace="default",
+            max_lifetime_ms=3_600_000,
         )
 
     return build
@@ -58,6 +63,8 @@ async def test_a_lease_token_states_the_lease_and_expires_with_it(
         "w-a",
         run.fence,
     )
+    # its namespace, and this claim's identity (the fence moves on every claim)
+    assert (claims.namespace, claims.claim_id) == ("default", f"w-a/{run.fence}")
     lease = await read_lease(redis_client, prefix=prefix, run_id=run.id)
     assert lease is not None and lease.expires_at_ms is not None
     assert claims.expires_at == lease.expires_at_ms // 1000, "exp is the lease's expiry"

@@ -273,6 +273,12 @@ async def _checkpoint(w: World) -> ScriptCall:
     )
 
 
+async def _report_drift(w: World) -> ScriptCall:
+    (lease,) = await w.held()
+    details = '{"position":0,"recorded":"e|a:1","taken":"e|b:1"}'
+    return await capture(w.c_progress.report_drift(lease, details))
+
+
 async def _start_effect(w: World) -> ScriptCall:
     (lease,) = await w.held()
     first = EffectCall(lease.run_id, "charge", 1, idempotent=False)
@@ -581,6 +587,7 @@ SETUPS: dict[str, Setup] = {
     "append_events": _append,
     "checkpoint_run": _checkpoint,
     "start_effect": _start_effect,
+    "report_drift": _report_drift,
     "record_effect": _record_effect,
     "cancel_run": _cancel,
     "resume_run": _resume,

@@ -24,7 +24,7 @@ from app.stack.processes import CLI_MODULE, Child, child_env, spawn, wait_health
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEST_HANDLERS = (
     "app.demo,tests.support.handlers,tests.support.effect_handlers,tests.support.rate_handlers,"
-    "tests.support.wait_handlers,tests.support.family_handlers"
+    "tests.support.wait_handlers,tests.support.family_handlers,tests.support.drift_handlers"
 )
 PROBE_TIMEOUT_S = 60.0
 # how long an API child may take to answer /healthz: a bound for one that never will, not

@@ -17,7 +17,7 @@ from app.api.bodies import body_doc, json_body
 from app.api.problems import PROBLEM_JSON
 from app.api.state import ApiState, state_dependency
 from app.api.streaming import admit_stream, event_stream_response, live_sink, run_events
-from app.errors import InvalidTransition, RunNotFound
+from app.errors import InvalidTransition, RunNotFound, VersionDrift
 from app.models import (
     HANDLER_NAME_PATTERN,
     IDEMPOTENCY_KEY_PATTERN,
@@ -490,7 +490,18 @@ async def resolve_run(
     ``not_applied``: dropped, so they run again). ``retry`` queues the run again
     (fence+1; it resumes from its checkpoint and replays recorded effects), ``fail``
     ends it failed, ``succeed`` ends it succeeded with ``output``. Any other status → 409.
+    A run parked for ``version_drift`` (its code changed under it) is retried without
+    ``effect_outcome``: the step order it recorded is forgotten and it goes on under the
+    code it meets, its recorded effects replayed by name and number.
     """
+    if body.action == "retry" and body.effect_outcome is None:
+        error = (await state.store.get(run_id)).error
+        if error is None or error.code != VersionDrift.code:
+            raise HTTPException(
+                422,
+                "retry needs effect_outcome (applied or not_applied): without it the run "
+                "would stop at the same effect again",
+            )
     return await state.store.resolve(run_id, body)
 
 

@@ -27,6 +27,8 @@ class SpawnArgs(NamedTuple):
     on_parent_end: str  # cancel | detach
     max_children: int
     max_depth: int
+    # the step's place among the run's steps ('' notes nothing): the drift check's record
+    position: int | str = ""
 
 
 class SpawnReply(NamedTuple):

@@ -149,6 +149,7 @@ class ChildStore(Store):
         child_queue: str,
         on_parent_end: OnParentEnd,
         limits: SpawnLimits,
+        position: int | None = None,
     ) -> SpawnStep:
         """Record spawn step ``ordinal`` of the parent (fenced) and name its child.
 
@@ -164,6 +165,7 @@ class ChildStore(Store):
             on_parent_end=on_parent_end.value,
             max_children=limits.max_children,
             max_depth=limits.max_depth,
+            position="" if position is None else position,
         )
         reply: SpawnReply = await SPAWN_CHILD.send(
             self.scripts, self.client, self.keys(lease.queue), args

@@ -32,6 +32,25 @@ CHECKPOINT_RUN: Transition[CheckpointArgs, CodeReply] = Transition(
 )
 
 
+class DriftArgs(NamedTuple):
+    """ARGV of ``report_drift``."""
+
+    owner_id: str
+    fence: int
+    run_id: str
+    details: str
+    maxlen: int
+
+
+def _drift_keys(k: QueueKeys, run_id: str, a: DriftArgs) -> tuple[str, ...]:
+    return (k.run(a.run_id), k.events(a.run_id), k.leases)
+
+
+REPORT_DRIFT: Transition[DriftArgs, CodeReply] = Transition(
+    "report_drift", _drift_keys, DriftArgs, _code_reply, durable=True
+)
+
+
 class StartEffectArgs(NamedTuple):
     """ARGV of ``start_effect``."""
 
@@ -44,6 +63,8 @@ class StartEffectArgs(NamedTuple):
     ordinal: int
     idempotent: int
     maxlen: int
+    # the step's place among the run's steps ('' notes nothing): the drift check's record
+    position: int | str = ""
 
 
 def _start_effect_keys(k: QueueKeys, run_id: str, a: StartEffectArgs) -> tuple[str, ...]:

@@ -22,11 +22,29 @@ from app.store.lua.transition import raise_for
 from app.store.progress.bindings import (
     CHECKPOINT_RUN,
     RECORD_EFFECT,
+    REPORT_DRIFT,
     START_EFFECT,
     CheckpointArgs,
+    DriftArgs,
     RecordEffectArgs,
     StartEffectArgs,
 )
+
+# the effect_seq entry (beside the per-name counts) holding the step position a
+# checkpoint was taken at: a name an effect cannot have
+POSITION_ENTRY = "~position"
+# the effects-hash fields of the step log (includes/steps.lua): '~<position>', '~n'
+STEP_FIELD, STEP_COUNT_FIELD = "~", "~n"
+
+
+@dataclass(frozen=True)
+class ReplayStart:
+    """Where an attempt's step numbering starts, and what the run recorded from there."""
+
+    counts: dict[str, int]  # calls per effect name / wait / spawn counter so far
+    key_root: str  # a re-run's first run ('' for this run)
+    position: int  # the step position of the last checkpoint (0 before any)
+    recorded: dict[int, str]  # position -> '<kind>|<field>' of each step noted since
 
 
 class EffectOutcome(StrEnum):
@@ -47,6 +65,8 @@ class EffectCall:
     # the run whose id starts the key: the first run of a retry chain (store/reruns.py),
     # so a re-run hands a side effect the key the first run would have; '' for this run
     key_root: str = ""
+    # its place among the run's steps (the drift check's record); None: not noted
+    position: int | None = None
 
     @property
     def field(self) -> str:
@@ -106,16 +126,44 @@ class ProgressStore(Store):
         return (await self.effect_start(queue, run_id))[0]
 
     async def effect_start(self, queue: str, run_id: str) -> tuple[dict[str, int], str]:
-        """Where an attempt's effect numbering starts: counts per name, and the key root.
+        """Where an attempt's effect numbering starts: counts per name, and the key root."""
+        start = await self.replay_start(queue, run_id)
+        return start.counts, start.key_root
 
-        The counts are the last checkpoint's (empty before any); the key root is the
-        first run of the run's retry chain ('' unless it is a re-run), in one read.
+    async def replay_start(self, queue: str, run_id: str) -> ReplayStart:
+        """Where an attempt's step numbering starts and the steps recorded from there.
+
+        The counts and position are the last checkpoint's (empty, 0 before any); the key
+        root is the first run of the run's retry chain ('' unless it is a re-run). One
+        round trip, and a second only when steps were recorded past the checkpoint.
         """
-        raw, root = cast(
-            list[str | None],
-            await self.client.hmget(self.keys(queue).run(run_id), ["effect_seq", "retry_root"]),
+        keys = self.keys(queue)
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.hmget(keys.run(run_id), ["effect_seq", "retry_root"])
+            pipe.hget(keys.effects(run_id), STEP_COUNT_FIELD)
+            (raw, root), noted = await pipe.execute()
+        counts = cast(dict[str, int], json.loads(raw)) if raw else {}
+        position = int(counts.pop(POSITION_ENTRY, 0))
+        recorded: dict[int, str] = {}
+        last = int(noted or 0)
+        if last > position:
+            fields = [f"{STEP_FIELD}{n}" for n in range(position, last)]
+            values = cast(list[str | None], await self.client.hmget(keys.effects(run_id), fields))
+            recorded = {
+                n: value for n, value in zip(range(position, last), values, strict=True) if value
+            }
+        return ReplayStart(counts, root or "", position, recorded)
+
+    async def report_drift(self, lease: Lease, details_json: str) -> None:
+        """Park the run in ``reconciliation_required`` (code ``version_drift``).
+
+        Raises :class:`~app.errors.LeaseLost` when fenced out (nothing written).
+        """
+        args = DriftArgs(
+            lease.owner_id, lease.fence, lease.run_id, details_json, self.ctx.events_maxlen
         )
-        return (cast(dict[str, int], json.loads(raw)) if raw else {}), root or ""
+        reply = await REPORT_DRIFT.send(self.scripts, self.client, self.keys(lease.queue), args)
+        raise_for(reply.code, run_id=lease.run_id, fence=lease.fence)
 
     async def start_effect(self, lease: Lease, call: EffectCall) -> EffectStart:
         """Open the effect's record, or find it; see :class:`EffectStart` for the answers.
@@ -132,6 +180,7 @@ class ProgressStore(Store):
             ordinal=call.ordinal,
             idempotent=1 if call.idempotent else 0,
             maxlen=self.ctx.events_maxlen,
+            position="" if call.position is None else call.position,
         )
         reply = await START_EFFECT.send(self.scripts, self.client, self.keys(lease.queue), args)
         raise_for(reply.code, run_id=lease.run_id, fence=lease.fence)
@@ -170,6 +219,8 @@ class ProgressStore(Store):
         raw = cast(dict[str, str], await self.client.hgetall(self.keys(queue).effects(run_id)))
         records = {}
         for field, value in raw.items():
+            if field.startswith(STEP_FIELD):
+                continue  # the step log (includes/steps.lua), not an effect
             record = json.loads(value)
             if "result" in record:
                 record["result"] = json.loads(record["result"])

@@ -31,6 +31,8 @@ class ParkArgs(NamedTuple):
     maxlen: int
     wake_channel: str
     max_waits: int
+    # the step's place among the run's steps ('' notes nothing): the drift check's record
+    position: int | str = ""
 
 
 class SignalArgs(NamedTuple):

@@ -55,6 +55,8 @@ class WaitCall:
     duration_ms: int | None = None
     at_ms: int | None = None
     question_json: str = ""
+    # its place among the run's steps (the drift check's record); None: not noted
+    position: int | None = None
 
     @property
     def step(self) -> str:
@@ -129,6 +131,7 @@ class WaitStore(Store):
             maxlen=self.events_maxlen,
             wake_channel=self.keys(lease.queue).wake_channel,
             max_waits=self.max_waits,
+            position="" if call.position is None else call.position,
         )
         keys = self.keys(lease.queue)
         code, value = await PARK_RUN.send(self.scripts, self.client, keys, args)

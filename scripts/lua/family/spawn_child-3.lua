@@ -19,6 +19,8 @@
 --          (LEASEHOLD_MAX_CHILDREN_PER_RUN)
 -- ARGV[8]  max_depth    integer the deepest a run may sit (LEASEHOLD_MAX_RUN_DEPTH): a child
 --          deeper than it is refused
+-- ARGV[9]  position     integer the step's place among the run's steps, noted when it is new:
+--          the worker's count from the last checkpoint; '' notes nothing (includes/steps.lua)
 -- returns  {code, child_id, root_id, depth, concurrency_key, traceparent, ended}  codes: OK
 --          (recorded: create the child with this id, root, depth), REPLAYED (the step was
 --          recorded before: the same child; ended is '1' when its outcome came already,
@@ -35,6 +37,8 @@
 -- validate-then-write: every argument is checked and the record, the step and the counts
 --          read before the first write.
 --- @include args
+--- @include keys
+--- @include steps
 
 check_argc(@SpawnArgs)
 local owner, fence = ARGV[@owner_id], ARGV[@fence]
@@ -47,6 +51,7 @@ end
 local policy = enum_arg(ARGV[@on_parent_end], 'on_parent_end', {'cancel', 'detach'})
 local max_children = int_arg(ARGV[@max_children], 'max_children', 0)
 local max_depth = int_arg(ARGV[@max_depth], 'max_depth', 0)
+local position = position_arg(ARGV[@position])
 local step = 'spawn:' .. ordinal
 
 local cur = redis.call('HMGET', KEYS[1], 'status', 'owner_id', 'fence', 'root_id', 'depth',
@@ -75,6 +80,7 @@ if count >= max_children then
 end
 
 local now = now_ms()
+note_step(KEYS[1], run_id, position, 's|' .. step)
 redis.call('HSET', KEYS[3], step, child_id)
 if policy == 'detach' then
   redis.call('HSET', KEYS[3], 'detach:' .. child_id, '1')

@@ -13,6 +13,8 @@
 -- ARGV[7]  ordinal      integer the call's number among this run's calls of this name
 -- ARGV[8]  idempotent   0 | 1   whether calling it again with the same key is safe
 -- ARGV[9]  maxlen       integer approximate cap of the event stream
+-- ARGV[10] position     integer the step's place among the run's steps, noted when it opens:
+--          the worker's count from the last checkpoint; '' notes nothing (includes/steps.lua)
 -- returns  {code, payload}  codes: OK (started: run it; payload is how many times it
 --          has been started, 1 the first time), REPLAYED (recorded before: payload is
 --          its result json; do not run it), UNKNOWN (started before without a recorded
@@ -33,6 +35,7 @@
 --- @include slots
 --- @include park
 --- @include effects
+--- @include steps
 
 check_argc(@StartEffectArgs)
 local owner, fence, run_id, field = ARGV[@owner_id], ARGV[@fence], ARGV[@run_id], ARGV[@field]
@@ -40,6 +43,7 @@ run_id_arg(run_id, KEYS[1], KEYS[2])
 local ordinal = int_arg(ARGV[@ordinal], 'ordinal', 0)
 enum_arg(ARGV[@idempotent], 'idempotent', {'0', '1'})
 int_arg(ARGV[@maxlen], 'maxlen', 0)
+local position = position_arg(ARGV[@position])
 if not holds(KEYS[1], owner, fence) then
   return {'LOST', ''}
 end
@@ -86,6 +90,7 @@ local data = cjson.encode({phase = 'started', name = record.name, key = record.k
   ordinal = record.ordinal, starts = record.starts, idempotent = idempotent})
 if open then
   set_open_effects(KEYS[1], open)
+  note_step(KEYS[1], run_id, position, 'e|' .. field)
 end
 redis.call('HSET', KEYS[3], field, encoded)
 emit(KEYS[1], KEYS[2], 'effect', fence, now, data, ARGV[@maxlen])

@@ -23,7 +23,9 @@
 -- invariant: only a reconciliation_required run is resolved, and the decision is an
 --          event written with its effect. applied marks the unknown effects done, so a
 --          retried run replays them; not_applied drops their records, so it runs them
---          again. A retry is queued at the head of the line with fence+1.
+--          again. A retry is queued at the head of the line with fence+1; a retry of a
+--          run parked for version_drift forgets its recorded step order (the '~' fields
+--          of includes/steps.lua), so it goes on under the code it now meets.
 -- validate-then-write: the arguments are checked, the record, the previous error and
 --          the unknown effects read and decoded, and every record and event encoded
 --          before the first write.
@@ -35,6 +37,7 @@
 --- @include family
 --- @include finalize
 --- @include effects
+--- @include steps
 
 check_argc(@ResolveArgs)
 local run_id, action, outcome = ARGV[@run_id], ARGV[@action], ARGV[@effect_outcome]
@@ -89,7 +92,11 @@ if outcome ~= '' then
   settled, rewrites = settle_effects()
 end
 
-local decision = {action = action}
+-- a drifted run retried: the step order it recorded is forgotten (the person accepts the
+-- code it will meet); its effects' records stay, replayed by name and number
+local drifted = action == 'retry' and cur[3] and string.find(cur[3], '"version_drift"', 1, true)
+local step_fields = drifted and step_fields_of(KEYS[3]) or {}
+local decision = {action = action, steps_forgotten = drifted and #step_fields - 1 or nil}
 if ARGV[@note] ~= '' then
   decision.note = ARGV[@note]
 end
@@ -135,6 +142,9 @@ end
 
 -- every check is done: write
 write_settled(rewrites)
+if #step_fields > 0 then
+  redis.call('HDEL', KEYS[3], unpack(step_fields))
+end
 if action == 'retry' then
   requeue(k, resolved)
   return {'OK', 'queued'}

@@ -23,6 +23,8 @@
 -- ARGV[11] wake_channel string  pub/sub channel idle workers of the queue listen on
 -- ARGV[12] max_waits    integer how many fields the waits hash may hold (steps and inbox):
 --          a new step past it is refused (LEASEHOLD_MAX_WAITS_PER_RUN)
+-- ARGV[13] position     integer the step's place among the run's steps, noted when it is new:
+--          the worker's count from the last checkpoint; '' notes nothing (includes/steps.lua)
 -- returns  {code, value}  codes: OK (parked: status waiting, or waiting_human for a
 --          question; value is until_ms or ''), REPLAYED (the wait is over: its sleep ended,
 --          its signal came, or its question was answered; value is the payload json, ''
@@ -47,6 +49,7 @@
 --- @include fence
 --- @include slots
 --- @include park
+--- @include steps
 
 check_argc(@ParkArgs)
 local owner, fence = ARGV[@owner_id], ARGV[@fence]
@@ -79,6 +82,7 @@ if kind == 'human' then
 end
 local maxlen = int_arg(ARGV[@maxlen], 'maxlen', 0)
 local max_waits = int_arg(ARGV[@max_waits], 'max_waits', 1)
+local position = position_arg(ARGV[@position])
 local step = kind .. ':' .. name .. ':' .. ordinal
 
 local cur = redis.call('HMGET', KEYS[1], 'status', 'owner_id', 'fence')
@@ -127,6 +131,9 @@ end
 
 -- the wait is already over: record it, answer, and keep the lease
 local function finish_step(status, fields, answer)
+  if not raw then
+    note_step(KEYS[1], run_id, position, 'w|' .. step)
+  end
   record.status = status
   record.ended_ms = now
   local encoded = cjson.encode(record)
@@ -152,6 +159,9 @@ end
 -- Park the run: for a person (waiting_human, until resume_run), else waiting until its
 -- time (the delayed set) or its signal (signal_run).
 local function park_step()
+  if not raw then
+    note_step(KEYS[1], run_id, position, 'w|' .. step)
+  end
   record.status = 'waiting'
   local record_json = cjson.encode(record)
   local run_prefix = string.sub(KEYS[1], 1, #KEYS[1] - #run_id)

@@ -1,0 +1,101 @@
+"""The drift check with real processes: a deploy between a park and its wake.
+
+A run of ``test.drift_steps`` parks on a signal under one build; its worker is stopped and a
+worker of another build (the handler's steps in another order) wakes it. The replay
+must not hand a recorded result to another step, call a side effect, or create a
+child: the run parks in ``reconciliation_required`` with code ``version_drift``. A
+person's retry then runs it on the new code.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+
+from tests.support.drift_handlers import effect_calls_key
+from tests.support.polling import eventually
+from tests.support.processes import Processes
+
+
+async def status_of(client: httpx.AsyncClient, run_id: str, wanted: str) -> Any:
+    async def probe() -> Any:
+        return (await client.get(f"/runs/{run_id}")).json()
+
+    return await eventually(probe, until=lambda run: run["status"] == wanted, what=wanted)
+
+
+CASES = [
+    # an effect moved: the run recorded a, the wait, b; the new code asks for b first
+    pytest.param("e:a,w:go,e:b", "e:b,w:go,e:a", "e|a:1", "e|b:1", id="effect"),
+    # two waits swapped: the recorded first wait's answer must not reach the second
+    pytest.param("w:go,w:two", "w:two,w:go", "w|signal:go:1", "w|signal:two:1", id="wait"),
+    # a step inserted before a spawn: no child is made under the shifted numbering
+    pytest.param("s:kid,w:go", "e:a,s:kid,w:go", "s|spawn:1", "e|a:1", id="spawn"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("old", "new", "recorded", "taken"), CASES)
+async def test_a_reordered_handler_parks_as_version_drift_and_runs_nothing(
+    processes: Processes,
+    redis_client: aioredis.Redis,
+    prefix: str,
+    old: str,
+    new: str,
+    recorded: str,
+    taken: str,
+) -> None:
+    _, api_url = processes.api()
+    first = processes.worker(LEASEHOLD_TEST_STEPS=old, LEASEHOLD_BUILD_ID="v1")
+    async with httpx.AsyncClient(base_url=api_url, timeout=10) as client:
+        run_id = (
+            await client.post("/runs", json={"handler": "test.drift_steps", "input": {}})
+        ).json()["id"]
+        await status_of(client, run_id, "waiting")
+        children_before = (await client.get(f"/runs/{run_id}/children")).json()["items"]
+        first.signal(signal.SIGTERM)
+        first.wait(30)
+        processes.worker(LEASEHOLD_TEST_STEPS=new, LEASEHOLD_BUILD_ID="v2")
+        sent = await client.post(f"/runs/{run_id}/signals/go", json={"payload": "now"})
+        assert sent.status_code in (200, 202), sent.text
+        parked = await status_of(client, run_id, "reconciliation_required")
+        error = parked["error"]
+        assert error["code"] == "version_drift", error
+        assert error["details"]["position"] == 0
+        assert error["details"]["recorded"] == recorded
+        assert error["details"]["taken"] == taken
+        assert parked["build_id"] == "v2"
+        # nothing ran under the shifted numbering: no new side effect, no new child
+        calls = await redis_client.lrange(effect_calls_key(prefix, run_id), 0, -1)
+        assert calls == (["a"] if old.startswith("e:a") else [])
+        children = (await client.get(f"/runs/{run_id}/children")).json()["items"]
+        assert [c["id"] for c in children] == [c["id"] for c in children_before]
+
+
+@pytest.mark.slow
+async def test_a_person_s_retry_of_a_drifted_run_runs_it_on_the_new_code(
+    processes: Processes, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    _, api_url = processes.api()
+    first = processes.worker(LEASEHOLD_TEST_STEPS="e:a,w:go,e:b")
+    async with httpx.AsyncClient(base_url=api_url, timeout=10) as client:
+        made = await client.post("/runs", json={"handler": "test.drift_steps", "input": {}})
+        run_id = made.json()["id"]
+        await status_of(client, run_id, "waiting")
+        first.signal(signal.SIGTERM)
+        first.wait(30)
+        processes.worker(LEASEHOLD_TEST_STEPS="e:b,w:go,e:a")
+        await client.post(f"/runs/{run_id}/signals/go", json={"payload": "now"})
+        await status_of(client, run_id, "reconciliation_required")
+        resolved = await client.post(f"/runs/{run_id}/resolve", json={"action": "retry"})
+        assert resolved.status_code == 200, resolved.text
+        done = await status_of(client, run_id, "succeeded")
+    # the recorded order is forgotten; the records stay: a and the signal replay, b runs
+    first_step, answer, last_step = done["output"]["done"]
+    assert first_step.startswith("b done") and answer == "now" and last_step.startswith("a done")
+    calls = await redis_client.lrange(effect_calls_key(prefix, run_id), 0, -1)
+    assert calls == ["a", "b"]

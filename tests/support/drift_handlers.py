@@ -1,0 +1,53 @@
+"""A handler whose steps are set by its worker's environment: a deploy in a test.
+
+``LEASEHOLD_TEST_STEPS`` (read at each call, so a worker started with another value
+runs "another build") lists the steps in order: ``e:<name>`` an effect, ``w:<name>`` a
+signal wait, ``s:<message>`` a spawn of ``demo.echo``. Each effect call is recorded in
+Redis (:func:`effect_calls_key`), so a test sees which side effects really ran.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from pydantic import BaseModel
+
+from app.executor import RunContext, handler
+from app.store.redis.connection import async_client
+
+DEFAULT_STEPS = "e:a,w:go,e:b"
+
+
+def effect_calls_key(prefix: str, run_id: str) -> str:
+    """Where ``test.drift_steps`` records each effect it really called: its name."""
+    return f"{prefix}:test:effect-calls:{run_id}"
+
+
+class StepsInput(BaseModel):
+    """Nothing: the steps come from the worker's environment."""
+
+
+@handler("test.drift_steps")
+async def steps(ctx: RunContext, params: StepsInput) -> dict[str, Any]:
+    """Take the steps LEASEHOLD_TEST_STEPS lists, in order; return what each gave."""
+    done: list[Any] = []
+    client = async_client(os.environ["LEASEHOLD_REDIS_URL"])
+    calls = effect_calls_key(os.environ["LEASEHOLD_PREFIX"], ctx.run_id)
+    try:
+        for step in os.environ.get("LEASEHOLD_TEST_STEPS", DEFAULT_STEPS).split(","):
+            kind, name = step.split(":", 1)
+            if kind == "e":
+
+                async def call(key: str, name: str = name) -> str:
+                    await client.rpush(calls, name)
+                    return f"{name} done ({key})"
+
+                done.append(await ctx.effect(name, call))
+            elif kind == "w":
+                done.append(await ctx.wait_for_signal(name))
+            else:
+                done.append((await ctx.spawn("demo.echo", {"message": name})).id)
+    finally:
+        await client.aclose()
+    return {"done": done}
