@@ -320,6 +320,33 @@ class RunContext:
         )
         return future.result()
 
+    async def patched(self, patch_id: str) -> bool:
+        """Whether this run takes the new code at change ``patch_id`` (a deploy's guard).
+
+        True on a run that reaches this point first on code with the patch; False on a
+        run that already went past it on the code before (its recorded steps go on
+        beyond this point). Decided once per run and recorded (a ``patch`` event), so
+        every replay takes the same branch. It takes no step position: wrapping a change
+        in it never shifts a run's steps. Keep both branches until no run that can take
+        the old one remains (``GET /runs?status=...``), then drop the old branch
+        (:meth:`deprecate_patch` marks that phase), then the call.
+        """
+        return await self._helpers.ledger.patched(patch_id)
+
+    def patched_sync(self, patch_id: str) -> bool:
+        """``patched`` for sync handlers running in the worker's thread pool."""
+        return asyncio.run_coroutine_threadsafe(self.patched(patch_id), self._loop).result()
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        """The cleanup phase of change ``patch_id``: the old branch is gone.
+
+        Records nothing and reads nothing (a patch takes no step position, so the code
+        after removing the branch replays every run that took the patch); it marks in the
+        code that the ``patched`` call may be deleted once no run that took the old
+        branch can still wake. Raises :class:`~app.errors.InvalidEffect` for a bad id.
+        """
+        self._helpers.ledger.check_patch_id(patch_id)
+
     async def sleep(self, seconds: float, *, name: str = "sleep") -> None:
         """Park the run for ``seconds`` without holding a worker, then go on.
 

@@ -206,14 +206,19 @@ class EffectLedger:
         names an effect cannot have (``sleep:<name>``...), so a handler resuming from
         its checkpoint numbers its waits as the interrupted attempt did.
         """
+        seq = await self._loaded()
+        seq[counter] = seq.get(counter, 0) + 1
+        return seq[counter]
+
+    async def _loaded(self) -> dict[str, int]:
+        """The counts (and the step log) the run recorded, read on the attempt's first
+        step: where a handler resuming from its last checkpoint continues."""
         if self._seq is None:
-            # the counts the last checkpoint saved: where a resumed handler continues
             start = await self._store.replay_start(self._lease.queue, self._lease.run_id)
             if self._seq is None:  # a concurrent first call may have loaded them already
                 self._seq, self._key_root = start.counts, start.key_root
                 self._position, self._recorded = start.position, start.recorded
-        self._seq[counter] = self._seq.get(counter, 0) + 1
-        return self._seq[counter]
+        return self._seq
 
     async def next_step(self, counter: str, kind: str) -> tuple[int, int]:
         """The next call's ordinal of ``counter`` and its step position, checked against
@@ -234,6 +239,33 @@ class EffectLedger:
         if recorded is not None and recorded != entry:
             await self._drift(position, recorded, entry)
         return ordinal, position
+
+    async def patched(self, patch_id: str) -> bool:
+        """Whether the run takes the patched code at change ``patch_id``: decided once per
+        run and recorded, so every replay takes the same branch.
+
+        A run with steps recorded past this point went on there under the code before
+        the patch: it keeps to that code (False). Any other run takes the patch (True).
+        A patch takes no step position: adding ``ctx.patched`` never shifts a run's steps.
+        """
+        self.check_patch_id(patch_id)
+        await self._loaded()
+        passed = any(position >= self._position for position in self._recorded)
+        await self._sink.flush()
+        try:
+            return await send_until_taken(
+                lambda: self._store.note_patch(self._lease, patch_id, proposed=not passed)
+            )
+        except LeaseLost:
+            raise self._lost("patch") from None
+
+    def check_patch_id(self, patch_id: str) -> None:
+        """Raise :class:`InvalidEffect` unless ``patch_id`` is a valid change id."""
+        if not isinstance(patch_id, str) or not EFFECT_NAME.fullmatch(patch_id):
+            raise InvalidEffect(
+                f"patch id {patch_id!r} must match {EFFECT_NAME.pattern}",
+                details={"patch_id": str(patch_id)[:200]},
+            )
 
     async def _drift(self, position: int, recorded: str, taken: str) -> None:
         """Park the run for a person (version_drift) and stop the handler."""

@@ -99,3 +99,28 @@ async def test_a_person_s_retry_of_a_drifted_run_runs_it_on_the_new_code(
     assert first_step.startswith("b done") and answer == "now" and last_step.startswith("a done")
     calls = await redis_client.lrange(effect_calls_key(prefix, run_id), 0, -1)
     assert calls == ["a", "b"]
+
+
+@pytest.mark.slow
+async def test_a_patched_change_runs_old_runs_the_old_way_and_new_runs_the_new(
+    processes: Processes, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    _, api_url = processes.api()
+    old_worker = processes.worker()
+    body = {"handler": "test.patched_steps", "input": {}}
+    async with httpx.AsyncClient(base_url=api_url, timeout=10) as client:
+        old = (await client.post("/runs", json=body)).json()["id"]
+        await status_of(client, old, "waiting")
+        old_worker.signal(signal.SIGTERM)
+        old_worker.wait(30)
+        processes.worker(LEASEHOLD_TEST_PATCHED="1", LEASEHOLD_BUILD_ID="v2")
+        new = (await client.post("/runs", json=body)).json()["id"]
+        await status_of(client, new, "waiting")
+        for run_id in (old, new):
+            await client.post(f"/runs/{run_id}/signals/go", json={"payload": "go"})
+        old_run = await status_of(client, old, "succeeded")
+        new_run = await status_of(client, new, "succeeded")
+    assert old_run["output"] == {"done": ["a done", "go", "b done"], "swapped": False}
+    assert new_run["output"] == {"done": ["b done", "go", "a done"], "swapped": True}
+    assert await redis_client.lrange(effect_calls_key(prefix, old), 0, -1) == ["a", "b"]
+    assert await redis_client.lrange(effect_calls_key(prefix, new), 0, -1) == ["b", "a"]

@@ -279,6 +279,11 @@ async def _report_drift(w: World) -> ScriptCall:
     return await capture(w.c_progress.report_drift(lease, details))
 
 
+async def _note_patch(w: World) -> ScriptCall:
+    (lease,) = await w.held()
+    return await capture(w.c_progress.note_patch(lease, "p" * 128, proposed=True))
+
+
 async def _start_effect(w: World) -> ScriptCall:
     (lease,) = await w.held()
     first = EffectCall(lease.run_id, "charge", 1, idempotent=False)
@@ -588,6 +593,7 @@ SETUPS: dict[str, Setup] = {
     "checkpoint_run": _checkpoint,
     "start_effect": _start_effect,
     "report_drift": _report_drift,
+    "note_patch": _note_patch,
     "record_effect": _record_effect,
     "cancel_run": _cancel,
     "resume_run": _resume,

@@ -51,3 +51,30 @@ async def steps(ctx: RunContext, params: StepsInput) -> dict[str, Any]:
     finally:
         await client.aclose()
     return {"done": done}
+
+
+@handler("test.patched_steps")
+async def patched_steps(ctx: RunContext, params: StepsInput) -> dict[str, Any]:
+    """Effects a and b around a signal wait; the code with LEASEHOLD_TEST_PATCHED=1 swaps
+    the effects behind ``ctx.patched("swap")``, as a deploy would guard the change."""
+    new_code = os.environ.get("LEASEHOLD_TEST_PATCHED") == "1"
+    swapped = new_code and await ctx.patched("swap")
+    order = "e:b,w:go,e:a" if swapped else "e:a,w:go,e:b"
+    client = async_client(os.environ["LEASEHOLD_REDIS_URL"])
+    calls = effect_calls_key(os.environ["LEASEHOLD_PREFIX"], ctx.run_id)
+    done: list[Any] = []
+    try:
+        for step in order.split(","):
+            kind, name = step.split(":", 1)
+            if kind == "w":
+                done.append(await ctx.wait_for_signal(name))
+                continue
+
+            async def call(key: str, name: str = name) -> str:
+                await client.rpush(calls, name)
+                return f"{name} done"
+
+            done.append(await ctx.effect(name, call))
+    finally:
+        await client.aclose()
+    return {"done": done, "swapped": swapped}

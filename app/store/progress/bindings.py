@@ -32,6 +32,25 @@ CHECKPOINT_RUN: Transition[CheckpointArgs, CodeReply] = Transition(
 )
 
 
+class PatchArgs(NamedTuple):
+    """ARGV of ``note_patch``."""
+
+    owner_id: str
+    fence: int
+    patch_id: str
+    patched: int
+    maxlen: int
+
+
+def _patch_keys(k: QueueKeys, run_id: str, a: PatchArgs) -> tuple[str, ...]:
+    return (k.run(run_id), k.events(run_id), k.effects(run_id))
+
+
+NOTE_PATCH: Transition[PatchArgs, CodeReply] = Transition(
+    "note_patch", _patch_keys, PatchArgs, _code_reply, durable=True
+)
+
+
 class DriftArgs(NamedTuple):
     """ARGV of ``report_drift``."""
 

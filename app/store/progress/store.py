@@ -21,11 +21,13 @@ from app.store.lua.scripts import ScriptCode
 from app.store.lua.transition import raise_for
 from app.store.progress.bindings import (
     CHECKPOINT_RUN,
+    NOTE_PATCH,
     RECORD_EFFECT,
     REPORT_DRIFT,
     START_EFFECT,
     CheckpointArgs,
     DriftArgs,
+    PatchArgs,
     RecordEffectArgs,
     StartEffectArgs,
 )
@@ -153,6 +155,17 @@ class ProgressStore(Store):
                 n: value for n, value in zip(range(position, last), values, strict=True) if value
             }
         return ReplayStart(counts, root or "", position, recorded)
+
+    async def note_patch(self, lease: Lease, patch_id: str, *, proposed: bool) -> bool:
+        """Which side of change ``patch_id`` the run takes: its first decision (this
+        ``proposed`` one, or an earlier attempt's). Raises LeaseLost when fenced out."""
+        args = PatchArgs(
+            lease.owner_id, lease.fence, patch_id, int(proposed), self.ctx.events_maxlen
+        )
+        keys = self.keys(lease.queue)
+        reply = await NOTE_PATCH.send(self.scripts, self.client, keys, args, lease.run_id)
+        raise_for(reply.code, run_id=lease.run_id, fence=lease.fence)
+        return reply.value == "1"
 
     async def report_drift(self, lease: Lease, details_json: str) -> None:
         """Park the run in ``reconciliation_required`` (code ``version_drift``).
