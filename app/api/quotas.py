@@ -22,6 +22,7 @@ import contextlib
 import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
 
 from app.errors import QuotaExceeded
 from app.models.namespaces import Quotas
@@ -57,6 +58,8 @@ class QuotaGuard:
         self._buckets = buckets
         self.usage_ttl_s = usage_ttl_s
         self._held: Held | None = None
+        self._complete = False  # whether _held measured live runs and stored bytes both
+        self.measured_at = datetime.now(UTC)  # when _held was measured (this host's clock)
         self._measured_at = -math.inf
         self._admitted_runs = 0
         self._lock = asyncio.Lock()
@@ -99,16 +102,21 @@ class QuotaGuard:
         """The namespace's quotas now (cached by the namespace directory)."""
         return await self._quotas()
 
-    async def held(self, *, fresh: bool = False) -> Held:
-        """What the namespace holds, measured at most ``usage_ttl_s`` ago (``fresh``: now,
-        everything): live runs and stored bytes only when a quota asks for them."""
+    async def held(self, *, complete: bool = False) -> Held:
+        """What the namespace holds, measured at most ``usage_ttl_s`` ago: live runs and
+        stored bytes only when a quota asks for them, or (``complete``, what GET
+        /namespaces/{name} shows) both. However often it is asked, one measurement per
+        ``usage_ttl_s`` at most: a measurement reads every queue of the namespace."""
         async with self._lock:  # one measurement at a time, however many creates wait
-            if fresh or time.monotonic() - self._measured_at >= self.usage_ttl_s:
+            stale = time.monotonic() - self._measured_at >= self.usage_ttl_s
+            if stale or (complete and not self._complete):
                 quotas = await self.quotas()
-                runs = fresh or quotas.live_runs is not None
-                stored = fresh or quotas.stored_bytes is not None
+                runs = complete or quotas.live_runs is not None
+                stored = complete or quotas.stored_bytes is not None
                 self._held = await self._measure(runs, stored)
                 self._measured_at = time.monotonic()
+                self._complete = runs and stored
+                self.measured_at = datetime.now(UTC)
                 self._admitted_runs = 0
             assert self._held is not None
             return self._held

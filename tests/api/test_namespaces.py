@@ -376,3 +376,17 @@ async def test_listings_in_flight_quota_refuses_one_more(
         assert_quota_refusal(await api.get("/runs", headers=admin("acme")), "listings_in_flight")
         assert (await api.get("/runs", headers=admin())).status_code == 200
     assert (await api.get("/runs", headers=admin("acme"))).status_code == 200
+
+
+async def test_reading_a_namespace_s_usage_measures_it_once_per_ttl(
+    api: httpx.AsyncClient,
+) -> None:
+    """A tenant asking for its usage in a loop cannot make the API read every queue of
+    the namespace each time: the measurement is shared for LEASEHOLD_QUOTA_USAGE_TTL_S."""
+    await declare(api, "acme")
+    reader = await key_for(api, "acme", "read")
+    shown = [
+        (await api.get("/namespaces/acme", headers=bearer(reader))).json()["usage"]
+        for _ in range(5)
+    ]
+    assert len({usage["measured_at"] for usage in shown}) == 1

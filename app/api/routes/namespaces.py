@@ -8,7 +8,6 @@ outlive it, unreachable). ``default`` always exists; deleting it forgets its quo
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Request, Response
@@ -69,14 +68,13 @@ async def get_namespace(
 
 
 async def _usage(state: ApiState) -> Usage:
-    held = await state.quota.held(fresh=True)
-    seconds, micros = await state.client.time()
+    held = await state.quota.held(complete=True)
     return Usage(
         live_runs=held.live_runs,
         stored_bytes=held.stored_bytes,
         queues=held.queues,
         schedules=held.schedules,
-        measured_at=datetime.fromtimestamp(int(seconds) + int(micros) / 1e6, UTC),
+        measured_at=state.quota.measured_at,
     )
 
 
