@@ -124,3 +124,35 @@ async def test_a_patched_change_runs_old_runs_the_old_way_and_new_runs_the_new(
     assert new_run["output"] == {"done": ["b done", "go", "a done"], "swapped": True}
     assert await redis_client.lrange(effect_calls_key(prefix, old), 0, -1) == ["a", "b"]
     assert await redis_client.lrange(effect_calls_key(prefix, new), 0, -1) == ["b", "a"]
+
+
+@pytest.mark.slow
+async def test_a_takeover_by_another_build_mid_run_is_checked_too(
+    processes: Processes, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    """kill -9 of the owner inside a slow effect; a worker of another build takes the run
+    over (on_lease_expired=retry) and asks for the slow effect first: version_drift, and
+    neither effect is called again."""
+    _, api_url = processes.api()
+    owner = processes.worker(LEASEHOLD_TEST_STEPS="e:a,e:slow", LEASEHOLD_BUILD_ID="v1")
+    body = {
+        "handler": "test.drift_steps",
+        "input": {},
+        "on_lease_expired": "retry",
+        "max_attempts": 2,
+    }
+    async with httpx.AsyncClient(base_url=api_url, timeout=10) as client:
+        run_id = (await client.post("/runs", json=body)).json()["id"]
+
+        async def called() -> list[str]:
+            found: list[str] = await redis_client.lrange(effect_calls_key(prefix, run_id), 0, -1)
+            return found
+
+        await eventually(called, until=lambda calls: calls == ["a", "slow"], what="in slow")
+        owner.kill()
+        processes.worker(LEASEHOLD_TEST_STEPS="e:slow,e:a", LEASEHOLD_BUILD_ID="v2")
+        parked = await status_of(client, run_id, "reconciliation_required")
+    assert parked["error"]["code"] == "version_drift"
+    assert parked["error"]["details"]["recorded"] == "e|a:1"
+    assert parked["build_id"] == "v2" and parked["attempt"] == 2
+    assert await called() == ["a", "slow"]

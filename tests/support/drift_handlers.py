@@ -2,12 +2,14 @@
 
 ``LEASEHOLD_TEST_STEPS`` (read at each call, so a worker started with another value
 runs "another build") lists the steps in order: ``e:<name>`` an effect, ``w:<name>`` a
-signal wait, ``s:<message>`` a spawn of ``demo.echo``. Each effect call is recorded in
+signal wait, ``s:<message>`` a spawn of ``demo.echo``; an effect named ``slow...``
+takes a minute (a worker can be killed inside it) and is idempotent. Each effect call is recorded in
 Redis (:func:`effect_calls_key`), so a test sees which side effects really ran.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any
 
@@ -41,9 +43,14 @@ async def steps(ctx: RunContext, params: StepsInput) -> dict[str, Any]:
 
                 async def call(key: str, name: str = name) -> str:
                     await client.rpush(calls, name)
+                    if name.startswith("slow"):
+                        await asyncio.sleep(60)
                     return f"{name} done ({key})"
 
-                done.append(await ctx.effect(name, call))
+                # a slow one is idempotent: its owner's death leaves it to be called again,
+                # not a run parked for a person (what the reconciler does otherwise)
+                slow = name.startswith("slow")
+                done.append(await ctx.effect(name, call, idempotent=slow))
             elif kind == "w":
                 done.append(await ctx.wait_for_signal(name))
             else:
