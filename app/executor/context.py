@@ -204,6 +204,14 @@ class RunHelpers:
         cascade to settle."""
         return "family" in self.__dict__
 
+    async def check_steps_taken(self) -> None:
+        """After the handler returned: raise :class:`~app.errors.VersionDrift` (the run
+        parked) when the run recorded steps this attempt never asked for (the code it
+        met ends earlier). An attempt that took no step reads nothing: not checked."""
+        ledger: EffectLedger | None = self.__dict__.get("ledger")
+        if ledger is not None:
+            await ledger.check_end()
+
     async def settle_family(self) -> None:
         """After the run's terminal write: deliver its cascade at once, if it spawned."""
         family: Family | None = self.__dict__.get("family")

@@ -259,6 +259,13 @@ class EffectLedger:
         except LeaseLost:
             raise self._lost("patch") from None
 
+    async def check_end(self) -> None:
+        """The handler returned: a step the run recorded past this attempt's last one is
+        a step the code it met no longer takes — drift, reported like another step."""
+        missing = sorted(position for position in self._recorded if position >= self._position)
+        if missing:
+            await self._drift(missing[0], self._recorded[missing[0]], "(the handler returned)")
+
     def check_patch_id(self, patch_id: str) -> None:
         """Raise :class:`InvalidEffect` unless ``patch_id`` is a valid change id."""
         if not isinstance(patch_id, str) or not EFFECT_NAME.fullmatch(patch_id):

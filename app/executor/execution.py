@@ -36,6 +36,7 @@ from app.errors import (
     InvalidInput,
     RateLimitRelease,
     RunFailure,
+    VersionDrift,
 )
 from app.executor.context import HelperDeps, RunContext, RunHelpers
 from app.executor.courier import Courier
@@ -212,6 +213,8 @@ class RunExecution:
     async def _run(self, helpers: RunHelpers, context: RunContext) -> None:
         try:
             result = await self._execute_in_slot(context)
+            if result.error is None and not result.interrupted:
+                result = await self._checked_end(helpers, result)
             if self.stop_reason is not None and await self._settled_by_stop(result):
                 return
             if isinstance(result.error, RateLimitRelease):
@@ -222,6 +225,15 @@ class RunExecution:
             await self._finish(result, helpers)
         finally:
             self._deps.on_settled(self.claimed.id)
+
+    async def _checked_end(self, helpers: RunHelpers, result: HandlerResult) -> HandlerResult:
+        """The handler returned: the run's recorded steps must all have been asked for
+        (a step the code it met dropped at its end is drift: the run parks)."""
+        try:
+            await helpers.check_steps_taken()
+        except VersionDrift as drift:
+            return HandlerResult(error=drift)
+        return result
 
     async def _settled_by_stop(self, result: HandlerResult) -> bool:
         """Settle a stopped run that writes no outcome: parked, abandoned or drained."""

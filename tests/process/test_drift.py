@@ -156,3 +156,34 @@ async def test_a_takeover_by_another_build_mid_run_is_checked_too(
     assert parked["error"]["details"]["recorded"] == "e|a:1"
     assert parked["build_id"] == "v2" and parked["attempt"] == 2
     assert await called() == ["a", "slow"]
+
+
+@pytest.mark.slow
+async def test_a_handler_that_now_ends_before_its_recorded_steps_is_drift(
+    processes: Processes, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    _, api_url = processes.api()
+    first = processes.worker(LEASEHOLD_TEST_STEPS="e:a,w:go,e:b,w:two")
+    async with httpx.AsyncClient(base_url=api_url, timeout=10) as client:
+        made = await client.post("/runs", json={"handler": "test.drift_steps", "input": {}})
+        run_id = made.json()["id"]
+        await status_of(client, run_id, "waiting")
+        await client.post(f"/runs/{run_id}/signals/go", json={"payload": 1})
+
+        async def parked_at_two() -> Any:
+            return (await client.get(f"/runs/{run_id}")).json()
+
+        await eventually(
+            parked_at_two,
+            until=lambda run: run["status"] == "waiting" and "two" in str(run["waiting_for"]),
+            what="parked on two",
+        )
+        first.signal(signal.SIGTERM)
+        first.wait(30)
+        processes.worker(LEASEHOLD_TEST_STEPS="e:a,w:go")  # the new code stops after go
+        await client.post(f"/runs/{run_id}/signals/two", json={"payload": 2})
+        parked = await status_of(client, run_id, "reconciliation_required")
+    details = parked["error"]["details"]
+    assert parked["error"]["code"] == "version_drift"
+    assert (details["position"], details["recorded"]) == (2, "e|b:1")
+    assert await redis_client.lrange(effect_calls_key(prefix, run_id), 0, -1) == ["a", "b"]
