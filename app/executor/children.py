@@ -248,7 +248,7 @@ class Family:
         ids = self._join_ids(children)
         join_mode = _join_mode(mode)
         timeout_ms = None if timeout_s is None else self._timeout_ms(timeout_s)
-        ordinal = await self._ledger.next_ordinal(JOIN_COUNTER)
+        ordinal, position = await self._ledger.next_step(JOIN_COUNTER, "j")
         # resent after a lost reply that parked the run, it answers LOST: parked either way
         answer = await self._fenced(
             "join",
@@ -258,6 +258,7 @@ class Family:
                 mode=join_mode,
                 child_ids=ids,
                 timeout_ms=timeout_ms,
+                position=position,
             ),
         )
         return self._joined(answer, ids, join_mode, ordinal, timeout_s)

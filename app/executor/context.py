@@ -346,13 +346,9 @@ class RunContext:
         return asyncio.run_coroutine_threadsafe(self.patched(patch_id), self._loop).result()
 
     def deprecate_patch(self, patch_id: str) -> None:
-        """The cleanup phase of change ``patch_id``: the old branch is gone.
-
-        Records nothing and reads nothing (a patch takes no step position, so the code
-        after removing the branch replays every run that took the patch); it marks in the
-        code that the ``patched`` call may be deleted once no run that took the old
-        branch can still wake. Raises :class:`~app.errors.InvalidEffect` for a bad id.
-        """
+        """The cleanup phase of change ``patch_id`` (the old branch is gone): records and
+        reads nothing, since a patch takes no step position; it marks where the
+        ``patched`` call was. Raises :class:`~app.errors.InvalidEffect` for a bad id."""
         self._helpers.ledger.check_patch_id(patch_id)
 
     async def sleep(self, seconds: float, *, name: str = "sleep") -> None:

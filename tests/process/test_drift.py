@@ -35,6 +35,8 @@ CASES = [
     pytest.param("w:go,w:two", "w:two,w:go", "w|signal:go:1", "w|signal:two:1", id="wait"),
     # a step inserted before a spawn: no child is made under the shifted numbering
     pytest.param("s:kid,w:go", "e:a,s:kid,w:go", "s|spawn:1", "e|a:1", id="spawn"),
+    # a join moved after a wait: the join's recorded outcome must not answer the wait
+    pytest.param("s:kid,j:all,w:go", "s:kid,w:go,j:all", "j|join:1", "w|signal:go:1", id="join"),
 ]
 
 
@@ -65,7 +67,7 @@ async def test_a_reordered_handler_parks_as_version_drift_and_runs_nothing(
         parked = await status_of(client, run_id, "reconciliation_required")
         error = parked["error"]
         assert error["code"] == "version_drift", error
-        assert error["details"]["position"] == 0
+        assert error["details"]["position"] == (1 if recorded.startswith("j|") else 0)
         assert error["details"]["recorded"] == recorded
         assert error["details"]["taken"] == taken
         assert parked["build_id"] == "v2"

@@ -2,7 +2,8 @@
 
 ``LEASEHOLD_TEST_STEPS`` (read at each call, so a worker started with another value
 runs "another build") lists the steps in order: ``e:<name>`` an effect, ``w:<name>`` a
-signal wait, ``s:<message>`` a spawn of ``demo.echo``; an effect named ``slow...``
+signal wait, ``s:<message>`` a spawn of ``demo.echo``, ``j:<any>`` a join of every
+child spawned so far; an effect named ``slow...``
 takes a minute (a worker can be killed inside it) and is idempotent. Each effect call is recorded in
 Redis (:func:`effect_calls_key`), so a test sees which side effects really ran.
 """
@@ -34,6 +35,7 @@ class StepsInput(BaseModel):
 async def steps(ctx: RunContext, params: StepsInput) -> dict[str, Any]:
     """Take the steps LEASEHOLD_TEST_STEPS lists, in order; return what each gave."""
     done: list[Any] = []
+    children: list[str] = []
     client = async_client(os.environ["LEASEHOLD_REDIS_URL"])
     calls = effect_calls_key(os.environ["LEASEHOLD_PREFIX"], ctx.run_id)
     try:
@@ -53,8 +55,11 @@ async def steps(ctx: RunContext, params: StepsInput) -> dict[str, Any]:
                 done.append(await ctx.effect(name, call, idempotent=slow))
             elif kind == "w":
                 done.append(await ctx.wait_for_signal(name))
+            elif kind == "j":
+                done.append(await ctx.join(children))
             else:
-                done.append((await ctx.spawn("demo.echo", {"message": name})).id)
+                children.append((await ctx.spawn("demo.echo", {"message": name})).id)
+                done.append(children[-1])
     finally:
         await client.aclose()
     return {"done": done}

@@ -73,6 +73,8 @@ class JoinArgs(NamedTuple):
     maxlen: int
     wake_channel: str
     max_waits: int
+    # the step's place among the run's steps ('' notes nothing): the drift check's record
+    position: int | str
     groups: Sequence[ChildIdGroup]
 
 

@@ -210,6 +210,7 @@ class ChildStore(Store):
         mode: JoinMode,
         child_ids: list[str],
         timeout_ms: int | None,
+        position: int | None = None,
     ) -> JoinAnswer:
         """Join step ``ordinal`` of the parent on ``child_ids``: over, or parked (fenced).
 
@@ -226,6 +227,7 @@ class ChildStore(Store):
             maxlen=self.events_maxlen,
             wake_channel=keys.wake_channel,
             max_waits=self.max_waits,
+            position="" if position is None else position,
             groups=[ChildIdGroup(child_id) for child_id in child_ids],
         )
         reply = await JOIN_CHILDREN.send(self.scripts, self.client, keys, args)

@@ -23,7 +23,9 @@
 -- ARGV[7]  maxlen       integer approximate cap of the event stream
 -- ARGV[8]  wake_channel string  pub/sub channel idle workers of the queue listen on
 -- ARGV[9]  max_waits    integer how many fields the waits hash may hold (park_run's bound)
--- ARGV[10..] child_id  the children joined, in the order the handler gave (at least one)
+-- ARGV[10] position     integer the step's place among the run's steps, noted when it is new:
+--          the worker's count from the last checkpoint; '' notes nothing (includes/steps.lua)
+-- ARGV[11..] child_id  the children joined, in the order the handler gave (at least one)
 -- returns  {code, value, outcomes...}  codes: REPLAYED (the condition holds: outcomes are
 --          the delivered outcome json of each child in order, '' for one not ended; the
 --          lease is kept), OK (parked: status waiting, value until_ms or ''), TIMEOUT (the
@@ -47,6 +49,7 @@
 --- @include fence
 --- @include slots
 --- @include park
+--- @include steps
 
 check_argc(@groups)
 local owner, fence = ARGV[@owner_id], ARGV[@fence]
@@ -59,6 +62,7 @@ if ARGV[@timeout_ms] ~= '' then
 end
 local maxlen = int_arg(ARGV[@maxlen], 'maxlen', 0)
 local max_waits = int_arg(ARGV[@max_waits], 'max_waits', 1)
+local position = position_arg(ARGV[@position])
 local ids, fields = {}, {}
 for i = @groups, #ARGV, @ChildIdGroup do
   ids[#ids + 1] = run_id_arg(ARGV[i + @ChildIdGroup.child_id])
@@ -136,6 +140,9 @@ end
 -- The join is over (its condition held, or its deadline passed): its record says how,
 -- and the children a parked join waited for are no longer waited for.
 local function end_join(record, status, ended_ms)
+  if not raw then
+    note_step(KEYS[1], run_id, position, 'j|' .. step)
+  end
   record.status = status
   record.ended_ms = ended_ms
   local encoded = cjson.encode(record)
@@ -145,6 +152,9 @@ end
 
 -- Park the parent until child_ended finds the condition holds, or its deadline comes.
 local function park_join(record, until_ms, pending, now)
+  if not raw then
+    note_step(KEYS[1], run_id, position, 'j|' .. step)
+  end
   record.status = 'waiting'
   local record_json = cjson.encode(record)
   local data = cjson.encode({kind = 'join', subject = mode, step = step, until_ms = until_ms,
