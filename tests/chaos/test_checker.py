@@ -11,11 +11,13 @@ from tools.chaos.checker import (
     Snapshot,
     StoredRun,
     check_follow,
+    check_no_drift,
     check_parked_hold_nothing,
     check_settled,
     check_stable,
     check_stale_writes,
     check_stream,
+    runs_across_builds,
 )
 from tools.chaos.workload import Follow
 
@@ -133,3 +135,27 @@ def test_a_stale_owners_write_after_its_takeover_is_caught() -> None:
     history.events[3:3] = [Event("3-1", "lease_expired", 2, evidence)]
     assert kinds(check_stale_writes(history, {"w1"})) == ["stale_write_accepted"]
     assert check_stale_writes(history, {"w9"}) == []
+
+
+def test_a_run_parked_for_version_drift_is_a_false_drift_here() -> None:
+    """Every build of the soak runs the same code: no run may drift."""
+    error = '{"code":"version_drift","message":"x","retryable":false}'
+    drifted = run("reconciliation_required", ("claimed", 1), ("reconciliation_required", 2))
+    drifted.fields["error"] = error
+    unknown = run("reconciliation_required", ("claimed", 1), ("reconciliation_required", 2))
+    unknown.fields["error"] = '{"code":"effect_outcome_unknown"}'
+    assert kinds(check_no_drift(Snapshot({"a": drifted}, 0))) == ["false_drift"]
+    assert check_no_drift(Snapshot({"b": unknown}, 0)) == []
+
+
+def test_runs_claimed_under_two_builds_are_counted() -> None:
+    moved = StoredRun(
+        RUN,
+        {"status": "succeeded"},
+        [
+            Event("1-0", "claimed", 1, {"owner_id": "w1", "build_id": "chaos-1"}),
+            Event("2-0", "claimed", 2, {"owner_id": "w2", "build_id": "chaos-2"}),
+        ],
+    )
+    stayed = run("succeeded", ("claimed", 1))
+    assert runs_across_builds(Snapshot({"a": moved, "b": stayed}, 0)) == 1

@@ -173,6 +173,26 @@ def check_settled(snapshot: Snapshot) -> list[Violation]:
     return found
 
 
+def check_no_drift(snapshot: Snapshot) -> list[Violation]:
+    """Every build runs the same code here: a run parked for version_drift is the drift
+    check misfiring (a step numbered differently across a takeover, a lost reply, a
+    deploy), or a replay that did take another step."""
+    return [
+        Violation("false_drift", run.id, run.fields.get("error", "")[:300])
+        for run in snapshot.runs.values()
+        if '"version_drift"' in run.fields.get("error", "")
+    ]
+
+
+def runs_across_builds(snapshot: Snapshot) -> int:
+    """How many runs were claimed under more than one build (what a deploy moved)."""
+    moved = 0
+    for run in snapshot.runs.values():
+        builds = {event.data.get("build_id") for event in run.events if event.type == "claimed"}
+        moved += len(builds - {None}) > 1
+    return moved
+
+
 UNOWNED = {*PARKED, RunStatus.WAITING.value}
 
 

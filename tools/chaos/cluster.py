@@ -143,9 +143,14 @@ class Cluster:
         """Every worker process ever started."""
         return [p for slot in self.workers for p in slot.history]
 
-    def start_worker(self, slot: WorkerSlot) -> Process:
-        """Start a worker in ``slot`` (behind its proxy); returns once it serves."""
+    def start_worker(self, slot: WorkerSlot, build_id: str | None = None) -> Process:
+        """Start a worker in ``slot`` (behind its proxy); returns once it serves.
+
+        ``build_id``: its LEASEHOLD_BUILD_ID (a deploy fault's); none: the hash of its
+        handler modules, the same for every worker of this code."""
         env = {"LEASEHOLD_REDIS_URL": slot.proxy.url}
+        if build_id is not None:
+            env["LEASEHOLD_BUILD_ID"] = build_id
         module = CLI_MODULE
         if self.config.lua_dir is not None:
             module = "tools.chaos.broken"

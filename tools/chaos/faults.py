@@ -63,6 +63,8 @@ class FaultKind(StrEnum):
     PARTITION_WORKER = "partition_worker"
     KILL_API = "kill_api"
     MEMORY_PRESSURE = "memory_pressure"
+    # drain a worker and start it again under another build id (the same code): a deploy
+    DEPLOY = "deploy"
 
 
 # faults after which the target's process lives on as a stale owner (its leases taken over)
@@ -142,7 +144,9 @@ class Injector:
             FaultKind.PARTITION_WORKER: self._partition_worker,
             FaultKind.KILL_API: self._kill_api,
             FaultKind.MEMORY_PRESSURE: self._memory_pressure,
+            FaultKind.DEPLOY: self._deploy,
         }
+        self._builds = 0
 
     async def run(
         self, kinds: list[FaultKind], *, until: float, first: list[FaultKind], lanes: int = 1
@@ -347,6 +351,19 @@ class Injector:
         code = await asyncio.to_thread(process.popen.wait, EXIT_WAIT_S)
         fault.details["exit_code"] = code
         await asyncio.to_thread(self.cluster.start_worker, slot)
+
+    async def _deploy(self, fault: Fault) -> None:
+        """A rolling deploy of one worker: SIGTERM (it drains), then the same code under a
+        new build id. Runs it held resume on other builds; none may drift (same code)."""
+        slot = await self._busy_slot(fault)
+        process = slot.current
+        assert process is not None
+        process.signal(signal.SIGTERM)
+        fault.details["exit_code"] = await asyncio.to_thread(process.popen.wait, EXIT_WAIT_S)
+        self._builds += 1
+        build = f"chaos-{self._builds}"
+        fault.details["build_id"] = build
+        await asyncio.to_thread(self.cluster.start_worker, slot, build)
 
     async def _restart_redis(self, fault: Fault) -> None:
         fault.target = "redis"

@@ -58,6 +58,8 @@ class ChaosReport:
     handoffs: dict[str, int] = field(default_factory=dict)
     # the neighbour tenant's answers (201, 429...) and cross-namespace reads seen
     tenants: dict[str, int] = field(default_factory=dict)
+    # the deploy faults' effect: runs claimed under more than one build
+    builds: dict[str, int] = field(default_factory=dict)
 
     @property
     def faults_by_kind(self) -> dict[str, int]:
@@ -119,6 +121,7 @@ class ChaosReport:
             "reruns": dict(self.reruns),
             "handoffs": self.handoffs,
             "tenants": self.tenants,
+            "builds": self.builds,
             "activity_tap": {"entries": self.tap.entries, "gaps": self.tap.gaps},
             "handler_returns": dict(self.returns_compared),
             "person": self.workload.decisions,
@@ -160,6 +163,7 @@ class ChaosReport:
             f"reruns:    {_kv(s['reruns'])}",
             f"hand-offs: {_kv(s['handoffs'])} (kill_idle_worker: registered found, rows stranded)",
             f"tenants:   {_kv(s['tenants'])} (the neighbour namespace: answers, cross reads)",
+            f"builds:    {_kv(s['builds'])} (deploy faults: runs claimed under 2+ builds)",
             f"returns:   {_kv(s['handler_returns'])} (handler returns checked against outputs)",
         ]
         lines += [f"  fault {_kv(fault)}" for fault in s["fault_log"]]

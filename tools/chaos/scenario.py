@@ -186,6 +186,7 @@ class ChaosRun:
         )
         violations += checker.check_settled(snapshot)
         violations += checker.check_parked_hold_nothing(snapshot)
+        violations += checker.check_no_drift(snapshot)
         stale_owners = {
             fault.owner_id
             for fault in self.injector.faults
@@ -294,6 +295,10 @@ class ChaosRun:
             reruns=self.rerunner.outcomes,
             handoffs=handoffs.handoff_figures(faults),
             tenants=self.neighbour.figures(),
+            builds={
+                "deploys": sum(fault.kind == FaultKind.DEPLOY for fault in faults),
+                "runs_across_builds": checker.runs_across_builds(snapshot),
+            },
         )
 
 
