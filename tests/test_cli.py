@@ -291,7 +291,13 @@ def test_help_lists_every_command_with_its_first_sentence() -> None:
     assert done.stdout.startswith("Usage: python -m app.cli [OPTIONS] COMMAND [ARGS]...\n")
     commands = done.stdout.split("Commands:\n", 1)[1].splitlines()
     names = ["up", "api", "worker", "gate", "reconciler", "submit", "runs", "probe", "queues"]
-    assert [line.split()[0] for line in commands] == [*names, "schedules", "keys", "demo"]
+    assert [line.split()[0] for line in commands] == [
+        *names,
+        "schedules",
+        "keys",
+        "namespaces",
+        "demo",
+    ]
     assert "  api         Serve the HTTP API (uvicorn).\n" in done.stdout
 
 

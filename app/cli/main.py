@@ -24,6 +24,7 @@ from app.cli.api_calls import json_option as _json_option
 from app.cli.api_calls import print_run as _print_run
 from app.cli.demo import demo_app
 from app.cli.keys import keys_app
+from app.cli.namespaces import namespaces_app
 from app.cli.options import ApiKey, ApiUrl, JsonFlag
 from app.cli.preflight import (
     handlers_or_exit,
@@ -68,6 +69,7 @@ app.add_typer(probe_app, name="probe")
 app.add_typer(queues_app, name="queues")
 app.add_typer(schedules_app, name="schedules")
 app.add_typer(keys_app, name="keys")
+app.add_typer(namespaces_app, name="namespaces")
 app.add_typer(demo_app, name="demo")
 
 WAIT_POLL_S = 0.2

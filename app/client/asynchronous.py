@@ -28,6 +28,7 @@ from app.client.calls import (
     _declare_queue,
     _declare_rate_limit,
     _delete,
+    _delete_namespace,
     _delete_schedule,
     _drain_worker,
     _fire_schedule,
@@ -40,8 +41,11 @@ from app.client.calls import (
     _limits,
     _list_runs,
     _list_schedules,
+    _namespace,
+    _namespaces,
     _operation,
     _purge,
+    _put_namespace,
     _queue_series,
     _queues,
     _rate_limit,
@@ -79,6 +83,7 @@ from app.models.api import (
     WorkerDrain,
 )
 from app.models.keys import AuditPage, KeyPage, KeySecret
+from app.models.namespaces import Namespace, NamespacePage
 from app.models.read import (
     PurgeResult,
     QueueInfo,
@@ -215,6 +220,22 @@ class AsyncClient:
     async def revoke_key(self, key_id: str) -> None:
         """DELETE /keys/{id}; see :meth:`Client.revoke_key`."""
         await self._send(_revoke_key(key_id))
+
+    async def namespaces(self) -> NamespacePage:
+        """GET /namespaces (admin): every namespace and its quotas, ``default`` first."""
+        return await self._send(_namespaces())
+
+    async def namespace(self, name: str) -> Namespace:
+        """GET /namespaces/{name}: its quotas and usage (admin, or a key of it)."""
+        return await self._send(_namespace(name))
+
+    async def put_namespace(self, name: str, **quotas: int) -> Namespace:
+        """PUT /namespaces/{name} (admin): declare it, or replace its quotas whole."""
+        return await self._send(_put_namespace(name, quotas))
+
+    async def delete_namespace(self, name: str) -> None:
+        """DELETE /namespaces/{name} (admin): only once it holds no queue or schedule."""
+        await self._send(_delete_namespace(name))
 
     async def audit(self, limit: int = 100, before: str | None = None) -> AuditPage:
         """GET /audit; see :meth:`Client.audit`."""

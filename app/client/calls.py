@@ -37,6 +37,7 @@ from app.models.api import (
     WorkerDrain,
 )
 from app.models.keys import AuditPage, KeyPage, KeySecret
+from app.models.namespaces import Namespace, NamespacePage
 from app.models.read import (
     PurgeResult,
     QueueInfo,
@@ -319,6 +320,23 @@ def _rotate_key(key_id: str, grace_s: int | None) -> _Call[KeySecret]:
 
 def _revoke_key(key_id: str) -> _Call[None]:
     return _Call("DELETE", f"/keys/{key_id}", _nothing)
+
+
+def _namespaces() -> _Call[NamespacePage]:
+    return _Call("GET", "/namespaces", NamespacePage.model_validate)
+
+
+def _namespace(name: str) -> _Call[Namespace]:
+    return _Call("GET", f"/namespaces/{quote(name, safe='')}", Namespace.model_validate)
+
+
+def _put_namespace(name: str, quotas: dict[str, int]) -> _Call[Namespace]:
+    path = f"/namespaces/{quote(name, safe='')}"
+    return _Call("PUT", path, Namespace.model_validate, json={"quotas": quotas})
+
+
+def _delete_namespace(name: str) -> _Call[None]:
+    return _Call("DELETE", f"/namespaces/{quote(name, safe='')}", _nothing)
 
 
 def _audit(limit: int, before: str | None) -> _Call[AuditPage]:

@@ -29,6 +29,7 @@ from app.client.calls import (
     _declare_queue,
     _declare_rate_limit,
     _delete,
+    _delete_namespace,
     _delete_schedule,
     _drain_worker,
     _fire_schedule,
@@ -41,8 +42,11 @@ from app.client.calls import (
     _limits,
     _list_runs,
     _list_schedules,
+    _namespace,
+    _namespaces,
     _operation,
     _purge,
+    _put_namespace,
     _queue_series,
     _queues,
     _rate_limit,
@@ -80,6 +84,7 @@ from app.models.api import (
     WorkerDrain,
 )
 from app.models.keys import AuditPage, KeyPage, KeySecret
+from app.models.namespaces import Namespace, NamespacePage
 from app.models.read import (
     PurgeResult,
     QueueInfo,
@@ -349,6 +354,22 @@ class Client:
         """DELETE /keys/{id} (admin): both secrets stop (in other API processes within the
         key cache TTL)."""
         self._send(_revoke_key(key_id))
+
+    def namespaces(self) -> NamespacePage:
+        """GET /namespaces (admin): every namespace and its quotas, ``default`` first."""
+        return self._send(_namespaces())
+
+    def namespace(self, name: str) -> Namespace:
+        """GET /namespaces/{name}: its quotas and usage (admin, or a key of it)."""
+        return self._send(_namespace(name))
+
+    def put_namespace(self, name: str, **quotas: int) -> Namespace:
+        """PUT /namespaces/{name} (admin): declare it, or replace its quotas whole."""
+        return self._send(_put_namespace(name, quotas))
+
+    def delete_namespace(self, name: str) -> None:
+        """DELETE /namespaces/{name} (admin): only once it holds no queue or schedule."""
+        self._send(_delete_namespace(name))
 
     def audit(self, limit: int = 100, before: str | None = None) -> AuditPage:
         """GET /audit (admin): operate/admin calls, newest first; ``before`` a next_cursor."""
