@@ -112,7 +112,9 @@ class BearerAuth:
         if holder.namespace is not None:
             state["bound_namespace"] = holder.namespace
             if cluster_only(scope.get("method", "GET"), scope["path"]):
-                await _across_namespaces(scope, receive, send, holder=holder)
+                await _forbidden(
+                    scope, receive, send, holder=holder, needed=needed, across_namespaces=True
+                )
                 return
         if needed.rank < AUDITED.rank:
             if holder.role.allows(needed):
@@ -209,32 +211,30 @@ class BearerAuth:
 
 
 async def _forbidden(
-    scope: Scope, receive: Receive, send: Send, *, holder: StoredKey, needed: Role
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    *,
+    holder: StoredKey,
+    needed: Role,
+    across_namespaces: bool = False,
 ) -> None:
+    """403 naming what the key lacks: the route's role, or (``across_namespaces``) a
+    reach beyond the one namespace it is bound to."""
     AUTH_REFUSALS.labels("role").inc()
-    response = problem(
-        403,
-        "Forbidden",
-        f"this route needs a key with the {needed.value!r} role (or higher); "
-        f"the key {holder.name!r} has {holder.role.value!r}",
-        kind="forbidden",
-        extensions={"required_role": needed.value},
-    )
-    await response(scope, receive, send)
-
-
-async def _across_namespaces(
-    scope: Scope, receive: Receive, send: Send, *, holder: StoredKey
-) -> None:
-    AUTH_REFUSALS.labels("role").inc()
-    response = problem(
-        403,
-        "Forbidden",
-        f"this route shows every namespace; the key {holder.name!r} reaches namespace "
-        f"{holder.namespace!r} only: call it with a key bound to no namespace",
-        kind="forbidden",
-        extensions={"required_role": Role.READ.value, "required_namespace": None},
-    )
+    if across_namespaces:
+        detail = (
+            f"this route shows every namespace; the key {holder.name!r} reaches namespace "
+            f"{holder.namespace!r} only: call it with a key bound to no namespace"
+        )
+        extensions = {"required_role": needed.value, "required_namespace": None}
+    else:
+        detail = (
+            f"this route needs a key with the {needed.value!r} role (or higher); "
+            f"the key {holder.name!r} has {holder.role.value!r}"
+        )
+        extensions = {"required_role": needed.value}
+    response = problem(403, "Forbidden", detail, kind="forbidden", extensions=extensions)
     await response(scope, receive, send)
 
 

@@ -152,7 +152,9 @@ class NamespaceScope:
 
 def _remembered_refusal(scope: Scope, namespace: str) -> QuotaExceeded | None:
     """The 429 a create or signal of a namespace past its quota gets before it is read."""
-    route = route_of(scope.get("method", "GET"), scope["path"])
+    if scope.get("method") != "POST":
+        return None  # every quoted route is a POST: no route match for the rest
+    route = route_of("POST", scope["path"])
     kind = QUOTED_ROUTES.get(route) if route is not None else None
     if kind is None:
         return None

@@ -21,7 +21,3 @@ def ledger() -> EffectLedger:
 def test_a_malformed_patch_id_is_refused(patch_id: Any) -> None:
     with pytest.raises(InvalidEffect, match="patch id"):
         ledger().check_patch_id(patch_id)
-
-
-def test_a_token_is_a_patch_id() -> None:
-    ledger().check_patch_id("swap-receipt.2026_12")
