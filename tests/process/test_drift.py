@@ -16,9 +16,17 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
+from app.stack.processes import Child
 from tests.support.drift_handlers import effect_calls_key
 from tests.support.polling import eventually
 from tests.support.processes import Processes
+
+
+def redeploy(processes: Processes, old: Child, **env: str) -> None:
+    """A rolling deploy of one worker: SIGTERM (it drains), then a worker with ``env``."""
+    old.signal(signal.SIGTERM)
+    old.wait(30)
+    processes.worker(**env)
 
 
 async def status_of(client: httpx.AsyncClient, run_id: str, wanted: str) -> Any:
@@ -59,9 +67,7 @@ async def test_a_reordered_handler_parks_as_version_drift_and_runs_nothing(
         ).json()["id"]
         await status_of(client, run_id, "waiting")
         children_before = (await client.get(f"/runs/{run_id}/children")).json()["items"]
-        first.signal(signal.SIGTERM)
-        first.wait(30)
-        processes.worker(LEASEHOLD_TEST_STEPS=new, LEASEHOLD_BUILD_ID="v2")
+        redeploy(processes, first, LEASEHOLD_TEST_STEPS=new, LEASEHOLD_BUILD_ID="v2")
         sent = await client.post(f"/runs/{run_id}/signals/go", json={"payload": "now"})
         assert sent.status_code in (200, 202), sent.text
         parked = await status_of(client, run_id, "reconciliation_required")
@@ -88,9 +94,7 @@ async def test_a_person_s_retry_of_a_drifted_run_runs_it_on_the_new_code(
         made = await client.post("/runs", json={"handler": "test.drift_steps", "input": {}})
         run_id = made.json()["id"]
         await status_of(client, run_id, "waiting")
-        first.signal(signal.SIGTERM)
-        first.wait(30)
-        processes.worker(LEASEHOLD_TEST_STEPS="e:b,w:go,e:a")
+        redeploy(processes, first, LEASEHOLD_TEST_STEPS="e:b,w:go,e:a")
         await client.post(f"/runs/{run_id}/signals/go", json={"payload": "now"})
         await status_of(client, run_id, "reconciliation_required")
         resolved = await client.post(f"/runs/{run_id}/resolve", json={"action": "retry"})
@@ -113,9 +117,7 @@ async def test_a_patched_change_runs_old_runs_the_old_way_and_new_runs_the_new(
     async with httpx.AsyncClient(base_url=api_url, timeout=10) as client:
         old = (await client.post("/runs", json=body)).json()["id"]
         await status_of(client, old, "waiting")
-        old_worker.signal(signal.SIGTERM)
-        old_worker.wait(30)
-        processes.worker(LEASEHOLD_TEST_PATCHED="1", LEASEHOLD_BUILD_ID="v2")
+        redeploy(processes, old_worker, LEASEHOLD_TEST_PATCHED="1", LEASEHOLD_BUILD_ID="v2")
         new = (await client.post("/runs", json=body)).json()["id"]
         await status_of(client, new, "waiting")
         for run_id in (old, new):
@@ -180,9 +182,7 @@ async def test_a_handler_that_now_ends_before_its_recorded_steps_is_drift(
             until=lambda run: run["status"] == "waiting" and "two" in str(run["waiting_for"]),
             what="parked on two",
         )
-        first.signal(signal.SIGTERM)
-        first.wait(30)
-        processes.worker(LEASEHOLD_TEST_STEPS="e:a,w:go")  # the new code stops after go
+        redeploy(processes, first, LEASEHOLD_TEST_STEPS="e:a,w:go")  # it stops after go
         await client.post(f"/runs/{run_id}/signals/two", json={"payload": 2})
         parked = await status_of(client, run_id, "reconciliation_required")
     details = parked["error"]["details"]
