@@ -6,13 +6,15 @@ against it by the API before a run is created (and its JSON schema is published
 by ``GET /handlers``); otherwise any JSON object is accepted.
 
 ``@handler("name", max_attempts=3, on_lease_expired="retry", retry_backoff_s=2,
-retry_backoff_max_s=120, budget={"max_duration_s": 600})`` gives the handler its own
+retry_backoff_max_s=120, budget={"max_duration_s": 600}, versioning="pinned")`` gives the
+handler its own
 defaults (:class:`HandlerDefaults`), so retries, backoff, budgets and lease policy need
 not be one deployment-wide setting. Precedence, per field: what the run's request
 names > the handler's default > the deployment's setting (``LEASEHOLD_DEFAULT_MAX_ATTEMPTS``,
 ``LEASEHOLD_DEFAULT_ON_LEASE_EXPIRED``, ``LEASEHOLD_RETRY_BACKOFF_S``,
-``LEASEHOLD_RETRY_BACKOFF_MAX_S``; budgets have no setting). The API applies the
-create-time ones (attempts, lease policy, budgets: the run record keeps what was
+``LEASEHOLD_RETRY_BACKOFF_MAX_S``, ``LEASEHOLD_DEFAULT_VERSIONING``; budgets have no
+setting). The API applies the
+create-time ones (attempts, lease policy, budgets, versioning: the run record keeps what was
 decided); the worker applies the backoff when a retryable failure is requeued. The
 defaults are validated when the decorator runs, i.e. when the module is imported:
 a bad one raises :class:`~app.errors.InvalidHandlerDefaults` naming the handler and
@@ -26,12 +28,12 @@ import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar, get_type_hints
+from typing import Any, Literal, TypeVar, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from app.errors import InvalidHandlerDefaults, InvalidInput, UnknownHandler
-from app.models import OnLeaseExpired, RunBudget
+from app.models import OnLeaseExpired, RunBudget, Versioning
 
 HandlerFn = Callable[..., Any]
 F = TypeVar("F", bound=HandlerFn)
@@ -60,6 +62,7 @@ class HandlerDefaults(BaseModel):
     retry_backoff_s: float | None = Field(default=None, ge=0, le=DAY_S, allow_inf_nan=False)
     retry_backoff_max_s: float | None = Field(default=None, ge=0, le=DAY_S, allow_inf_nan=False)
     budget: RunBudget | None = None
+    versioning: Versioning | None = None
 
     @model_validator(mode="after")
     def _backoff_in_order(self) -> HandlerDefaults:
@@ -67,6 +70,15 @@ class HandlerDefaults(BaseModel):
         if first is not None and cap is not None and cap < first:
             raise ValueError(f"retry_backoff_max_s ({cap:g}) is below retry_backoff_s ({first:g})")
         return self
+
+    def pinned(
+        self, requested: Versioning | None, deployment: Versioning
+    ) -> Literal["pinned"] | None:
+        """What a new run's record says of its versioning: "pinned", or None for
+        auto_upgrade (the record's default, so most runs carry no field). The request
+        wins, then the handler's default, then the deployment's setting."""
+        chosen = requested or self.versioning or deployment
+        return "pinned" if chosen == "pinned" else None
 
     def merged_budget(self, requested: dict[str, Any] | None) -> dict[str, Any] | None:
         """The run's budgets: each the request names wins, the handler's fills the rest."""
@@ -196,6 +208,7 @@ def handler(
     retry_backoff_s: float | None = None,
     retry_backoff_max_s: float | None = None,
     budget: RunBudget | dict[str, Any] | None = None,
+    versioning: Versioning | None = None,
 ) -> Callable[[F], F]:
     """Decorator: register an async or sync ``(ctx, params)`` function as a handler.
 
@@ -209,6 +222,7 @@ def handler(
         "retry_backoff_s": retry_backoff_s,
         "retry_backoff_max_s": retry_backoff_max_s,
         "budget": budget.model_dump(exclude_none=True) if isinstance(budget, RunBudget) else budget,
+        "versioning": versioning,
     }
     defaults = validated_defaults(name, {k: v for k, v in given.items() if v is not None})
 

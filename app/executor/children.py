@@ -72,7 +72,7 @@ from app.executor.effects import EffectLedger, send_until_taken
 from app.executor.events import EventSink
 from app.executor.reasons import RunParked, StopReason
 from app.handlers import HandlerRegistry
-from app.models import FLOW_KEY, RUN_ID, OnLeaseExpired
+from app.models import FLOW_KEY, RUN_ID, OnLeaseExpired, Versioning
 from app.store.admission import MemoryAdmission, create_cost_bytes
 from app.store.family.children import (
     ChildStore,
@@ -147,6 +147,7 @@ class FamilyDeps:
     max_metadata_bytes: int
     default_max_attempts: int
     default_on_lease_expired: OnLeaseExpired
+    default_versioning: Versioning
     outbox: Outbox | None = None  # None: ends are left to the reconcilers' sweep
     max_wait_s: float = 30 * 24 * 3600.0
     admission: MemoryAdmission | None = None  # None: spawns are not held back for memory
@@ -380,6 +381,7 @@ class Family:
             or self._deps.default_on_lease_expired,
             "metadata": opts["metadata"] or {},
             "budget": spec.defaults.merged_budget(None),
+            "versioning": spec.defaults.pinned(None, self._deps.default_versioning),
         }
 
     async def _fenced(self, what: str, write: Callable[[], Awaitable[T]]) -> T:

@@ -97,6 +97,7 @@ def family_deps(
             max_metadata_bytes=settings.max_metadata_bytes,
             default_max_attempts=settings.default_max_attempts,
             default_on_lease_expired=settings.default_on_lease_expired,
+            default_versioning=settings.default_versioning,
             outbox=Outbox(stores),
             max_wait_s=settings.max_wait_s,
             admission=MemoryAdmission(

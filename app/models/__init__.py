@@ -105,6 +105,9 @@ def event_id_order(event_id: str) -> tuple[int, int]:
 
 
 OnLeaseExpired = Literal["orphan", "retry"]
+# deploys (issue 36): pinned keeps a run on the build that first claimed it; auto_upgrade
+# lets any build's worker take it at each claim (the drift check guards the replay)
+Versioning = Literal["pinned", "auto_upgrade"]
 
 
 class RunError(BaseModel):
@@ -133,6 +136,14 @@ class Run(BaseModel):
     build_id: str | None = Field(
         default=None,
         description="The build of the worker that claimed the current (or last) attempt",
+    )
+    versioning: Versioning = Field(
+        default="auto_upgrade",
+        description="pinned: only workers of pinned_build may claim it; auto_upgrade: any",
+    )
+    pinned_build: str | None = Field(
+        default=None,
+        description="The build a pinned run is held to (its first claim's, or an upgrade's)",
     )
     fence: int = 0
     lease_expires_at: datetime | None = None

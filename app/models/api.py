@@ -34,6 +34,7 @@ from app.models import (
     Run,
     RunBudget,
     RunStatus,
+    Versioning,
 )
 from app.models.read import QueueInfo, RateLimitInfo, RedisTopology, Schedule
 
@@ -136,6 +137,13 @@ class CreateRunRequest(BaseModel):
         description="With singleton_key: reject (409 naming the run), enqueue (run "
         "after it), cancel_active (cancel the running one, then start), replace_queued "
         "(end a queued, never started one `cancelled`, reason superseded)",
+    )
+    versioning: Versioning | None = Field(
+        default=None,
+        description="pinned: the run stays on the build that first claims it (resumes, "
+        "retries and releases wait for that build's workers; POST /runs/{id}/upgrade moves "
+        "it); auto_upgrade: any build may take it at each claim. Default: the handler's "
+        "versioning, else LEASEHOLD_DEFAULT_VERSIONING",
     )
     priority: int = Field(
         default=0,

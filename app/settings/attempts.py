@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from app.models import Versioning
 from app.settings.group import DAY_S, SettingsGroup
 
 
@@ -19,6 +20,13 @@ class AttemptSettings(SettingsGroup):
         default="orphan",
         description="What the reconciler does with an expired run when its request names "
         "nothing: orphan (terminal) or retry (requeue while attempts remain)",
+    )
+    default_versioning: Versioning = Field(
+        default="auto_upgrade",
+        description="Which builds may run a run when neither its request nor its handler "
+        "says: auto_upgrade (any build, at each claim; the drift check parks a run whose "
+        "recorded steps the new code does not take) or pinned (the build that first "
+        "claimed it, until POST /runs/{id}/upgrade)",
     )
     retry_backoff_s: float = Field(
         default=1.0,

@@ -232,6 +232,8 @@ def run_from_hash(fields: dict[str, str]) -> Run:
         on_lease_expired=fields.get("on_lease_expired", "orphan"),  # type: ignore[arg-type]
         owner_id=fields.get("owner_id") or None,
         build_id=fields.get("build_id") or None,
+        versioning="pinned" if fields.get("versioning") == "pinned" else "auto_upgrade",
+        pinned_build=fields.get("pin") or None,
         fence=int(fields.get("fence", 0)),
         lease_expires_at=ms_to_datetime(fields.get("lease_expires_at")),
         lease_ttl_ms=int(fields["lease_ttl_ms"]) if fields.get("lease_ttl_ms") else None,

@@ -6,6 +6,10 @@ script touches a single Redis Cluster slot::
     <prefix>:{<queue>}:run:<id>        hash    the run record
     <prefix>:{<queue>}:events:<id>     stream  the run's events (SSE id = stream id)
     <prefix>:{<queue>}:ready           list    the ring: lanes with queued runs, not blocked
+    <prefix>:{<queue>}:ready@<build>   list    a build's ring: its pinned lanes
+                                               ("@<build>/<lane>"), served by its workers only
+    <prefix>:{<queue>}:pins:<build>    set     open runs pinned to the build
+    <prefix>:{<queue>}:pinned_builds   set     builds with open pinned runs in this queue
     <prefix>:{<queue>}:lane:<lane>     zset    queued ids of one lane ("<handler>|<concurrency
                                                key>" or "!<singleton key>"), score =
                                                enqueue ms - priority boost ms
@@ -204,6 +208,23 @@ class QueueKeys:
     def ready(self) -> str:
         """The ring of lanes that have queued runs and are not blocked (FIFO)."""
         return f"{self.tag}:ready"
+
+    def build_ready(self, build_id: str) -> str:
+        """A build's ring: the lanes of runs pinned to it (``@<build>/<lane>``).
+
+        Only that build's workers serve it (claim_runs), so a claim never looks at runs
+        pinned to another build.
+        """
+        return f"{self.tag}:ready@{build_id}"
+
+    def pins(self, build_id: str) -> str:
+        """Set of the queue's open runs pinned to ``build_id`` (finalize removes them)."""
+        return f"{self.tag}:pins:{build_id}"
+
+    @property
+    def pinned_builds(self) -> str:
+        """Set of the builds that have open pinned runs in this queue."""
+        return f"{self.tag}:pinned_builds"
 
     def lane(self, lane: str) -> str:
         """Queued ids of one lane (``<handler>|<key>`` or ``!<singleton key>``), by score.

@@ -471,6 +471,7 @@ _OTHER_VALUES: dict[str, Any] = {
     "parent_id": "default.01JDZ000000000000000000001",
     "root_id": "default.01JDZ000000000000000000002",
     "depth": 2,
+    "versioning": "pinned",
     "run_id": "default.01JDZ000000000000000000003",
     "encoded_input": '{"seconds":1}',
 }

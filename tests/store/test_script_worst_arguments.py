@@ -23,6 +23,7 @@ from redis.exceptions import ResponseError
 from app.models import RunStatus
 from app.models.read import QueueLimits, RateLimitSpec
 from app.settings import Settings
+from app.store.builds.store import BuildStore
 from app.store.family.children import ChildStore, JoinMode, OnParentEnd, SpawnLimits
 from app.store.flow.store import FlowStore
 from app.store.keys import GlobalKeys, QueueKeys
@@ -250,6 +251,26 @@ async def _release(w: World) -> ScriptCall:
     held = await w.held(2)
     await w.runs.cancel(held[0].run_id)
     return await capture(w.c_leases.release(held, "drain"))
+
+
+async def _pinned_queued(w: World) -> tuple[str, BuildStore]:
+    """A run pinned to build b1 by its claim, queued again in b1's lanes (released)."""
+    run_id = await w.queued(versioning="pinned")
+    w.leases.build_id = "b1"
+    claim = await w.leases.claim(QUEUE, OWNER, 1)
+    w.leases.build_id = ""
+    await w.leases.release([run.lease for run in claim.runs], "drain")
+    return run_id, BuildStore.for_settings(w.client, CapturingScripts(), w.settings)
+
+
+async def _upgrade_runs(w: World) -> ScriptCall:
+    run_id, captured = await _pinned_queued(w)
+    return await capture(captured.upgrade(QUEUE, [run_id], from_build="b1", to_build="b2"))
+
+
+async def _note_unavailable(w: World) -> ScriptCall:
+    _run_id, captured = await _pinned_queued(w)
+    return await capture(captured.note_unavailable(QUEUE, ["b2"]))
 
 
 async def _renew(w: World) -> ScriptCall:
@@ -619,6 +640,8 @@ SETUPS: dict[str, Setup] = {
     "child_ended": _child_ended,
     "cancel_children": _cancel_children,
     "take_outbox": _take_outbox,
+    "upgrade_runs": _upgrade_runs,
+    "note_unavailable": _note_unavailable,
 }
 
 

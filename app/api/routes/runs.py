@@ -139,6 +139,7 @@ def run_options(body: CreateRunRequest, spec: HandlerSpec, settings: Settings) -
         "on_conflict": body.on_conflict,
         "priority": body.priority,
         "boost_ms": priority_boost_ms(body.priority, settings.priority_aging_step_s),
+        "versioning": spec.defaults.pinned(body.versioning, settings.default_versioning),
     }
 
 

@@ -215,6 +215,7 @@ def queued_fields(new: NewRun, reply: CreateReply) -> dict[str, Any]:
         "parent_id": new.parent_id,
         "root_id": new.root_id or reply.run_id,
         "depth": new.depth,
+        "versioning": new.versioning or "auto_upgrade",
     }
 
 

@@ -44,6 +44,9 @@ class CreateShape(NamedTuple):
     parent_id: str  # '' for a top-level run
     root_id: str  # '' : the run's own id
     depth: int
+    # 'pinned': a claim pins the run to its worker's build (claim.lua pins_run); '' or
+    # 'auto_upgrade': any build's worker may take it at each claim
+    versioning: str = ""
 
 
 class CreateRun(NamedTuple):

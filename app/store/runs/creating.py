@@ -277,6 +277,7 @@ class RunCreation(RunReading):
             parent_id=new.parent_id or "",
             root_id=new.root_id or "",
             depth=new.depth,
+            versioning=new.versioning or "",
         )
 
     def _queued(self, new: NewRun, reply: CreateReply) -> Created:

@@ -58,6 +58,9 @@ class NewRun:
     root_id: str | None = None
     depth: int = 0
     run_id: str | None = None
+    # deploys (issue 36): "pinned" keeps the run on the build that first claims it;
+    # None (auto_upgrade) lets any build take it at each claim
+    versioning: str | None = None
 
     # the input already encoded by whoever checked its size; None: encoded when needed
     encoded_input: str | None = field(default=None, compare=False, repr=False)
@@ -109,6 +112,8 @@ class NewRun:
         if flow != (None, None, 0):
             # likewise: only runs that use flow control fingerprint it
             parts.extend(dumps(part) for part in (*flow, self.on_conflict))
+        if self.versioning is not None:
+            parts.append(scalar_json(self.versioning))  # likewise
         return f"[{scalar_json(self.handler)},", f",{','.join(parts)}]"
 
 

@@ -19,6 +19,7 @@
 -- validate-then-write: the numbers are checked and every lease and counter read
 --          before the first write.
 --- @include args
+--- @include keys
 --- @include slots
 
 check_argc(@RecountArgs)

@@ -16,6 +16,7 @@
 --          waiting in the delayed set takes the new boost when it joins its lane.
 -- validate-then-write: the numbers are checked and the record read before the first HSET.
 --- @include args
+--- @include keys
 --- @include events
 --- @include lanes
 
@@ -25,7 +26,7 @@ local priority = int_arg(ARGV[@priority], 'priority', -1000000)
 local boost_ms = int_arg(ARGV[@boost_ms], 'boost_ms', -1000000000000)
 int_arg(ARGV[@maxlen], 'maxlen', 0)
 local cur = redis.call('HMGET', KEYS[1], 'status', 'priority', 'lane', 'qbase', 'fence',
-  'handler', 'ckey', 'skey')
+  'handler', 'ckey', 'skey', 'pin')
 if not cur[1] then
   return {'NOT_FOUND', ''}
 end
@@ -39,7 +40,7 @@ redis.call('HSET', KEYS[1], 'priority', priority, 'boost_ms', boost_ms)
 if cur[4] then
   -- XX: only a run still in its lane is rescored (one in the delayed set is not there);
   -- a record without its lane is in the one lane_of names (create leaves a default out)
-  local lane = cur[3] or lane_of(cur[6], cur[7], cur[8])
+  local lane = pinned_lane(cur[9], cur[3] or lane_of(cur[6], cur[7], cur[8]))
   redis.call('ZADD', tag .. 'lane:' .. lane, 'XX', tonumber(cur[4]) - boost_ms, run_id)
 end
 xadd_event(KEYS[2], 'priority_changed', tonumber(cur[5]) or 0, now, data, ARGV[@maxlen])

@@ -16,9 +16,10 @@ end
 
 -- The claim's parts below share one table, c: the call's keys and lease (c.k: {ready,
 -- delayed, leases, run_prefix, events_prefix (KEYS of claim_runs), owner, ttl (ms), maxlen
--- (string, the events' cap), now (ms, TIME)}), the queue's hash tag, and what the call
--- gathers as it goes (limits read, runs claimed, leases and first claims written once at
--- the end, runs taken out of lanes, lanes throttled).
+-- (string, the events' cap), now (ms, TIME), build (the worker's build id, '' for none),
+-- build_ready (its build's ring, nil: serve only the queue's)}), the queue's hash tag,
+-- and what the call gathers as it goes (limits read, runs claimed, leases and first
+-- claims written once at the end, runs taken out of lanes, lanes throttled).
 
 -- Due retries (and delayed starts) join their lanes, aging from the time they were due.
 local function promote_due(c, promote_max)
@@ -104,12 +105,12 @@ local function block_lane(c, lane, id, cur, res, limit)
   end
 end
 
--- What every run looked at is read with (cur[1..15] in this order). Fields a run
+-- What every run looked at is read with (cur[1..16] in this order). Fields a run
 -- can only have once something moved its fence are read apart (AFTER_FENCE), by
 -- after_fence, and only for a run about to be leased.
 local CLAIM_FIELDS = {'status', 'handler', 'input', 'attempt', 'max_attempts', 'budget',
   'traceparent', 'created_at', 'ckey', 'skey', 'blocked_on', 'fence', 'rate_limits',
-  'rate_slot_at', 'retry_of'}
+  'rate_slot_at', 'retry_of', 'versioning'}
 local AFTER_FENCE = {'state', 'resume_input', 'attempt_claim', 'first_started_at'}
 local NO_FIELDS = {}
 -- a queued run, or a waiting one (park_run's durable sleep) whose time came
@@ -215,6 +216,25 @@ local function lease_fields(c, fence_s, held, later)
   return fields
 end
 
+-- Whether this claim pins the run to the claiming build: its `versioning` field, which
+-- the create wrote from the run's option, else its handler's policy, else the
+-- deployment's (LEASEHOLD_DEFAULT_VERSIONING); absent is auto_upgrade. A pinned run goes
+-- back to its build's lanes whenever it is queued again (enqueue), until it ends
+-- (finalize) or an upgrade (upgrade_runs) moves it.
+local function pins_run(c, cur)
+  local build = c.k.build
+  return cur[16] == 'pinned' and build ~= nil and build ~= ''
+end
+
+-- Pin a run to the claiming build: its `pin` field (written with the lease) and the
+-- queue's index of the build's open pinned runs.
+local function pin_run(c, id, fields)
+  local build = c.k.build
+  fields[#fields + 1] = 'pin'
+  fields[#fields + 1] = build
+  index_pin(c.tag, id, build)
+end
+
 -- Lease one queued run (already out of its lane) to this owner; take its slots.
 local function lease_run(c, id, cur)
   local k = c.k
@@ -235,9 +255,13 @@ local function lease_run(c, id, cur)
   local new_leases = c.new_leases
   new_leases[#new_leases + 1] = c.expires_s
   new_leases[#new_leases + 1] = id
+  local fields = lease_fields(c, num_arg(fence), held, later)
+  if pins_run(c, cur) then
+    pin_run(c, id, fields)
+  end
   emit(run_key, k.events_prefix .. id, 'claimed', fence, k.now,
-    claimed_data(c, tonumber(cur[4])), k.maxlen, 'running',
-    lease_fields(c, num_arg(fence), held, later), activity_of_prefix(k.events_prefix), id)
+    claimed_data(c, tonumber(cur[4])), k.maxlen, 'running', fields,
+    activity_of_prefix(k.events_prefix), id)
   c.claimed[#c.claimed + 1] = claim_row(id, fence, cur, later[1], later[2], prior_fence,
     prior_owner)
 end
@@ -250,7 +274,7 @@ local function rate_held_back(c, id, cur)
     {cur[13], cur[14], cur[12]})
 end
 
--- Lease the lane's popped runs (room > 1, the only lane in the ring): each still
+-- Lease the lane's popped runs (room > 1, the only lane in its ring): each still
 -- claimable and not held back by its rate buckets; the others only leave the lane.
 local function lease_popped(c, lane_key, cur, n)
   local popped = redis.call('ZPOPMIN', lane_key, n)
@@ -265,10 +289,10 @@ local function lease_popped(c, lane_key, cur, n)
   end
 end
 
--- Serve one lane from the ring: lease its head (or, when it is the only lane, as many
+-- Serve one lane from its ring: lease its head (or, when it is the only lane, as many
 -- as may start), block it on the resource its head waits for, or drop it when empty.
 -- Each visit leases a run or takes a lane out of the ring: O(1) per claimed run.
-local function serve_lane(c, lane, room)
+local function serve_lane(c, lane, room, ring)
   local tag, k = c.tag, c.k
   local lane_key = tag .. 'lane:' .. lane
   local head = redis.call('ZRANGE', lane_key, 0, 0)
@@ -281,7 +305,7 @@ local function serve_lane(c, lane, room)
     -- not queued any more (a record gone): drop the entry, look at the lane again
     redis.call('ZREM', lane_key, head[1])
     dequeued_one(c, cur[9], cur[10], head[1])
-    redis.call('LPUSH', k.ready, lane)
+    redis.call('LPUSH', ring, lane)
     return
   end
   local res, n = lane_gate(c, cur, room)
@@ -290,7 +314,7 @@ local function serve_lane(c, lane, room)
     c.throttled = c.throttled + 1
     return
   end
-  if n > 1 and redis.call('LLEN', k.ready) == 0 then
+  if n > 1 and redis.call('LLEN', ring) == 0 then
     lease_popped(c, lane_key, cur, n)
   else
     redis.call('ZREM', lane_key, head[1])
@@ -301,7 +325,7 @@ local function serve_lane(c, lane, room)
     end
   end
   if redis.call('EXISTS', lane_key) == 1 then
-    redis.call('RPUSH', k.ready, lane)
+    redis.call('RPUSH', ring, lane)
   else
     redis.call('HDEL', tag .. 'placed', lane)
   end
@@ -334,11 +358,17 @@ local function claim_core(k, want, promote_max)
       end
       room = math.min(room, free)
     end
-    local lane = redis.call('LPOP', k.ready)
+    -- the worker's own build's pinned lanes first (resumed runs only it may take)
+    local ring = k.build_ready
+    local lane = ring and redis.call('LPOP', ring)
     if not lane then
-      break
+      ring = k.ready
+      lane = redis.call('LPOP', ring)
+      if not lane then
+        break
+      end
     end
-    serve_lane(c, lane, room)
+    serve_lane(c, lane, room, ring)
   end
   if c.dequeued > 0 then
     redis.call('DECRBY', c.tag .. 'queued', c.dequeued)

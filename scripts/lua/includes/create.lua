@@ -123,6 +123,7 @@ local function place_shape(s, q, shared, now)
   add('retention_ms', s.retention_ms, '')
   add('priority', num_arg(s.priority), '0')
   add('boost_ms', num_arg(s.boost_ms), '0')
+  add('versioning', s.versioning, '')
   if s.parent_id ~= '' then
     add('parent_id', s.parent_id)
     add('depth', num_arg(s.depth))

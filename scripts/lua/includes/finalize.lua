@@ -98,7 +98,7 @@ end
 -- What finalize reads of a run, in this order; a caller that already read them passes
 -- them (known) instead of finalize reading them again.
 local FINALIZE_READS = {'status', 'retention_ms', 'idempotency_key', 'held', 'parent_id',
-  'spawned'}
+  'spawned', 'pin'}
 
 -- Write a terminal state and its terminal event in one step, drop the lease, and
 -- start the retention clock (retention_for: per run, else per status) on the record,
@@ -124,6 +124,9 @@ local function finalize(k, run_id, status, fence, now, fields, data, retention, 
     redis.call('ZREM', k.leases, run_id)
   end
   give_back(k.run_prefix, run_id, cur[4])
+  if cur[7] then
+    unindex_pin(tag_of_prefix(k.run_prefix), run_id, cur[7])  -- an ended run needs no build
+  end
   if not held then
     redis.call('HDEL', run_key, 'lease_expires_at')
     unqueue(tag_of_prefix(k.run_prefix), run_key, run_id)

@@ -18,8 +18,11 @@
 --   one:<key>      hash   queued -> runs of that singleton key in lanes, last -> the
 --                         newest of them
 -- A lane is '<handler>|<concurrency key>', or '!<singleton key>' (one lane per
--- singleton key, so its runs start in order whatever their handler). A run holds what
--- its `held` field lists (one resource per line; no field: nothing, the fast path of a
+-- singleton key, so its runs start in order whatever their handler); a run pinned to a
+-- build waits in '@<build>/<lane>', served from ready@<build> (pinned_lane below).
+--   pins:<build>   set    open runs pinned to a build; pinned_builds: set of builds
+--                         with such runs (GET /builds, the unavailable-build sweep)
+-- A run holds what its `held` field lists (one resource per line; no field: nothing, the fast path of a
 -- run nothing limits), written by claim_runs (and set_limits, adopting) and given back
 -- by release_held, which every script that ends, parks, releases or requeues a run
 -- calls (through finalize, park and make_ready; a script that moves a held run
@@ -35,6 +38,25 @@ local function tag_of_prefix(run_prefix)
     tags_of_prefix[run_prefix] = tag
   end
   return tag
+end
+
+-- Build pinning (issue 36): a run pinned to a build (its `pin` field) waits in that
+-- build's copy of its lane, '@<build>/<lane>', in that build's ring `ready@<build>`, which
+-- only workers of the build serve: a claim never looks at another build's runs. A plain
+-- lane starts with a handler name or '!', never '@', and a build id has no '/'.
+local function pinned_lane(pin, lane)
+  if pin and pin ~= '' then
+    return '@' .. pin .. '/' .. lane
+  end
+  return lane
+end
+
+-- The ring a lane is served from: its build's for a pinned lane, else the queue's.
+local function ring_of(tag, lane)
+  if string.byte(lane, 1) == 64 then  -- '@'
+    return tag .. 'ready@' .. string.match(lane, '^@([^/]*)/')
+  end
+  return tag .. 'ready'
 end
 
 local function tag_of_ready(ready_key)

@@ -27,6 +27,21 @@ local function uncount_keys(tag, ckey, skey, run_id)
   end
 end
 
+-- The queue's index of open pinned runs (pins:<build>, pinned_builds): what GET /builds
+-- counts and the unavailable-build sweep walks. A run joins it when a claim pins it and
+-- leaves it when it ends (finalize) or an upgrade moves it.
+local function index_pin(tag, run_id, build)
+  redis.call('SADD', tag .. 'pins:' .. build, run_id)
+  redis.call('SADD', tag .. 'pinned_builds', build)
+end
+
+local function unindex_pin(tag, run_id, build)
+  if build and build ~= '' and redis.call('SREM', tag .. 'pins:' .. build, run_id) == 1
+      and redis.call('EXISTS', tag .. 'pins:' .. build) == 0 then
+    redis.call('SREM', tag .. 'pinned_builds', build)
+  end
+end
+
 local function count_dequeued(tag, ckey, skey, run_id)
   redis.call('DECR', tag .. 'queued')
   uncount_keys(tag, ckey, skey, run_id)
@@ -35,10 +50,11 @@ end
 -- Put a queued run in its lane, its lane in the ring if it is in no place yet. qbase:
 -- the enqueue time its score ages from (0: the head of its lane, for release, resume).
 -- known: the run's {handler, ckey, skey, boost_ms, lane} when the caller has just
--- written them (a create), nil to read them.
+-- written them (a create: a new run is pinned to no build), nil to read them (and pin).
 local function enqueue(tag, run_key, run_id, qbase, at_front, known)
-  local f = known or redis.call('HMGET', run_key, 'handler', 'ckey', 'skey', 'boost_ms', 'lane')
-  local lane = f[5] or lane_of(f[1], f[2], f[3])
+  local f = known or redis.call('HMGET', run_key, 'handler', 'ckey', 'skey', 'boost_ms', 'lane',
+    'pin')
+  local lane = pinned_lane(f[6], f[5] or lane_of(f[1], f[2], f[3]))
   local score = qbase - (tonumber(f[4]) or 0)
   if redis.call('ZADD', tag .. 'lane:' .. lane, score, run_id) == 1 then
     redis.call('INCR', tag .. 'queued')
@@ -55,28 +71,29 @@ local function enqueue(tag, run_key, run_id, qbase, at_front, known)
   end
   if redis.call('HSETNX', tag .. 'placed', lane, '') == 1 then
     if at_front then
-      redis.call('LPUSH', tag .. 'ready', lane)
+      redis.call('LPUSH', ring_of(tag, lane), lane)
     else
-      redis.call('RPUSH', tag .. 'ready', lane)
+      redis.call('RPUSH', ring_of(tag, lane), lane)
     end
   end
 end
 
 -- Take a run out of its lane without claiming it (cancelled, expired or superseded
--- while queued). A lane left empty leaves its place too (LREM on the ring is O(lanes),
--- paid only when the last queued run of a lane goes this way).
+-- while queued; moved to another build's lanes); true when it was in one. A lane left
+-- empty leaves its place too (LREM on the ring is O(lanes), paid only when the last
+-- queued run of a lane goes this way).
 local function unqueue(tag, run_key, run_id)
-  local f = redis.call('HMGET', run_key, 'lane', 'ckey', 'skey', 'handler')
-  local lane = f[1] or lane_of(f[4], f[2], f[3])
+  local f = redis.call('HMGET', run_key, 'lane', 'ckey', 'skey', 'handler', 'pin')
+  local lane = pinned_lane(f[5], f[1] or lane_of(f[4], f[2], f[3]))
   local lane_key = tag .. 'lane:' .. lane
   if redis.call('ZREM', lane_key, run_id) == 0 then
-    return
+    return false
   end
   count_dequeued(tag, f[2], f[3], run_id)
   if redis.call('EXISTS', lane_key) == 0 then
     local where = redis.call('HGET', tag .. 'placed', lane)
     if where == '' then
-      redis.call('LREM', tag .. 'ready', 1, lane)
+      redis.call('LREM', ring_of(tag, lane), 1, lane)
     elseif where then
       redis.call('SREM', tag .. 'wait:' .. where, lane)
       if redis.call('EXISTS', tag .. 'wait:' .. where) == 0 then
@@ -85,6 +102,7 @@ local function unqueue(tag, run_key, run_id)
     end
     redis.call('HDEL', tag .. 'placed', lane)
   end
+  return true
 end
 
 -- Put a run on the ready queue (its lane) and wake every idle worker of the queue.

@@ -44,7 +44,11 @@ local function create_shape(i)
     parent_id = ARGV[i + @CreateShape.parent_id],
     root_id = ARGV[i + @CreateShape.root_id],
     depth = int_arg(ARGV[i + @CreateShape.depth], 'depth', 0),
+    versioning = ARGV[i + @CreateShape.versioning],
   }
+  if s.versioning ~= '' then
+    enum_arg(s.versioning, 'versioning', {'pinned', 'auto_upgrade'})
+  end
   if s.parent_id ~= '' then
     run_id_arg(s.parent_id)
   end

@@ -7,7 +7,7 @@ local function wake_lanes(tag, res, n)
   local lanes = redis.call('SPOP', tag .. 'wait:' .. res, n)
   for _, lane in ipairs(lanes) do
     redis.call('HSET', tag .. 'placed', lane, '')
-    redis.call('LPUSH', tag .. 'ready', lane)
+    redis.call('LPUSH', ring_of(tag, lane), lane)
   end
   if redis.call('EXISTS', tag .. 'wait:' .. res) == 0 then
     redis.call('SREM', tag .. 'blocked', res)

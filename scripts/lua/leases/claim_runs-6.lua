@@ -19,8 +19,10 @@
 --          for that long, and remove up to 8 other registrations whose time is over
 --          (includes/claim.lua: hand_off, reregister, prune_registrations)
 -- ARGV[8]  build_id     string  the worker's build ('' for none): written on each claimed
---          run (build_id) and in its `claimed` event, and in the hand-off registration
+--          run (build_id) and in its `claimed` event, and in the hand-off registration;
+--          the claim serves the build's ring (ready@<build>: runs pinned to it) first
 -- derived  lane:<lane>, placed, slots, limits, wait:<res>, blocked, queued, kqueued,
+--          ready@<build>, pins:<build>, pinned_builds (build pinning, includes/keys.lua),
 --          one:<key> (lanes.lua, flow control), handoff:idle, handoff:args (the owner's
 --          hand-off registration, includes/claim.lua), from the queue's tag (KEYS[4]
 --          less 'run:')
@@ -53,6 +55,9 @@
 --          (the fast path: nothing limits it) gets no `held` field and costs no slot
 --          read or write (set_limits adopts the running runs of a handler it limits
 --          anew). Each limit is read once per call; `queued` is counted down once.
+--          A run pinned to a build (its `pin`, written by the claim of a run whose
+--          versioning is pinned) waits in that build's ring, which only claims by that
+--          build serve, before the queue's ring: no claim looks at another build's runs.
 --          A `waiting` run (park_run) whose time came is promoted to its lane and
 --          claimed like a queued one, retaking its slots. Run keys
 --          are derived from KEYS[4]/KEYS[5] because a claim cannot know in advance
@@ -122,7 +127,9 @@ end
 
 local claimed, throttled = claim_core({ready = KEYS[1], delayed = KEYS[2], leases = KEYS[3],
   run_prefix = KEYS[4], events_prefix = KEYS[5], owner = owner, ttl = ttl, maxlen = ARGV[@maxlen],
-  now = now, build = build}, want, promote_max)
+  now = now, build = build,
+  build_ready = build ~= '' and tag_of_prefix(KEYS[4]) .. 'ready@' .. build or nil},
+  want, promote_max)
 
 if token ~= '' and #claimed > 0 then
   local held = {}

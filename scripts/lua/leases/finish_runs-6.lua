@@ -148,11 +148,11 @@ end
 local function settle(group)
   local run_key = KEYS[4] .. group.id
   local cur = redis.call('HMGET', run_key, 'status', 'owner_id', 'fence', 'attempt',
-    'max_attempts', 'retention_ms', 'idempotency_key', 'held', 'parent_id', 'spawned')
+    'max_attempts', 'retention_ms', 'idempotency_key', 'held', 'parent_id', 'spawned', 'pin')
   if not holding(cur, owner, group.fence) then
     return already_settled(cur, group) or 'LOST'
   end
-  local known = {cur[1], cur[6], cur[7], cur[8], cur[9], cur[10]}
+  local known = {cur[1], cur[6], cur[7], cur[8], cur[9], cur[10], cur[11]}
   if supersedes_cancel(group.outcome, group.delay) and cur[1] == 'cancelling' then
     cancel_instead(group, known)
     return 'CANCEL'

@@ -70,7 +70,7 @@ end
 local old = redis.call('HMGET', KEYS[1], 'status', 'queue', 'handler', 'input',
   'max_attempts', 'on_lease_expired', 'metadata', 'budget', 'retention_ms', 'traceparent',
   'retried_by', 'retry_root', 'state', 'effect_seq', 'open_effects', 'checkpoints',
-  'rate_limits', 'ckey', 'skey', 'priority', 'boost_ms', 'fence')
+  'rate_limits', 'ckey', 'skey', 'priority', 'boost_ms', 'fence', 'versioning')
 if not old[1] then
   return {'NOT_FOUND', old_id, ''}
 end
@@ -107,6 +107,10 @@ redis.call('HSET', KEYS[3],
   'boost_ms', old[21] or 0, 'lane', lane_of(old[3], old[18], old[19]),
   -- a re-run is a top-level run of its own: its parent (if any) never spawned it
   'root_id', run_id)
+if old[23] then
+  -- the same policy; no pin: the re-run is pinned by its own first claim
+  redis.call('HSET', KEYS[3], 'versioning', old[23])
+end
 if checkpoint == 'keep' and old[13] then
   redis.call('HSET', KEYS[3], 'state', old[13], 'effect_seq', old[14] or '',
     'checkpoints', old[16] or 0)
