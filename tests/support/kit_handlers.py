@@ -34,3 +34,44 @@ async def patient(ctx: RunContext, params: ReminderInput) -> str:
     except Exception as exc:  # SignalTimeout: the virtual hour passed
         return type(exc).__name__
     return "signalled"
+
+
+# the steps of ``kit.steps`` (as LEASEHOLD_TEST_STEPS sets test.drift_steps's): a test sets
+# them, records a run, then replays it against other steps (another build's code)
+STEPS = ["e:a,w:go,e:b"]
+CALLED: list[str] = []  # each effect function really called, by name
+
+
+def steps_handler(steps: str) -> Any:
+    """A handler taking ``steps`` in order: ``e:<name>`` an effect, ``w:<name>`` a signal
+    wait, ``s:<message>`` a spawn of demo.echo, ``j:<any>`` a join of every child so far."""
+
+    async def take(ctx: RunContext, params: ReminderInput) -> dict[str, Any]:
+        done: list[Any] = []
+        children: list[Any] = []
+        for step in steps.split(","):
+            kind, name = step.split(":", 1)
+            if kind == "e":
+
+                async def call(key: str, name: str = name) -> str:
+                    CALLED.append(name)
+                    return f"{name} done"
+
+                done.append(await ctx.effect(name, call))
+            elif kind == "w":
+                done.append(await ctx.wait_for_signal(name))
+            elif kind == "j":
+                done.append(await ctx.join(children))
+            else:
+                children.append(await ctx.spawn("demo.echo", {"message": name}))
+                done.append(children[-1].id)
+        return {"done": done}
+
+    return take
+
+
+@handler("kit.steps")
+async def kit_steps(ctx: RunContext, params: ReminderInput) -> dict[str, Any]:
+    """The steps :data:`STEPS` lists now (a test changes them: a deploy)."""
+    result: dict[str, Any] = await steps_handler(STEPS[0])(ctx, params)
+    return result
