@@ -114,10 +114,8 @@ class Worker:
         worker_id: str | None = None,
         scripts: Scripts | None = None,
     ) -> None:
-        """``scripts``: the transitions to send (default: :meth:`Scripts.for_settings`);
-        the test kit's (:mod:`app.testing.stack`) read a virtual clock."""
         self.settings = settings
-        self._scripts = scripts
+        self._scripts = scripts  # None: Scripts.for_settings; app.testing's read a test clock
         self.registry = registry
         self.id = worker_id or new_worker_id()
         # the code this worker runs: recorded on every run it claims
