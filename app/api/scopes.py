@@ -41,6 +41,7 @@ SCOPES: dict[tuple[str, str], Role] = {
     ("GET", "/runs/{run_id}"): READ,
     ("GET", "/runs/{run_id}/children"): READ,
     ("GET", "/runs/{run_id}/events"): READ,
+    ("GET", "/runs/{run_id}/history"): READ,
     ("GET", "/schedules"): READ,
     ("GET", "/schedules/{schedule_id}"): READ,
     ("GET", "/workers"): READ,

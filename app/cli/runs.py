@@ -100,6 +100,35 @@ def _hint_if_still_parked(client: Client, run_id: str, event_type: str) -> None:
             typer.echo(f"   {line}")
 
 
+@runs_app.command("export")
+def runs_export(
+    run_id: str,
+    output: Annotated[
+        str | None, typer.Option("--output", "-o", help="Write to this file (default: stdout).")
+    ] = None,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+) -> None:
+    """Export a run's history (GET /runs/{id}/history) for app.testing.replay in CI."""
+    from pathlib import Path
+
+    with _api(api_url, api_key) as client:
+        history = client.history(run_id)
+    text = history.model_dump_json(indent=2) + "\n"
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    try:
+        Path(output).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        typer.echo(f"cannot write {output}: {exc.strerror or exc}", err=True)
+        raise typer.Exit(EXIT_FAILED) from None
+    cut = " (events truncated)" if history.events_truncated else ""
+    typer.echo(
+        f"{run_id}: {len(history.steps)} steps, {len(history.events)} events{cut} -> {output}"
+    )
+
+
 @runs_app.command("list")
 def runs_list(
     queue: Annotated[str | None, typer.Option(help="Only this queue.")] = None,

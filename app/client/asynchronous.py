@@ -36,6 +36,7 @@ from app.client.calls import (
     _get_schedule,
     _handlers,
     _headers,
+    _history,
     _keys,
     _lease,
     _limits,
@@ -82,6 +83,7 @@ from app.models.api import (
     StreamToken,
     WorkerDrain,
 )
+from app.models.history import RunHistory
 from app.models.keys import AuditPage, KeyPage, KeySecret
 from app.models.namespaces import Namespace, NamespacePage
 from app.models.read import (
@@ -150,6 +152,11 @@ class AsyncClient:
         ``metadata={k: v}`` (each pair must hold); summaries unless
         ``include="input,output,metadata"`` (any of them) asks for the large fields."""
         return await self._send(_list_runs(filters))
+
+    async def history(self, run_id: str, max_events: int | None = None) -> RunHistory:
+        """GET /runs/{id}/history: what ``app.testing.replay`` needs to replay the run; its
+        events cut at ``max_events`` (the API's cap when None; ``events_truncated`` says so)."""
+        return await self._send(_history(run_id, max_events))
 
     async def children(self, run_id: str, limit: int = 50, cursor: str | None = None) -> RunPage:
         """GET /runs/{id}/children; see :meth:`Client.children`."""

@@ -36,6 +36,7 @@ from app.models.api import (
     StreamToken,
     WorkerDrain,
 )
+from app.models.history import RunHistory
 from app.models.keys import AuditPage, KeyPage, KeySecret
 from app.models.namespaces import Namespace, NamespacePage
 from app.models.read import (
@@ -137,6 +138,11 @@ def _list_runs(filters: dict[str, Any]) -> _Call[RunPage]:
 def _children(run_id: str, limit: int, cursor: str | None) -> _Call[RunPage]:
     params = _present({"limit": limit, "cursor": cursor})
     return _Call("GET", f"/runs/{run_id}/children", RunPage.model_validate, params=params)
+
+
+def _history(run_id: str, max_events: int | None) -> _Call[RunHistory]:
+    params = _present({"max_events": max_events})
+    return _Call("GET", f"/runs/{run_id}/history", RunHistory.model_validate, params=params)
 
 
 def _cancel(run_id: str) -> _Call[StatusChange]:

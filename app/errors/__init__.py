@@ -21,6 +21,7 @@
     │   ├── ScheduleConflict          the id exists, or the schedule changed meanwhile
     │   ├── ScheduleLimitReached      POST /schedules past LEASEHOLD_SCHEDULE_MAX
     │   ├── MemoryPressure            Redis memory is past the high-water mark: creates wait
+    │   ├── HistoryTooLarge           a run's step records do not fit one history (413)
     │   ├── SignalInboxFull           a run holds LEASEHOLD_MAX_PENDING_SIGNALS unread (429)
     │   ├── QuotaExceeded             a namespace's quota refuses the write (429, named)
     │   ├── VersionDrift              a replay asked for another step than recorded: the run
@@ -129,6 +130,7 @@ from app.errors.handlers import (
 from app.errors.store import (
     AlreadyRetried,
     EffectOutcomeUnknown,
+    HistoryTooLarge,
     IdempotencyConflict,
     InvalidTransition,
     LeaseLost,
@@ -169,6 +171,7 @@ __all__ = [
     "FirstProgressTimeout",
     "HandlerError",
     "HandlerFailed",
+    "HistoryTooLarge",
     "IdempotencyConflict",
     "IdleTimeout",
     "InvalidCheckpoint",

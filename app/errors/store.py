@@ -236,6 +236,22 @@ class VersionDrift(StoreError):
         self.details = details
 
 
+class HistoryTooLarge(StoreError):
+    """A run's step records are too many for one history document (``GET /runs/{id}/history``).
+
+    The events are cut to fit (``events_truncated``); the records a replay needs are
+    not, since a replay of part of them would report drift where there is none.
+    """
+
+    def __init__(self, run_id: str, records: int, limit: int) -> None:
+        super().__init__(
+            f"run {run_id!r} holds {records} step records; a history holds at most {limit}"
+        )
+        self.run_id = run_id
+        self.records = records
+        self.limit = limit
+
+
 class SignalInboxFull(StoreError):
     """A run holds as many unread signals as LEASEHOLD_MAX_PENDING_SIGNALS allows.
 

@@ -240,6 +240,12 @@ class EffectLedger:
             await self._drift(position, recorded, entry)
         return ordinal, position
 
+    @property
+    def steps_taken(self) -> list[str]:
+        """The steps this attempt asked for so far, ``<kind>|<field>`` in order (what the
+        drift check compares: a replay's report lists them)."""
+        return list(self._taken)
+
     async def patched(self, patch_id: str) -> bool:
         """Whether the run takes the patched code at change ``patch_id``: decided once per
         run and recorded, so every replay takes the same branch.

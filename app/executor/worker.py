@@ -107,9 +107,15 @@ class Worker:
     """One executor process serving one or more queues."""
 
     def __init__(
-        self, settings: Settings, registry: HandlerRegistry, *, worker_id: str | None = None
+        self,
+        settings: Settings,
+        registry: HandlerRegistry,
+        *,
+        worker_id: str | None = None,
+        scripts: Scripts | None = None,
     ) -> None:
         self.settings = settings
+        self._scripts = scripts  # None: Scripts.for_settings; app.testing's read a test clock
         self.registry = registry
         self.id = worker_id or new_worker_id()
         # the code this worker runs: recorded on every run it claims
@@ -147,7 +153,7 @@ class Worker:
         settings = self.settings
         url = settings.resolved_redis_url()
         client = async_client(url)
-        scripts = Scripts.for_settings(settings)
+        scripts = self._scripts or Scripts.for_settings(settings)
         listener = self._listener(client)
         # subscribed while the scripts load (the two take about as long): no run is
         # claimed before, so none can miss its cancel push

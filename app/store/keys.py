@@ -447,6 +447,12 @@ class GlobalKeys:
         """Hash of every schedule id -> its queue (see app/store/schedules/store.py)."""
         return f"{self.prefix}:schedules"
 
+    @property
+    def test_clock(self) -> str:
+        """String: the test kit's virtual clock offset in ms (app/testing/clock.py). Read
+        only by the scripts the kit loads, which add it to TIME; no deployment's do."""
+        return f"{self.prefix}:testing:clock_offset_ms"
+
     def worker(self, worker_id: str) -> str:
         """One worker's advertisement."""
         return f"{self.prefix}:worker:{worker_id}"

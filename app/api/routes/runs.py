@@ -17,7 +17,7 @@ from app.api.bodies import body_doc, json_body
 from app.api.problems import PROBLEM_JSON
 from app.api.state import ApiState, state_dependency
 from app.api.streaming import admit_stream, event_stream_response, live_sink, run_events
-from app.errors import InvalidTransition, RunNotFound, VersionDrift
+from app.errors import HistoryTooLarge, InvalidTransition, RunNotFound, VersionDrift
 from app.models import (
     HANDLER_NAME_PATTERN,
     IDEMPOTENCY_KEY_PATTERN,
@@ -27,11 +27,13 @@ from app.models import (
     RunStatus,
 )
 from app.models.api import CreateRunRequest, Problem, StatusChange
+from app.models.history import HISTORY_MAX_EVENTS, RunHistory
 from app.models.read import PurgeRequest, PurgeResult, ResolveRequest, RunPage
 from app.store.admission import create_cost_bytes
 from app.store.codec import LARGE_FIELDS, dumps_parsed
 from app.store.keys import queue_of
 from app.store.ratelimits.store import StartGate
+from app.store.runs.history import RunHistoryReader
 from app.store.runs.listing import ScanBudget
 from app.store.runs.new import NewRun, metadata_bytes
 from app.telemetry.metrics import RUNS_CREATED, RUNS_DELETED
@@ -343,6 +345,21 @@ async def _cancel_quietly(state: ApiState, run_id: str) -> None:
 async def get_run(run_id: RunId, state: State) -> Run:
     """The run, found by id alone (the id names its queue)."""
     return await state.store.get(run_id)
+
+
+@router.get("/runs/{run_id}/history", response_model=RunHistory, responses=problems(404, 413, 422))
+async def get_run_history(
+    run_id: RunId,
+    state: State,
+    max_events: Annotated[int, Query(ge=0, le=HISTORY_MAX_EVENTS)] = HISTORY_MAX_EVENTS,
+) -> RunHistory:
+    """What a replay of the run needs (``app.testing.replay``): its record, step log, step
+    records as stored, and its first ``max_events`` events (``events_truncated`` says when
+    there are more). 413 when its step records are too many for one document."""
+    try:
+        return await RunHistoryReader(state.store.ctx).read(run_id, max_events=max_events)
+    except HistoryTooLarge as exc:
+        raise HTTPException(413, str(exc)) from None
 
 
 def _included(request: Request) -> frozenset[str]:
