@@ -303,6 +303,7 @@ def _family_deps(history: RunHistory) -> FamilyDeps:
         max_metadata_bytes=_MAX_EVENT_BYTES,
         default_max_attempts=1,
         default_on_lease_expired="orphan",
+        default_versioning="auto_upgrade",
     )
 
 

@@ -105,12 +105,9 @@ redis.call('HSET', KEYS[3],
   -- a re-run counts against the same limits and singleton, at the same priority
   'ckey', old[18] or '', 'skey', old[19] or '', 'priority', old[20] or 0,
   'boost_ms', old[21] or 0, 'lane', lane_of(old[3], old[18], old[19]),
-  -- a re-run is a top-level run of its own: its parent (if any) never spawned it
-  'root_id', run_id)
-if old[23] then
-  -- the same policy; no pin: the re-run is pinned by its own first claim
-  redis.call('HSET', KEYS[3], 'versioning', old[23])
-end
+  -- a re-run is a top-level run of its own: its parent (if any) never spawned it; it
+  -- keeps the versioning policy but no pin (its own first claim pins it)
+  'root_id', run_id, 'versioning', old[23] or 'auto_upgrade')
 if checkpoint == 'keep' and old[13] then
   redis.call('HSET', KEYS[3], 'state', old[13], 'effect_seq', old[14] or '',
     'checkpoints', old[16] or 0)
