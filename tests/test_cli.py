@@ -296,6 +296,7 @@ def test_help_lists_every_command_with_its_first_sentence() -> None:
         "schedules",
         "keys",
         "namespaces",
+        "builds",
         "demo",
     ]
     assert "  api         Serve the HTTP API (uvicorn).\n" in done.stdout

@@ -75,6 +75,15 @@ FIRED = {"created": [RUN_ID], "skipped": 0, "buffered": False, "cancelled": []}
 KEY_ID = "k0123456789abcdef"
 KEY_INFO = {"id": KEY_ID, "name": "ci", "role": "read", "created_at": "2026-01-01T00:00:00Z"}
 KEY_SECRET = {**KEY_INFO, "secret": "lh_" + "s" * 43}
+BUILD = {
+    "build_id": "b-1",
+    "workers": ["w-1-abc"],
+    "draining_workers": 0,
+    "running_now": 1,
+    "pinned": {"queued": 0, "running": 1, "parked": 2},
+    "unavailable": 0,
+    "drained": False,
+}
 ANSWERS: dict[str, Any] = {
     "/schedules": SCHEDULE,
     "/schedules/nightly": SCHEDULE,
@@ -97,6 +106,10 @@ ANSWERS: dict[str, Any] = {
     f"/operations/{OP_ID}/cancel": OPERATION,
     "/handlers": [{"name": "demo.echo", "input_schema": {"type": "object"}}],
     "/workers": [WORKER],
+    "/builds": [BUILD],
+    "/builds/b-1": BUILD,
+    "/builds/b-1/upgrade": {"build_id": "b-1", "upgraded": 2, "remaining": 0},
+    f"/runs/{RUN_ID}/upgrade": RUN,
     "/runs/batch": {"items": [{"status": 201, "run": RUN}]},
     "/runs/purge": {"deleted": 1, "ids": [RUN_ID], "next_cursor": None, "done": True},
     "/queues/default/series": {"queue": "default", "bucket_s": 60, "buckets": []},
@@ -191,6 +204,10 @@ CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
     ("put_namespace", ("acme",), {"live_runs": 3}),
     ("namespace", ("acme",), {}),
     ("delete_namespace", ("acme",), {}),
+    ("builds", (), {}),
+    ("build", ("b-1",), {}),
+    ("upgrade", (RUN_ID,), {"build_id": "b-2"}),
+    ("upgrade_build", ("b-1",), {"to_build_id": None, "queue": "default", "limit": 5}),
     ("handlers", (), {}),
     ("workers", (), {}),
     ("queues", (), {}),
@@ -305,6 +322,10 @@ async def test_every_method_sends_the_same_request_and_reads_the_same_answer() -
     }
     assert sync_results[at + 6].created == [RUN_ID]
     assert [worker.id for worker in sync_results[-8]] == ["w-1-abc"]
+    assert sync_api.seen[-12][1:] == ("/builds/b-1", "", None)
+    assert sync_api.seen[-11][1:] == (f"/runs/{RUN_ID}/upgrade", "", {"build_id": "b-2"})
+    assert sync_api.seen[-10][1:] == ("/builds/b-1/upgrade", "", {"queue": "default", "limit": 5})
+    assert sync_results[-10].upgraded == 2 and sync_results[-13][0].pinned.parked == 2
     assert [queue.name for queue in sync_results[-7].items] == ["default"]
     assert sync_api.seen[-6] == ("PUT", "/queues/default", "", None)
     assert sync_results[-6].ready == 1

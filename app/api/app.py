@@ -28,6 +28,7 @@ from app.api.problems import install_problem_handlers
 from app.api.routes import (
     activity,
     batch,
+    builds,
     console,
     decisions,
     docs,
@@ -219,6 +220,7 @@ def _include_routes(app: FastAPI) -> None:
     app.include_router(decisions.router)
     app.include_router(signals.router)
     app.include_router(system.router)
+    app.include_router(builds.router)
     app.include_router(metrics.router)
     app.include_router(activity.router)
     app.include_router(queues.router)

@@ -45,6 +45,8 @@ SCOPES: dict[tuple[str, str], Role] = {
     ("GET", "/schedules"): READ,
     ("GET", "/schedules/{schedule_id}"): READ,
     ("GET", "/workers"): READ,
+    ("GET", "/builds"): READ,
+    ("GET", "/builds/{build_id}"): READ,
     # who holds a run now (a gate's online check); a token that reads one run's events
     ("GET", "/leases/{run_id}"): READ,
     ("POST", "/runs/{run_id}/stream-token"): READ,
@@ -61,6 +63,9 @@ SCOPES: dict[tuple[str, str], Role] = {
     ("DELETE", "/runs/{run_id}"): OPERATE,
     ("POST", "/runs/purge"): OPERATE,
     ("POST", "/runs/retry"): OPERATE,
+    # which code runs a pinned run (issue 36)
+    ("POST", "/runs/{run_id}/upgrade"): OPERATE,
+    ("POST", "/builds/{build_id}/upgrade"): OPERATE,
     ("POST", "/operations/{operation_id}/cancel"): OPERATE,
     ("POST", "/operations/{operation_id}/resume"): OPERATE,
     ("PUT", "/queues/{name}"): OPERATE,

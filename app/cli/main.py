@@ -22,6 +22,7 @@ from app.cli.api_calls import api_client as _api
 from app.cli.api_calls import fail as _fail
 from app.cli.api_calls import json_option as _json_option
 from app.cli.api_calls import print_run as _print_run
+from app.cli.builds import builds_app
 from app.cli.demo import demo_app
 from app.cli.keys import keys_app
 from app.cli.namespaces import namespaces_app
@@ -70,6 +71,7 @@ app.add_typer(queues_app, name="queues")
 app.add_typer(schedules_app, name="schedules")
 app.add_typer(keys_app, name="keys")
 app.add_typer(namespaces_app, name="namespaces")
+app.add_typer(builds_app, name="builds")
 app.add_typer(demo_app, name="demo")
 
 WAIT_POLL_S = 0.2

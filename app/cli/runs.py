@@ -200,6 +200,22 @@ def runs_cancel(
     typer.echo(result.model_dump_json() if as_json else f"{result.id}: {result.status.value}")
 
 
+@runs_app.command("upgrade")
+def runs_upgrade(
+    run_id: str,
+    to: Annotated[
+        str | None, typer.Option("--to", help="Pin it to this build (default: to none).")
+    ] = None,
+    as_json: JsonFlag = False,
+    api_url: ApiUrl = None,
+    api_key: ApiKey = None,
+) -> None:
+    """Move a pinned run off its build (409 when it is not pinned or has ended)."""
+    with _api(api_url, api_key) as client:
+        run = client.upgrade(run_id, to)
+    typer.echo(run.model_dump_json() if as_json else f"{run.id}: pinned to {run.pinned_build}")
+
+
 @runs_app.command("priority")
 def runs_priority(
     run_id: str,

@@ -17,6 +17,8 @@ from app.client.calls import (
     T,
     _audit,
     _body,
+    _build,
+    _builds,
     _Call,
     _cancel,
     _check,
@@ -65,6 +67,8 @@ from app.client.calls import (
     _undeclare_queue,
     _undeclare_rate_limit,
     _update_schedule,
+    _upgrade,
+    _upgrade_build,
     _workers,
 )
 from app.client.follow import STREAM_TIMEOUT, _Cursor, _events_request, _resumable
@@ -83,6 +87,7 @@ from app.models.api import (
     StreamToken,
     WorkerDrain,
 )
+from app.models.builds import BuildInfo, UpgradeSummary
 from app.models.history import RunHistory
 from app.models.keys import AuditPage, KeyPage, KeySecret
 from app.models.namespaces import Namespace, NamespacePage
@@ -356,6 +361,31 @@ class AsyncClient:
     async def workers(self) -> list[WorkerInfo]:
         """GET /workers."""
         return await self._send(_workers())
+
+    async def builds(self) -> list[BuildInfo]:
+        """GET /builds: each build's workers, the runs pinned to it, and ``drained``."""
+        return await self._send(_builds())
+
+    async def build(self, build_id: str) -> BuildInfo:
+        """GET /builds/{id}: one build (one nobody runs or needs is ``drained``)."""
+        return await self._send(_build(build_id))
+
+    async def upgrade(self, run_id: str, build_id: str | None = None) -> Run:
+        """POST /runs/{id}/upgrade: move a pinned run to ``build_id``, or to none."""
+        return await self._send(_upgrade(run_id, build_id))
+
+    async def upgrade_build(
+        self,
+        build_id: str,
+        *,
+        to_build_id: str | None = None,
+        queue: str | None = None,
+        handler: str | None = None,
+        limit: int | None = None,
+    ) -> UpgradeSummary:
+        """POST /builds/{id}/upgrade: move up to ``limit`` of its pinned runs."""
+        body = {"to_build_id": to_build_id, "queue": queue, "handler": handler, "limit": limit}
+        return await self._send(_upgrade_build(build_id, body))
 
     async def events(
         self,

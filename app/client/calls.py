@@ -36,6 +36,7 @@ from app.models.api import (
     StreamToken,
     WorkerDrain,
 )
+from app.models.builds import BuildInfo, UpgradeSummary
 from app.models.history import RunHistory
 from app.models.keys import AuditPage, KeyPage, KeySecret
 from app.models.namespaces import Namespace, NamespacePage
@@ -214,6 +215,24 @@ def _handlers() -> _Call[list[HandlerInfo]]:
 
 def _workers() -> _Call[list[WorkerInfo]]:
     return _Call("GET", "/workers", _models(WorkerInfo))
+
+
+def _builds() -> _Call[list[BuildInfo]]:
+    return _Call("GET", "/builds", _models(BuildInfo))
+
+
+def _build(build_id: str) -> _Call[BuildInfo]:
+    return _Call("GET", f"/builds/{quote(build_id, safe='')}", BuildInfo.model_validate)
+
+
+def _upgrade(run_id: str, build_id: str | None) -> _Call[Run]:
+    body = _present({"build_id": build_id})
+    return _Call("POST", f"/runs/{run_id}/upgrade", Run.model_validate, json=body)
+
+
+def _upgrade_build(build_id: str, body: dict[str, Any]) -> _Call[UpgradeSummary]:
+    path = f"/builds/{quote(build_id, safe='')}/upgrade"
+    return _Call("POST", path, UpgradeSummary.model_validate, json=_present(body))
 
 
 def _queues() -> _Call[QueuePage]:

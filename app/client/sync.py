@@ -18,6 +18,8 @@ from app.client.calls import (
     T,
     _audit,
     _body,
+    _build,
+    _builds,
     _Call,
     _cancel,
     _check,
@@ -66,6 +68,8 @@ from app.client.calls import (
     _undeclare_queue,
     _undeclare_rate_limit,
     _update_schedule,
+    _upgrade,
+    _upgrade_build,
     _workers,
 )
 from app.client.follow import STREAM_TIMEOUT, _Cursor, _events_request, _resumable
@@ -84,6 +88,7 @@ from app.models.api import (
     StreamToken,
     WorkerDrain,
 )
+from app.models.builds import BuildInfo, UpgradeSummary
 from app.models.history import RunHistory
 from app.models.keys import AuditPage, KeyPage, KeySecret
 from app.models.namespaces import Namespace, NamespacePage
@@ -293,6 +298,31 @@ class Client:
     def workers(self) -> list[WorkerInfo]:
         """GET /workers."""
         return self._send(_workers())
+
+    def builds(self) -> list[BuildInfo]:
+        """GET /builds: each build's workers, the runs pinned to it, and ``drained``."""
+        return self._send(_builds())
+
+    def build(self, build_id: str) -> BuildInfo:
+        """GET /builds/{id}: one build (one nobody runs or needs is ``drained``)."""
+        return self._send(_build(build_id))
+
+    def upgrade(self, run_id: str, build_id: str | None = None) -> Run:
+        """POST /runs/{id}/upgrade: move a pinned run to ``build_id``, or to none."""
+        return self._send(_upgrade(run_id, build_id))
+
+    def upgrade_build(
+        self,
+        build_id: str,
+        *,
+        to_build_id: str | None = None,
+        queue: str | None = None,
+        handler: str | None = None,
+        limit: int | None = None,
+    ) -> UpgradeSummary:
+        """POST /builds/{id}/upgrade: move up to ``limit`` of its pinned runs."""
+        body = {"to_build_id": to_build_id, "queue": queue, "handler": handler, "limit": limit}
+        return self._send(_upgrade_build(build_id, body))
 
     def queues(self) -> QueuePage:
         """GET /queues: every declared queue and what it holds."""

@@ -282,6 +282,11 @@ class QueueInfo(BaseModel):
     flow: QueueFlow | None = Field(
         default=None, description="limits, slots and the busiest keys (GET /queues/{name})"
     )
+    build_unavailable: dict[str, int] | None = Field(
+        default=None,
+        description="ready runs pinned to a build no live, claiming worker of the queue has, "
+        "by build (GET /queues/{name}; each run has a `wait` event, kind build_unavailable)",
+    )
     memory_bytes: int = Field(
         description="estimate: the queue's index keys plus a sample of its newest runs "
         "(record and events) scaled to the number of runs it lists"

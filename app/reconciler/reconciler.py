@@ -49,8 +49,10 @@ from redis.exceptions import RedisError
 from app.reconciler.schedule_pass import SchedulePass
 from app.retry import REDIS_BACKOFF, REPEAT_LOG_EVERY_S, RepeatLog
 from app.settings import Settings
+from app.store.builds.store import BuildStore
 from app.store.flow.store import FlowStore
 from app.store.leases.store import RECONCILE_BATCH, LeaseStore, ReconcileAction
+from app.store.leases.workers import list_workers
 from app.store.lua.scripts import Scripts
 from app.store.outbox.store import Outbox
 from app.store.redis.connection import async_client
@@ -103,6 +105,7 @@ class Reconciler:
         self._sweep_at: dict[str, int] = {}  # per queue: where the listing-index sweep resumes
         self._outbox_sweep_s = outbox_sweep_s
         self._outbox = Outbox(run_store.ctx)
+        self._builds = BuildStore(run_store.ctx)
         self._joins_due = 0.0  # monotonic: when the sweep next checks the parked joins
 
     async def run_forever(self) -> None:
@@ -166,9 +169,26 @@ class Reconciler:
                 queue, self._sweep_at.get(queue, 0), RECONCILE_BATCH
             )
             await self._recount(queue)
+        await self._note_unavailable_builds(queues)
         RECONCILER_SCANS.inc()
         self.actions_total += len(done)
         return done
+
+    async def _note_unavailable_builds(self, queues: list[str]) -> None:
+        """Tell the queued runs pinned to a build that no live, claiming worker of their
+        queue has why they wait (issue 36): a `wait` event naming the build, once.
+
+        Draining workers do not count: they claim nothing more.
+        """
+        store = self._run_store
+        workers = await list_workers(store.client, store.prefix, store.lease_ttl_ms)
+        for queue in queues:
+            live = {
+                info.build_id
+                for info in workers
+                if info.alive and not info.draining and info.build_id and queue in info.queues
+            }
+            await self._builds.note_unavailable(queue, live)
 
     async def _recount(self, queue: str) -> None:
         """Set the queue's slot counters to what its leases hold; count and log any fix.

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query, Response
 
+from app.api.routes.builds import unavailable_builds
 from app.api.routes.runs import State, problems
 from app.errors import QueueLimitReached, QueueNotDeclared
 from app.models import QUEUE_NAME_PATTERN
@@ -35,13 +36,16 @@ async def get_queue(name: QueueName, state: State) -> QueueInfo:
     ``flow`` shows the limits, the slots each handler holds, the busiest
     ``LEASEHOLD_QUEUE_TOP_KEYS`` concurrency keys (running, queued, limit) and how
     many resources have runs waiting on them: bounded whatever the number of keys.
+    ``build_unavailable``: ready runs pinned to a build no live worker of the queue runs.
     """
     try:
         info = await state.queues.info(name)
     except QueueNotDeclared as exc:
         raise HTTPException(404, str(exc)) from None
     flow = await state.flow.flow(name, state.settings.queue_top_keys)
-    return info.model_copy(update={"flow": flow})
+    return info.model_copy(
+        update={"flow": flow, "build_unavailable": await unavailable_builds(state, name)}
+    )
 
 
 @router.get("/queues/{name}/series", response_model=QueueSeries, responses=problems(404, 422))

@@ -11,7 +11,7 @@ live worker has why they do not start (``note_unavailable``, run by the reconcil
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -109,10 +109,22 @@ class BuildStore(Store):
         """The builds that have open pinned runs in ``queue``."""
         return cast(set[str], await self.client.smembers(self.keys(queue).pinned_builds))
 
-    async def pinned_ids(self, queue: str, build_id: str, count: int) -> list[str]:
-        """Up to ``count`` ids of ``queue``'s open runs pinned to ``build_id``."""
-        _cursor, ids = await self.client.sscan(self.keys(queue).pins(build_id), 0, count=count)
-        return cast(list[str], list(ids))[:count]
+    async def pinned_pages(self, queue: str, build_id: str, page: int) -> AsyncIterator[list[str]]:
+        """The ids of ``queue``'s open runs pinned to ``build_id``, a page at a time (SSCAN:
+        a run pinned throughout is seen at least once; one moved meanwhile may not be)."""
+        cursor = 0
+        while True:
+            cursor, ids = await self.client.sscan(
+                self.keys(queue).pins(build_id), cursor, count=page
+            )
+            if ids:
+                yield cast(list[str], list(ids))
+            if cursor == 0:
+                return
+
+    async def pinned_count(self, queue: str, build_id: str) -> int:
+        """How many of ``queue``'s open runs are pinned to ``build_id``."""
+        return int(await self.client.scard(self.keys(queue).pins(build_id)))
 
     async def pinned_runs(self, queue: str, build_id: str, into: PinnedRuns) -> None:
         """Add ``queue``'s open runs pinned to ``build_id`` to ``into``, by status."""
