@@ -1,0 +1,115 @@
+"""A rolling deploy with real processes (issue 36): build A's workers hold pinned runs,
+parked and running, build B's workers start beside them, A's are drained with SIGTERM.
+
+Pinned runs resume only on A while an A worker lives; with A gone they wait visibly
+(``build_unavailable``) until an upgrade moves them to B; runs that are not pinned go
+to whichever build claims them next. ``GET /builds`` says A drained exactly when no
+open run is pinned to it any more.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.polling import eventually
+from tests.support.processes import Processes
+
+STEPS = {"LEASEHOLD_TEST_STEPS": "w:go,e:a"}  # park on a signal, then one effect
+PARKED_PINNED, PARKED_AUTO, RUNNING_PINNED = 6, 3, 3
+
+
+async def runs_in(client: httpx.AsyncClient, ids: list[str], status: str) -> list[Any]:
+    """Poll until every run of ``ids`` is ``status``; their records."""
+
+    async def look() -> list[Any]:
+        return [(await client.get(f"/runs/{run_id}")).json() for run_id in ids]
+
+    return await eventually(
+        look, until=lambda runs: all(r["status"] == status for r in runs), what=status
+    )
+
+
+async def create(client: httpx.AsyncClient, count: int, **body: Any) -> list[str]:
+    ids = []
+    for _ in range(count):
+        made = await client.post("/runs", json={"input": {}, **body})
+        assert made.status_code == 201, made.text
+        ids.append(made.json()["id"])
+    return ids
+
+
+async def signal_all(client: httpx.AsyncClient, ids: list[str]) -> None:
+    for run_id in ids:
+        sent = await client.post(f"/runs/{run_id}/signals/go", json={"payload": "go"})
+        assert sent.status_code in (200, 202), sent.text
+
+
+async def build(client: httpx.AsyncClient, build_id: str) -> Any:
+    return (await client.get(f"/builds/{build_id}")).json()
+
+
+@pytest.mark.slow
+async def test_a_rolling_deploy_keeps_pinned_runs_on_their_build_until_upgraded(
+    processes: Processes,
+) -> None:
+    _, api_url = processes.api()
+    old = [processes.worker(LEASEHOLD_BUILD_ID="A", **STEPS) for _ in range(2)]
+    async with httpx.AsyncClient(base_url=api_url, timeout=10) as client:
+        parked = await create(
+            client, PARKED_PINNED, handler="test.drift_steps", versioning="pinned"
+        )
+        auto = await create(client, PARKED_AUTO, handler="test.drift_steps")
+        await runs_in(client, parked + auto, "waiting")
+        running = await create(
+            client,
+            RUNNING_PINNED,
+            handler="demo.sleep",
+            versioning="pinned",
+        )
+        await runs_in(client, running, "running")
+        assert all(r["pinned_build"] == "A" for r in await runs_in(client, parked, "waiting"))
+        holding = await build(client, "A")
+        assert holding["drained"] is False
+        assert holding["pinned"]["parked"] == PARKED_PINNED
+
+        # B's workers start beside A's: a pinned run resumed now still runs on A
+        for _ in range(2):
+            processes.worker(LEASEHOLD_BUILD_ID="B", **STEPS)
+        await signal_all(client, parked[:2])
+        for done in await runs_in(client, parked[:2], "succeeded"):
+            assert done["build_id"] == "A"
+        await runs_in(client, running, "succeeded")
+
+        # A drains and stops: what is pinned to it waits, visibly, instead of running on B
+        for child in old:
+            child.signal(signal.SIGTERM)
+        for child in old:
+            child.wait(60)
+        await signal_all(client, parked[2:] + auto)
+        for done in await runs_in(client, auto, "succeeded"):
+            assert done["build_id"] == "B" and done["pinned_build"] is None
+        waiting = await runs_in(client, parked[2:], "queued")
+
+        async def told(run_id: str) -> bool:
+            history = (await client.get(f"/runs/{run_id}/history")).json()
+            return any(
+                e["type"] == "wait" and e["data"].get("kind") == "build_unavailable"
+                for e in history["events"]
+            )
+
+        for run in waiting:
+            await eventually(lambda run=run: told(run["id"]), until=bool, what="a wait event")
+        queue = (await client.get("/queues/default")).json()
+        assert queue["build_unavailable"] == {"A": len(parked[2:])}
+        assert (await build(client, "A"))["drained"] is False
+
+        # the operator moves them on: they resume on B, and A is drained
+        upgraded = (await client.post("/builds/A/upgrade", json={})).json()
+        assert upgraded == {"build_id": "A", "upgraded": len(parked[2:]), "remaining": 0}
+        for done in await runs_in(client, parked[2:], "succeeded"):
+            assert done["build_id"] == "B"
+        assert (await build(client, "A"))["drained"] is True
