@@ -13,6 +13,7 @@ from tools.chaos.checker import (
     check_follow,
     check_no_drift,
     check_parked_hold_nothing,
+    check_pinned_builds,
     check_settled,
     check_stable,
     check_stale_writes,
@@ -159,3 +160,31 @@ def test_runs_claimed_under_two_builds_are_counted() -> None:
     )
     stayed = run("succeeded", ("claimed", 1))
     assert runs_across_builds(Snapshot({"a": moved, "b": stayed}, 0)) == 1
+
+
+def _claims(*steps: tuple[str, dict[str, Any]]) -> list[Event]:
+    return [Event(f"{i + 1}-0", kind, i + 1, data) for i, (kind, data) in enumerate(steps)]
+
+
+def test_a_pinned_run_claimed_by_another_build_is_pinned_elsewhere() -> None:
+    """The first claim pins; an upgrade moves the pin; any other build's claim is a fault."""
+    a, b = {"build_id": "chaos-1"}, {"build_id": "chaos-2"}
+    wrong = StoredRun(
+        RUN,
+        {"status": "succeeded", "versioning": "pinned"},
+        _claims(("claimed", a), ("claimed", b)),
+    )
+    upgraded = StoredRun(
+        RUN,
+        {"status": "succeeded", "versioning": "pinned"},
+        _claims(("claimed", a), ("upgraded", {"from": "chaos-1"}), ("claimed", b), ("claimed", b)),
+    )
+    retargeted = StoredRun(
+        RUN,
+        {"status": "succeeded", "versioning": "pinned"},
+        _claims(("claimed", a), ("upgraded", {"from": "chaos-1", "to": "chaos-3"}), ("claimed", b)),
+    )
+    moved_freely = StoredRun(RUN, {"status": "succeeded"}, _claims(("claimed", a), ("claimed", b)))
+    assert kinds(check_pinned_builds(Snapshot({"w": wrong}, 0))) == ["pinned_elsewhere"]
+    assert check_pinned_builds(Snapshot({"u": upgraded, "m": moved_freely}, 0)) == []
+    assert kinds(check_pinned_builds(Snapshot({"r": retargeted}, 0))) == ["pinned_elsewhere"]

@@ -184,6 +184,27 @@ def check_no_drift(snapshot: Snapshot) -> list[Violation]:
     ]
 
 
+def check_pinned_builds(snapshot: Snapshot) -> list[Violation]:
+    """A pinned run is claimed only by workers of the build it is pinned to: its first
+    claim's, until an `upgraded` event moves it (to a build, or to none: the next claim
+    pins it again)."""
+    found = []
+    for run in snapshot.runs.values():
+        if run.fields.get("versioning") != "pinned":
+            continue
+        pin: str | None = None
+        for event in run.events:
+            if event.type == "upgraded":
+                pin = event.data.get("to")
+            elif event.type == "claimed":
+                build = event.data.get("build_id")
+                if pin is not None and build != pin:
+                    detail = f"claimed by build {build} while pinned to {pin} (fence {event.fence})"
+                    found.append(Violation("pinned_elsewhere", run.id, detail))
+                pin = pin or build
+    return found
+
+
 def runs_across_builds(snapshot: Snapshot) -> int:
     """How many runs were claimed under more than one build (what a deploy moved)."""
     moved = 0

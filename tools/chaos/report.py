@@ -163,7 +163,8 @@ class ChaosReport:
             f"reruns:    {_kv(s['reruns'])}",
             f"hand-offs: {_kv(s['handoffs'])} (kill_idle_worker: registered found, rows stranded)",
             f"tenants:   {_kv(s['tenants'])} (the neighbour namespace: answers, cross reads)",
-            f"builds:    {_kv(s['builds'])} (deploy faults: runs claimed under 2+ builds)",
+            f"builds:    {_kv(s['builds'])} (deploy faults, runs claimed under 2+ builds, "
+            "pinned runs, runs the operator upgraded)",
             f"returns:   {_kv(s['handler_returns'])} (handler returns checked against outputs)",
         ]
         lines += [f"  fault {_kv(fault)}" for fault in s["fault_log"]]

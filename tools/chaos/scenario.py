@@ -41,6 +41,7 @@ from tools.chaos.report import ChaosReport
 from tools.chaos.rerunner import Rerunner
 from tools.chaos.tap import ActivityTap
 from tools.chaos.tenants import Neighbour
+from tools.chaos.upgrader import Upgrader
 from tools.chaos.workload import Api, Workload
 
 SETTLE_POLL_S = 0.5
@@ -115,6 +116,7 @@ class ChaosRun:
             rate_per_s=config.rate_per_s,
         )
         self.janitor = Janitor(api, random.Random(f"{config.seed}-janitor"), self.workload.runs)
+        self.upgrader = Upgrader(api)
         self.rerunner = Rerunner(api, random.Random(f"{config.seed}-rerunner"), self.workload.runs)
         self.tap = ActivityTap(redis_client, cluster.prefix, QUEUE)
         self.fault_rng = random.Random(f"{config.seed}-faults")
@@ -137,6 +139,7 @@ class ChaosRun:
         stop_person = asyncio.Event()
         person = asyncio.create_task(self.workload.person(stop_person))
         janitor = asyncio.create_task(self.janitor.run(stop_person))
+        upgrader = asyncio.create_task(self.upgrader.run(stop_person))
         rerunner = asyncio.create_task(self.rerunner.run(stop_person))
         ours = lambda: [t.run_id for t in self.workload.runs[-50:] if t.run_id]  # noqa: E731
         neighbour = asyncio.create_task(self.neighbour.run(stop_person, ours))
@@ -148,7 +151,7 @@ class ChaosRun:
             ),
         )
         stop_person.set()
-        await asyncio.gather(person, janitor, rerunner, neighbour)
+        await asyncio.gather(person, janitor, rerunner, neighbour, upgrader)
         await schedules.stop(self.workload.api)  # its runs settle like the others
 
     async def verdict(self) -> ChaosReport:
@@ -174,6 +177,7 @@ class ChaosRun:
             created = all(t.run_id is not None or t.error is not None for t in runs)
             if (created and not checker.check_settled(snapshot)) or time.monotonic() > deadline:
                 return snapshot
+            await self.upgrader.sweep()  # the deploys' stranded pinned runs, as an operator would
             await asyncio.sleep(SETTLE_POLL_S)
 
     def _check(self, snapshot: Snapshot) -> list[Violation]:
@@ -187,6 +191,7 @@ class ChaosRun:
         violations += checker.check_settled(snapshot)
         violations += checker.check_parked_hold_nothing(snapshot)
         violations += checker.check_no_drift(snapshot)
+        violations += checker.check_pinned_builds(snapshot)
         stale_owners = {
             fault.owner_id
             for fault in self.injector.faults
@@ -298,6 +303,10 @@ class ChaosRun:
             builds={
                 "deploys": sum(fault.kind == FaultKind.DEPLOY for fault in faults),
                 "runs_across_builds": checker.runs_across_builds(snapshot),
+                "pinned_runs": sum(
+                    run.fields.get("versioning") == "pinned" for run in snapshot.runs.values()
+                ),
+                "upgraded": self.upgrader.upgraded,
             },
         )
 

@@ -76,6 +76,10 @@ MIX = [
 ]
 
 
+# runs created pinned (the rest auto_upgrade, the default)
+PINNED_SHARE = 0.25
+
+
 @dataclass(frozen=True)
 class RunPlan:
     """What to create, and what the harness does to the run afterwards."""
@@ -89,6 +93,9 @@ class RunPlan:
     cancel_after_s: float | None = None
     # most runs count against one of a few tenants' key limits (tools/chaos/flow.py)
     concurrency_key: str | None = None
+    # some runs are pinned to the build that first claims them (issue 36): a deploy fault
+    # then leaves them to their build's workers, or to an upgrade once it has none
+    versioning: str | None = None
 
 
 @dataclass
@@ -127,7 +134,9 @@ def make_plan(rng: random.Random, ttl_s: float) -> RunPlan:
     if kind in ("long", "order") and rng.random() < 0.15:
         cancel = rng.uniform(0.3, 3.0)
     key = rng.choice(FLOW_KEYS) if rng.random() < 0.7 else None
+    pinned = rng.random() < PINNED_SHARE
     return RunPlan(
+        versioning="pinned" if pinned else None,
         concurrency_key=key,
         kind=kind,
         handler=handler,
@@ -317,6 +326,7 @@ class Workload:
                 on_lease_expired=plan.on_lease_expired,
                 max_attempts=plan.max_attempts,
                 concurrency_key=plan.concurrency_key,
+                versioning=plan.versioning,
             )
         )
         tracked.run_id = run.id

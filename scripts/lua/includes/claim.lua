@@ -347,6 +347,11 @@ local function claim_core(k, want, promote_max)
   local leased_before = qlimit and redis.call('ZCARD', k.leases)
   -- runs the rate gate holds back are looked at but not claimed: bound the looking
   local visits = 2 * want + 64
+  -- the build's ring, when it has lanes (one EXISTS a call, not one LPOP a visit)
+  local own_ring = k.build_ready
+  if own_ring and redis.call('EXISTS', own_ring) == 0 then
+    own_ring = nil
+  end
   while #c.claimed < want and visits > 0 do
     visits = visits - 1
     local room = want - #c.claimed
@@ -358,10 +363,12 @@ local function claim_core(k, want, promote_max)
       end
       room = math.min(room, free)
     end
-    -- the worker's own build's pinned lanes first (resumed runs only it may take)
-    local ring = k.build_ready
+    -- the worker's own build's pinned lanes first (resumed runs only it may take); once
+    -- its ring is found empty it is not asked again in this call
+    local ring = own_ring
     local lane = ring and redis.call('LPOP', ring)
     if not lane then
+      own_ring = nil
       ring = k.ready
       lane = redis.call('LPOP', ring)
       if not lane then
