@@ -169,6 +169,20 @@ QUEUE_DEPTH = Gauge(
     ["queue", "state"],
     registry=API_REGISTRY,
 )
+BUILD_RUNS = Gauge(
+    "leasehold_build_runs",
+    "Open runs pinned to each build by state (queued, running, parked; unavailable: queued "
+    "with no live worker of the build), at scrape time, for the builds GET /builds lists",
+    ["build", "state"],
+    registry=API_REGISTRY,
+)
+BUILD_WORKERS = Gauge(
+    "leasehold_build_workers",
+    "Live workers of each build at scrape time; with leasehold_build_runs, a build whose "
+    "runs are all 0 is drained and its workers can be stopped",
+    ["build"],
+    registry=API_REGISTRY,
+)
 LIVE_WORKERS = Gauge(
     "leasehold_workers",
     "Live workers (heartbeat within one lease TTL) serving each declared queue, at scrape time; "

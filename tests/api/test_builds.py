@@ -84,6 +84,9 @@ async def test_a_build_holds_its_pinned_runs_until_they_are_upgraded(
     assert listed["v2"]["drained"] is True and listed["v2"]["workers"] == ["w-v2"]
     queue = (await api.get(f"/queues/{Q}")).json()
     assert queue["build_unavailable"] == {"v1": 1}
+    scraped = (await api.get("/metrics")).text
+    assert 'leasehold_build_runs{build="v1",state="unavailable"} 1.0' in scraped
+    assert 'leasehold_build_workers{build="v2"} 1.0' in scraped
 
     moved = await api.post(f"/runs/{run_id}/upgrade", json={"build_id": "v2"})
     assert moved.status_code == 200, moved.text

@@ -210,3 +210,22 @@ def test_the_queues_view_lists_schedules_with_their_next_fire_time(
     expect(row).to_contain_text("30 2 * * * (Europe/Berlin)")
     assert httpx.post(f"{url}/schedules/nightly/pause", timeout=30).status_code == 200
     expect(row.locator('[data-field="next-fire"]')).to_have_text("paused")  # live, no reload
+
+
+def test_the_workers_view_shows_each_build_and_when_it_is_drained(
+    processes: Processes, context: BrowserContext
+) -> None:
+    """A pinned run parked under build v1 keeps v1 in use; once it ends, v1 is drained."""
+    _, url = processes.api()
+    processes.worker(LEASEHOLD_BUILD_ID="v1", LEASEHOLD_TEST_STEPS="w:go")
+    run_id = create_with(url, {"handler": "test.drift_steps", "input": {}, "versioning": "pinned"})
+    wait_status(url, run_id, "waiting")
+    page = open_page(context, f"{url}/#/workers")
+    expect(page.locator("tr[data-worker-id] td.mono").nth(1)).to_have_text("v1")
+    build = page.locator('tr[data-build-id="v1"]')
+    expect(build).to_have_attribute("data-drained", "false")
+    expect(build).to_contain_text("in use")
+    signalled = httpx.post(f"{url}/runs/{run_id}/signals/go", json={"payload": 1}, timeout=30)
+    assert signalled.status_code in (200, 202)
+    wait_status(url, run_id, "succeeded")
+    expect(build).to_have_attribute("data-drained", "true")

@@ -90,6 +90,11 @@ async def unavailable_builds(state: State, queue: str) -> dict[str, int]:
 @router.get("/builds", response_model=list[BuildInfo])
 async def list_builds(state: State) -> list[BuildInfo]:
     """Every build a live worker runs or an open run is pinned to, with ``drained``."""
+    return await every_build(state)
+
+
+async def every_build(state: State) -> list[BuildInfo]:
+    """The builds of the request's namespace, as GET /builds lists them (and /metrics)."""
     builds = BuildStore(state.store.ctx)
     live, queues = await _live_and_queues(state)
     known = {info.build_id for info in live if info.build_id}

@@ -20,6 +20,7 @@ from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics import MetricWrapperBase
 
+from app.api.routes.builds import every_build
 from app.api.routes.runs import State
 from app.models.read import QueueFlow
 from app.store.leases.workers import list_workers
@@ -27,6 +28,8 @@ from app.store.queues.store import QueueDepth
 from app.telemetry.metrics import (
     API_KEYS_LIVE,
     API_REGISTRY,
+    BUILD_RUNS,
+    BUILD_WORKERS,
     LIVE_WORKERS,
     OLDEST_QUEUED_AGE,
     QUEUE_DEPTH,
@@ -81,6 +84,7 @@ async def metrics(state: State) -> Response:
         _export_depth(state.metric_queue(queue), await state.queues.depth(queue), serving[queue])
         flow = await state.flow.flow(queue, state.settings.queue_top_keys)
         _export_flow(state.metric_queue(queue), flow)
+    await _export_builds(state)
     return Response(generate_latest(API_REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
 
@@ -94,6 +98,25 @@ def _export_depth(queue: str, depth: QueueDepth, workers: int) -> None:
     QUEUE_DEPTH.labels(queue, "parked").set(depth.parked)
     OLDEST_QUEUED_AGE.labels(queue).set(depth.oldest_queued_age_s)
     SLOTS_USED.labels(queue, "queue", "").set(depth.leased)
+
+
+async def _export_builds(state: State) -> None:
+    """Each build's pinned runs by state and its live workers (issue 36), labelled like
+    queues (``<namespace>/<build>`` outside ``default``); cleared first, so a build gone
+    since the last scrape leaves no series."""
+    BUILD_RUNS.clear()
+    BUILD_WORKERS.clear()
+    for build in await every_build(state):
+        label = state.metric_queue(build.build_id)
+        BUILD_WORKERS.labels(label).set(len(build.workers))
+        pinned = build.pinned
+        for name, value in (
+            ("queued", pinned.queued),
+            ("running", pinned.running),
+            ("parked", pinned.parked),
+            ("unavailable", build.unavailable),
+        ):
+            BUILD_RUNS.labels(label, name).set(value)
 
 
 def forget_queues_but(declared: set[str], namespace_label: str = "") -> None:
