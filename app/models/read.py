@@ -83,11 +83,19 @@ class ResolveRequest(BaseModel):
     note: str | None = Field(
         default=None, max_length=2000, description="Why, for the run's event history"
     )
+    upgrade: bool = Field(
+        default=False,
+        description="With retry: first move a pinned run off its build, as POST "
+        "/runs/{id}/upgrade does, so whichever build claims it next runs it (needs the "
+        "operate role)",
+    )
 
     @model_validator(mode="after")
     def _check_consistency(self) -> ResolveRequest:
         if self.output is not None and self.action != "succeed":
             raise ValueError("output is only accepted with action succeed")
+        if self.upgrade and self.action != "retry":
+            raise ValueError("upgrade is only accepted with action retry")
         if self.effect_result is not None and self.effect_outcome != "applied":
             raise ValueError("effect_result is only accepted with effect_outcome applied")
         return self

@@ -15,6 +15,8 @@ from app.settings import Settings
 from app.store.leases import workers
 from app.store.leases.store import LeaseStore
 from app.store.lua.scripts import Scripts
+from app.store.progress.store import ProgressStore
+from tests.api.conftest import BOOTSTRAP
 
 Q = "default"
 
@@ -194,3 +196,40 @@ async def test_a_run_option_naming_an_unknown_versioning_is_422(api: httpx.Async
         "/runs", json={"handler": "demo.echo", "input": {}, "versioning": "sometimes"}
     )
     assert response.status_code == 422
+
+
+async def test_upgrade_and_retry_resolves_a_drifted_pinned_run_onto_any_build(
+    api: httpx.AsyncClient, redis_client: aioredis.Redis, settings: Settings
+) -> None:
+    """A pinned run that drifted on its build: resolve {retry, upgrade} unpins it first."""
+    pinned = await pinned_run(api, redis_client, settings, "v1")
+    v1 = LeaseStore.for_settings(redis_client, Scripts(), settings)
+    v1.build_id = "v1"
+    (claimed,) = (await v1.claim(Q, "w-v1", 1)).runs
+    details = '{"position":0,"recorded":"e|a:1","taken":"e|b:1"}'
+    await ProgressStore.for_settings(redis_client, Scripts(), settings).report_drift(
+        claimed.lease, details
+    )
+    refused = await api.post(f"/runs/{pinned}/resolve", json={"action": "fail", "upgrade": True})
+    assert refused.status_code == 422
+    resolved = await api.post(f"/runs/{pinned}/resolve", json={"action": "retry", "upgrade": True})
+    assert resolved.status_code == 200, resolved.text
+    assert resolved.json()["status"] == "queued" and resolved.json()["pinned_build"] is None
+    v2 = LeaseStore.for_settings(redis_client, Scripts(), settings)
+    v2.build_id = "v2"
+    (taken,) = (await v2.claim(Q, "w-v2", 1)).runs
+    assert taken.lease.run_id == pinned
+    assert (await api.get(f"/runs/{pinned}")).json()["pinned_build"] == "v2"
+
+
+async def test_a_submit_key_may_retry_but_not_upgrade(keyed_api: httpx.AsyncClient) -> None:
+    admin = {"Authorization": f"Bearer {BOOTSTRAP}"}
+    made = await keyed_api.post("/keys", json={"name": "app", "role": "submit"}, headers=admin)
+    submit = {"Authorization": f"Bearer {made.json()['secret']}"}
+    run_id = f"{Q}.01JDZ000000000000000000009"
+    body = {"action": "retry", "upgrade": True}
+    refused = await keyed_api.post(f"/runs/{run_id}/resolve", json=body, headers=submit)
+    assert refused.status_code == 403
+    assert "operate" in refused.json()["detail"]
+    upgrade = await keyed_api.post(f"/runs/{run_id}/upgrade", headers=submit)
+    assert upgrade.status_code == 403

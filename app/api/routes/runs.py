@@ -28,8 +28,10 @@ from app.models import (
 )
 from app.models.api import CreateRunRequest, Problem, StatusChange
 from app.models.history import HISTORY_MAX_EVENTS, RunHistory
+from app.models.keys import Role
 from app.models.read import PurgeRequest, PurgeResult, ResolveRequest, RunPage
 from app.store.admission import create_cost_bytes
+from app.store.builds.store import BuildStore
 from app.store.codec import LARGE_FIELDS, dumps_parsed
 from app.store.keys import queue_of
 from app.store.ratelimits.store import StartGate
@@ -499,7 +501,10 @@ async def cancel_run(run_id: RunId, state: State) -> StatusChange:
     openapi_extra=body_doc(ResolveRequest),
 )
 async def resolve_run(
-    run_id: RunId, body: Annotated[ResolveRequest, Depends(json_body(ResolveRequest))], state: State
+    run_id: RunId,
+    body: Annotated[ResolveRequest, Depends(json_body(ResolveRequest))],
+    state: State,
+    request: Request,
 ) -> Run:
     """Decide what happens to a run parked in ``reconciliation_required``.
 
@@ -510,10 +515,15 @@ async def resolve_run(
     ends it failed, ``succeed`` ends it succeeded with ``output``. Any other status → 409.
     A run parked for ``version_drift`` (its code changed under it) is retried without
     ``effect_outcome``: the step order it recorded is forgotten and it goes on under the
-    code it meets, its recorded effects replayed by name and number.
+    code it meets, its recorded effects replayed by name and number. ``upgrade: true``
+    (operate role) first moves a pinned run off its build: upgrade and retry.
     """
+    if body.upgrade:
+        run = await upgrade_before_retry(request, state, run_id)
+    else:
+        run = await state.store.get(run_id)
     if body.action == "retry" and body.effect_outcome is None:
-        error = (await state.store.get(run_id)).error
+        error = run.error
         if error is None or error.code != VersionDrift.code:
             raise HTTPException(
                 422,
@@ -521,6 +531,25 @@ async def resolve_run(
                 "would stop at the same effect again",
             )
     return await state.store.resolve(run_id, body)
+
+
+async def upgrade_before_retry(request: Request, state: ApiState, run_id: str) -> Run:
+    """Resolve's ``upgrade``: move the parked run off its pinned build before its retry.
+
+    Moving a run between builds is the operate role's (as ``POST /runs/{id}/upgrade``),
+    so a submit key may retry but not upgrade (403); a run that is not parked for
+    reconciliation is left as it is (the resolve then answers 409); one that is not
+    pinned needs no upgrade. Returns the run as it was read before the upgrade.
+    """
+    key = getattr(request.state, "key", None)
+    if key is not None and not key.role.allows(Role.OPERATE):
+        raise HTTPException(
+            403, f"upgrade needs a key with the 'operate' role; the key has {key.role.value!r}"
+        )
+    run = await state.store.get(run_id)
+    if run.status == RunStatus.RECONCILIATION_REQUIRED and run.pinned_build is not None:
+        await BuildStore(state.store.ctx).upgrade(run.queue, [run.id])
+    return run
 
 
 @router.delete("/runs/{run_id}", status_code=204, responses=problems(404, 409, 422))
