@@ -170,3 +170,20 @@ def test_tenants_see_only_their_own_runs_and_one_tenant_s_quota_leaves_the_other
     )
     bravo_run = next(line for line in lines if line.startswith("bravo posted ")).split()[2]
     assert lines[-1] == f"{bravo_run} ended succeeded (attempt 1, fence 1)"
+
+
+def test_deploy_keeps_pinned_runs_on_v1_parks_a_forced_drift_and_drains_v1() -> None:
+    result = demo(story="deploy")
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "order A shipped: resumed on its build v1" in out
+    assert re.search(
+        r"order B woke on v2 and parked version_drift: step 0 was 'e\|charge:1', "
+        r"v2 asks 'e\|receipt:1'",
+        out,
+    )
+    assert "GET /builds/v1: drained=True" in out
+    assert "order C (begun on v1) finished on v2, patched=False: ['charged C" in out
+    assert "order D (begun on v2) finished on v2, patched=True: ['receipt for D" in out
+    # the story ends on the drifted order, left for a person
+    assert "ended reconciliation_required: version_drift" in out.splitlines()[-1]

@@ -96,6 +96,14 @@ def demo_tenants() -> None:
     _story_ended(lambda: tenants(out=sys.stdout))
 
 
+@demo_app.command("deploy")
+def demo_deploy() -> None:
+    """Start a private stack, deploy v2 beside v1: pinned runs stay, drift parks, v1 drains."""
+    from app.demo.deploy import deploy
+
+    _story_ended(lambda: deploy(out=sys.stdout))
+
+
 def _story_ended(story: Callable[[], Run]) -> None:
     """Run a demo story and print how its run ended, or exit 1 with what went wrong."""
     from app.httpx_import import httpx

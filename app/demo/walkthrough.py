@@ -58,6 +58,20 @@ CHILD_STOP_GRACE_S = 15.0
 POLL_S = 0.1
 
 
+class StackWorkers(dict[int, Child]):
+    """The stack's workers by pid; :meth:`start` adds one (a deploy's new build)."""
+
+    def __init__(self, start: Callable[[Mapping[str, str]], Child]) -> None:
+        super().__init__()
+        self._start = start
+
+    def start(self, own_env: Mapping[str, str]) -> Child:
+        """Start one more worker with ``own_env`` on top of the stack's environment."""
+        child = self._start(own_env)
+        self[child.pid] = child
+        return child
+
+
 class WalkthroughFailed(LeaseholdError):
     """The stack did not come up, or the story did not end the way it should."""
 
@@ -69,7 +83,7 @@ def stack(
     *,
     api_env: Mapping[str, str] | None = None,
     worker_envs: Sequence[Mapping[str, str]] = ({}, {}),
-) -> Iterator[tuple[str, dict[int, Child]]]:
+) -> Iterator[tuple[str, StackWorkers]]:
     """Redis, an API and workers on private ports; yields the API URL and the workers.
 
     ``extra_env`` is every child's; ``api_env`` the API's alone; one worker starts per
@@ -103,13 +117,11 @@ def stack(
 
         try:
             start("api", api_env or {}, "api", "--port", str(port))
-            workers = {
-                child.pid: child
-                for child in (
-                    start(f"worker-{n}", own_env, "worker")
-                    for n, own_env in enumerate(worker_envs, start=1)
-                )
-            }
+            workers = StackWorkers(
+                lambda own_env: start(f"worker-{len(children)}", own_env, "worker")
+            )
+            for own_env in worker_envs:
+                workers.start(own_env)
             yield f"http://127.0.0.1:{port}", workers
         finally:
             stop_all(children, CHILD_STOP_GRACE_S)
