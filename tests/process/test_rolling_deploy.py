@@ -14,7 +14,9 @@ from typing import Any
 
 import httpx
 import pytest
+import redis.asyncio as aioredis
 
+from tests.support.drift_handlers import effect_calls_key
 from tests.support.polling import eventually
 from tests.support.processes import Processes
 
@@ -113,3 +115,54 @@ async def test_a_rolling_deploy_keeps_pinned_runs_on_their_build_until_upgraded(
         for done in await runs_in(client, parked[2:], "succeeded"):
             assert done["build_id"] == "B"
         assert (await build(client, "A"))["drained"] is True
+
+
+@pytest.mark.slow
+async def test_a_pinned_run_whose_owner_is_killed_waits_for_its_build_then_drift_holds(
+    processes: Processes, redis_client: aioredis.Redis, prefix: str
+) -> None:
+    """kill -9 of a pinned run's owner inside a slow effect, with only another build alive:
+    the retried run waits for its build (build_unavailable) instead of running on the
+    other; upgraded, it meets the other build's reordered code and parks version_drift,
+    neither effect called again."""
+    _, api_url = processes.api()
+    owner = processes.worker(LEASEHOLD_TEST_STEPS="e:a,e:slow", LEASEHOLD_BUILD_ID="A")
+    processes.worker(LEASEHOLD_TEST_STEPS="e:slow,e:a", LEASEHOLD_BUILD_ID="B")
+    body = {
+        "handler": "test.drift_steps",
+        "input": {},
+        "on_lease_expired": "retry",
+        "max_attempts": 3,
+        "versioning": "pinned",
+    }
+    async with httpx.AsyncClient(base_url=api_url, timeout=10) as client:
+        run_id = ""
+        while True:  # the run must start on A: B's claim of an unpinned new run is fair game
+            run_id = (await client.post("/runs", json=body)).json()["id"]
+            started = await runs_in(client, [run_id], "running")
+            if started[0]["build_id"] == "A":
+                break
+            await client.post(f"/runs/{run_id}/cancel")
+        calls_key = effect_calls_key(prefix, run_id)
+
+        async def called() -> list[str]:
+            found: list[str] = await redis_client.lrange(calls_key, 0, -1)
+            return found
+
+        await eventually(called, until=lambda calls: calls == ["a", "slow"], what="in slow")
+        owner.kill()
+
+        async def told() -> Any:
+            return (await client.get(f"/runs/{run_id}")).json()
+
+        waiting = await eventually(
+            told, until=lambda run: run.get("blocked_on") == "b:A", what="build_unavailable"
+        )
+        assert waiting["status"] == "queued" and waiting["pinned_build"] == "A"
+        assert waiting["attempt"] == 2 and waiting["build_id"] == "A"  # B never claimed it
+        moved = await client.post(f"/runs/{run_id}/upgrade", json={})
+        assert moved.status_code == 200, moved.text
+        parked = (await runs_in(client, [run_id], "reconciliation_required"))[0]
+    assert parked["error"]["code"] == "version_drift"
+    assert parked["build_id"] == "B" and parked["pinned_build"] == "B"
+    assert await called() == ["a", "slow"]
