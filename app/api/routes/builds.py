@@ -68,11 +68,14 @@ async def describe(
     )
 
 
-async def _live_and_queues(state: State) -> tuple[list[WorkerInfo], list[str]]:
-    live = await workers.list_workers(
+async def _live(state: State) -> list[WorkerInfo]:
+    return await workers.list_workers(
         state.client, state.settings.data_prefix, state.settings.lease_ttl_ms
     )
-    return live, sorted(await state.store.queues())
+
+
+async def _live_and_queues(state: State) -> tuple[list[WorkerInfo], list[str]]:
+    return await _live(state), sorted(await state.store.queues())
 
 
 async def unavailable_builds(state: State, queue: str) -> dict[str, int]:
@@ -81,7 +84,7 @@ async def unavailable_builds(state: State, queue: str) -> dict[str, int]:
     pinned = await builds.pinned_builds(queue)
     if not pinned:
         return {}
-    live, _ = await _live_and_queues(state)
+    live = await _live(state)
     served = {info.build_id for info in live if claiming(info, queue)}
     counts = {build: await builds.waiting_on(queue, build) for build in pinned - served}
     return {build: n for build, n in sorted(counts.items()) if n}
