@@ -261,14 +261,18 @@ def run_from_hash(fields: dict[str, str]) -> Run:
         concurrency_key=fields.get("ckey") or None,
         singleton_key=fields.get("skey") or None,
         priority=int(fields.get("priority") or 0),
-        # only while queued: a claim clears it, but a record read mid-flight may not be
+        # only while in a lane (queued, or a durable sleep whose time came): a claim
+        # clears it, but a record read mid-flight may not be
         blocked_on=(fields.get("blocked_on") or None)
-        if fields["status"] == RunStatus.QUEUED.value
+        if fields["status"] in _IN_LANE
         else None,
         parent_id=fields.get("parent_id") or None,
         root_id=fields.get("root_id") or None,
         depth=int(fields.get("depth") or 0),
     )
+
+
+_IN_LANE = frozenset({RunStatus.QUEUED.value, RunStatus.WAITING.value})
 
 
 def event_from_entry(run_id: str, entry_id: str, fields: dict[str, str]) -> RunEvent:

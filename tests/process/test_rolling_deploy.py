@@ -21,7 +21,14 @@ from tests.support.polling import eventually
 from tests.support.processes import Processes
 
 STEPS = {"LEASEHOLD_TEST_STEPS": "w:go,e:a"}  # park on a signal, then one effect
-PARKED_PINNED, PARKED_AUTO, RUNNING_PINNED = 6, 3, 3
+# the parked mix: each kind of durable wait, PER_KIND pinned runs of each
+PARKED = {
+    "signal": "w:go,e:a",
+    "person": "h:ok?,e:a",
+    "sleep": "z:4,e:a",
+    "join": "s:kid,w:go,j:all,e:a",
+}
+PER_KIND, AUTO, RUNNING = 4, 4, 8
 
 
 async def runs_in(client: httpx.AsyncClient, ids: list[str], status: str) -> list[Any]:
@@ -44,14 +51,59 @@ async def create(client: httpx.AsyncClient, count: int, **body: Any) -> list[str
     return ids
 
 
-async def signal_all(client: httpx.AsyncClient, ids: list[str]) -> None:
+async def wake(client: httpx.AsyncClient, ids: list[str], kind: str) -> None:
+    """What each parked kind waits for: the signal, the person's answer (a join's children
+    ended already: its parent waits on the signal after them; a sleep wakes by itself)."""
     for run_id in ids:
-        sent = await client.post(f"/runs/{run_id}/signals/go", json={"payload": "go"})
+        if kind == "person":
+            sent = await client.post(f"/runs/{run_id}/resume", json={"input": "yes"})
+        elif kind in ("signal", "join"):
+            sent = await client.post(f"/runs/{run_id}/signals/go", json={"payload": "go"})
+        else:
+            continue
         assert sent.status_code in (200, 202), sent.text
 
 
 async def build(client: httpx.AsyncClient, build_id: str) -> Any:
     return (await client.get(f"/builds/{build_id}")).json()
+
+
+async def park_the_mix(client: httpx.AsyncClient) -> dict[str, list[str]]:
+    """PER_KIND pinned runs of each parked kind, parked; a sleep's is still asleep."""
+    parked = {}
+    for kind, steps in PARKED.items():
+        body = {"handler": "test.drift_steps", "versioning": "pinned", "input": {"steps": steps}}
+        parked[kind] = await create(client, PER_KIND, **body)
+    for kind, ids in parked.items():
+        await runs_in(client, ids, "waiting_human" if kind == "person" else "waiting")
+    return parked
+
+
+async def wake_with_a_gone(
+    client: httpx.AsyncClient, parked: dict[str, list[str]], auto: list[str]
+) -> list[str]:
+    """Wake the rest of the parked runs once A is gone: the auto_upgrade ones run on B,
+    the pinned ones wait in A's lanes, each told why (blocked_on b:A); those returned."""
+    rest = {kind: ids[PER_KIND // 2 :] for kind, ids in parked.items() if kind != "sleep"}
+    for kind, ids in rest.items():
+        await wake(client, ids, kind)
+    await wake(client, auto, "signal")
+    for done in await runs_in(client, auto, "succeeded"):
+        assert done["build_id"] == "B" and done["pinned_build"] is None
+    woken = [run_id for ids in rest.values() for run_id in ids]
+    for run in await runs_in(client, woken, "queued"):
+        assert run["pinned_build"] == "A" and run["build_id"] == "A"
+    # the sleepers' time came meanwhile: they wait in A's lanes too (still `waiting`)
+    stranded = woken + parked["sleep"]
+
+    async def told() -> Any:
+        return [(await client.get(f"/runs/{run_id}")).json() for run_id in stranded]
+
+    for run in await eventually(
+        told, until=lambda runs: all(r["blocked_on"] == "b:A" for r in runs), what="told"
+    ):
+        assert run["pinned_build"] == "A" and run["build_id"] == "A"
+    return stranded
 
 
 @pytest.mark.slow
@@ -61,60 +113,47 @@ async def test_a_rolling_deploy_keeps_pinned_runs_on_their_build_until_upgraded(
     _, api_url = processes.api()
     old = [processes.worker(LEASEHOLD_BUILD_ID="A", **STEPS) for _ in range(2)]
     async with httpx.AsyncClient(base_url=api_url, timeout=10) as client:
-        parked = await create(
-            client, PARKED_PINNED, handler="test.drift_steps", versioning="pinned"
-        )
-        auto = await create(client, PARKED_AUTO, handler="test.drift_steps")
-        await runs_in(client, parked + auto, "waiting")
+        parked = await park_the_mix(client)
+        auto = await create(client, AUTO, handler="test.drift_steps")
+        await runs_in(client, auto, "waiting")
         running = await create(
-            client,
-            RUNNING_PINNED,
-            handler="demo.sleep",
-            versioning="pinned",
+            client, RUNNING, handler="demo.sleep", versioning="pinned", input={"seconds": 3}
         )
         await runs_in(client, running, "running")
-        assert all(r["pinned_build"] == "A" for r in await runs_in(client, parked, "waiting"))
+        every_pinned = [run_id for ids in parked.values() for run_id in ids] + running
         holding = await build(client, "A")
         assert holding["drained"] is False
-        assert holding["pinned"]["parked"] == PARKED_PINNED
+        assert holding["pinned"]["parked"] == len(PARKED) * PER_KIND
+        assert holding["pinned"]["running"] == RUNNING
 
-        # B's workers start beside A's: a pinned run resumed now still runs on A
+        # B's workers start beside A's: half of each parked kind, woken now, runs on A
         for _ in range(2):
             processes.worker(LEASEHOLD_BUILD_ID="B", **STEPS)
-        await signal_all(client, parked[:2])
-        for done in await runs_in(client, parked[:2], "succeeded"):
-            assert done["build_id"] == "A"
-        await runs_in(client, running, "succeeded")
+        first = {kind: ids[: PER_KIND // 2] for kind, ids in parked.items() if kind != "sleep"}
+        for kind, ids in first.items():
+            await wake(client, ids, kind)
+        woken_on_a = [run_id for ids in first.values() for run_id in ids] + running
+        for done in await runs_in(client, woken_on_a, "succeeded"):
+            assert done["build_id"] == "A", done
 
         # A drains and stops: what is pinned to it waits, visibly, instead of running on B
         for child in old:
             child.signal(signal.SIGTERM)
         for child in old:
             child.wait(60)
-        await signal_all(client, parked[2:] + auto)
-        for done in await runs_in(client, auto, "succeeded"):
-            assert done["build_id"] == "B" and done["pinned_build"] is None
-        waiting = await runs_in(client, parked[2:], "queued")
-
-        async def told(run_id: str) -> bool:
-            history = (await client.get(f"/runs/{run_id}/history")).json()
-            return any(
-                e["type"] == "wait" and e["data"].get("kind") == "build_unavailable"
-                for e in history["events"]
-            )
-
-        for run in waiting:
-            await eventually(lambda run=run: told(run["id"]), until=bool, what="a wait event")
+        stranded = await wake_with_a_gone(client, parked, auto)
         queue = (await client.get("/queues/default")).json()
-        assert queue["build_unavailable"] == {"A": len(parked[2:])}
+        assert queue["build_unavailable"] == {"A": len(stranded)}
         assert (await build(client, "A"))["drained"] is False
 
-        # the operator moves them on: they resume on B, and A is drained
+        # the operator moves them on: they resume on B, and A is drained exactly then
         upgraded = (await client.post("/builds/A/upgrade", json={})).json()
-        assert upgraded == {"build_id": "A", "upgraded": len(parked[2:]), "remaining": 0}
-        for done in await runs_in(client, parked[2:], "succeeded"):
-            assert done["build_id"] == "B"
+        assert upgraded == {"build_id": "A", "upgraded": len(stranded), "remaining": 0}
         assert (await build(client, "A"))["drained"] is True
+        for done in await runs_in(client, stranded, "succeeded"):
+            assert done["build_id"] == "B" and done["pinned_build"] == "B"
+        runs = [(await client.get(f"/runs/{run_id}")).json() for run_id in every_pinned]
+        assert all(run["status"] == "succeeded" for run in runs)
 
 
 @pytest.mark.slow

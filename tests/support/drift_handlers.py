@@ -1,11 +1,12 @@
 """A handler whose steps are set by its worker's environment: a deploy in a test.
 
 ``LEASEHOLD_TEST_STEPS`` (read at each call, so a worker started with another value
-runs "another build") lists the steps in order: ``e:<name>`` an effect, ``w:<name>`` a
-signal wait, ``s:<message>`` a spawn of ``demo.echo``, ``j:<any>`` a join of every
-child spawned so far; an effect named ``slow...``
-takes a minute (a worker can be killed inside it) and is idempotent. Each effect call is recorded in
-Redis (:func:`effect_calls_key`), so a test sees which side effects really ran.
+runs "another build"; a run's input ``steps`` overrides it) lists the steps in order:
+``e:<name>`` an effect, ``w:<name>`` a signal wait, ``z:<seconds>`` a durable sleep,
+``h:<question>`` a question for a person, ``s:<message>`` a spawn of ``demo.echo``,
+``j:<any>`` a join of every child spawned so far; an effect named ``slow...`` takes a
+minute (a worker can be killed inside it) and is idempotent. Each effect call is
+recorded in Redis (:func:`effect_calls_key`), so a test sees which side effects really ran.
 """
 
 from __future__ import annotations
@@ -28,7 +29,10 @@ def effect_calls_key(prefix: str, run_id: str) -> str:
 
 
 class StepsInput(BaseModel):
-    """Nothing: the steps come from the worker's environment."""
+    """The steps, when a run names its own (a rolling deploy's mix of waits); else the
+    worker's environment's."""
+
+    steps: str | None = None
 
 
 @handler("test.drift_steps")
@@ -39,7 +43,8 @@ async def steps(ctx: RunContext, params: StepsInput) -> dict[str, Any]:
     client = async_client(os.environ["LEASEHOLD_REDIS_URL"])
     calls = effect_calls_key(os.environ["LEASEHOLD_PREFIX"], ctx.run_id)
     try:
-        for step in os.environ.get("LEASEHOLD_TEST_STEPS", DEFAULT_STEPS).split(","):
+        steps = params.steps or os.environ.get("LEASEHOLD_TEST_STEPS", DEFAULT_STEPS)
+        for step in steps.split(","):
             kind, name = step.split(":", 1)
             if kind == "e":
 
@@ -55,6 +60,11 @@ async def steps(ctx: RunContext, params: StepsInput) -> dict[str, Any]:
                 done.append(await ctx.effect(name, call, idempotent=slow))
             elif kind == "w":
                 done.append(await ctx.wait_for_signal(name))
+            elif kind == "z":
+                await ctx.sleep(float(name))
+                done.append(f"slept {name}")
+            elif kind == "h":
+                done.append(await ctx.ask_human({"question": name}))
             elif kind == "j":
                 done.append(await ctx.join(children))
             else:

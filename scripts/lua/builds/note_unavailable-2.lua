@@ -15,7 +15,8 @@
 --          a flat list of build, queued runs pinned to it, for each pinned build that
 --          no live worker has
 -- events   wait ({kind = build_unavailable, resource = build, subject, build_id}) on each
---          queued run of such a build not told yet (its blocked_on is not b:<build>)
+--          run in such a build's lanes not told yet (its blocked_on is not b:<build>):
+--          queued, or waiting (a durable sleep whose time came, promoted to its lane)
 -- invariant: only reads and a run's own blocked_on and event are written: a run's
 --          place (lane, ring, pin) never changes here, so a worker of the build that
 --          comes back claims it as it would have (claim_runs clears blocked_on).
@@ -38,7 +39,8 @@ local noted, waiting = 0, {}
 
 local function tell(id, build, data)
   local cur = redis.call('HMGET', KEYS[1] .. id, 'blocked_on', 'fence', 'status')
-  if cur[3] == 'queued' and cur[1] ~= 'b:' .. build then
+  -- queued, or waiting: a durable sleep whose time came waits in its lane as `waiting`
+  if (cur[3] == 'queued' or cur[3] == 'waiting') and cur[1] ~= 'b:' .. build then
     redis.call('HSET', KEYS[1] .. id, 'blocked_on', 'b:' .. build)
     xadd_event(KEYS[2] .. id, 'wait', tonumber(cur[2]) or 0, now, data, ARGV[@maxlen])
     noted = noted + 1
