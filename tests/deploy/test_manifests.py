@@ -145,7 +145,7 @@ def duration_s(value: str | int | float) -> float:
 
 def grace_problems(grace_s: float, env: dict[str, Any], where: str) -> list[str]:
     """A stop grace period that would kill a worker before its drain and release end."""
-    drain_s = float(env.get("LEASEHOLD_DRAIN_TIMEOUT_S", Settings().drain_timeout_s))
+    drain_s = float(_literal(str(env.get("LEASEHOLD_DRAIN_TIMEOUT_S", Settings().drain_timeout_s))))
     if grace_s > drain_s + SETTLE_AFTER_DRAIN_S:
         return []
     return [f"{where}: grace {grace_s}s <= drain {drain_s}s + release"]
@@ -224,7 +224,7 @@ def test_compose_grace_periods_outlast_the_drain(compose: dict[str, Any]) -> Non
     problems = [
         problem
         for name, service in compose["services"].items()
-        for problem in grace_problems(duration_s(service["stop_grace_period"]), env, name)
+        for problem in grace_problems(duration_s(_literal(service["stop_grace_period"])), env, name)
     ]
     assert problems == []
 
@@ -566,3 +566,27 @@ def test_redis_conf_is_accepted_by_redis_server(tmp_path: Path) -> None:
         config = {key: client.config_get(key)[key] for key in REQUIRED_REDIS}
         client.close()
     assert config == REQUIRED_REDIS
+
+
+# variables compose reads that are no Leasehold setting (deploy/README.md documents them)
+COMPOSE_ONLY_VARIABLES = {"LEASEHOLD_IMAGE", "LEASEHOLD_STOP_GRACE_PERIOD"}
+
+
+def test_compose_runs_the_image_a_variable_names_and_reads_the_env_file(
+    compose: dict[str, Any],
+) -> None:
+    """Your own image (FROM this one, with your handlers) and your .env reach every service."""
+    for name, service in leasehold_services(compose):
+        assert service["image"] == "${LEASEHOLD_IMAGE:-leasehold:local}", name
+        assert service["env_file"] == [{"path": ".env", "required": False}], name
+
+
+def test_every_variable_compose_reads_is_a_setting_of_env_example_or_documented() -> None:
+    text = COMPOSE.read_text()
+    used = set(re.findall(r"\$\{(LEASEHOLD_[A-Z0-9_]+)", text))
+    example = (REPO_ROOT / ".env.example").read_text()
+    settings = set(re.findall(r"^#?\s*(LEASEHOLD_[A-Z0-9_]+)=", example, re.M))
+    deploy_readme = (REPO_ROOT / "deploy" / "README.md").read_text()
+    assert used - COMPOSE_ONLY_VARIABLES <= settings
+    for variable in COMPOSE_ONLY_VARIABLES:
+        assert variable in used and f"`{variable}`" in deploy_readme, variable

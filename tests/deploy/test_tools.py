@@ -9,6 +9,8 @@ checks nothing would fail here instead of passing everything.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,6 +77,28 @@ def test_every_kustomization_file_renders_alone_or_through_the_kustomization() -
 def test_the_dockerfile_passes_hadolint() -> None:
     result = run_tool(tool("hadolint"), "--no-color", str(DOCKERFILE))
     assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+
+
+def test_the_example_image_for_your_handlers_passes_hadolint() -> None:
+    example = DOCKERFILE.parent / "examples" / "handlers" / "Dockerfile"
+    result = run_tool(tool("hadolint"), "--no-color", str(example))
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+
+
+def test_the_example_handler_package_is_what_its_dockerfile_names() -> None:
+    """The example's LEASEHOLD_HANDLERS imports from the folder it copies, and registers."""
+    folder = DOCKERFILE.parent / "examples" / "handlers"
+    env_line = next(
+        line
+        for line in (folder / "Dockerfile").read_text().splitlines()
+        if "LEASEHOLD_HANDLERS=" in line
+    )
+    module = env_line.split("LEASEHOLD_HANDLERS=", 1)[1].strip()
+    code = f"import {module}; from app.handlers import default_registry as r; print(len(r))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=folder, capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "1"), done.stderr
 
 
 def test_hadolint_flags_an_unpinned_base_and_a_root_shell_form_entrypoint() -> None:

@@ -1,0 +1,1 @@
+"""An example handler package for deploy/examples/handlers/Dockerfile."""
