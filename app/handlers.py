@@ -158,7 +158,7 @@ class HandlerRegistry:
         try:
             return self._specs[name]
         except KeyError:
-            raise UnknownHandler(name) from None
+            raise UnknownHandler(name, list(self._specs)) from None
 
     def __iter__(self) -> Any:
         return iter(sorted(self._specs.values(), key=lambda spec: spec.name))

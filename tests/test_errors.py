@@ -67,3 +67,18 @@ def test_each_code_has_one_class_and_every_run_failure_of_the_tree_is_mapped() -
     assert RUN_ERRORS["lease_expired"] is LeaseExpired
     assert RUN_ERRORS["effect_outcome_unknown"] is EffectOutcomeUnknown
     assert RUN_ERRORS["run_failed"] is RunFailure
+
+
+def test_an_unknown_handler_names_what_was_probably_meant_or_a_few_known_ones() -> None:
+    from app.errors import UnknownHandler
+
+    assert str(UnknownHandler("demo.ech", ["demo.echo", "demo.sleep"])) == (
+        "unknown handler 'demo.ech'; did you mean 'demo.echo'?"
+    )
+    many = [f"h{i:02d}" for i in range(25)]
+    message = str(UnknownHandler("zzz", many))
+    assert message == (
+        "unknown handler 'zzz'; known: h00, h01, h02, h03, h04, h05, h06, h07, h08, h09 "
+        "and 15 more (GET /handlers)"
+    )
+    assert str(UnknownHandler("x")) == "unknown handler 'x'"

@@ -3,6 +3,8 @@ an event refused, an escalation to a person, a run given back to a rate limit.""
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Sequence
 from typing import Any
 
 from app.errors.base import LeaseholdError
@@ -15,9 +17,31 @@ class HandlerError(LeaseholdError):
 class UnknownHandler(HandlerError):
     """No handler is registered under this name."""
 
-    def __init__(self, name: str) -> None:
-        super().__init__(f"unknown handler {name!r}")
+    def __init__(self, name: str, known: Sequence[str] = ()) -> None:
+        super().__init__(f"unknown handler {name!r}{_known_words(name, known)}")
         self.name = name
+
+
+# how many known names an unknown-handler message lists at most (GET /handlers has all)
+KNOWN_SHOWN = 10
+
+
+def _known_words(name: str, known: Sequence[str]) -> str:
+    """What an unknown name might have meant: the closest known names, else a few of them.
+
+    A typo (``gret``) gets ``did you mean 'greet'?``; any other name the first
+    KNOWN_SHOWN known ones, so the message stays one line whatever the registry holds.
+    """
+    if not known:
+        return ""
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.8)
+    if close:
+        return "; did you mean " + " or ".join(repr(c) for c in close) + "?"
+    shown = ", ".join(sorted(known)[:KNOWN_SHOWN])
+    more = (
+        f" and {len(known) - KNOWN_SHOWN} more (GET /handlers)" if len(known) > KNOWN_SHOWN else ""
+    )
+    return f"; known: {shown}{more}"
 
 
 class InvalidInput(HandlerError):

@@ -263,9 +263,7 @@ def run_from_hash(fields: dict[str, str]) -> Run:
         priority=int(fields.get("priority") or 0),
         # only while in a lane (queued, or a durable sleep whose time came): a claim
         # clears it, but a record read mid-flight may not be
-        blocked_on=(fields.get("blocked_on") or None)
-        if fields["status"] in _IN_LANE
-        else None,
+        blocked_on=(fields.get("blocked_on") or None) if fields["status"] in _IN_LANE else None,
         parent_id=fields.get("parent_id") or None,
         root_id=fields.get("root_id") or None,
         depth=int(fields.get("depth") or 0),
