@@ -63,21 +63,28 @@ async def drain(
     log.info("draining: %d runs in flight, up to %.1fs", len(executions), timeout_s)
     for courier in couriers:
         courier.stop_claiming()
-    for execution in list(executions.values()):
-        if not execution.started:  # prefetched: back to the queue now, not after the drain
-            execution.stop(StopReason.DRAIN)
-    in_flight = set(executions)
+    prefetched = [run_id for run_id, execution in executions.items() if not execution.started]
+    for run_id in prefetched:  # back to the queue now, not after the drain
+        executions[run_id].stop(StopReason.DRAIN)
+    # what a drain lets finish: the runs that started (a prefetched one is released, and
+    # counted so, even when its release is written before the wait below ends)
+    in_flight = set(executions) - set(prefetched)
     await _wait_for_executions(executions, timeout_s)
     finished = sorted(in_flight - set(executions))
     for run_id in finished:
         log.info("drain: run %s finished", run_id)
-    left = list(executions.values())
+    left = [execution for execution in executions.values() if execution.started]
     for execution in left:
         execution.stop(StopReason.DRAIN)  # each says "run released" once its release is written
     await _wait_for_executions(executions, SETTLE_AFTER_DRAIN_S)
     for courier in couriers:
         await courier.withdraw()
-    log.info("drained: %d finished, %d released", len(finished), len(left))
+    log.info(
+        "drained: %d finished, %d released (%d of them prefetched, never started)",
+        len(finished),
+        len(left) + len(prefetched),
+        len(prefetched),
+    )
 
 
 async def _wait_for_executions(executions: Mapping[str, RunExecution], timeout_s: float) -> None:

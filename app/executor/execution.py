@@ -436,7 +436,7 @@ class RunExecution:
             )
             return
         self.span.add_event("released", {"leasehold.code": str(codes[0])})
-        log.info("run released: %s", codes[0], extra=self._log_extra())
+        log.info("run released (%s): %s", reason, codes[0], extra=self._log_extra())
 
     def _log_extra(self) -> dict[str, Any]:
         lease = self.claimed.lease
