@@ -4,6 +4,7 @@ in a subprocess, and what it prints and exits with."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -388,3 +389,19 @@ def test_runs_signal_wakes_a_waiting_run_and_a_finished_one_is_one_error_line(
     late = leasehold("runs", "signal", run_id, "review", api_url=live_api_url)
     assert late.returncode != 0
     assert "succeeded" in one_error_line(late)
+
+
+def test_version_prints_the_package_version_and_help_keeps_each_description_whole() -> None:
+    from app import __version__
+
+    done = leasehold("--version")
+    assert (done.returncode, done.stdout) == (0, f"leasehold {__version__}\n")
+    wide = subprocess.run(
+        [sys.executable, "-m", "app.cli", "--help"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "160"},
+        timeout=60,
+    )
+    commands = wide.stdout.split("Commands:\n", 1)[1]
+    assert "drain on SIGTERM." in commands and "..." not in commands

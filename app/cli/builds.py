@@ -4,14 +4,17 @@ be stopped (``wait-drained``, for deploy scripts), and moving pinned runs on."""
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from app.cli.api_calls import api_client as _api
 from app.cli.api_calls import fail
 from app.cli.options import ApiKey, ApiUrl, JsonFlag
-from app.models.builds import BuildInfo
+
+# the CLI's start-up imports no pydantic (tests/test_startup.py): models only for types
+if TYPE_CHECKING:
+    from app.models.builds import BuildInfo
 
 builds_app = typer.Typer(
     rich_markup_mode=None,
