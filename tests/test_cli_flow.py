@@ -27,6 +27,8 @@ def test_queues_limits_sets_shows_and_refuses_a_malformed_pair(api_url: str) -> 
     assert bad.returncode == 2 and "--key takes NAME=N" in bad.stderr
     unchanged = leasehold("queues", "limits", "default", "--show", "--json", api_url=api_url)
     assert json.loads(unchanged.stdout)["queue"] == 4
+    read = leasehold("queues", "limits", "default", "--show", api_url=api_url)
+    assert read.stdout == ("default: queue 4, handler demo.echo 2, any key 1, key tenant:vip 3\n")
 
 
 def test_runs_priority_changes_a_queued_run(api_url: str) -> None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from app.cli.api_calls import api_client as _api
 from app.cli.options import ApiKey, ApiUrl, JsonFlag
+
+if TYPE_CHECKING:
+    from app.models.read import QueueLimits
 
 queues_app = typer.Typer(
     rich_markup_mode=None, help="List and declare queues.", no_args_is_help=True
@@ -81,7 +84,21 @@ def queues_limits(
                 keys=_pairs(key or [], "--key"),
             )
             limits = client.set_limits(name, wanted)
-    typer.echo(limits.model_dump_json(indent=None if as_json else 2))
+    if as_json:
+        typer.echo(limits.model_dump_json())
+        return
+    typer.echo(limits_line(name, limits))
+
+
+def limits_line(name: str, limits: QueueLimits) -> str:
+    """A queue's limits as a person reads them: ``default: queue 10, handler demo.sleep 2,
+    any key 3, key acme 5`` (``no limits`` when none is set)."""
+    parts = [] if limits.queue is None else [f"queue {limits.queue}"]
+    parts += [f"handler {handler} {n}" for handler, n in sorted(limits.handlers.items())]
+    if limits.default_key is not None:
+        parts.append(f"any key {limits.default_key}")
+    parts += [f"key {key} {n}" for key, n in sorted(limits.keys.items())]
+    return f"{name}: {', '.join(parts) if parts else 'no limits'}"
 
 
 def _pairs(items: list[str], option: str) -> dict[str, int]:
