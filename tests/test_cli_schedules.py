@@ -19,8 +19,13 @@ def test_create_list_trigger_pause_and_delete_a_schedule(api_url: str) -> None: 
     human = leasehold("schedules", "get", "nightly", api_url=api_url).stdout
     assert "cron '30 2 * * *' (Europe/Berlin)" in human
     assert human.count("next      ") == 5
-    listed = leasehold("schedules", "list", api_url=api_url).stdout
-    assert "nightly" in listed and "T01:30:00+00:00" in listed
+    listed = leasehold("schedules", "list", api_url=api_url).stdout.splitlines()
+    header, row = listed[0], listed[1]
+    assert row.startswith("nightly") and " 01:30:00Z " in row
+    # every column starts where its header does
+    for title in ("spec", "overlap", "next fire", "fired"):
+        at = header.index(title)
+        assert row[at - 1] == " " and row[at] != " ", (title, header, row)
     page = SchedulePage.model_validate_json(
         leasehold("schedules", "list", "--json", api_url=api_url).stdout
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -69,19 +70,23 @@ def schedules_list(
     if as_json:
         typer.echo(page.model_dump_json())
         return
-    typer.echo(f"{'schedule':<28} {'spec':<24} {'overlap':<16} {'next fire':<26} fired")
+    rows = [("schedule", "spec", "overlap", "next fire", "fired")]
     for item in page.items:
         spec = f"cron {item.cron}" if item.cron else f"every {item.interval_s:g}s"
-        upcoming = (
-            "paused"
-            if item.paused
-            else (item.next_fire_at.isoformat() if item.next_fire_at else "-")
-        )
-        typer.echo(
-            f"{item.id:<28} {spec[:24]:<24} {item.overlap:<16} {upcoming:<26} {item.fired_count}"
-        )
+        upcoming = "paused" if item.paused else _when(item.next_fire_at)
+        rows.append((item.id, spec, item.overlap, upcoming, str(item.fired_count)))
+    # each column as wide as its widest cell: ids and cron specs have no fixed length
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        typer.echo(" ".join([*cells, row[-1]]))
     if page.next_cursor:
         typer.echo(f"more: --cursor {page.next_cursor}")
+
+
+def _when(at: datetime | None) -> str:
+    """A fire time to the second, in UTC (``2026-12-07 18:00:00Z``), or ``-``."""
+    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ") if at else "-"
 
 
 @schedules_app.command("get")
