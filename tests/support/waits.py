@@ -185,6 +185,16 @@ WAITS: list[tuple[str, dict[str, Any], str]] = [
         "waiting on paused",
     ),
     ("no kind at all", {}, "waiting"),
+    (
+        "hostile values: an inherited property's name, template syntax, non-ASCII",
+        {"kind": "__proto__", "subject": "{kind} [x] {until_ms:clock} é", "until_ms": None},
+        "waiting on __proto__ {kind} [x] {until_ms:clock} é",
+    ),
+    (
+        "a known kind whose field is template syntax",
+        {"kind": "signal", "subject": "{kind}[x]", "until_ms": None},
+        "parked until signal {kind}[x] arrives; no lease held",
+    ),
 ]
 
 # (blocked_on, the words)
