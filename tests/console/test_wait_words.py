@@ -5,7 +5,8 @@
 ``tests/support/waits.py``: its words, titles and the timeline's line are held equal
 to the CLI's (:mod:`app.wait_kinds`). The browser's clock is UTC, as the CLI's lines
 are, so the times of day compare as they are. A queued ``delay_s`` run's page says it
-waits for its start, not that an operation is stalled.
+waits for its start, not that an operation is stalled; a run parked on a signal says
+so on its page, and the queues view counts it as waiting, not delayed.
 """
 
 from __future__ import annotations
@@ -77,3 +78,26 @@ def test_a_delayed_start_says_when_it_starts_not_that_an_operation_stalls(
     expect(page.locator('.event[data-type="wait"]')).to_contain_text("(a delayed start)")
     for wrong in ("watchdog", "undefined", "renewals", "lease"):
         expect(banner).not_to_contain_text(wrong)
+
+
+def test_a_run_parked_on_a_signal_is_told_on_its_page_and_counted_waiting_in_queues(
+    processes: Processes, utc_context: BrowserContext
+) -> None:
+    _, url = processes.api()
+    processes.worker()
+    body = {"handler": "demo.review", "input": {"timeout_s": 600}}
+    created = httpx.post(f"{url}/runs", json=body, timeout=30)
+    assert created.status_code == 201, created.text
+    page = utc_context.new_page()
+    page.goto(f"{url}/#/runs/{created.json()['id']}")
+    banner = page.locator(".wait-banner")
+    expect(banner).to_contain_text("Waiting for signal review")
+    expect(banner).to_contain_text("parked until signal review arrives, or until ")
+    # the park came with a `wait` event only: the page read the record again on it
+    expect(page.locator("h1 .badge")).to_have_text("waiting")
+    expect(page.locator("dl.fields")).to_contain_text("(its timeout); no lease held")
+    expect(banner).not_to_contain_text("watchdog")
+    page.goto(f"{url}/#/queues")
+    row = page.locator('tr[data-queue="default"]')
+    expect(row.locator('[data-field="waiting"]')).to_have_text("1")
+    expect(row.locator('[data-field="delayed"]')).to_have_text("0")

@@ -262,7 +262,10 @@ export function renderRun(root, runId) {
       outcome.textContent = `${event.type === "orphaned" ? "Orphaned" : "What happened"}: ${told}.`;
       outcome.hidden = false;
     }
-    if (!HANDLER_EVENTS.has(event.type)) load();
+    // a durable wait parks the run, a limit's wait says what its lane waits on: both
+    // change the record, though the handler's other events do not
+    if (!HANDLER_EVENTS.has(event.type) || (event.type === "wait" &&
+      waitEntry(event.data || {}).changes_record)) load();
     return TERMINAL.has(event.type);
   };
 
