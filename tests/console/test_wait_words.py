@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, BrowserContext, expect
+from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from app.wait_kinds import blocked_on_words, wait_title
 from tests.console.conftest import UI_TIMEOUT_MS
@@ -44,6 +44,15 @@ def utc_context(browser: Browser) -> Iterator[BrowserContext]:
     context.close()
 
 
+def run_page(context: BrowserContext, url: str, body: dict[str, Any]) -> Page:
+    """The console's page of a run created with ``body``."""
+    created = httpx.post(f"{url}/runs", json=body, timeout=30)
+    assert created.status_code == 201, created.text
+    page = context.new_page()
+    page.goto(f"{url}/#/runs/{created.json()['id']}")
+    return page
+
+
 def test_every_wait_reads_the_same_in_the_console_as_in_the_cli(
     processes: Processes, utc_context: BrowserContext
 ) -> None:
@@ -66,11 +75,7 @@ def test_a_delayed_start_says_when_it_starts_not_that_an_operation_stalls(
     processes: Processes, utc_context: BrowserContext
 ) -> None:
     _, url = processes.api()  # no worker: nothing could start it anyway
-    body = {"handler": "demo.echo", "input": {}, "delay_s": 600}
-    created = httpx.post(f"{url}/runs", json=body, timeout=30)
-    assert created.status_code == 201, created.text
-    page = utc_context.new_page()
-    page.goto(f"{url}/#/runs/{created.json()['id']}")
+    page = run_page(utc_context, url, {"handler": "demo.echo", "input": {}, "delay_s": 600})
     banner = page.locator(".wait-banner")
     expect(banner).to_contain_text("Delayed start")
     expect(banner).to_contain_text("queued: starts no earlier than ")
@@ -85,11 +90,7 @@ def test_a_run_parked_on_a_signal_is_told_on_its_page_and_counted_waiting_in_que
 ) -> None:
     _, url = processes.api()
     processes.worker()
-    body = {"handler": "demo.review", "input": {"timeout_s": 600}}
-    created = httpx.post(f"{url}/runs", json=body, timeout=30)
-    assert created.status_code == 201, created.text
-    page = utc_context.new_page()
-    page.goto(f"{url}/#/runs/{created.json()['id']}")
+    page = run_page(utc_context, url, {"handler": "demo.review", "input": {"timeout_s": 600}})
     banner = page.locator(".wait-banner")
     expect(banner).to_contain_text("Waiting for signal review")
     expect(banner).to_contain_text("parked until signal review arrives, or until ")
