@@ -3,7 +3,8 @@
 Token events flow inline as text; every other event gets one readable line,
 prefixed with its time and the fence it was written under. The terminal event
 says how the run ended and why, in the words :func:`error_words` gives a run's
-error wherever the CLI shows one.
+error wherever the CLI shows one; a ``wait`` says what the run waits for in the
+words of the table of wait kinds (:mod:`app.wait_kinds`), the console's too.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
 from app.statuses import TERMINAL_EVENT_TYPES
+from app.wait_kinds import wait_words
 
 if TYPE_CHECKING:
     from app.models import RunEvent
@@ -81,27 +83,6 @@ def _clock(epoch_ms: object) -> str:
     return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).strftime("%H:%M:%S.%f")[:-3]
 
 
-def _describe_wait(data: dict[str, Any]) -> str:
-    if data.get("kind") in ("sleep", "signal"):  # a durable wait (ctx.sleep, wait_for_signal)
-        until = data.get("until_ms")
-        when = f" until {_clock(until)}" if until else ""
-        return f"parked for {data.get('kind')} {data.get('subject')}{when} (no lease held)"
-    if "until_ms" in data:  # waits for a time (a delayed start, a schedule, a sleep)
-        until = data.get("until_ms")
-        when = (
-            datetime.fromtimestamp(until / 1000, tz=UTC).isoformat(timespec="milliseconds")
-            if isinstance(until, int | float)
-            else "?"
-        )
-        return f"waiting for {data.get('kind')} until {when}"
-    since = data.get("since_progress_s")
-    silence = "no progress yet" if since is None else f"{since}s since progress"
-    return (
-        f"waiting on {data.get('kind')} {data.get('subject')}: {data.get('elapsed_s')}s "
-        f"elapsed, {data.get('renewals')} renewals, {silence}"
-    )
-
-
 DESCRIBE: dict[str, Callable[[dict[str, Any]], str]] = {
     "created": lambda d: (
         f"created: handler {d.get('handler')} on queue {d.get('queue')}"
@@ -134,7 +115,7 @@ DESCRIBE: dict[str, Callable[[dict[str, Any]], str]] = {
     "replay_unavailable": lambda d: (
         f"history before {d.get('oldest_available')} was trimmed; showing what remains"
     ),
-    "wait": _describe_wait,
+    "wait": wait_words,
     "verdict": lambda d: (
         f"watchdog: {d.get('verdict')} ({d.get('reason')}) after {d.get('renewals')} renewals"
     ),

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 
 import pytest
 
@@ -269,8 +270,6 @@ def test_runs_get_and_watch_of_a_parked_run_say_why_and_how_to_unpark_it(
 
 
 def test_a_run_parked_for_an_unknown_effect_names_the_resolve_command() -> None:
-    from datetime import UTC, datetime
-
     from app.cli.api_calls import unpark_lines as _unpark_lines
     from app.models import RunError
 
@@ -375,9 +374,19 @@ def test_runs_signal_wakes_a_waiting_run_and_a_finished_one_is_one_error_line(
     run_id = Run.model_validate_json(submitted.stdout).id
     deadline = time.monotonic() + CLI_TIMEOUT_S
     shown = leasehold("runs", "get", run_id, api_url=live_api_url)
-    while "waiting   for signal review" not in shown.stdout and time.monotonic() < deadline:
+    waiting = "waiting   parked until signal review arrives, or until "
+    while waiting not in shown.stdout and time.monotonic() < deadline:
         shown = leasehold("runs", "get", run_id, api_url=live_api_url)
     assert f"leasehold runs signal {run_id} review --payload JSON" in shown.stdout, shown.stdout
+    assert " (its timeout); no lease held" in shown.stdout
+    # the timeout's deadline with its date: ten minutes after the park, by the Redis clock
+    timeout_at = next(line for line in shown.stdout.splitlines() if line.startswith("deadline  "))
+    parked = Run.model_validate_json(
+        leasehold("runs", "get", run_id, "--json", api_url=live_api_url).stdout
+    )
+    assert parked.waiting_for is not None
+    until = datetime.fromtimestamp(parked.waiting_for["until_ms"] / 1000, tz=UTC)
+    assert timeout_at == f"deadline  {until.isoformat()}"
     done = leasehold("runs", "signal", run_id, "review", "--payload", '"ok"', api_url=live_api_url)
     assert done.stdout.strip() == f"{run_id}: signal review delivered", done.stderr
     finished = leasehold("runs", "watch", run_id, api_url=live_api_url)

@@ -20,6 +20,7 @@ from app.errors import ApiError
 from app.namespaces import DEFAULT_NAMESPACE
 from app.render import error_words
 from app.statuses import RunStatus
+from app.wait_kinds import blocked_on_words, deadline_ms, wait_words
 
 if TYPE_CHECKING:
     from app.client import Client
@@ -109,8 +110,7 @@ def print_run(run: Run, as_json: bool) -> None:
         lines.append(f"owner     {run.owner_id}")
     if run.lease_expires_at:
         lines.append(f"lease     expires {run.lease_expires_at.isoformat()}")
-    if run.run_at and run.status == RunStatus.QUEUED:
-        lines.append(f"starts    not before {run.run_at.isoformat()}")
+    lines.extend(held_back_lines(run))
     if run.output is not None:
         lines.append(f"output    {json.dumps(run.output)}")
     if why and not ended_why:
@@ -125,24 +125,44 @@ def print_run(run: Run, as_json: bool) -> None:
     typer.echo("\n".join(lines))
 
 
+def held_back_lines(run: Run) -> list[str]:
+    """Why a run in its queue's lane does not start yet: its delayed start, or a limit."""
+    lines = []
+    if run.run_at and run.status == RunStatus.QUEUED:
+        lines.append(f"starts    not before {run.run_at.isoformat()}")
+    if run.blocked_on and run.status in (RunStatus.QUEUED, RunStatus.WAITING):
+        lines.append(f"blocked   on {blocked_on_words(run.blocked_on)}")
+    return lines
+
+
 def unpark_lines(run: Run) -> list[str]:
-    """What a parked run waits for and the command that moves it on; [] if not parked."""
+    """What a parked run waits for and the command that moves it on; [] if not parked.
+
+    The wait's words are the table of wait kinds' (:mod:`app.wait_kinds`), the ones
+    ``runs watch`` and the console say; a person's question (``ctx.ask_human``) and a
+    wait's deadline get lines of their own, the deadline with its date.
+    """
+    escalation = run.escalation or {}
+    wait = run.waiting_for or {}
     if run.status == RunStatus.WAITING_HUMAN:
-        reason = (run.escalation or {}).get("reason") or "the watchdog escalated"
+        question = ["question  " + json.dumps(escalation.get("question"), ensure_ascii=False)]
+        asked = escalation.get("reason") == "ask_human"
+        reason = escalation.get("reason") or "the watchdog escalated"
+        waiting = wait_words(wait) if asked and wait else f"for a person: {reason}"
         return [
-            f"waiting   for a person: {reason}",
+            *(question if asked else []),
+            f"waiting   {waiting}",
             f"unpark    leasehold runs resume {run.id} --input JSON  (what you decided)",
         ]
-    wait = run.waiting_for or {}
-    if run.status == RunStatus.WAITING and wait.get("kind") == "sleep":
-        until = datetime.fromtimestamp(wait.get("until_ms", 0) / 1000, tz=UTC)
-        return [f"waiting   asleep until {until.isoformat()} (no lease held)"]
-    if run.status == RunStatus.WAITING and wait.get("kind") == "signal":
-        name = wait.get("subject")
-        return [
-            f"waiting   for signal {name} (no lease held)",
-            f"signal    leasehold runs signal {run.id} {name} --payload JSON",
-        ]
+    if run.status == RunStatus.WAITING and wait:
+        lines = [f"waiting   {wait_words(wait)}"]
+        deadline = deadline_ms(wait)
+        if deadline is not None:
+            lines.append(f"deadline  {datetime.fromtimestamp(deadline / 1000, tz=UTC).isoformat()}")
+        if wait.get("kind") == "signal":
+            name = wait.get("subject")
+            lines.append(f"signal    leasehold runs signal {run.id} {name} --payload JSON")
+        return lines
     if run.status == RunStatus.RECONCILIATION_REQUIRED:
         return [
             "waiting   for a person: an effect's outcome is unknown (did it happen?)",

@@ -19,20 +19,21 @@ queues_app = typer.Typer(
 
 @queues_app.command("list")
 def queues_list(as_json: JsonFlag = False, api_url: ApiUrl = None, api_key: ApiKey = None) -> None:
-    """Every declared queue: ready, running, delayed, parked, oldest queued age, memory."""
+    """Every declared queue: ready, running, delayed, waiting, parked, oldest age, memory."""
     with _api(api_url, api_key) as client:
         page = client.queues()
     if as_json:
         typer.echo(page.model_dump_json())
         return
     typer.echo(
-        f"{'queue':<24} {'ready':>7} {'running':>7} {'delayed':>7} {'parked':>7} "
+        f"{'queue':<24} {'ready':>7} {'running':>7} {'delayed':>7} {'waiting':>7} {'parked':>7} "
         f"{'oldest s':>9} {'memory':>10}"
     )
     for queue in page.items:
         typer.echo(
             f"{queue.name:<24} {queue.ready:>7} {queue.running:>7} {queue.delayed:>7} "
-            f"{queue.parked:>7} {queue.oldest_queued_age_s:>9.1f} {queue.memory_bytes:>10}"
+            f"{queue.waiting:>7} {queue.parked:>7} {queue.oldest_queued_age_s:>9.1f} "
+            f"{queue.memory_bytes:>10}"
         )
 
 

@@ -172,8 +172,10 @@ class Run(BaseModel):
     )
     waiting_for: dict[str, Any] | None = Field(
         default=None,
-        description="While waiting: what the parked run waits for (kind sleep or signal, "
-        "subject: the sleep's or signal's name, step, until_ms: when it wakes anyway)",
+        description="While waiting (or waiting_human on ctx.ask_human): what the parked run "
+        "waits for (kind sleep, signal, join or human; subject: the sleep's or signal's name, "
+        "the join's mode or the question's name; step; until_ms: when it wakes anyway, if "
+        "ever; since_ms). The kinds and their words: /console/assets/wait_kinds.json",
     )
     schedule_id: str | None = Field(
         default=None, description="The schedule that made this run, if one did"
@@ -204,7 +206,8 @@ class Run(BaseModel):
     blocked_on: str | None = Field(
         default=None,
         description="While queued: the limit its lane waits on (h:<handler>, "
-        "k:<concurrency key>, s:<singleton key>), as the last `wait` event says",
+        "k:<concurrency key>, s:<singleton key>, b:<build> for a pinned run with no live "
+        "worker of its build), as the last `wait` event says",
     )
     parent_id: str | None = Field(
         default=None,

@@ -284,7 +284,15 @@ class QueueInfo(BaseModel):
     )
     ready: int = Field(description="runs waiting to be claimed")
     running: int = Field(description="runs whose lease is held (running or cancelling)")
-    delayed: int = Field(description="runs waiting for their retry time")
+    delayed: int = Field(
+        description="runs waiting for a time that is not their own wait's: retry backoff, a "
+        "delayed start (run_at / delay_s), a rate limit's start gate or 429 release"
+    )
+    waiting: int = Field(
+        default=0,
+        description="runs parked (status waiting, no lease) on a durable wait: ctx.sleep, "
+        "ctx.wait_for_signal, ctx.join; a wait whose time came is in `ready` instead",
+    )
     parked: int = Field(description="waiting_human and reconciliation_required runs")
     oldest_queued_age_s: float = Field(description="age of the run at the head of the line")
     flow: QueueFlow | None = Field(

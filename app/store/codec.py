@@ -255,9 +255,7 @@ def run_from_hash(fields: dict[str, str]) -> Run:
         escalation=_loads(fields.get("escalation"))
         if fields["status"] == RunStatus.WAITING_HUMAN.value
         else None,
-        waiting_for=_loads(fields.get("waiting_for"))
-        if fields["status"] == RunStatus.WAITING.value
-        else None,
+        waiting_for=_waiting_for(fields),
         concurrency_key=fields.get("ckey") or None,
         singleton_key=fields.get("skey") or None,
         priority=int(fields.get("priority") or 0),
@@ -271,6 +269,20 @@ def run_from_hash(fields: dict[str, str]) -> Run:
 
 
 _IN_LANE = frozenset({RunStatus.QUEUED.value, RunStatus.WAITING.value})
+
+
+def _waiting_for(fields: dict[str, str]) -> dict[str, Any] | None:
+    """What a parked run waits for: a durable wait's, or a person's (ctx.ask_human) only.
+
+    A record keeps its last durable wait after it ended (a claim does not clear it): a
+    run the watchdog escalated to a person is not waiting for that old sleep.
+    """
+    wait: dict[str, Any] | None = _loads(fields.get("waiting_for"))
+    if fields["status"] == RunStatus.WAITING.value:
+        return wait
+    if fields["status"] == RunStatus.WAITING_HUMAN.value and (wait or {}).get("kind") == "human":
+        return wait
+    return None
 
 
 def event_from_entry(run_id: str, entry_id: str, fields: dict[str, str]) -> RunEvent:

@@ -24,12 +24,15 @@ script touches a single Redis Cluster slot::
     <prefix>:{<queue>}:kqueued         zset    concurrency key -> queued runs of it
     <prefix>:{<queue>}:one:<key>       hash    queued -> runs of a singleton key in lanes,
                                                last -> the newest of them
-    <prefix>:{<queue>}:delayed         zset    id -> epoch ms when it may run (retry backoff)
+    <prefix>:{<queue>}:delayed         zset    id -> epoch ms when it may run (retry backoff,
+                                               delayed starts, rate holds, timed durable waits)
     <prefix>:{<queue>}:leases          zset    id -> lease expiry, epoch ms (Redis clock)
     <prefix>:{<queue>}:runs            zset    id -> created_at ms, for listing
     <prefix>:{<queue>}:unclaimed       zset    id -> epoch ms when it expires if still unclaimed
     <prefix>:{<queue>}:parked          zset    id -> parked_at ms: waiting_human and
                                                reconciliation_required runs (for counts)
+    <prefix>:{<queue>}:waiting         zset    id -> epoch ms its durable wait ends by (+inf:
+                                               none): runs parked `waiting` (for counts)
     <prefix>:{<queue>}:idem:<key>      string  idempotency key -> "<run id> <fingerprint>"
     <prefix>:{<queue>}:effects:<id>    hash    memoized effects: "<name>:<ordinal>" -> record
     <prefix>:{<queue>}:waits:<id>      hash    durable waits: "<kind>:<name>:<ordinal>" -> record,
@@ -315,6 +318,18 @@ class QueueKeys:
         ``<tag>:parked`` beside ``<tag>:run:<id>``.
         """
         return f"{self.tag}:parked"
+
+    @property
+    def waiting(self) -> str:
+        """Zset of the queue's runs parked on a durable wait, by the ms it ends by (+inf: none).
+
+        A sleep, a signal or a join (``park_waiting``); its wait's end (a signal, its children,
+        its time: ``requeue_waiting``, ``promote_due``) or the run's end (``finalize``) takes
+        it out. A timed wait is in ``delayed`` too, by the same score, so GET /queues counts
+        retry backoff apart in O(log n). Scripts derive it from the run prefix
+        (``waiting_of`` in keys.lua): it must stay ``<tag>:waiting`` beside ``<tag>:run:<id>``.
+        """
+        return f"{self.tag}:waiting"
 
     @property
     def activity(self) -> str:

@@ -163,8 +163,9 @@ BUDGET_FAILURES = Counter(
 )
 QUEUE_DEPTH = Gauge(
     "leasehold_queue_depth",
-    "Runs per queue: ready (waiting to be claimed), delayed (retry backoff), "
-    "leased (held by a worker), parked (waiting_human, reconciliation_required). "
+    "Runs per queue: ready (waiting to be claimed), delayed (retry backoff, delayed "
+    "starts, rate holds), waiting (parked on a durable sleep, signal or join), leased "
+    "(held by a worker), parked (waiting_human, reconciliation_required). "
     "Measured at scrape time.",
     ["queue", "state"],
     registry=API_REGISTRY,

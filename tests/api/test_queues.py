@@ -14,8 +14,10 @@ from app.models import RunStatus
 from app.settings import Settings
 from app.store.keys import GlobalKeys
 from app.store.leases.store import LeaseStore, Outcome
+from app.store.lua.scripts import Scripts
 from app.store.runs.new import NewRun
 from app.store.runs.store import RunStore
+from app.store.waits.store import WaitCall, WaitKind, WaitStore
 
 ECHO = {"handler": "demo.echo", "input": {"message": "hi"}}
 
@@ -266,3 +268,28 @@ async def test_a_create_that_loses_the_race_with_an_undeclare_declares_its_queue
         state.store.create = real_create
     assert "racy" in await declared(redis_client, prefix)
     assert (await small_api.delete("/queues/racy")).status_code == 409
+
+
+async def test_durable_waits_count_as_waiting_apart_from_retry_backoff_in_queues_and_metrics(
+    api: httpx.AsyncClient,
+    lease_store: LeaseStore,
+    redis_client: aioredis.Redis,
+    settings: Settings,
+) -> None:
+    waits = WaitStore.for_settings(redis_client, Scripts(), settings)
+    for _ in range(3):
+        assert (await api.post("/runs", json={**ECHO, "max_attempts": 3})).status_code == 201
+    retried, sleeping, signalled = (await lease_store.claim("default", "w-a", 3)).runs
+    failure = '{"code":"x","message":"x","retryable":true}'
+    backoff = Outcome(retried.lease, RunStatus.FAILED, error_json=failure, retry_delay_ms=60_000)
+    await lease_store.finish_and_claim("default", "w-a", [backoff], 0)
+    nap = WaitCall(sleeping.id, WaitKind.SLEEP, "nap", 1, duration_ms=60_000)
+    await waits.park(sleeping.lease, nap)
+    await waits.park(signalled.lease, WaitCall(signalled.id, WaitKind.SIGNAL, "go", 1))
+    info = (await api.get("/queues/default")).json()
+    assert (info["delayed"], info["waiting"], info["ready"], info["running"]) == (1, 2, 0, 0)
+    listed = (await api.get("/queues")).json()["items"]
+    assert [(q["delayed"], q["waiting"]) for q in listed if q["name"] == "default"] == [(1, 2)]
+    metrics = (await api.get("/metrics")).text
+    assert 'leasehold_queue_depth{queue="default",state="waiting"} 2.0' in metrics
+    assert 'leasehold_queue_depth{queue="default",state="delayed"} 1.0' in metrics

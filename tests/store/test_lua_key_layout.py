@@ -21,6 +21,7 @@ local activity, run_id = activity_of(ARGV[2])
 return {
   activity, run_id,
   parked_of(ARGV[1]),
+  waiting_of(ARGV[1]),
   unclaimed_key_of(ARGV[1]),
   effects_key_of(ARGV[1], ARGV[3]),
   waits_key_of(ARGV[1], ARGV[3]),
@@ -43,6 +44,7 @@ async def test_the_includes_derive_the_keys_keys_py_builds(redis_client: aioredi
             keys.activity,
             RUN_ID,
             keys.parked,
+            keys.waiting,
             keys.unclaimed,
             keys.effects(RUN_ID),
             keys.waits(RUN_ID),

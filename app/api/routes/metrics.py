@@ -94,6 +94,7 @@ def _export_depth(queue: str, depth: QueueDepth, workers: int) -> None:
     QUEUE_RUNS_STORED.labels(queue).set(depth.stored)
     QUEUE_DEPTH.labels(queue, "ready").set(depth.ready)
     QUEUE_DEPTH.labels(queue, "delayed").set(depth.delayed)
+    QUEUE_DEPTH.labels(queue, "waiting").set(depth.waiting)
     QUEUE_DEPTH.labels(queue, "leased").set(depth.leased)
     QUEUE_DEPTH.labels(queue, "parked").set(depth.parked)
     OLDEST_QUEUED_AGE.labels(queue).set(depth.oldest_queued_age_s)

@@ -2,6 +2,8 @@
 // lost lease ("worker w-3 stopped renewing at 12:01:07; its lease ran out at
 // 12:01:10; orphaned by the reconciler"). The same wording as the CLI's app/render.py
 // where they overlap: an orphaned run reads "orphaned: executor lease expired".
+// What a run waits for is told from the one table of wait kinds (wait_kinds.json, which
+// the CLI's app/wait_kinds.py reads too), by the rules its `about` states.
 
 export const TERMINAL = new Set(["succeeded", "failed", "cancelled", "orphaned", "expired"]);
 export const PARKED = new Set(["waiting_human", "reconciliation_required"]);
@@ -12,7 +14,8 @@ export const HANDLER_EVENTS = new Set(["token", "progress", "wait", "verdict", "
 export function clock(value) {
   if (value === null || value === undefined || value === "") return "?";
   const date = typeof value === "number" ? new Date(value) : new Date(value);
-  return date.toLocaleTimeString([], { hour12: false });
+  // h23, not hour12: false, which some locales render as "24:05:07" after midnight
+  return date.toLocaleTimeString([], { hourCycle: "h23" });
 }
 
 /** A duration in ms as a short human string: 850 ms, 4.2 s, 3 min 5 s, 2 h 4 min. */
@@ -79,30 +82,90 @@ export function errorText(error) {
   return `${code}: ${message}`;
 }
 
-/** A rate-limit wait (ctx.rate_limit, a start gate, a 429): which key, until when. */
-export function rateWaitText(data) {
-  const until = `${clock(data.until_ms)} (${duration(data.wait_ms)})`;
-  if (data.released) {
-    const why = data.reason === "upstream_429" ? "an upstream 429" : "a long wait";
-    return `rate-limited on ${data.key}: released until ${until} after ${why}; ` +
-      "no attempt spent";
+// said when the table cannot be read: every wait still gets its kind and subject
+const FALLBACK_TABLE = {
+  kinds: {}, operation: null, blocked_on: { unknown: "{name}" },
+  unknown: { title: "Waiting[ on {kind}]", words: "waiting[ on {kind}][ {subject}]" },
+};
+
+async function loadWaitKinds() {
+  try {
+    const response = await fetch(new URL("./wait_kinds.json", import.meta.url));
+    if (response.ok) return await response.json();
+  } catch {
+    // the console still loads; waits read generically
   }
-  return `rate-limited on ${data.key}: waiting for its token until ${until}`;
+  return FALLBACK_TABLE;
 }
 
-function waitText(data) {
-  if (data.kind === "rate_limited") return rateWaitText(data);
-  if (data.kind === "sleep" || data.kind === "signal") {  // a durable wait: parked, no lease
-    const what = data.kind === "sleep" ? `sleep ${data.subject}` : `signal ${data.subject}`;
-    const until = data.until_ms ? ` until ${new Date(data.until_ms).toISOString()}` : "";
-    return `parked for ${what}${until} (no lease held)`;
+const WAIT_KINDS = await loadWaitKinds();
+// an optional part, "[ ... ]", or one field, "{name}" / "{name:format}"
+const PART = /\[([^[\]]*)\]|\{(\w+)(?::(\w+))?\}/g;
+const FIELD = /\{(\w+)(?::\w+)?\}/g;
+
+function present(value) {
+  return value !== null && value !== undefined && value !== false && value !== "";
+}
+
+function formatted(value, form, names) {
+  if (!present(value)) return "?";
+  if (typeof value === "string" && Object.hasOwn(names, value)) return names[value];
+  const number = typeof value === "number" ? value : null;
+  if (form === "clock" && number !== null) return clock(number);
+  if (form === "duration_ms" && number !== null) return duration(number);
+  if (form === "duration_s" && number !== null) return duration(number * 1000);
+  if (form === "json") return JSON.stringify(value);
+  return String(value);
+}
+
+/** A template of the wait table with data's fields in it (app/wait_kinds.py's fill). */
+export function fill(template, data, names = {}) {
+  return template.replace(PART, (match, optional, field, form) => {
+    if (optional !== undefined) {
+      const inside = [...optional.matchAll(FIELD)].map((found) => found[1]);
+      return inside.every((name) => present(data[name])) ? fill(optional, data, names) : "";
+    }
+    return formatted(data[field], form, Object.hasOwn(names, field) ? names[field] : {});
+  });
+}
+
+/** The table's entry for one wait: an operation's by its fields, else by its kind. */
+export function waitEntry(data) {
+  const operation = WAIT_KINDS.operation;
+  if (operation && operation.match_fields.every((field) => present(data[field]))) {
+    return operation;
   }
-  const since =
-    data.since_progress_s === null || data.since_progress_s === undefined
-      ? "no progress yet"
-      : `${seconds(data.since_progress_s)} since progress`;
-  return `waiting on ${data.kind} ${data.subject}: ${seconds(data.elapsed_s)} elapsed, ` +
-    `${data.renewals} renewals, ${since}`;
+  const kind = String(data.kind);
+  return Object.hasOwn(WAIT_KINDS.kinds, kind) ? WAIT_KINDS.kinds[kind] : WAIT_KINDS.unknown;
+}
+
+/** A wait (a `wait` event's data, or a parked run's waiting_for) in words. */
+export function waitText(data) {
+  const entry = waitEntry(data);
+  const chosen = (entry.variants || []).find((variant) => present(data[variant.when])) || entry;
+  return fill(chosen.words, data, { ...(entry.names || {}), ...(chosen.names || {}) });
+}
+
+/** The wait's short title: the heading of its banner on the run's page. */
+export function waitTitle(data) {
+  return fill(waitEntry(data).title, data);
+}
+
+/** The epoch ms a wait ends by at the latest, when its kind has a deadline; else null. */
+export function waitDeadline(data) {
+  const field = waitEntry(data).deadline;
+  return field && typeof data[field] === "number" ? data[field] : null;
+}
+
+/** A queued run's blocked_on (k:tenant-a, b:v2, …) in words. */
+export function blockedOnText(resource) {
+  const blocked = WAIT_KINDS.blocked_on;
+  const colon = resource.indexOf(":");
+  const kind = colon > 0 ? resource.slice(0, colon) : "";
+  if (kind && kind !== "unknown" && Object.hasOwn(blocked, kind)) {
+    return fill(blocked[kind], { name: resource.slice(colon + 1) });
+  }
+  return fill(blocked.unknown, { name: resource });
 }
 
 const DESCRIBE = {

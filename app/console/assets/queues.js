@@ -41,6 +41,7 @@ function row(queue, series) {
     h("td", { class: "num", "data-field": "ready" }, queue.ready),
     h("td", { class: "num", "data-field": "running" }, queue.running),
     h("td", { class: "num", "data-field": "delayed" }, queue.delayed),
+    h("td", { class: "num", "data-field": "waiting" }, queue.waiting ?? 0),
     h("td", { class: "num", "data-field": "parked" }, queue.parked),
     h("td", { class: "num", "data-field": "oldest" },
       queue.ready ? duration(queue.oldest_queued_age_s * 1000) : "—"),
@@ -80,7 +81,7 @@ function schedulesTable(body) {
 
 export function renderQueues(root) {
   const status = h("p", { class: "connection", role: "status" });
-  const body = h("tbody", {}, h("tr", {}, h("td", { colspan: 8, class: "empty loading" },
+  const body = h("tbody", {}, h("tr", {}, h("td", { colspan: 9, class: "empty loading" },
     "Loading queues…")));
   const schedulesBody = h("tbody", {}, h("tr", {}, h("td", { colspan: 7, class: "empty loading" },
     "Loading schedules…")));
@@ -92,7 +93,7 @@ export function renderQueues(root) {
       "aria-labelledby": "queues-caption" },
     h("table", { class: "queues" },
       h("caption", { id: "queues-caption" }, "Declared queues, updating live"),
-      h("thead", {}, h("tr", {}, ["Queue", "Ready", "Running", "Delayed", "Parked",
+      h("thead", {}, h("tr", {}, ["Queue", "Ready", "Running", "Delayed", "Waiting", "Parked",
         "Oldest queued", "Memory", "Last hour"].map((name) => h("th", { scope: "col" }, name)))),
       body)),
     h("h2", {}, "Schedules"),
@@ -112,7 +113,7 @@ export function renderQueues(root) {
     if (stopped()) return;
     body.replaceChildren(...page.items.map((queue) => row(queue, series.get(queue.name))));
     if (page.items.length === 0) {
-      body.replaceChildren(h("tr", {}, h("td", { colspan: 8, class: "empty" },
+      body.replaceChildren(h("tr", {}, h("td", { colspan: 9, class: "empty" },
         "No declared queues.")));
     }
     if (schedules) {

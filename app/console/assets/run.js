@@ -9,7 +9,8 @@ import { cancelRun, deleteRun, resolveRun, resumeRun, retryRun } from "./actions
 import { Attempts } from "./attempts.js";
 import { Family } from "./family.js";
 import {
-  clock, describe, duration, HANDLER_EVENTS, PARKED, rateWaitText, story, TERMINAL,
+  blockedOnText, clock, describe, duration, HANDLER_EVENTS, PARKED, story, TERMINAL, waitDeadline,
+  waitEntry, waitText, waitTitle,
 } from "./describe.js";
 import { badge, connectionText, h, jsonBlock, serverNow } from "./dom.js";
 
@@ -55,26 +56,29 @@ function fields(run) {
     row("Priority", String(run.priority ?? 0)),
     row("Concurrency key", run.concurrency_key),
     row("Singleton key", run.singleton_key),
-    row("Waiting for", waitingFor(run.blocked_on)));
+    row("Waiting for", waitingFor(run)));
 }
 
-// a queued run's lane is held back by a limit (GET /runs/{id} says which while queued)
-function waitingFor(resource) {
-  if (!resource) return null;
-  const [kind, ...rest] = resource.split(":");
-  const name = rest.join(":");
-  if (kind === "s") return `the run holding singleton key ${name} to end`;
-  return `a slot of ${kind === "h" ? "handler" : "concurrency key"} ${name} (at its limit)`;
-}
-
-// a queued run waiting on a concurrency limit or a singleton key (claim_runs' wait event)
-function slotWaitText(data) {
-  if (data.kind === "singleton") {
-    return `Queued: waits for the run holding singleton key ${data.subject}` +
-      (data.holder ? ` (${data.holder})` : "") + " to end.";
+// what a run waits for, from its record: a parked run's wait (with a person's question),
+// else the limit its queued lane is held back by (GET /runs/{id} says which while queued)
+function waitingFor(run) {
+  if (run.waiting_for && (run.status === "waiting" || run.status === "waiting_human")) {
+    const question = run.escalation && run.escalation.reason === "ask_human"
+      ? { question: run.escalation.question } : {};
+    return waitText({ ...run.waiting_for, ...question });
   }
-  return `Queued: ${data.resource === "handler" ? "handler" : "concurrency key"} ` +
-    `${data.subject} is at its limit of ${data.limit} running; it starts when a slot comes back.`;
+  return run.blocked_on ? blockedOnText(run.blocked_on) : null;
+}
+
+// a banner per wait, keyed as a verdict names the operation it ends
+function waitKey(data) {
+  return `${data.kind} ${data.subject ?? data.key ?? data.what ?? ""}`;
+}
+
+// the handler's question to a person (ctx.ask_human), as the run's record keeps it
+function question(run) {
+  const escalation = run.escalation || {};
+  return escalation.reason === "ask_human" ? ` — ${JSON.stringify(escalation.question)}` : "";
 }
 
 function actionButtons(run, after) {
@@ -105,10 +109,7 @@ class WaitBanners {
   }
 
   wait(event) {
-    const { data } = event;
-    const key = data.kind === "rate_limited" ? `rate_limited ${data.key}`
-      : `${data.kind} ${data.subject}`;
-    this.waits.set(key, { data: event.data, since: serverNow() });
+    this.waits.set(waitKey(event.data), { data: event.data, since: serverNow() });
     this.draw();
   }
 
@@ -120,26 +121,24 @@ class WaitBanners {
 
   draw() {
     for (const [key, { data }] of this.waits) {
-      // a rate-limit wait ends when its token is due: nothing else says so
-      if (data.kind === "rate_limited" && data.until_ms <= serverNow()) this.waits.delete(key);
+      // a wait nothing else ends (a rate limit's token) is over when its deadline comes
+      const deadline = waitDeadline(data);
+      if (waitEntry(data).ends_at_deadline && deadline !== null && deadline <= serverNow()) {
+        this.waits.delete(key);
+      }
     }
     const items = [...this.waits.values()].map(({ data, since }) => {
-      if (data.kind === "rate_limited") {
-        return h("div", { class: "wait", "data-kind": data.kind, "data-subject": data.key },
-          h("strong", {}, `Waiting on rate limit ${data.key}`), ` — ${rateWaitText(data)}.`);
-      }
-      if (data.kind === "concurrency_limit" || data.kind === "singleton") {
-        return h("div", { class: "wait", "data-kind": data.kind, "data-subject": data.subject },
-          h("strong", {}, `Waiting for a slot`), ` — ${slotWaitText(data)}`);
-      }
-      const elapsed = Number(data.elapsed_s || 0) * 1000 + (serverNow() - since);
-      const progress = data.since_progress_s === null || data.since_progress_s === undefined
-        ? "no progress yet"
-        : `last progress ${duration(data.since_progress_s * 1000)} before the lease ran out`;
-      return h("div", { class: "wait", "data-kind": data.kind, "data-subject": data.subject },
-        h("strong", {}, `Waiting on ${data.kind} ${data.subject}`),
-        ` — running for ${duration(elapsed)}, past its ${duration((data.lease_s || 0) * 1000)} ` +
-        `lease; ${data.renewals} renewals so far; ${progress}. The watchdog is deciding.`);
+      // a field that grows while the wait lasts (an operation's elapsed time) is kept live
+      const grows = waitEntry(data).grows;
+      const shown = grows
+        ? { ...data, [grows]: Number(data[grows] || 0) + (serverNow() - since) / 1000 }
+        : data;
+      const deadline = waitDeadline(data);
+      const left = deadline !== null && deadline > serverNow()
+        ? ` (${duration(deadline - serverNow())} from now)` : "";
+      return h("div", { class: "wait", "data-kind": data.kind,
+        "data-subject": data.subject ?? data.key ?? "" },
+      h("strong", {}, waitTitle(shown)), ` — ${waitText(shown)}${left}.`);
     });
     this.element.replaceChildren(...items);
     this.element.hidden = items.length === 0;
@@ -215,7 +214,8 @@ export function renderRun(root, runId) {
       run.error ? jsonBlock(`Error: ${run.error.code}`, run.error, { open: true }) : "");
     parked.hidden = !PARKED.has(run.status);
     parked.textContent = run.status === "waiting_human"
-      ? `Waiting for a person: ${lastParkedReason || "the watchdog escalated"}. Resume it below.`
+      ? `Waiting for a person: ${lastParkedReason || "the watchdog escalated"}` +
+        `${question(run)}. Resume it below.`
       : run.status === "reconciliation_required"
         ? `Needs a person: ${run.error ? run.error.message : ""}. Resolve it below.`
         : "";
@@ -262,7 +262,10 @@ export function renderRun(root, runId) {
       outcome.textContent = `${event.type === "orphaned" ? "Orphaned" : "What happened"}: ${told}.`;
       outcome.hidden = false;
     }
-    if (!HANDLER_EVENTS.has(event.type)) load();
+    // a durable wait parks the run, a limit's wait says what its lane waits on: both
+    // change the record, though the handler's other events do not
+    if (!HANDLER_EVENTS.has(event.type) || (event.type === "wait" &&
+      waitEntry(event.data || {}).changes_record)) load();
     return TERMINAL.has(event.type);
   };
 

@@ -118,7 +118,7 @@ class NamespaceStore:
         for queue in declared:
             if runs:
                 depth = await queues.depth(queue)
-                live += depth.ready + depth.delayed + depth.leased + depth.parked
+                live += depth.ready + depth.delayed + depth.waiting + depth.leased + depth.parked
             if stored:
                 size += await queues.memory_bytes(queue)
         return Held(live_runs=live, stored_bytes=size, queues=len(declared), schedules=schedules)

@@ -66,11 +66,12 @@ class QueueDepth:
     """A queue's backlog at one moment (Redis clock for the age)."""
 
     ready: int
-    delayed: int
+    delayed: int  # retry backoff, delayed starts and rate holds: not the timed waits below
     leased: int
     parked: int
     oldest_queued_age_s: float
     stored: int = 0  # run records the queue keeps (the listing index), whatever their status
+    waiting: int = 0  # parked on a durable sleep, signal or join (the `waiting` index)
 
 
 class QueueStore:
@@ -240,12 +241,15 @@ class QueueStore:
         return [int(count) for count in await pipe.execute()]
 
     async def depth(self, queue: str) -> QueueDepth:
-        """How many runs of a queue are ready, delayed, leased and parked, and the head's age.
+        """How many runs of a queue are ready, delayed, waiting, leased and parked; the head's age.
 
         ``ready`` counts the runs in the queue's lanes (the scripts keep the counter);
         the head is the first run of the lane at the head of the ring. Parked runs are
-        counted by the ``parked`` index the scripts keep (runs parked before it existed
-        are not in it).
+        counted by the ``parked`` index the scripts keep, durable waits by the
+        ``waiting`` index (runs parked before either existed are in neither; a timed wait
+        of that age still counts as delayed). A timed wait sits in ``delayed`` too, with a
+        finite score in ``waiting``: ``delayed`` is the rest (ZCARD minus that ZCOUNT),
+        so each count is O(1) or O(log n) whatever the queue holds.
         """
         keys = self.keys(queue)
         pipe = self.client.pipeline(transaction=False)
@@ -255,7 +259,9 @@ class QueueStore:
         pipe.zcard(keys.parked)
         pipe.lindex(keys.ready, 0)
         pipe.zcard(keys.runs)
-        ready, delayed, leased, parked, lane, stored = await pipe.execute()
+        pipe.zcard(keys.waiting)
+        pipe.zcount(keys.waiting, "-inf", "(+inf")
+        ready, delayed, leased, parked, lane, stored, waiting, timed = await pipe.execute()
         oldest_age_s = 0.0
         head = cast(list[str], await self.client.zrange(keys.lane(lane), 0, 0) if lane else [])
         if head:
@@ -266,11 +272,12 @@ class QueueStore:
                 oldest_age_s = max(0.0, seconds + micros / 1e6 - int(created) / 1000)
         return QueueDepth(
             ready=max(0, int(ready or 0)),
-            delayed=int(delayed),
+            delayed=max(0, int(delayed) - int(timed)),
             leased=int(leased),
             parked=int(parked),
             oldest_queued_age_s=oldest_age_s,
             stored=int(stored),
+            waiting=int(waiting),
         )
 
     async def memory_bytes(self, queue: str) -> int:
@@ -283,7 +290,8 @@ class QueueStore:
         keys = self.keys(queue)
         listed = int(await self.client.zcard(keys.runs))
         sample = cast(list[str], await self.client.zrevrange(keys.runs, 0, MEMORY_SAMPLE_RUNS - 1))
-        index = [keys.ready, keys.delayed, keys.leases, keys.runs, keys.parked, keys.activity]
+        index = [keys.ready, keys.delayed, keys.leases, keys.runs, keys.parked, keys.waiting]
+        index.append(keys.activity)
         runs = [key for run_id in sample for key in (keys.run(run_id), keys.events(run_id))]
         usages = await asyncio.gather(*(self.client.memory_usage(key) for key in index + runs))
         index_bytes = sum(int(usage or 0) for usage in usages[: len(index)])
@@ -310,6 +318,7 @@ class QueueStore:
             ready=depth.ready,
             running=depth.leased,
             delayed=depth.delayed,
+            waiting=depth.waiting,
             parked=depth.parked,
             oldest_queued_age_s=round(depth.oldest_queued_age_s, 3),
             memory_bytes=await self.memory_bytes(queue),

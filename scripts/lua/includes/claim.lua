@@ -21,14 +21,21 @@ end
 -- and what the call gathers as it goes (limits read, runs claimed, leases and first
 -- claims written once at the end, runs taken out of lanes, lanes throttled).
 
--- Due retries (and delayed starts) join their lanes, aging from the time they were due.
+-- Due retries, delayed starts and durable waits join their lanes, aging from the time
+-- they were due.
 local function promote_due(c, promote_max)
   local k = c.k
   local due = redis.call('ZRANGEBYSCORE', k.delayed, '-inf', k.now, 'WITHSCORES', 'LIMIT', 0,
     promote_max)
+  local ids = {}
   for i = 1, #due, 2 do
     enqueue(c.tag, k.run_prefix .. due[i], due[i], tonumber(due[i + 1]), false)
     redis.call('ZREM', k.delayed, due[i])
+    ids[#ids + 1] = due[i]
+  end
+  -- a durable wait whose time came is no longer parked: it is in a lane
+  for first = 1, #ids, 1000 do
+    redis.call('ZREM', waiting_of(k.run_prefix), unpack(ids, first, math.min(first + 999, #ids)))
   end
 end
 

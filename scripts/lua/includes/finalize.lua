@@ -131,6 +131,7 @@ local function finalize(k, run_id, status, fence, now, fields, data, retention, 
     redis.call('HDEL', run_key, 'lease_expires_at')
     unqueue(tag_of_prefix(k.run_prefix), run_key, run_id)
     redis.call('ZREM', parked_of(k.run_prefix), run_id)
+    redis.call('ZREM', waiting_of(k.run_prefix), run_id)
     redis.call('ZREM', unclaimed_key_of(k.run_prefix), run_id)
   end
   local written = {'status', status, 'finished_at', num_arg(now)}

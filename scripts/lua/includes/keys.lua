@@ -77,6 +77,15 @@ local function parked_of(run_prefix)
   return queue_key_of(run_prefix, 'parked')
 end
 
+-- A queue's waiting index (zset id -> the epoch ms its durable wait ends by, +inf for
+-- none: runs parked `waiting` on a sleep, a signal or a join, for GET /queues) sits
+-- beside its run records: store/keys.py builds `<tag>:waiting` from the same tag. The
+-- scripts that park a run there (park_waiting), wake it (requeue_waiting, promote_due)
+-- or end it (finalize) derive it from its run prefix.
+local function waiting_of(run_prefix)
+  return queue_key_of(run_prefix, 'waiting')
+end
+
 -- A run's effects hash sits beside its record: store/keys.py builds both from the
 -- queue's tag, differing only in the `run:` / `effects:` segment. Deriving it here
 -- from the run prefix (a KEYS entry, same hash tag) lets every script that ends a run

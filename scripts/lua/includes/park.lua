@@ -45,6 +45,8 @@ local function park_waiting(k, run_key, events_key, run_id, now, data, waiting_f
   -- a waiting run holds no slot and no singleton: they come back now (release_held)
   give_back(k.run_prefix, run_id)
   emit(run_key, events_key, 'wait', new_fence, now, data, maxlen)
+  -- counted apart from retry backoff: a timed wait is in `delayed` too, by the same score
+  redis.call('ZADD', waiting_of(k.run_prefix), until_ms or '+inf', run_id)
   if until_ms then
     redis.call('ZADD', k.delayed, until_ms, run_id)
     redis.call('PUBLISH', wake_channel, 'ready')
@@ -61,6 +63,7 @@ end
 local function requeue_waiting(run_key, delayed_key, run_id, wait, now, wake_channel)
   redis.call('HSET', run_key, 'status', 'queued')
   redis.call('HDEL', run_key, 'waiting_for')
+  redis.call('ZREM', waiting_of(string.sub(run_key, 1, #run_key - #run_id)), run_id)
   if redis.call('ZSCORE', delayed_key, run_id) or not wait.until_ms then
     redis.call('ZADD', delayed_key, now, run_id)
   end

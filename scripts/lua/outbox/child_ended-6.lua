@@ -34,6 +34,7 @@
 --          encoded, before the first write.
 --- @include args
 --- @include events
+--- @include keys
 --- @include park
 --- @include finalize
 

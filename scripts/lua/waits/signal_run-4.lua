@@ -33,6 +33,7 @@
 --          record and event encoded, before the first write.
 --- @include args
 --- @include events
+--- @include keys
 --- @include park
 --- @include finalize
 
