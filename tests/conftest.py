@@ -19,7 +19,7 @@ import redis.asyncio as aioredis
 from app.settings import Settings
 from app.stack.embedded import EmbeddedRedis, find_redis_server
 from app.store.leases.store import LeaseStore
-from app.store.lua.scripts import Scripts
+from app.store.lua.scripts import Script, Scripts, load_scripts
 from app.store.progress.store import ProgressStore
 from app.store.redis.connection import async_client
 from app.store.runs.store import RunStore
@@ -85,10 +85,21 @@ def settings(redis_url: str, prefix: str, tmp_path: Path) -> Settings:
     )
 
 
+@pytest.fixture(scope="session")
+def loaded_scripts() -> dict[str, Script]:
+    """Every transition script, read and spliced once for the session.
+
+    The files do not change while the suite runs, and a :class:`Script` is frozen;
+    reading and hashing them is ~30 ms, paid by every test that uses a store.
+    """
+    return load_scripts()
+
+
 @pytest.fixture
-def scripts() -> Scripts:
-    """The transition scripts, loaded from scripts/lua."""
-    return Scripts()
+def scripts(loaded_scripts: dict[str, Script]) -> Scripts:
+    """The transition scripts, loaded from scripts/lua: a registry of this test's own
+    (its flags and counters are per instance), over the session's script texts."""
+    return Scripts(dict(loaded_scripts))
 
 
 @pytest.fixture

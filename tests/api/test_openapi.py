@@ -13,10 +13,11 @@ from typing import Any
 
 import httpx
 import pytest
+import requests
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from schemathesis import GenerationMode
+from schemathesis import APIOperation, GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -130,35 +131,49 @@ def test_schemathesis_finds_no_server_error_and_no_undocumented_answer(
     schema = schemathesis.openapi.from_url(f"{url}/openapi.json", headers=AUTH, timeout=10)
     examples: Counter[str] = Counter()
     failures: dict[str, str] = {}
-    for result in schema.get_all_operations():
-        operation = result.ok()
-        if operation.label in SKIPPED:
-            continue
-
-        # valid requests and deliberately invalid ones: neither may get a 5xx
-        @given(
-            case=st.one_of(
-                operation.as_strategy(GenerationMode.POSITIVE),
-                operation.as_strategy(GenerationMode.NEGATIVE),
-            )
-        )
-        @settings(
-            max_examples=EXAMPLES_PER_OPERATION,
-            deadline=None,
-            database=None,
-            derandomize=True,
-            suppress_health_check=list(HealthCheck),
-        )
-        def exercise(case: schemathesis.Case) -> None:
-            examples[case.operation.label] += 1
-            case.call_and_validate(base_url=url, headers=AUTH, checks=CHECKS, timeout=10)
-
-        try:
-            exercise()
-        except Exception as exc:  # every operation runs; all failures are reported together
-            failures[operation.label] = described(exc)
+    # one keep-alive session for every request, as a client holds one: without it
+    # schemathesis makes a session and a TCP connection (a uvicorn accept) per example
+    with requests.Session() as session:
+        for result in schema.get_all_operations():
+            operation = result.ok()
+            if operation.label in SKIPPED:
+                continue
+            try:
+                exercise(operation, url, session, examples)
+            except Exception as exc:  # every operation runs; all failures are reported together
+                failures[operation.label] = described(exc)
     assert not failures, "\n\n".join(f"{label}\n{text}" for label, text in failures.items())
     assert len(examples) >= 9, f"operations exercised: {sorted(examples)}"
     print(f"schemathesis: {len(examples)} operations, {sum(examples.values())} examples:")
     for label, count in sorted(examples.items()):
         print(f"  {count:4d}  {label}")
+
+
+def exercise(
+    operation: APIOperation[Any, Any, Any, Any],
+    url: str,
+    session: requests.Session,
+    examples: Counter[str],
+) -> None:
+    """Valid requests and deliberately invalid ones to ``operation``: neither may get a 5xx."""
+
+    @given(
+        case=st.one_of(
+            operation.as_strategy(GenerationMode.POSITIVE),
+            operation.as_strategy(GenerationMode.NEGATIVE),
+        )
+    )
+    @settings(
+        max_examples=EXAMPLES_PER_OPERATION,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        suppress_health_check=list(HealthCheck),
+    )
+    def call(case: schemathesis.Case) -> None:
+        examples[case.operation.label] += 1
+        case.call_and_validate(
+            base_url=url, session=session, headers=AUTH, checks=CHECKS, timeout=10
+        )
+
+    call()

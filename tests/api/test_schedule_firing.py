@@ -21,6 +21,21 @@ from app.store.schedules.store import Fire, ScheduleStore
 from tests.support.polling import eventually
 
 ECHO = {"handler": "demo.echo", "input": {"message": "tick"}}
+# the timed tests' clock, at half the defaults: a 0.5 s interval (LEASEHOLD_SCHEDULE_
+# INTERVAL_MIN_S allows it) and a 1 s grace, so a fire is late, missed or on time after as
+# many intervals as with 1 s and 2 s, and each test waits for as many fire times in half
+# the seconds
+INTERVAL_MS = 500
+INTERVAL_S = INTERVAL_MS / 1000
+GRACE_S = 1.0
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    """The test's settings on the half-speed schedule clock."""
+    return settings.model_copy(
+        update={"schedule_interval_min_s": INTERVAL_S, "schedule_grace_s": GRACE_S}
+    )
 
 
 async def make(api: httpx.AsyncClient, schedule_id: str, **spec: Any) -> dict[str, Any]:
@@ -43,7 +58,7 @@ def passes(run_store: RunStore, settings: Settings, count: int) -> list[Schedule
 async def test_twenty_racing_reconcilers_make_exactly_one_run_per_fire_time(
     api: httpx.AsyncClient, run_store: RunStore, settings: Settings
 ) -> None:
-    await make(api, "race", interval_s=1, missed="all", overlap="allow")
+    await make(api, "race", interval_s=INTERVAL_S, missed="all", overlap="allow")
     racers = passes(run_store, settings, 20)
 
     async def race_until_fired(count: int) -> int:
@@ -60,7 +75,7 @@ async def test_twenty_racing_reconcilers_make_exactly_one_run_per_fire_time(
     runs = await runs_of(run_store, "race")
     fires = [int(run.fire_at.timestamp() * 1000) for run in runs if run.fire_at]
     assert len(fires) == len(set(fires)) == len(runs)  # one run per fire time
-    assert {b - a for a, b in itertools.pairwise(fires)} == {1000}  # none missed
+    assert {b - a for a, b in itertools.pairwise(fires)} == {INTERVAL_MS}  # none missed
     schedule = (await api.get("/schedules/race")).json()
     assert schedule["fired_count"] == len(runs)
 
@@ -69,8 +84,8 @@ async def test_missed_fires_after_downtime_follow_each_policy(
     api: httpx.AsyncClient, run_store: RunStore, settings: Settings
 ) -> None:
     for policy in ("skip", "latest", "all"):
-        await make(api, f"down-{policy}", interval_s=1, missed=policy, overlap="allow")
-    await asyncio.sleep(6)  # the outage: no reconciler runs for six fire times
+        await make(api, f"down-{policy}", interval_s=INTERVAL_S, missed=policy, overlap="allow")
+    await asyncio.sleep(6 * INTERVAL_S)  # the outage: no reconciler runs for six fire times
     await SchedulePass.for_settings(run_store, settings).tick()
 
     skip = await runs_of(run_store, "down-skip")
@@ -82,8 +97,8 @@ async def test_missed_fires_after_downtime_follow_each_policy(
     assert len(latest) == 1 and views["latest"]["missed_count"] >= 4
     assert latest[0].fire_at and every[-1].fire_at
     # the newest one (the two schedules' grids start a few ms apart)
-    assert abs(latest[0].fire_at - every[-1].fire_at) < timedelta(seconds=1)
-    grace_fires = settings.schedule_grace_s + 1
+    assert abs(latest[0].fire_at - every[-1].fire_at) < timedelta(seconds=INTERVAL_S)
+    grace_fires = settings.schedule_grace_s / INTERVAL_S + 1
     assert 1 <= len(skip) <= grace_fires  # only fires within the grace are on time
     assert views["skip"]["missed_count"] + len(skip) == len(every)
     newest = max(r.fire_at for r in every if r.fire_at)
@@ -94,10 +109,10 @@ async def test_missed_fires_after_downtime_follow_each_policy(
 async def test_pause_then_resume_replays_nothing(
     api: httpx.AsyncClient, run_store: RunStore, settings: Settings
 ) -> None:
-    await make(api, "nap", interval_s=1, missed="all", overlap="allow")
+    await make(api, "nap", interval_s=INTERVAL_S, missed="all", overlap="allow")
     paused = (await api.post("/schedules/nap/pause")).json()
     assert paused["paused"] is True and paused["next_fire_at"] is None
-    await asyncio.sleep(3)  # paused across three fire times
+    await asyncio.sleep(3 * INTERVAL_S)  # paused across three fire times
     await SchedulePass.for_settings(run_store, settings).tick()
     resumed = (await api.post("/schedules/nap/resume")).json()
     await SchedulePass.for_settings(run_store, settings).tick()

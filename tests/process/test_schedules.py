@@ -12,7 +12,13 @@ from app.store.runs.store import RunStore
 from tests.support.polling import eventually
 from tests.support.processes import Processes
 
-FAST = {"LEASEHOLD_SCHEDULE_TICK_S": "0.2"}
+# the schedule clock at half the defaults, tick included: a 0.5 s interval (the API allows
+# it), a 1 s grace and a 0.1 s tick, so each test sees as many fire times, each as late in
+# intervals, in half the seconds
+INTERVAL_MS = 500
+INTERVAL_S = INTERVAL_MS / 1000
+CLOCK = {"LEASEHOLD_SCHEDULE_INTERVAL_MIN_S": str(INTERVAL_S), "LEASEHOLD_SCHEDULE_GRACE_S": "1"}
+FAST = {**CLOCK, "LEASEHOLD_SCHEDULE_TICK_S": "0.1"}
 POLICIES = ("skip", "allow", "cancel_previous", "buffer_one")
 
 
@@ -43,15 +49,15 @@ def overlaps(runs: list[Run]) -> int:
 async def test_each_overlap_policy_with_runs_that_outlast_the_interval(
     processes: Processes, run_store: RunStore
 ) -> None:
-    _, url = processes.api()
+    _, url = processes.api(**CLOCK)
     processes.worker("--concurrency", "32", **FAST)
     async with httpx.AsyncClient(base_url=url) as http:
         for policy in POLICIES:
             body: dict[str, Any] = {
                 "id": f"o-{policy}",
-                "interval_s": 1,
+                "interval_s": INTERVAL_S,
                 "overlap": policy,
-                "run": {"handler": "demo.sleep", "input": {"seconds": 2.5}},
+                "run": {"handler": "demo.sleep", "input": {"seconds": 2.5 * INTERVAL_S}},
             }
             assert (await http.post("/schedules", json=body)).status_code == 201
         await eventually(
@@ -72,7 +78,7 @@ async def test_each_overlap_policy_with_runs_that_outlast_the_interval(
     assert any(
         run.first_started_at
         and run.fire_at
-        and (run.first_started_at - run.fire_at).total_seconds() > 0.5
+        and (run.first_started_at - run.fire_at).total_seconds() > INTERVAL_S / 2
         for run in done["buffer_one"][1:]
     )
     newest = done["cancel_previous"]
@@ -83,13 +89,13 @@ async def test_each_overlap_policy_with_runs_that_outlast_the_interval(
 async def test_one_run_per_fire_time_with_racing_reconcilers_and_killed_workers(
     processes: Processes, run_store: RunStore
 ) -> None:
-    _, url = processes.api()
+    _, url = processes.api(**CLOCK)
     workers = [processes.worker(**FAST) for _ in range(2)]
     reconcilers = [processes.spawn("reconciler", ["reconciler"], FAST) for _ in range(2)]
     async with httpx.AsyncClient(base_url=url) as http:
         body = {
             "id": "every-second",
-            "interval_s": 1,
+            "interval_s": INTERVAL_S,
             "overlap": "allow",
             "missed": "all",
             "run": {"handler": "demo.echo", "input": {"message": "tick"}},
@@ -109,4 +115,4 @@ async def test_one_run_per_fire_time_with_racing_reconcilers_and_killed_workers(
     runs = await runs_of(run_store, "every-second")
     fires = [int(run.fire_at.timestamp() * 1000) for run in runs if run.fire_at]
     assert len(fires) == len(set(fires)) == len(runs) == view["fired_count"]
-    assert {b - a for a, b in itertools.pairwise(fires)} == {1000}  # no fire missed or doubled
+    assert {b - a for a, b in itertools.pairwise(fires)} == {INTERVAL_MS}  # none missed or doubled
