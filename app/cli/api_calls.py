@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from app.cli.preflight import settings_or_exit
+from app.cli.address import client_settings_or_exit
 from app.errors import ApiError
 from app.namespaces import DEFAULT_NAMESPACE
+from app.redaction import redacted
 from app.render import error_words
 from app.statuses import RunStatus
 from app.wait_kinds import blocked_on_words, deadline_ms, wait_words
@@ -57,7 +58,7 @@ def api_client(api_url: str | None, api_key: str | None = None) -> Iterator[Clie
     from app.client import Client
     from app.httpx_import import httpx
 
-    settings = settings_or_exit()
+    settings = client_settings_or_exit(api_url)
     url = api_url or settings.client_api_url
     try:
         namespace = settings.namespace if settings.namespace != DEFAULT_NAMESPACE else None
@@ -68,7 +69,7 @@ def api_client(api_url: str | None, api_key: str | None = None) -> Iterator[Clie
     except httpx.TransportError as exc:
         reason = str(exc) or type(exc).__name__
         raise fail(
-            f"cannot reach the API at {url} ({reason}); is it running? "
+            f"cannot reach the API at {redacted(url)} ({reason}); is it running? "
             "(--api-url or LEASEHOLD_API_URL says where it is)"
         ) from None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -58,6 +59,12 @@ class WorkerSettings(SettingsGroup):
         description="Modules imported at start to register handlers (comma-separated); "
         "none by default: a worker without handlers exits 2. `leasehold up` adds the demo's "
         "(app.demo), which also serves /demo/model",
+    )
+    app_dir: Path = Field(
+        default=Path("."),
+        description="Directory put first on sys.path before LEASEHOLD_HANDLERS is imported "
+        "(as uvicorn's --app-dir): your handler package is found where you start the "
+        "process; `leasehold up` hands its children the absolute path",
     )
     drain_timeout_s: float = Field(
         default=30.0,
