@@ -175,7 +175,7 @@ def write_private(path: Path, text: str) -> None:
 
 def read_book(path: Path) -> AddressBook | None:
     """The book at ``path``; ``None`` when there is none. Raises :class:`UnusableBook`."""
-    text = _read_own_file(path)
+    text = _read_own_file(path)  # bytes: decoding is part of parsing, refused the same way
     if text is None:
         return None
     try:
@@ -190,8 +190,8 @@ def remove_book(path: Path) -> None:
     path.unlink(missing_ok=True)
 
 
-def _read_own_file(path: Path) -> str | None:
-    """The file's text if it is a regular file of ours, private, and small; None if absent."""
+def _read_own_file(path: Path) -> bytes | None:
+    """The file's bytes if it is a regular file of ours, private, and small; None if absent."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
         descriptor = os.open(path, flags)
@@ -199,21 +199,26 @@ def _read_own_file(path: Path) -> str | None:
         return None
     except OSError as exc:
         raise UnusableBook(f"cannot read {path}: {exc.strerror}") from None
-    with os.fdopen(descriptor, "rb") as file:
-        info = os.fstat(file.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise UnusableBook(f"{path} is not a regular file")
-        if hasattr(os, "getuid") and info.st_uid != os.getuid():
-            raise UnusableBook(f"{path} belongs to another user (uid {info.st_uid})")
-        if stat.S_IMODE(info.st_mode) & 0o077:
-            mode = oct(stat.S_IMODE(info.st_mode))
-            raise UnusableBook(
-                f"{path} has mode {mode}: others could read or change it (`leasehold up` "
-                "writes it 0600)"
-            )
-        if info.st_size > MAX_BOOK_BYTES:
-            raise UnusableBook(f"{path} is {info.st_size} bytes: not a file `leasehold up` wrote")
-        return file.read(MAX_BOOK_BYTES).decode()
+    try:
+        _check_private(path, os.fstat(descriptor))
+        return os.read(descriptor, MAX_BOOK_BYTES)
+    finally:
+        os.close(descriptor)
+
+
+def _check_private(path: Path, info: os.stat_result) -> None:
+    """A regular file this user owns, nobody else can read or write, and of a book's size."""
+    if not stat.S_ISREG(info.st_mode):
+        raise UnusableBook(f"{path} is not a regular file")
+    if hasattr(os, "getuid") and info.st_uid != os.getuid():
+        raise UnusableBook(f"{path} belongs to another user (uid {info.st_uid})")
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        raise UnusableBook(
+            f"{path} has mode {oct(stat.S_IMODE(info.st_mode))}: others could read or change "
+            "it (`leasehold up` writes it 0600)"
+        )
+    if info.st_size > MAX_BOOK_BYTES:
+        raise UnusableBook(f"{path} is {info.st_size} bytes: not a file `leasehold up` wrote")
 
 
 def _parse(path: Path, content: Any) -> AddressBook:
