@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.cli.preflight import refuse, settings_or_exit
@@ -37,8 +38,16 @@ log = logging.getLogger("app.cli")
 WHAT_TO_SET = "set LEASEHOLD_REDIS_URL, or start `leasehold up` and run this from its directory"
 
 
-def process_settings_or_exit(**overrides: Any) -> tuple[Settings, AddressBook | None]:
-    """Settings of a process that connects to Redis, and the book it joined (or None).
+@dataclass(frozen=True)
+class Joined:
+    """The stack a process joined, and the variables it took from the book (names only)."""
+
+    book: AddressBook
+    adopted: tuple[str, ...]
+
+
+def process_settings_or_exit(**overrides: Any) -> tuple[Settings, Joined | None]:
+    """Settings of a process that connects to Redis, and the stack it joined (or None).
 
     Refuses (exit 2, one line) when no Redis is set and no live ``up`` runs from here.
     """
@@ -50,7 +59,7 @@ def process_settings_or_exit(**overrides: Any) -> tuple[Settings, AddressBook | 
         book, problem = None, str(exc)
     if settings.redis_url:
         if book is not None and book.redis_url == settings.redis_url:
-            return _joined(settings, book, overrides), book
+            return _joined(settings, book, overrides)
         return settings, None  # the user chose a Redis: the book is not about it
     if book is None:
         refuse(f"no Redis to use: {WHAT_TO_SET} ({problem or f'no {path}'})")
@@ -59,7 +68,7 @@ def process_settings_or_exit(**overrides: Any) -> tuple[Settings, AddressBook | 
             f"no Redis to use: {path} is stale: its Redis at {redacted(book.redis_url)} does "
             f"not answer (has `leasehold up` stopped?); {WHAT_TO_SET}"
         )
-    return _joined(settings, book, overrides), book
+    return _joined(settings, book, overrides)
 
 
 def client_settings_or_exit(api_url: str | None = None) -> Settings:
@@ -81,18 +90,21 @@ def client_settings_or_exit(api_url: str | None = None) -> Settings:
             "no longer runs"
         )
         return settings
-    joined = _joined(settings, book, {})
+    joined, _ = _joined(settings, book, {})
     _say(book.describe())
     return joined
 
 
-def log_addresses(settings: Settings, book: AddressBook | None, *, api: str | None) -> None:
-    """The process's one line naming its Redis and the API it uses, passwords masked.
+def log_addresses(settings: Settings, joined: Joined | None, *, api: str | None) -> None:
+    """The process's one line naming its Redis and the API it uses, passwords masked; and,
+    when it joined ``up``'s stack, which settings it took from there (names, never values).
 
     ``api``: the API it reaches or serves (None: it uses none, the reconciler).
     """
-    if book is not None:
-        log.info("%s", book.describe())
+    if joined is not None:
+        log.info("%s", joined.book.describe())
+        if joined.adopted:
+            log.info("settings from its address book: %s", ", ".join(joined.adopted))
         return
     redis_url = redacted(settings.resolved_redis_url())
     if api is None:
@@ -101,16 +113,21 @@ def log_addresses(settings: Settings, book: AddressBook | None, *, api: str | No
         log.info("Redis %s (LEASEHOLD_REDIS_URL), API %s", redis_url, redacted(api))
 
 
-def _joined(settings: Settings, book: AddressBook, overrides: dict[str, Any]) -> Settings:
+def _joined(
+    settings: Settings, book: AddressBook, overrides: dict[str, Any]
+) -> tuple[Settings, Joined]:
     """``settings`` with the book's values for what its user did not set."""
     from app.settings import Settings, load_settings
 
     own = settings.model_fields_set | PROCESS_OWN
-    for variable, name in field_names(book.settings).items():
+    adopted = []
+    for variable, name in sorted(field_names(book.settings).items()):
         if name in Settings.model_fields and name not in own:
             os.environ[variable] = book.settings[variable]
+            adopted.append(variable)
     try:
-        return load_settings(**overrides)  # read again: the environment holds the book's
+        # read again: the environment holds the book's values now
+        return load_settings(**overrides), Joined(book, tuple(adopted))
     except ConfigurationError as exc:
         refuse(f"{book.path} (written by `leasehold up`) holds an {exc}")
 

@@ -26,7 +26,13 @@ def put_first_on_path(app_dir: Path) -> Path:
     ``sys.path`` keeps its place (``python -m`` put the working directory first already).
     """
     resolved = Path(app_dir).expanduser().resolve()
-    if not resolved.is_dir():
+    try:
+        found = resolved.is_dir()
+    except OSError as exc:  # a name too long, a directory we may not search
+        raise ConfigurationError(
+            f"invalid setting LEASEHOLD_APP_DIR: {exc.strerror} (--app-dir or LEASEHOLD_APP_DIR)"
+        ) from None
+    if not found:
         raise ConfigurationError(
             f"invalid setting LEASEHOLD_APP_DIR: {resolved} is not a directory (it is where "
             "your handler modules are imported from; --app-dir or LEASEHOLD_APP_DIR)"

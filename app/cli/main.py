@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from app.cli.address import client_settings_or_exit, log_addresses, process_settings_or_exit
 from app.cli.api_calls import EXIT_FAILED
 from app.cli.api_calls import api_client as _api
 from app.cli.api_calls import fail as _fail
@@ -172,6 +171,7 @@ def api(
 
     from app.api.app import create_app
     from app.api.server import uvicorn_options
+    from app.cli.address import log_addresses, process_settings_or_exit
 
     settings, book = process_settings_or_exit(api_host=host, api_port=port, app_dir=app_dir)
     registry = handlers_or_exit(settings)
@@ -220,6 +220,7 @@ def worker(
 
     import_redis()  # first: before the worker's modules (or a handler's) import redis
     from app import event_loop
+    from app.cli.address import log_addresses, process_settings_or_exit
     from app.executor.worker import Worker
 
     settings, book = process_settings_or_exit(
@@ -263,6 +264,7 @@ def gate(
     """Forward to --upstream only calls carrying a current lease token (ctx.lease_token)."""
     import uvicorn
 
+    from app.cli.address import client_settings_or_exit
     from app.tokens.gate import gate_app
     from app.tokens.verify import LeaseVerifier
 
@@ -289,6 +291,7 @@ def reconciler() -> None:
     """Run a standalone reconciler (one also runs inside every worker by default)."""
     import asyncio
 
+    from app.cli.address import log_addresses, process_settings_or_exit
     from app.reconciler.reconciler import run_standalone
 
     settings, book = process_settings_or_exit()
@@ -388,6 +391,7 @@ def probe_api(
     path: Annotated[str, typer.Option(help="Path to GET on this host's API.")] = "/readyz",
 ) -> None:
     """The API answers PATH with a 2xx (sends a configured key, if any)."""
+    from app.cli.address import client_settings_or_exit
     from app.cli.probes import probe_api as check
 
     _report(check(client_settings_or_exit(), path))
@@ -396,6 +400,7 @@ def probe_api(
 @probe_app.command("redis")
 def probe_redis() -> None:
     """Redis is reachable and the scripts are loaded."""
+    from app.cli.address import process_settings_or_exit
     from app.cli.probes import probe_redis as check
 
     _report(check(process_settings_or_exit()[0]))
@@ -404,6 +409,7 @@ def probe_redis() -> None:
 @probe_app.command("worker")
 def probe_worker() -> None:
     """A worker on this host heartbeats (passes while Redis is unreachable)."""
+    from app.cli.address import process_settings_or_exit
     from app.cli.probes import probe_worker as check
 
     _report(check(process_settings_or_exit()[0]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from app.builds import BUILD_ID_PATTERN
 from app.settings.group import DAY_S, HOUR_S, CommaList, SettingsGroup
@@ -84,6 +84,19 @@ class WorkerSettings(SettingsGroup):
         default="uvloop",
         description="The worker's event loop: uvloop (the standard one where it is not installed)",
     )
+
+    @field_validator("handlers")
+    @classmethod
+    def _check_module_names(cls, value: list[str]) -> list[str]:
+        for module in value:
+            if not all(part.isidentifier() for part in module.split(".")):
+                # shown before any import: a path or `module:function` would only fail later,
+                # as a stranger ImportError (or a TypeError for a leading dot)
+                raise ValueError(
+                    "not module names: dotted Python names, comma-separated "
+                    "(mypkg.handlers), not a path or module:function"
+                )
+        return value
 
     @property
     def demo_enabled(self) -> bool:

@@ -143,6 +143,26 @@ async def test_a_worker_finds_the_handler_package_in_its_directory(
     await started.wait_for(elsewhere, "serving queues default")
 
 
+@pytest.mark.parametrize("where", ["empty", "non-ascii"])
+async def test_an_empty_or_non_ascii_app_dir_works(
+    project: Path, started: Started, redis_url: str, prefix: str, where: str
+) -> None:
+    env = {"LEASEHOLD_REDIS_URL": redis_url, "LEASEHOLD_PREFIX": prefix}
+    if where == "empty":  # empty: the working directory
+        worker = started.start(
+            "worker", cwd=project, LEASEHOLD_HANDLERS="mypkg.handlers", LEASEHOLD_APP_DIR="",
+            **env,
+        )  # fmt: skip
+    else:
+        moved = project.parent / "projé ct"
+        os.rename(project, moved)
+        worker = started.start(
+            "worker", "--app-dir", str(moved), cwd=moved.parent,
+            LEASEHOLD_HANDLERS="mypkg.handlers", **env,
+        )  # fmt: skip
+    await started.wait_for(worker, "serving queues default")
+
+
 def test_a_handler_package_not_found_says_where_it_looked_and_how_to_fix_it(
     project: Path,
 ) -> None:
@@ -298,6 +318,12 @@ async def test_up_with_your_handlers_a_second_terminal_and_a_replica(
     replica = started.start("worker", cwd=project, **here)
     await started.wait_for(replica, "serving queues default")
     assert "using the stack started by `leasehold up` in " in started.log(replica)
+    taken = next(
+        line for line in started.log(replica).splitlines() if "from its address book" in line
+    )
+    for name in ("APP_DIR", "DRAIN_TIMEOUT_S", "HANDLERS", "LEASE_TTL_S", "REDIS_URL"):
+        assert f"LEASEHOLD_{name}" in taken
+    assert "LEASEHOLD_STATE_DIR" not in taken and password not in taken
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
         workers = await eventually(
             lambda: http.get("/workers"),
