@@ -205,3 +205,12 @@ async def test_no_process_start_prints_a_secret(secret_redis: str, tmp_path: Pat
 
 async def _read(path: Path) -> str:
     return path.read_text(errors="replace")  # noqa: ASYNC240 (a small log file, polled)
+
+
+def test_the_checkout_s_env_file_is_never_committed() -> None:
+    # `cp .env.example .env` is how settings are kept (README "Configuration"): it may hold
+    # LEASEHOLD_REDIS_URL with its password and LEASEHOLD_API_KEYS
+    done = subprocess.run(
+        ["git", "check-ignore", "--quiet", "--no-index", ".env"], cwd=REPO_ROOT, check=False
+    )
+    assert done.returncode == 0, ".env is not in .gitignore"
