@@ -10,6 +10,7 @@ holding it. Each output is grepped for the two secrets.
 from __future__ import annotations
 
 import secrets
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ from tests.support.processes import REPO_ROOT, env_without_settings
 PASSWORD = f"planted-pw-{secrets.token_hex(8)}"
 API_KEY = f"planted-key-{secrets.token_hex(8)}"
 COMMAND_TIMEOUT_S = 30.0
+STOP_S = 40.0  # a worker's drain (30 s by default) and up's children's stop
 # commands that serve until stopped, or start a private stack: their start is checked below
 SERVERS = {("up",), ("api",), ("worker",), ("gate",), ("reconciler",)}
 
@@ -164,11 +166,17 @@ class Logs:
         self.started.append((popen, log))
         return log
 
-    def kill(self) -> None:
+    def stop(self) -> None:
+        """SIGTERM (`up` stops the children it started), then SIGKILL what is still there."""
         for popen, _ in self.started:
             if popen.poll() is None:
+                popen.send_signal(signal.SIGTERM)
+        for popen, _ in self.started:
+            try:
+                popen.wait(timeout=STOP_S)
+            except subprocess.TimeoutExpired:
                 popen.kill()
-            popen.wait(timeout=30)
+                popen.wait(timeout=10)
 
 
 async def test_no_process_start_prints_a_secret(secret_redis: str, tmp_path: Path) -> None:
@@ -196,7 +204,7 @@ async def test_no_process_start_prints_a_secret(secret_redis: str, tmp_path: Pat
         assert "already runs from this directory" in refusal and "redis://:***@" in refusal
         assert not planted(refusal), refusal
     finally:
-        logs.kill()
+        logs.stop()
     for what, (log, _) in started.items():
         text = log.read_text()
         assert "Redis redis://:***@127.0.0.1:" in text, f"{what} log names no Redis:\n{text}"

@@ -98,8 +98,15 @@ class Started:
         await eventually(logged, until=lambda log: text in log, what=f"{text!r} in the log")
 
     def reap(self) -> None:
+        """SIGTERM first: `up` then stops the children it started in process groups of
+        their own (a SIGKILL of `up` would leave them running); SIGKILL what is left."""
         for popen, _ in self.popens:
             if popen.poll() is None:
+                popen.send_signal(signal.SIGTERM)
+        for popen, _ in self.popens:
+            try:
+                popen.wait(timeout=STOP_S)
+            except subprocess.TimeoutExpired:
                 os.killpg(popen.pid, signal.SIGKILL)
                 popen.wait(timeout=10)
 
