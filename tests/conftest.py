@@ -36,14 +36,15 @@ pytest_plugins = [
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """``LEASEHOLD_ENV_FILE=""`` for the session: a developer's ``.env`` changes no test.
+    """``LEASEHOLD_ENV_FILE=""`` for the session: a developer's ``.env`` changes no test, and
+    a state directory without an address book: nor does a ``leasehold up`` they run.
 
     Set in this process's environment, so every child a test starts inherits it.
     """
     # imported here: a plugin module imported before pytest registers it is not rewritten
-    from tests.support.processes import NO_ENV_FILE
+    from tests.support.processes import ISOLATED
 
-    os.environ.update(NO_ENV_FILE)
+    os.environ.update(ISOLATED)
 
 
 @pytest.fixture(scope="session")

@@ -320,12 +320,16 @@ def test_worker_help_lists_every_flag() -> None:
         (("--queues", "no spaces"), {}, "invalid setting LEASEHOLD_QUEUES"),
         ((), {}, "no handlers: set LEASEHOLD_HANDLERS"),
         ((), {"LEASEHOLD_HANDLERS": "nobody.wrote.this"}, "invalid setting LEASEHOLD_HANDLERS"),
+        ((), {"LEASEHOLD_HANDLERS": "mypkg/handlers.py"}, "invalid setting LEASEHOLD_HANDLERS"),
+        ((), {"LEASEHOLD_HANDLERS": ".relative"}, "invalid setting LEASEHOLD_HANDLERS"),
+        (("--app-dir", "d" * 5000), {"LEASEHOLD_HANDLERS": "app.demo"}, "invalid setting"),
     ],
 )
 def test_a_refused_worker_says_why_in_one_line_and_exits_2(
     args: tuple[str, ...], env: dict[str, str], says: str
 ) -> None:
-    done = leasehold("worker", *args, env=env)
+    # a Redis named (never reached): without one, that is the refusal (tests/process/test_first_day)
+    done = leasehold("worker", *args, env={"LEASEHOLD_REDIS_URL": "redis://127.0.0.1:1/0", **env})
     assert done.returncode == 2
     assert one_error_line(done).startswith(f"leasehold: {says}")
 

@@ -137,6 +137,7 @@ def test_a_worker_started_by_the_console_script_imports_no_api_and_no_http_clien
     code = (
         "import asyncio, os, sys\n"
         "os.environ['LEASEHOLD_HANDLERS'] = 'app.demo'\n"
+        "os.environ['LEASEHOLD_REDIS_URL'] = 'redis://127.0.0.1:1/0'  # not reached\n"
         "os.environ['LEASEHOLD_WORKER_EVENT_LOOP'] = 'asyncio'  # so asyncio.run serves\n"
         "def serve(worker_run):\n"
         "    worker_run.close()\n"
@@ -158,6 +159,7 @@ def test_a_worker_with_tracing_off_imports_no_opentelemetry() -> None:
     code = (
         "import asyncio, os, sys\n"
         "os.environ['LEASEHOLD_HANDLERS'] = 'app.demo'\n"
+        "os.environ['LEASEHOLD_REDIS_URL'] = 'redis://127.0.0.1:1/0'  # not reached\n"
         "os.environ['LEASEHOLD_WORKER_EVENT_LOOP'] = 'asyncio'\n"
         "def serve(worker_run):\n"
         "    worker_run.close()\n"

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from app.cli.preflight import settings_or_exit
 from app.errors import ApiError
 from app.namespaces import DEFAULT_NAMESPACE
 from app.render import error_words
@@ -54,10 +53,11 @@ def api_client(api_url: str | None, api_key: str | None = None) -> Iterator[Clie
     """
     # imported here, not at the top: httpx costs a command that never talks to the API
     # (`leasehold worker`, `up`) start-up time; without its own CLI (app.httpx_import)
+    from app.cli.address import client_settings_or_exit
     from app.client import Client
     from app.httpx_import import httpx
 
-    settings = settings_or_exit()
+    settings = client_settings_or_exit(api_url)
     url = api_url or settings.client_api_url
     try:
         namespace = settings.namespace if settings.namespace != DEFAULT_NAMESPACE else None
@@ -68,9 +68,15 @@ def api_client(api_url: str | None, api_key: str | None = None) -> Iterator[Clie
     except httpx.TransportError as exc:
         reason = str(exc) or type(exc).__name__
         raise fail(
-            f"cannot reach the API at {url} ({reason}); is it running? "
+            f"cannot reach the API at {_redacted(url)} ({reason}); is it running? "
             "(--api-url or LEASEHOLD_API_URL says where it is)"
         ) from None
+
+
+def _redacted(url: str) -> str:
+    from app.redaction import redacted
+
+    return redacted(url)
 
 
 def describe_problem(exc: ApiError) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -103,6 +104,14 @@ app.add_typer(builds_app, name="builds")
 app.add_typer(demo_app, name="demo")
 
 WAIT_POLL_S = 0.2
+AppDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--app-dir",
+        help="Directory put first on sys.path before LEASEHOLD_HANDLERS is imported "
+        "(default: LEASEHOLD_APP_DIR, else the current directory).",
+    ),
+]
 
 
 def with_demo(settings: Settings) -> Settings:
@@ -126,11 +135,16 @@ def up(
             "LEASEHOLD_HANDLERS.",
         ),
     ] = True,
+    app_dir: AppDir = None,
 ) -> None:
-    """Start everything: Redis (embedded unless LEASEHOLD_REDIS_URL is set), the API, workers."""
+    """Start everything: Redis (embedded unless LEASEHOLD_REDIS_URL is set), the API, workers.
+
+    Handlers are imported from the app dir (the current directory by default) and
+    LEASEHOLD_HANDLERS; STATE_DIR/stack.json tells other terminals' commands where it all is.
+    """
     from app.stack.stack import Stack
 
-    settings = settings_or_exit(api_port=port)
+    settings = settings_or_exit(api_port=port, app_dir=app_dir)
     if demo:
         settings = with_demo(settings)
     # fail here, before anything starts, not in every child
@@ -150,16 +164,19 @@ def up(
 def api(
     host: Annotated[str | None, typer.Option(help="Bind address.")] = None,
     port: Annotated[int | None, typer.Option(help="Port.")] = None,
+    app_dir: AppDir = None,
 ) -> None:
-    """Serve the HTTP API (uvicorn)."""
+    """Serve the HTTP API (uvicorn). Imports LEASEHOLD_HANDLERS from the app dir."""
     import uvicorn
 
     from app.api.app import create_app
     from app.api.server import uvicorn_options
+    from app.cli.address import log_addresses, process_settings_or_exit
 
-    settings = settings_or_exit(api_host=host, api_port=port)
+    settings, book = process_settings_or_exit(api_host=host, api_port=port, app_dir=app_dir)
     registry = handlers_or_exit(settings)
     configure_logging(settings.log_level, settings.log_format)
+    log_addresses(settings, book, api=f"http://{settings.api_host}:{settings.api_port}")
     application = create_app(settings, registry)
     if settings.demo_enabled:
         # the demo's fake model, for demo.agent: mounted by what enables the demo
@@ -192,22 +209,30 @@ def worker(
     no_reconciler: Annotated[
         bool, typer.Option("--no-reconciler", help="Do not run a reconciler inside.")
     ] = False,
+    app_dir: AppDir = None,
 ) -> None:
-    """Run an executor: claim runs, hold their leases, drain on SIGTERM."""
+    """Run an executor: claim runs, hold their leases, drain on SIGTERM.
+
+    Runs the handlers of the modules LEASEHOLD_HANDLERS names (mypkg.handlers), imported
+    from the app dir. Started where `leasehold up` runs, it joins that stack.
+    """
     from app.imports import import_redis
 
     import_redis()  # first: before the worker's modules (or a handler's) import redis
     from app import event_loop
+    from app.cli.address import log_addresses, process_settings_or_exit
     from app.executor.worker import Worker
 
-    settings = settings_or_exit(
+    settings, book = process_settings_or_exit(
         queues=queues,
         concurrency=concurrency,
         lease_ttl_s=lease_ttl_s,
         reconciler_enabled=False if no_reconciler else None,
+        app_dir=app_dir,
     )
     registry = runnable_handlers_or_exit(settings)
     configure_logging(settings.log_level, settings.log_format)
+    log_addresses(settings, book, api=settings.client_api_url)
     tracing_or_exit(settings, "leasehold-worker")
     # the worker settles the collector (app.startup) once it is connected
     event_loop.run(Worker(settings, registry).run(), settings.worker_event_loop)
@@ -239,10 +264,11 @@ def gate(
     """Forward to --upstream only calls carrying a current lease token (ctx.lease_token)."""
     import uvicorn
 
+    from app.cli.address import client_settings_or_exit
     from app.tokens.gate import gate_app
     from app.tokens.verify import LeaseVerifier
 
-    settings = settings_or_exit()
+    settings = client_settings_or_exit(api)
     configure_logging(settings.log_level, settings.log_format)
     verifier = LeaseVerifier(
         audience=audience,
@@ -265,10 +291,12 @@ def reconciler() -> None:
     """Run a standalone reconciler (one also runs inside every worker by default)."""
     import asyncio
 
+    from app.cli.address import log_addresses, process_settings_or_exit
     from app.reconciler.reconciler import run_standalone
 
-    settings = settings_or_exit()
+    settings, book = process_settings_or_exit()
     configure_logging(settings.log_level, settings.log_format)
+    log_addresses(settings, book, api=None)
     settle()
     asyncio.run(run_standalone(settings))
 
@@ -363,25 +391,28 @@ def probe_api(
     path: Annotated[str, typer.Option(help="Path to GET on this host's API.")] = "/readyz",
 ) -> None:
     """The API answers PATH with a 2xx (sends a configured key, if any)."""
+    from app.cli.address import client_settings_or_exit
     from app.cli.probes import probe_api as check
 
-    _report(check(settings_or_exit(), path))
+    _report(check(client_settings_or_exit(), path))
 
 
 @probe_app.command("redis")
 def probe_redis() -> None:
     """Redis is reachable and the scripts are loaded."""
+    from app.cli.address import process_settings_or_exit
     from app.cli.probes import probe_redis as check
 
-    _report(check(settings_or_exit()))
+    _report(check(process_settings_or_exit()[0]))
 
 
 @probe_app.command("worker")
 def probe_worker() -> None:
     """A worker on this host heartbeats (passes while Redis is unreachable)."""
+    from app.cli.address import process_settings_or_exit
     from app.cli.probes import probe_worker as check
 
-    _report(check(settings_or_exit()))
+    _report(check(process_settings_or_exit()[0]))
 
 
 def _report(result: ProbeResult) -> None:

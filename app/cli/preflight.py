@@ -37,13 +37,24 @@ def settings_or_exit(**overrides: Any) -> Settings:
 
 
 def handlers_or_exit(settings: Settings) -> HandlerRegistry:
-    """Import LEASEHOLD_HANDLERS; a module that cannot be found is a setting error (exit 2)."""
+    """Import LEASEHOLD_HANDLERS from the app dir (first on ``sys.path``).
+
+    A module that cannot be found is a setting error (exit 2), in one line saying
+    where Python looked and how to make it findable (:mod:`app.cli.app_dir`).
+    """
+    from app.cli.app_dir import import_failure, put_first_on_path
     from app.handlers import load_handler_modules
 
     try:
-        return load_handler_modules(settings.handlers)
-    except ImportError as exc:
-        refuse(f"invalid setting LEASEHOLD_HANDLERS: {exc}")
+        app_dir = put_first_on_path(settings.app_dir)
+    except ConfigurationError as exc:
+        refuse(str(exc))
+    for module in settings.handlers:
+        try:
+            load_handler_modules([module])
+        except ImportError as exc:
+            refuse(import_failure(module, exc, app_dir))
+    return load_handler_modules([])
 
 
 def runnable_handlers_or_exit(settings: Settings) -> HandlerRegistry:

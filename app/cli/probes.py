@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
+from app.redaction import redacted
 from app.settings import Settings
 from app.store.health import check_readiness
 from app.store.leases import workers
@@ -58,8 +59,8 @@ def probe_api(settings: Settings, path: str) -> ProbeResult:
             url, headers=headers, timeout=PROBE_TIMEOUT_S, verify=verifies(settings.client_api_url)
         )
     except httpx.HTTPError as exc:
-        return ProbeResult(False, f"{url}: {exc.__class__.__name__}")
-    return ProbeResult(response.is_success, f"{url}: HTTP {response.status_code}")
+        return ProbeResult(False, f"{redacted(url)}: {exc.__class__.__name__}")
+    return ProbeResult(response.is_success, f"{redacted(url)}: HTTP {response.status_code}")
 
 
 def probe_redis(settings: Settings) -> ProbeResult:

@@ -1,7 +1,9 @@
 """Redis: where it is, how keys are named, how writes are acknowledged, how the API pools it.
 
-Also the Redis ``leasehold up`` embeds (its state directory and port), and how a
-process finds it when ``LEASEHOLD_REDIS_URL`` is unset.
+Also the Redis ``leasehold up`` embeds (its state directory and port). There is no
+implicit Redis: a process started without ``LEASEHOLD_REDIS_URL`` uses the stack
+``leasehold up`` runs from its directory (the address book in ``state_dir``, read by
+:mod:`app.cli.address`), or refuses to start.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from pathlib import Path
 
 from pydantic import Field, field_validator
 
+from app.errors import ConfigurationError
 from app.namespaces import DEFAULT_NAMESPACE, NAMESPACE_PATTERN, namespace_prefix
 from app.redis_url import parse_redis_url
 from app.settings.group import POOL_WAIT_MAX_S, SettingsGroup
@@ -20,7 +23,9 @@ class RedisSettings(SettingsGroup):
 
     redis_url: str | None = Field(
         default=None,
-        description="Redis to use; unset means the one `leasehold up` embedded, else localhost. "
+        description="Redis to use; unset means the one of the `leasehold up` running from "
+        "this directory (its address book, STATE_DIR/stack.json), else none: a process "
+        "refuses to start. "
         "redis:// or rediss:// for one node, redis+cluster://host:port,host:port for Redis "
         "Cluster, redis+sentinel://host:port,host:port/service_name for Sentinel",
     )
@@ -76,8 +81,9 @@ class RedisSettings(SettingsGroup):
     )
     state_dir: Path = Field(
         default=Path(".leasehold"),
-        description="Where `leasehold up` keeps the embedded Redis (AOF, log, redis.url with "
-        "its password, redis.port)",
+        description="Where `leasehold up` keeps the embedded Redis (AOF, log, redis.port) and "
+        "its address book (stack.json, mode 0600: the API's URL, Redis's with its password, "
+        "the settings it started its children with)",
     )
     embedded_redis_port: int = Field(
         default=0,
@@ -106,19 +112,20 @@ class RedisSettings(SettingsGroup):
         return max(1, round(self.replica_ack_timeout_s * 1000))
 
     @property
-    def embedded_redis_url_file(self) -> Path:
-        """Where `leasehold up` writes the URL of the Redis it started, for other commands."""
-        return self.state_dir / "redis.url"
+    def stack_file(self) -> Path:
+        """Where `leasehold up` writes its address book, for the commands started beside it."""
+        return self.state_dir / "stack.json"
 
     def resolved_redis_url(self) -> str:
-        """The Redis URL to connect to: configured, else the embedded one, else localhost.
+        """The Redis URL to connect to; raises :class:`ConfigurationError` when none is set.
 
-        Other terminals' ``leasehold worker`` find the Redis started by ``leasehold up``
-        through the URL file it writes under ``state_dir``.
+        Never a default: a process that quietly used ``127.0.0.1:6379`` would serve
+        whoever owns it. The CLI fills ``redis_url`` from ``leasehold up``'s address book
+        before anything connects (:mod:`app.cli.address`).
         """
-        if self.redis_url:
-            return self.redis_url
-        url_file = self.embedded_redis_url_file
-        if url_file.is_file():
-            return url_file.read_text().strip()
-        return "redis://127.0.0.1:6379/0"
+        if not self.redis_url:
+            raise ConfigurationError(
+                "no Redis to use: set LEASEHOLD_REDIS_URL, or start `leasehold up` and run "
+                "this from its directory"
+            )
+        return self.redis_url

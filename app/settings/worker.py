@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from app.builds import BUILD_ID_PATTERN
 from app.settings.group import DAY_S, HOUR_S, CommaList, SettingsGroup
@@ -59,6 +60,12 @@ class WorkerSettings(SettingsGroup):
         "none by default: a worker without handlers exits 2. `leasehold up` adds the demo's "
         "(app.demo), which also serves /demo/model",
     )
+    app_dir: Path = Field(
+        default=Path("."),
+        description="Directory put first on sys.path before LEASEHOLD_HANDLERS is imported "
+        "(as uvicorn's --app-dir): your handler package is found where you start the "
+        "process; `leasehold up` hands its children the absolute path",
+    )
     drain_timeout_s: float = Field(
         default=30.0,
         ge=0,
@@ -77,6 +84,19 @@ class WorkerSettings(SettingsGroup):
         default="uvloop",
         description="The worker's event loop: uvloop (the standard one where it is not installed)",
     )
+
+    @field_validator("handlers")
+    @classmethod
+    def _check_module_names(cls, value: list[str]) -> list[str]:
+        for module in value:
+            if not all(part.isidentifier() for part in module.split(".")):
+                # shown before any import: a path or `module:function` would only fail later,
+                # as a stranger ImportError (or a TypeError for a leading dot)
+                raise ValueError(
+                    "not module names: dotted Python names, comma-separated "
+                    "(mypkg.handlers), not a path or module:function"
+                )
+        return value
 
     @property
     def demo_enabled(self) -> bool:

@@ -1,9 +1,11 @@
 """``leasehold up``: one command that starts the whole system on one machine.
 
 Starts Redis (embedded, with AOF under ``state_dir``, unless LEASEHOLD_REDIS_URL
-is set), writes its URL to ``state_dir/redis.url`` so that ``leasehold worker``
-in another terminal finds it, then the API and N workers as child processes,
-and says "ready" once the API answers.
+is set), writes its address book ``state_dir/stack.json`` (the API's URL, Redis's,
+and the settings it hands its children: :mod:`app.stack.address_book`) so that
+``leasehold submit`` or a replica ``leasehold worker`` in another terminal finds the
+same stack, then the API and N workers as child processes, and says "ready" once the
+API answers.
 
 Stopping: Ctrl-C, SIGTERM or SIGHUP sends each child exactly one SIGTERM, the
 workers first, so they drain (finish, then release what is left) while the API
@@ -29,16 +31,21 @@ import time
 from pathlib import Path
 from types import FrameType
 
-import redis
-
 from app.errors import LeaseholdError
+from app.redaction import redacted
 from app.settings import Settings
+from app.stack.address_book import (
+    AddressBook,
+    UnusableBook,
+    read_book,
+    remove_book,
+    stack_settings,
+    write_book,
+)
 from app.stack.embedded import EmbeddedRedis
 from app.stack.processes import Child, ProcessNotReady, child_env, spawn, stop_all, wait_healthy
-from app.store.redis.connection import sync_client
 
 log = logging.getLogger(__name__)
-PRIVATE_FILE_MODE = 0o600
 
 POLL_S = 0.1
 CHILD_STOP_GRACE_S = 10.0
@@ -73,18 +80,19 @@ class Stack:
         self._check_api_port()
         # one INFO line per health probe would drown the children's output in the terminal
         logging.getLogger("httpx").setLevel(logging.WARNING)
-        if not self.settings.redis_url:
-            self._check_not_running_here()
+        self._check_not_running_here()
         for sig in STOP_SIGNALS:
             signal.signal(sig, self._on_signal)
         embedded = None if self.settings.redis_url else self._start_redis()
+        book: AddressBook | None = None
         try:
             if self.stopping:
                 return  # interrupted while Redis was starting
-            # the children load what `up` checked: the demo's handlers included (see cli.up)
-            env = child_env({"LEASEHOLD_HANDLERS": ",".join(self.settings.handlers)})
-            if embedded is not None:
-                env["LEASEHOLD_REDIS_URL"] = embedded.url
+            url = embedded.url if embedded is not None else self.settings.resolved_redis_url()
+            book = self._write_book(url)
+            # the children are told what the book says (it is what they were started with):
+            # the demo's handlers included (see cli.up), the app dir, Redis, the API's URL
+            env = child_env(book.settings)
             # flags, not the environment: `up --port` must reach the API
             api_address = ["--host", self.settings.api_host, "--port", str(self.settings.api_port)]
             self._spawn("api", ["api", *api_address], env)
@@ -94,9 +102,10 @@ class Stack:
             self._watch()
         finally:
             self._stop_children()
+            if book is not None:
+                remove_book(book.path)
             if embedded is not None:
                 embedded.stop()
-                self.settings.embedded_redis_url_file.unlink(missing_ok=True)
             log.info("stopped")
 
     def _local_api_url(self) -> str:
@@ -123,34 +132,52 @@ class Stack:
                 ) from None
 
     def _check_not_running_here(self) -> None:
-        """Two embedded Redis servers on one AOF directory would corrupt it."""
-        url_file = self.settings.embedded_redis_url_file
-        if not url_file.is_file():
-            return
-        url = url_file.read_text().strip()
+        """Refuse when this directory's book belongs to an ``up`` that still runs.
+
+        Two embedded Redis servers on one AOF directory would corrupt it, so a book
+        whose embedded Redis answers means "running" even if its ``up`` was killed
+        (its children live on). A book that cannot be read is replaced, with a word.
+        """
+        path = self.settings.stack_file
         try:
-            client = sync_client(url, socket_timeout_s=0.5, connect_timeout_s=0.5, retries=0)
-        except ValueError:
-            answering = False  # not a URL `up` wrote: nothing of ours runs there
-        else:
-            try:
-                answering = bool(client.ping())
-            except (redis.RedisError, OSError):
-                answering = False  # left behind by an `up` that was killed: reuse the directory
-            finally:
-                client.close()
-        if answering:
+            book = read_book(path)
+        except UnusableBook as exc:
+            log.warning("replacing %s: %s", path, exc)
+            return
+        if book is None or not book.redis_answers():
+            return  # none, or left behind by an `up` that was killed with its Redis
+        if book.embedded_redis or book.up_alive():
             raise StackError(
-                f"`leasehold up` already runs from this directory (its Redis is at {url}); "
-                f"stop it first, or run from another directory or LEASEHOLD_STATE_DIR"
+                f"`leasehold up` already runs from this directory (pid {book.pid}, its Redis "
+                f"at {redacted(book.redis_url)}); stop it first, or run from another "
+                "directory or LEASEHOLD_STATE_DIR"
             )
+
+    def _write_book(self, redis_url: str) -> AddressBook:
+        """The address book, written before any child starts (they are given its settings)."""
+        api_url = self._local_api_url()
+        book = write_book(
+            self.settings.stack_file,
+            pid=os.getpid(),
+            directory=Path.cwd(),
+            embedded_redis=not self.settings.redis_url,
+            settings=stack_settings(self.settings, redis_url=redis_url, api_url=api_url),
+        )
+        log.info(
+            "address book %s: API %s, Redis %s, app dir %s",
+            book.path,
+            api_url,
+            redacted(redis_url),
+            book.settings["LEASEHOLD_APP_DIR"],
+        )
+        return book
 
     def _start_redis(self) -> EmbeddedRedis:
         """Redis with a new random password, on the port this directory used last if free.
 
-        Its URL (with the password) goes to ``state_dir/redis.url``, readable by this
-        user only; the port is remembered in ``state_dir/redis.port``, so a worker
-        started from another terminal finds it again after a restart of ``up``.
+        Its URL (with the password) goes to the address book, readable by this user
+        only; the port is remembered in ``state_dir/redis.port``, so a worker started
+        from another terminal finds it again after a restart of ``up``.
         """
         state_dir = self.settings.state_dir
         embedded = EmbeddedRedis(
@@ -164,13 +191,12 @@ class Stack:
         except LeaseholdError as exc:
             embedded.stop()
             raise StackError(f"{exc} (its log: {embedded.log_file})") from None
-        _write_private(self.settings.embedded_redis_url_file, embedded.url + "\n")
         self._port_file.write_text(f"{embedded.port}\n")
         log.info(
             "embedded %s on %s, password in %s (AOF in %s)",
             embedded.binary.describe() if embedded.binary else "redis-server",
             embedded.address,
-            self.settings.embedded_redis_url_file,
+            self.settings.stack_file,
             embedded.data_dir,
         )
         return embedded
@@ -265,12 +291,3 @@ class Stack:
             log.info("workers stopped; stopping the API")
         for child in stop_all(api, CHILD_STOP_GRACE_S):
             log.warning("%s (pid %d) did not stop in time: killed it", child.name, child.pid)
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` readable and writable by this user only (it holds a secret)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE)
-    os.fchmod(descriptor, PRIVATE_FILE_MODE)  # an older file keeps its mode through O_CREAT
-    with os.fdopen(descriptor, "w") as out:
-        out.write(text)

@@ -8,6 +8,7 @@ terminal's Ctrl-C does.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -30,6 +31,8 @@ from tests.support.polling import eventually
 from tests.support.processes import env_without_settings
 
 DRAIN_S = 2.0
+# the default state directory, as on a fresh checkout (the session names one no `up` uses)
+STATE_HERE = {"LEASEHOLD_STATE_DIR": ".leasehold"}
 STOP_SLACK_S = 15.0  # the drain, then the API's shutdown and Redis flushing its AOF
 
 
@@ -81,8 +84,13 @@ class Up:
         return f"http://127.0.0.1:{self.port}"
 
     @property
-    def redis_url_file(self) -> Path:
-        return self.cwd / ".leasehold" / "redis.url"
+    def book_file(self) -> Path:
+        return self.cwd / ".leasehold" / "stack.json"
+
+    def redis_url(self) -> str:
+        """The embedded Redis's URL, with its password, from up's address book."""
+        url: str = json.loads(self.book_file.read_text())["settings"]["LEASEHOLD_REDIS_URL"]
+        return url
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -131,7 +139,9 @@ class Ups:
             popen = subprocess.Popen(
                 [sys.executable, "-m", "app.cli", "up", "--port", str(port), *args],
                 cwd=self.cwd,
-                env=env_without_settings(LEASEHOLD_DRAIN_TIMEOUT_S=str(DRAIN_S), **extra_env),
+                env=env_without_settings(
+                    LEASEHOLD_DRAIN_TIMEOUT_S=str(DRAIN_S), **STATE_HERE, **extra_env
+                ),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -141,12 +151,12 @@ class Ups:
         return up
 
     def worker(self) -> subprocess.Popen[bytes]:
-        """``LEASEHOLD_HANDLERS=app.demo leasehold worker`` from another terminal, same dir."""
+        """``leasehold worker`` from another terminal, same dir, nothing set: up's settings."""
         with (self.logs / "worker.log").open("wb") as out:
             popen = subprocess.Popen(
                 [sys.executable, "-m", "app.cli", "worker"],
                 cwd=self.cwd,
-                env=env_without_settings(LEASEHOLD_HANDLERS="app.demo"),
+                env=env_without_settings(**STATE_HERE),
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
@@ -215,8 +225,8 @@ async def test_up_runs_everything_and_ctrl_c_stops_every_child(ups: Ups) -> None
         assert done["output"] == {"x": 1}
         pids = await worker_pids(http, 2)
         assert pids <= up.children
-        assert "@127.0.0.1:" in up.redis_url_file.read_text()
-        third = ups.worker()  # finds Redis through .leasehold/redis.url
+        assert "@127.0.0.1:" in up.redis_url()
+        third = ups.worker()  # finds Redis and the demo's handlers through .leasehold/stack.json
         assert third.pid in await worker_pids(http, 3)
         third.send_signal(signal.SIGTERM)
         assert third.wait(timeout=DRAIN_S + STOP_SLACK_S) == 0
@@ -226,7 +236,7 @@ async def test_up_runs_everything_and_ctrl_c_stops_every_child(ups: Ups) -> None
     assert up.exit_code_within(DRAIN_S + STOP_SLACK_S) == 0
     print(f"up stopped {time.monotonic() - stop_started:.2f}s after Ctrl-C (drain {DRAIN_S}s)")
     await all_exited(up.children)
-    assert not up.redis_url_file.exists()
+    assert not up.book_file.exists()
 
 
 def redis_pid(up: Up) -> int:
@@ -236,8 +246,8 @@ def redis_pid(up: Up) -> int:
 async def test_the_embedded_redis_needs_a_random_password_and_keeps_its_port(ups: Ups) -> None:
     first = ups.start("--workers", "0")
     await first.wait_ready()
-    url = urlsplit(first.redis_url_file.read_text().strip())
-    assert stat.S_IMODE(first.redis_url_file.stat().st_mode) == 0o600
+    url = urlsplit(first.redis_url())
+    assert stat.S_IMODE(first.book_file.stat().st_mode) == 0o600
     assert url.password and len(url.password) >= 24
     assert url.hostname == "127.0.0.1" and url.port
     assert not any(url.password in part for part in command_line(redis_pid(first)))
@@ -253,7 +263,7 @@ async def test_the_embedded_redis_needs_a_random_password_and_keeps_its_port(ups
     assert first.exit_code_within(STOP_SLACK_S) == 0
     second = ups.start("--workers", "0")
     await second.wait_ready()
-    again = urlsplit(second.redis_url_file.read_text().strip())
+    again = urlsplit(second.redis_url())
     assert again.port == url.port  # a worker started later finds it where it was
     assert again.password != url.password
     second.ctrl_c()
@@ -301,7 +311,7 @@ def test_up_refuses_a_port_that_is_taken_before_starting_anything(ups: Ups) -> N
         done = subprocess.run(
             [sys.executable, "-m", "app.cli", "up", "--port", str(port)],
             cwd=ups.cwd,
-            env=env_without_settings(),
+            env=env_without_settings(**STATE_HERE),
             capture_output=True,
             text=True,
             timeout=60,
@@ -319,6 +329,10 @@ async def test_a_second_up_in_the_same_directory_is_refused(ups: Ups) -> None:
     second = ups.start("--workers", "0")
     assert second.exit_code_within(30) == 1
     assert "already runs from this directory" in second.log()
+    # the URL it names has its password masked: the line lands in scrollback and CI logs
+    password = urlsplit(up.redis_url()).password
+    assert password and password not in second.log(), second.log()
+    assert "redis://:***@127.0.0.1:" in second.log()
     assert up.popen.poll() is None
     up.ctrl_c()
     assert up.exit_code_within(STOP_SLACK_S) == 0
@@ -332,4 +346,4 @@ async def test_up_stops_everything_when_the_api_dies(ups: Ups) -> None:
     assert up.exit_code_within(DRAIN_S + STOP_SLACK_S) == 1
     assert f"the API (pid {api_pid}) exited" in up.log()
     await all_exited(up.children)
-    assert not up.redis_url_file.exists()
+    assert not up.book_file.exists()

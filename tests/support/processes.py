@@ -35,15 +35,20 @@ HEALTHY_TIMEOUT_S = 120.0
 # no .env file is read by this session or its children: a developer's own (in the checkout,
 # where most children start) must not change what the tests start (tests/conftest.py)
 NO_ENV_FILE = {"LEASEHOLD_ENV_FILE": ""}
+# nor does any find the address book of a `leasehold up` a developer runs in the checkout
+# (app.cli.address): a state directory no test's `up` writes to (tests/process/test_up.py
+# names its own), so every child uses the Redis and API its test gives it
+NO_STACK = {"LEASEHOLD_STATE_DIR": str(REPO_ROOT / "test-artifacts" / "no-stack-here")}
+ISOLATED = NO_ENV_FILE | NO_STACK
 
 
 def env_without_settings(**extra: str) -> dict[str, str]:
     """This process's environment without its LEASEHOLD_* settings, for a child of the checkout.
 
-    No .env file is read either; ``extra`` goes on top.
+    No .env file is read either, nor an address book; ``extra`` goes on top.
     """
     env = {key: value for key, value in os.environ.items() if not key.startswith("LEASEHOLD_")}
-    return {**env, **NO_ENV_FILE, "PYTHONPATH": str(REPO_ROOT), **extra}
+    return {**env, **ISOLATED, "PYTHONPATH": str(REPO_ROOT), **extra}
 
 
 def python_prints(code: str) -> str:
