@@ -67,8 +67,9 @@ def test_an_exposed_api_without_trusted_hosts_refuses_to_start(processes: Proces
     api = processes.spawn("api", ["api", "--host", "0.0.0.0", "--port", "0"])
     assert api.wait(timeout_s=60) == 2
     lines = [line for line in api.log().splitlines() if line.strip()]
-    assert len(lines) == 1, lines
-    assert "LEASEHOLD_TRUSTED_HOSTS" in lines[0]
+    # the process's one start line (the Redis and API it uses), then the refusal: one line
+    assert len(lines) == 2 and " app.cli: Redis " in lines[0], lines
+    assert "LEASEHOLD_TRUSTED_HOSTS" in lines[1] and "Traceback" not in api.log()
 
 
 @pytest.mark.parametrize("bad", ["http://leasehold.example", "leasehold.example:8000", "a b"])
