@@ -136,6 +136,13 @@ def up(
         ),
     ] = True,
     app_dir: AppDir = None,
+    access_log: Annotated[
+        bool,
+        typer.Option(
+            "--access-log/--no-access-log",
+            help="Let the API log one line per request (off: the terminal is the children's).",
+        ),
+    ] = False,
 ) -> None:
     """Start everything: Redis (embedded unless LEASEHOLD_REDIS_URL is set), the API, workers.
 
@@ -155,7 +162,7 @@ def up(
     configure_logging(settings.log_level, settings.log_format)
     settle()
     try:
-        Stack(settings, workers=workers).run()
+        Stack(settings, workers=workers, access_log=access_log).run()
     except LeaseholdError as exc:
         raise _fail(str(exc)) from None
 
@@ -196,6 +203,7 @@ def api(
         log_level=settings.log_level.lower(),
         # None: uvicorn keeps its hands off logging, so its lines use LEASEHOLD_LOG_FORMAT too
         log_config=None,
+        access_log=settings.api_access_log,
         timeout_graceful_shutdown=5,
         **uvicorn_options(settings),  # connection limit, keep-alive and header timeouts
     )

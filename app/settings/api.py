@@ -28,6 +28,11 @@ class ApiSettings(SettingsGroup):
         description="Open HTTP connections one API process accepts (uvicorn limit_concurrency); "
         "past it 503 with Retry-After",
     )
+    api_access_log: bool = Field(
+        default=True,
+        description="One log line per HTTP request (uvicorn's access log); `leasehold up` "
+        "starts its API without it unless `--access-log`",
+    )
     api_keep_alive_s: float = Field(
         default=5.0,
         gt=0,

@@ -60,9 +60,12 @@ class StackError(LeaseholdError):
 class Stack:
     """Owns the child processes of ``leasehold up``."""
 
-    def __init__(self, settings: Settings, *, workers: int) -> None:
+    def __init__(self, settings: Settings, *, workers: int, access_log: bool = False) -> None:
         self.settings = settings
         self.workers = workers
+        # the API's access log in this terminal (up --access-log): off, a console polling
+        # every second would drown the workers' lines
+        self.access_log = access_log
         self.children: dict[str, Child] = {}
         self._signals = 0
 
@@ -95,7 +98,8 @@ class Stack:
             env = child_env(book.settings)
             # flags, not the environment: `up --port` must reach the API
             api_address = ["--host", self.settings.api_host, "--port", str(self.settings.api_port)]
-            self._spawn("api", ["api", *api_address], env)
+            access = {"LEASEHOLD_API_ACCESS_LOG": "true" if self.access_log else "false"}
+            self._spawn("api", ["api", *api_address], {**env, **access})
             for index in range(1, self.workers + 1):
                 self._spawn(f"worker-{index}", ["worker"], env)
             self._wait_for_api()

@@ -237,6 +237,8 @@ async def test_up_runs_everything_and_ctrl_c_stops_every_child(ups: Ups) -> None
     print(f"up stopped {time.monotonic() - stop_started:.2f}s after Ctrl-C (drain {DRAIN_S}s)")
     await all_exited(up.children)
     assert not up.book_file.exists()
+    # no access log by default: the terminal is the workers' (up --access-log turns it on)
+    assert '"POST /runs HTTP/1.1" 201' not in up.log()
 
 
 def redis_pid(up: Up) -> int:
@@ -271,7 +273,7 @@ async def test_the_embedded_redis_needs_a_random_password_and_keeps_its_port(ups
 
 
 async def test_ctrl_c_releases_a_run_in_flight_and_the_next_up_finishes_it(ups: Ups) -> None:
-    first = ups.start("--workers", "1")
+    first = ups.start("--workers", "1", "--access-log")
     await first.wait_ready()
     async with httpx.AsyncClient(base_url=first.url) as http:
         created = await http.post("/runs", json={"handler": "demo.sleep", "input": {"seconds": 4}})
@@ -291,6 +293,7 @@ async def test_ctrl_c_releases_a_run_in_flight_and_the_next_up_finishes_it(ups: 
     assert first.exit_code_within(DRAIN_S + STOP_SLACK_S) == 0
     log = first.log()
     assert "run released (drain): OK" in log, log
+    assert '"POST /runs HTTP/1.1" 201' in log, log  # --access-log: one line per request
     assert "drained: 0 finished, 1 released (0 of them prefetched, never started)" in log, log
     assert log.index("drained:") < log.index("workers stopped; stopping the API"), log
     second = ups.start("--workers", "1")
