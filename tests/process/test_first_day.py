@@ -18,8 +18,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.models import Run, RunStatus
 from app.stack.address_book import API_URL, REDIS_URL, write_book
 from app.stack.embedded import free_port
+from app.store.runs.new import NewRun
+from app.store.runs.store import RunStore
 from tests.support.polling import eventually
 from tests.support.processes import HEALTHY_TIMEOUT_S, Processes, env_without_settings
 
@@ -152,8 +155,9 @@ async def test_a_worker_finds_the_handler_package_in_its_directory(
 
 @pytest.mark.parametrize("where", ["empty", "non-ascii"])
 async def test_an_empty_or_non_ascii_app_dir_works(
-    project: Path, started: Started, redis_url: str, prefix: str, where: str
+    project: Path, started: Started, redis_url: str, prefix: str, where: str, run_store: RunStore
 ) -> None:
+    """The worker imports mypkg from that app dir: a run of its handler comes back done."""
     env = {"LEASEHOLD_REDIS_URL": redis_url, "LEASEHOLD_PREFIX": prefix}
     if where == "empty":  # empty: the working directory
         worker = started.start(
@@ -168,6 +172,13 @@ async def test_an_empty_or_non_ascii_app_dir_works(
             LEASEHOLD_HANDLERS="mypkg.handlers", **env,
         )  # fmt: skip
     await started.wait_for(worker, "serving queues default")
+    created = await run_store.create(NewRun(handler="greet", input={"name": "ünïcode"}))
+
+    async def run() -> Run:
+        return await run_store.get(created.run.id)
+
+    done = await eventually(run, until=lambda r: r.status.is_terminal, what="the greet run")
+    assert (done.status, done.output) == (RunStatus.SUCCEEDED, {"text": "hello ünïcode"})
 
 
 def test_a_handler_package_not_found_says_where_it_looked_and_how_to_fix_it(
