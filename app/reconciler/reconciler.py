@@ -178,11 +178,16 @@ class Reconciler:
         """Tell the queued runs pinned to a build that no live, claiming worker of their
         queue has why they wait (issue 36): a `wait` event naming the build, once.
 
-        Draining workers do not count: they claim nothing more.
+        Draining workers do not count: they claim nothing more. A deployment that pins
+        nothing pays one round trip a scan (which queues have pinned runs), not the
+        worker list and a script per queue.
         """
+        pinned = await self._builds.queues_with_pins(queues)
+        if not pinned:
+            return
         store = self._run_store
         workers = await list_workers(store.client, store.prefix, store.lease_ttl_ms)
-        for queue in queues:
+        for queue in pinned:
             live = {
                 info.build_id
                 for info in workers

@@ -105,6 +105,16 @@ class BuildStore(Store):
                     result.refused[run_id] = _refusal(code, status)
         return result
 
+    async def queues_with_pins(self, queues: Sequence[str]) -> list[str]:
+        """Those of ``queues`` that have open pinned runs, in one pipelined round trip."""
+        if not queues:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for queue in queues:
+            pipe.exists(self.keys(queue).pinned_builds)
+        found = await pipe.execute()
+        return [queue for queue, exists in zip(queues, found, strict=True) if exists]
+
     async def pinned_builds(self, queue: str) -> set[str]:
         """The builds that have open pinned runs in ``queue``."""
         return cast(set[str], await self.client.smembers(self.keys(queue).pinned_builds))
