@@ -18,6 +18,7 @@ from tools.chaos.checker import (
     check_stable,
     check_stale_writes,
     check_stream,
+    check_waiting_index,
     runs_across_builds,
 )
 from tools.chaos.workload import Follow
@@ -188,3 +189,15 @@ def test_a_pinned_run_claimed_by_another_build_is_pinned_elsewhere() -> None:
     assert kinds(check_pinned_builds(Snapshot({"w": wrong}, 0))) == ["pinned_elsewhere"]
     assert check_pinned_builds(Snapshot({"u": upgraded, "m": moved_freely}, 0)) == []
     assert kinds(check_pinned_builds(Snapshot({"r": retargeted}, 0))) == ["pinned_elsewhere"]
+
+
+def test_a_run_left_in_the_waiting_index_after_it_ended_is_a_stale_count() -> None:
+    parked = run("waiting", ("claimed", 1))
+    ended = run("succeeded", ("claimed", 1), ("succeeded", 1))
+    index = {"parked": 10_000.0, "ended": float("inf"), "vanished": 5.0}
+    snapshot = Snapshot({"parked": parked, "ended": ended}, 0, waiting=index)
+    found = check_waiting_index(snapshot)
+    assert sorted((v.run_id, v.kind) for v in found) == [
+        ("ended", "waiting_index_stale"),
+        ("vanished", "waiting_index_stale"),
+    ]

@@ -103,6 +103,8 @@ class Snapshot:
     runs: dict[str, StoredRun]
     now_ms: int
     leases: dict[str, int] = field(default_factory=dict)  # run id -> lease expiry ms
+    # run id -> when its durable wait ends (the queues' `waiting` index, GET /queues' count)
+    waiting: dict[str, float] = field(default_factory=dict)
 
 
 async def take_snapshot(client: aioredis.Redis, prefix: str) -> Snapshot:
@@ -116,6 +118,8 @@ async def take_snapshot(client: aioredis.Redis, prefix: str) -> Snapshot:
             await _read_runs(client, keys, ids[start : start + 200], snapshot)
         for run_id, expiry in await client.zrange(keys.leases, 0, -1, withscores=True):
             snapshot.leases[run_id] = int(expiry)
+        for run_id, until in await client.zrange(keys.waiting, 0, -1, withscores=True):
+            snapshot.waiting[run_id] = until
     return snapshot
 
 
@@ -215,6 +219,18 @@ def runs_across_builds(snapshot: Snapshot) -> int:
 
 
 UNOWNED = {*PARKED, RunStatus.WAITING.value}
+
+
+def check_waiting_index(snapshot: Snapshot) -> list[Violation]:
+    """The `waiting` index (what GET /queues counts as waiting) lists only runs parked on a
+    durable wait: an ended, running or vanished run left in it is a count that lies."""
+    found = []
+    for run_id in snapshot.waiting:
+        run = snapshot.runs.get(run_id)
+        status = "gone" if run is None else run.status
+        if status != RunStatus.WAITING.value:
+            found.append(Violation("waiting_index_stale", run_id, f"listed waiting, is {status}"))
+    return found
 
 
 def check_parked_hold_nothing(snapshot: Snapshot) -> list[Violation]:

@@ -190,6 +190,7 @@ class ChaosRun:
         )
         violations += checker.check_settled(snapshot)
         violations += checker.check_parked_hold_nothing(snapshot)
+        violations += checker.check_waiting_index(snapshot)
         violations += checker.check_no_drift(snapshot)
         violations += checker.check_pinned_builds(snapshot)
         stale_owners = {
