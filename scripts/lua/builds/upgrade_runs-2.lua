@@ -52,11 +52,11 @@ local function upgrade(id)
     'blocked_on')
   local pin = cur[2] or ''
   if not cur[1] then
-    return 'NOT_FOUND', pin
+    return 'NOT_FOUND', pin, '-'
   elseif ENDED[cur[1]] or pin == '' then
-    return 'INVALID', pin
+    return 'INVALID', pin, cur[1]
   elseif (from ~= '' and pin ~= from) or (handler ~= '' and cur[3] ~= handler) or pin == to then
-    return 'CONFLICT', pin
+    return 'CONFLICT', pin, cur[1]
   end
   local queued = unqueue(tag, run_key, id)
   unindex_pin(tag, id, pin)
@@ -75,14 +75,13 @@ local function upgrade(id)
   end
   xadd_event(KEYS[2] .. id, 'upgraded', tonumber(cur[4]) or 0, now,
     cjson.encode({from = pin, to = to ~= '' and to or nil}), ARGV[@maxlen])
-  return 'OK', pin
+  return 'OK', pin, cur[1]
 end
 
 for i = @groups, #ARGV, @UpgradeGroup do
   local id = ARGV[i + @UpgradeGroup.id]
-  local answer, pin = upgrade(id)
-  answers[#answers + 1] = answer .. ' ' .. (redis.call('HGET', KEYS[1] .. id, 'status') or '-')
-    .. ' ' .. pin
+  local answer, pin, status = upgrade(id)
+  answers[#answers + 1] = answer .. ' ' .. status .. ' ' .. pin
 end
 if woke then
   redis.call('PUBLISH', ARGV[@wake_channel], 'ready')
